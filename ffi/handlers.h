@@ -1,0 +1,12 @@
+// The XLA FFI handler symbols exported by _tsm2_ext (see module.cc).
+#pragma once
+
+#include "xla/ffi/api/ffi.h"
+
+// CPU reference: plain loops, same signature and validation as the CUDA one.
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2MatmulCpu);
+
+#ifdef TSM2_WITH_CUDA
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2MatmulCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2StreamReadCuda);
+#endif

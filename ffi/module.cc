@@ -1,0 +1,67 @@
+// The nanobind module `jax_tsm2._tsm2_ext`: hands the FFI handlers to Python
+// (which registers them with XLA) and reports what this build contains.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <string>
+
+#include "ffi/handlers.h"
+#include "xla/ffi/api/c_api.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+template <typename Fn>
+nb::capsule EncapsulateHandler(Fn* fn) {
+  return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+// {platform: {target name: capsule}}; platforms are the names that
+// jax.ffi.register_ffi_target takes.
+nb::dict Registrations() {
+  nb::dict cpu;
+  cpu["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCpu);
+  nb::dict out;
+  out["cpu"] = cpu;
+#ifdef TSM2_WITH_CUDA
+  nb::dict cuda;
+  cuda["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCuda);
+  cuda["tsm2_stream_read"] = EncapsulateHandler(Tsm2StreamReadCuda);
+  out["CUDA"] = cuda;
+#endif
+  return out;
+}
+
+nb::dict BuildInfo() {
+  nb::dict info;
+#ifdef TSM2_WITH_CUDA
+  info["cuda"] = true;
+  info["cuda_version"] = std::string(TSM2_CUDA_VERSION);
+  info["cuda_architectures"] = std::string(TSM2_CUDA_ARCHITECTURES);
+#else
+  info["cuda"] = false;
+  info["cuda_version"] = nb::none();
+  info["cuda_architectures"] = nb::none();
+#endif
+  info["xla_ffi_api_version"] =
+      std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
+  info["jax_version"] = std::string(TSM2_JAX_VERSION);
+#if defined(__clang__)
+  info["compiler"] = std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+  info["compiler"] = std::string("gcc ") + __VERSION__;
+#else
+  info["compiler"] = std::string("unknown");
+#endif
+  return info;
+}
+
+}  // namespace
+
+NB_MODULE(_tsm2_ext, m) {
+  m.doc() = "XLA FFI handlers of jax_tsm2 (tall-and-skinny matrix products).";
+  m.def("registrations", &Registrations,
+        "Returns {platform: {target_name: PyCapsule}} for jax.ffi.register_ffi_target.");
+  m.def("build_info", &BuildInfo, "What this build of the extension contains.");
+}
