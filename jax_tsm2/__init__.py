@@ -1,0 +1,25 @@
+"""jax_tsm2: tall-and-skinny matrix products for JAX (TSM2R / TSM2L CUDA kernels).
+
+Public API only; see README.md. Importing the package loads the compiled
+extension and registers its XLA FFI targets (``jax_tsm2._ffi``).
+"""
+
+from importlib import metadata as _metadata
+
+from jax_tsm2._ffi import build_info
+from jax_tsm2.api import matmul
+from jax_tsm2.config import custom_call_mode, get_custom_call_mode, set_custom_call_mode
+
+try:
+    __version__ = _metadata.version("jax_tsm2")
+except _metadata.PackageNotFoundError:  # running from a source tree without install
+    __version__ = "0+unknown"
+
+__all__ = [
+    "__version__",
+    "build_info",
+    "custom_call_mode",
+    "get_custom_call_mode",
+    "matmul",
+    "set_custom_call_mode",
+]

@@ -1,0 +1,100 @@
+"""Loads the compiled extension and registers its XLA FFI targets with JAX.
+
+``jax_tsm2._tsm2_ext`` is the nanobind module built from ``ffi/``. It hands
+out one PyCapsule per (platform, target name); this module registers each of
+them exactly once per process, when ``jax_tsm2`` is imported. A second
+registration of the same name and platform would be a duplicate-handler
+error in XLA, so nothing else may call ``jax.ffi.register_ffi_target`` for
+these names.
+
+Registering the CUDA targets works on a machine without a GPU: XLA keeps the
+registration pending until a CUDA backend appears.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+import jax
+
+try:
+    from jax_tsm2 import _tsm2_ext
+except ImportError as err:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        "jax_tsm2: the compiled extension jax_tsm2._tsm2_ext is missing or failed to load "
+        f"({err}). Build it against the jax you run with "
+        "`pip install --no-build-isolation -e .` from the repository root "
+        "(README.md, section 'Building')."
+    ) from err
+
+# The FFI target names the lowerings emit.
+MATMUL_TARGET = "tsm2_matmul"
+
+# {platform: (target names)} as registered by this process.
+_registered: dict[str, tuple[str, ...]] = {}
+
+
+def _register_all() -> None:
+    if _registered:  # importlib.reload(jax_tsm2._ffi) must not register twice
+        return
+    for platform, targets in _tsm2_ext.registrations().items():
+        for name, capsule in targets.items():
+            jax.ffi.register_ffi_target(name, capsule, platform=platform)
+        _registered[platform] = tuple(sorted(targets))
+
+
+def _warn_on_jax_mismatch() -> None:
+    built = _tsm2_ext.build_info().get("jax_version")
+    if built != jax.__version__:
+        warnings.warn(
+            f"jax_tsm2 was built against jax {built} but jax {jax.__version__} is running; "
+            "the XLA FFI API may differ. Rebuild with `pip install --no-build-isolation -e .`.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+_register_all()
+_warn_on_jax_mismatch()
+
+
+def registered_targets() -> dict[str, tuple[str, ...]]:
+    """``{platform: target names}`` registered with XLA by this process."""
+    return dict(_registered)
+
+
+def cuda_targets_available() -> bool:
+    """True when this build contains the CUDA kernels (and they are registered)."""
+    return MATMUL_TARGET in _registered.get("CUDA", ())
+
+
+@functools.cache
+def cuda_backend_present() -> bool:
+    """True when this process has a CUDA device (JAX's ``gpu`` backend on NVIDIA)."""
+    try:
+        return len(jax.devices("cuda")) > 0
+    except RuntimeError:
+        return False
+
+
+def build_info() -> dict[str, Any]:
+    """What was built and what is running.
+
+    The extension's own report (``cuda``, ``cuda_version``,
+    ``cuda_architectures``, ``xla_ffi_api_version``, ``jax_version`` it was
+    built against, ``compiler``) plus ``jax_version_running``,
+    ``cuda_targets_registered`` and ``targets`` ({platform: names}).
+
+    Example:
+        >>> import jax_tsm2
+        >>> info = jax_tsm2.build_info()
+        >>> sorted(info["targets"])  # doctest: +SKIP
+        ['CUDA', 'cpu']
+    """
+    info = dict(_tsm2_ext.build_info())
+    info["jax_version_running"] = jax.__version__
+    info["cuda_targets_registered"] = cuda_targets_available()
+    info["targets"] = registered_targets()
+    return info

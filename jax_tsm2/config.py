@@ -1,0 +1,100 @@
+"""The switch that decides whether products may use the tsm2 custom call.
+
+Three modes:
+
+- ``"auto"`` (default): routing decides (``jax_tsm2.routing``). On CUDA,
+  tall-and-skinny products run the TSM2 kernels and everything else runs
+  XLA's own dot. On CPU, XLA's dot is always used.
+- ``"always"``: force the custom call for every product it can compute (the
+  four float dtypes f32, f64, bf16, f16 with a non-empty shape). On CUDA that is
+  the TSM2 kernels, on CPU the plain-loop reference target (slow; meant for
+  tests). Integer, complex and bool products, dot algorithms
+  (``precision="BF16_BF16_F32"`` etc.) and empty shapes still go to XLA's dot.
+- ``"never"``: never emit the custom call.
+
+Set it with the environment variable ``JAX_TSM2_CUSTOM_CALL`` (read once, at
+import), ``jax_tsm2.set_custom_call_mode(mode)`` or
+``jax.config.update("jax_tsm2_custom_call", mode)``, or for a block of code
+with ``with jax_tsm2.custom_call_mode(mode): ...``.
+
+The mode is read when a product is lowered to XLA, not when it is traced. It is
+registered as a JAX config option that is part of jit's cache key, so flipping
+it makes the next call of an already-jitted function compile again instead of
+reusing the executable built under the old mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Literal
+
+from jax_tsm2 import _compat
+
+Mode = Literal["auto", "always", "never"]
+MODES: tuple[str, ...] = ("auto", "always", "never")
+ENV_VAR = "JAX_TSM2_CUSTOM_CALL"
+_OPTION = "jax_tsm2_custom_call"  # enum_state derives the env var name from it
+
+
+def _check_mode(mode: object, where: str) -> str:
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"{where}: custom-call mode must be one of {MODES}, got {mode!r}")
+    return mode
+
+
+# JAX reads the environment variable itself, but its error for a bad value does
+# not say what the valid values are; check first so the message does.
+if ENV_VAR in os.environ:
+    _check_mode(os.environ[ENV_VAR], f"environment variable {ENV_VAR}")
+
+_mode_state = _compat.enum_config_state(
+    _OPTION,
+    MODES,
+    "auto",
+    help=(
+        "jax_tsm2: whether matrix products may use the tsm2 custom call: "
+        "'auto' (routing decides), 'always' (force it where possible), 'never'."
+    ),
+)
+
+
+def get_custom_call_mode() -> Mode:
+    """Returns the mode in effect here (the context manager's, else the global one).
+
+    Example:
+        >>> import jax_tsm2
+        >>> jax_tsm2.get_custom_call_mode()
+        'auto'
+    """
+    return _mode_state.value  # type: ignore[return-value]
+
+
+def set_custom_call_mode(mode: Mode) -> None:
+    """Sets the mode for the whole process (all threads without a local override).
+
+    Example:
+        >>> import jax_tsm2
+        >>> jax_tsm2.set_custom_call_mode("never")
+        >>> jax_tsm2.get_custom_call_mode()
+        'never'
+        >>> jax_tsm2.set_custom_call_mode("auto")
+    """
+    _mode_state._set(_check_mode(mode, "set_custom_call_mode"))
+
+
+@contextlib.contextmanager
+def custom_call_mode(mode: Mode) -> Iterator[None]:
+    """Sets the mode inside a ``with`` block (thread-local), restoring it after.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jax_tsm2
+        >>> a, b = jnp.ones((8, 4)), jnp.ones((4, 2))
+        >>> with jax_tsm2.custom_call_mode("always"):  # CPU: the reference target
+        ...     c = jax.jit(jax_tsm2.matmul)(a, b)
+        >>> float(c[0, 0])
+        4.0
+    """
+    with _mode_state(_check_mode(mode, "custom_call_mode")):
+        yield

@@ -1,0 +1,181 @@
+"""Which implementation runs a product: the TSM2R kernel, the TSM2L kernel, or XLA's dot.
+
+``route`` is a pure function of static facts (operand shapes and dtypes, the
+output dtype, precision, platform, the custom-call mode, and whether the CUDA
+targets were built). The lowerings in ``primitive.py`` call it; tests and the
+coming ``explain()`` call it directly. It returns a ``Route``: the decision and
+a sentence saying why.
+
+The problem is the canonical one of the ``tsm2_matmul`` primitive:
+``a[batch?, m, k] @ b[batch?, k, n]``, row-major.
+
+The thresholds below are first guesses from the paper's reasoning (TSM2L wants
+k and n small enough for B to sit on chip; TSM2R wants a skinny B and a
+contraction long enough to stream A); they will be tuned from H100
+measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+from jax import numpy as jnp
+
+from jax_tsm2 import _compat
+
+# TSM2L: tall-and-skinny A (k small) times a small B (k x n).
+TSM2L_MAX_K = 64
+TSM2L_MAX_N = 64
+# TSM2R: large A times a skinny B; used when k is past TSM2L's range.
+TSM2R_MAX_N = 64
+
+KERNEL_IDS: dict[str, int] = {"tsm2r": 0, "tsm2l": 1}  # the FFI attribute `kernel`
+SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
+    np.dtype(t) for t in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16)
+)
+_HALF_DTYPES = frozenset(np.dtype(t) for t in (jnp.bfloat16, jnp.float16))
+_PLATFORMS_WITH_TARGETS = ("cpu", "cuda")
+
+Target = Literal["tsm2r", "tsm2l", "xla"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """Sizes of ``a[batch?, m, k] @ b[batch?, k, n]``; ``batch`` is None for rank 2."""
+
+    batch: int | None
+    m: int
+    k: int
+    n: int
+
+    @property
+    def empty(self) -> bool:
+        return 0 in (self.m, self.k, self.n) or self.batch == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """A routing decision: ``target`` and a human-readable ``reason``."""
+
+    target: Target
+    reason: str
+    problem: Problem | None = None
+
+    @property
+    def kernel(self) -> int | None:
+        """The FFI ``kernel`` attribute (0 = TSM2R, 1 = TSM2L), or None for XLA."""
+        return KERNEL_IDS.get(self.target)
+
+    @property
+    def custom_call(self) -> bool:
+        return self.target != "xla"
+
+
+def problem_of(a_shape: Sequence[int], b_shape: Sequence[int]) -> Problem:
+    """Checks a canonical operand pair and returns its sizes.
+
+    Each operand has rank 2 or 3; a rank-3 operand's batch equals the result's
+    or is 1 (shared by every batch entry). Raises TypeError naming the shapes.
+
+    Example:
+        >>> problem_of((4, 10, 3), (3, 2))
+        Problem(batch=4, m=10, k=3, n=2)
+    """
+    a_shape, b_shape = tuple(a_shape), tuple(b_shape)
+    if len(a_shape) not in (2, 3) or len(b_shape) not in (2, 3):
+        raise TypeError(
+            f"tsm2_matmul: operands must have rank 2 or 3, got shapes {a_shape} and {b_shape}"
+        )
+    m, k = a_shape[-2:]
+    kb, n = b_shape[-2:]
+    if k != kb:
+        raise TypeError(
+            f"tsm2_matmul: contracting dimensions differ: a{list(a_shape)} has k={k}, "
+            f"b{list(b_shape)} has k={kb}"
+        )
+    if len(a_shape) == 2 and len(b_shape) == 2:
+        return Problem(None, m, k, n)
+    ba = a_shape[0] if len(a_shape) == 3 else 1
+    bb = b_shape[0] if len(b_shape) == 3 else 1
+    if ba != bb and 1 not in (ba, bb):
+        raise TypeError(
+            f"tsm2_matmul: batch dimensions {ba} and {bb} differ and neither is 1 "
+            f"(shapes {a_shape} and {b_shape})"
+        )
+    return Problem(bb if ba == 1 else ba, m, k, n)
+
+
+def kernel_can_write(dtype: Any, out_dtype: Any) -> bool:
+    """The kernels write C in the operand dtype, or in f32 for bf16/f16 operands."""
+    dtype, out_dtype = np.dtype(dtype), np.dtype(out_dtype)
+    return out_dtype == dtype or (dtype in _HALF_DTYPES and out_dtype == np.float32)
+
+
+def _choose_kernel(p: Problem, mode: str) -> tuple[Target, str]:
+    small_b = p.k <= TSM2L_MAX_K and p.n <= TSM2L_MAX_N
+    if small_b:
+        return "tsm2l", f"k={p.k} <= {TSM2L_MAX_K} and n={p.n} <= {TSM2L_MAX_N}: TSM2L"
+    if mode == "always":
+        return "tsm2r", f"mode 'always' and B is not small (k={p.k}, n={p.n}): TSM2R"
+    if p.n <= TSM2R_MAX_N:
+        return "tsm2r", f"n={p.n} <= {TSM2R_MAX_N} and k={p.k} > {TSM2L_MAX_K}: TSM2R"
+    return "xla", f"n={p.n} > {TSM2R_MAX_N}: not tall-and-skinny, XLA's dot"
+
+
+def route(
+    a: Any,
+    b: Any,
+    out_dtype: Any,
+    *,
+    platform: str,
+    mode: str,
+    precision: Any = None,
+    cuda_targets: bool = True,
+) -> Route:
+    """Decides how ``a @ b`` (canonical rank-2/3 operands) is computed.
+
+    Args:
+      a, b: anything with ``.shape`` and ``.dtype`` (avals, ShapeDtypeStructs, arrays).
+      out_dtype: dtype of the result.
+      platform: the lowering platform, e.g. ``"cuda"`` or ``"cpu"``.
+      mode: ``"auto"``, ``"always"`` or ``"never"`` (see ``jax_tsm2.config``).
+      precision: canonical ``lax`` precision (None, a pair of ``lax.Precision``
+        or a dot algorithm). The kernels compute at full precision (never
+        TF32), which satisfies every ``Precision`` value; dot algorithms ask
+        for specific arithmetic and go to XLA.
+      cuda_targets: whether this build has the CUDA kernels.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> a = jax.ShapeDtypeStruct((20480, 20480), jnp.float32)
+        >>> b = jax.ShapeDtypeStruct((20480, 8), jnp.float32)
+        >>> route(a, b, jnp.float32, platform="cuda", mode="auto").target
+        'tsm2r'
+    """
+    dtype, out = np.dtype(a.dtype), np.dtype(out_dtype)
+    p = problem_of(a.shape, b.shape)
+    xla = lambda why: Route("xla", why, p)
+    if platform not in _PLATFORMS_WITH_TARGETS:
+        return xla(f"no tsm2 target for platform {platform!r}")
+    if mode == "never":
+        return xla("mode 'never'")
+    if np.dtype(b.dtype) != dtype or dtype not in SUPPORTED_DTYPES:
+        return xla(f"dtypes {dtype}, {np.dtype(b.dtype)}: the kernels take f32, f64, bf16, f16")
+    if not kernel_can_write(dtype, out):
+        return xla(f"the kernels cannot write {out} from {dtype} operands")
+    if precision is not None and _compat.is_dot_algorithm(precision):
+        return xla(f"dot algorithm {precision} requested")
+    if p.empty:
+        return xla("empty problem (a zero dimension): XLA's dot returns the right zeros")
+    if platform == "cpu":
+        if mode != "always":
+            return xla("on CPU XLA's dot is used (mode 'always' forces the reference target)")
+        target, why = _choose_kernel(p, mode)
+        return Route(target, f"mode 'always' on CPU: reference target ({why})", p)
+    if not cuda_targets:
+        return xla("this build of jax_tsm2 has no CUDA targets (built with TSM2_CUDA=OFF?)")
+    target, why = _choose_kernel(p, mode)
+    return Route(target, why, p)
