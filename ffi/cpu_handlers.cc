@@ -79,25 +79,35 @@ uint16_t FloatToHalf(float f) {
 
 double LoadAs(ffi::DataType t, const void* p, int64_t i) {
   switch (t) {
-    case ffi::DataType::F32: return static_cast<const float*>(p)[i];
-    case ffi::DataType::F64: return static_cast<const double*>(p)[i];
-    case ffi::DataType::BF16: return Bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
-    case ffi::DataType::F16: return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
-    default: return 0.0;
+    case ffi::DataType::F32:
+      return static_cast<const float*>(p)[i];
+    case ffi::DataType::F64:
+      return static_cast<const double*>(p)[i];
+    case ffi::DataType::BF16:
+      return Bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case ffi::DataType::F16:
+      return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+    default:
+      return 0.0;
   }
 }
 
 void StoreAs(ffi::DataType t, void* p, int64_t i, double v) {
   switch (t) {
-    case ffi::DataType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case ffi::DataType::F64: static_cast<double*>(p)[i] = v; break;
+    case ffi::DataType::F32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case ffi::DataType::F64:
+      static_cast<double*>(p)[i] = v;
+      break;
     case ffi::DataType::BF16:
       static_cast<uint16_t*>(p)[i] = FloatToBf16(static_cast<float>(v));
       break;
     case ffi::DataType::F16:
       static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v));
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -139,7 +149,7 @@ ffi::Error MatmulCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::An
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2MatmulCpu, tsm2::MatmulCpuImpl,
                               xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()      // a: [batch?, m, k]
-                                  .Arg<xla::ffi::AnyBuffer>()      // b: [batch?, k, n]
-                                  .Ret<xla::ffi::AnyBuffer>()      // c: [batch?, m, n]
-                                  .Attr<int32_t>("kernel"));       // tsm2::Kernel (validated only)
+                                  .Arg<xla::ffi::AnyBuffer>()  // a: [batch?, m, k]
+                                  .Arg<xla::ffi::AnyBuffer>()  // b: [batch?, k, n]
+                                  .Ret<xla::ffi::AnyBuffer>()  // c: [batch?, m, n]
+                                  .Attr<int32_t>("kernel"));   // tsm2::Kernel (validated only)

@@ -32,21 +32,28 @@ struct MatmulProblem {
   int64_t m = 0;
   int64_t k = 0;
   int64_t n = 0;
-  int64_t a_batch_stride = 0;  // in elements
-  int64_t b_batch_stride = 0;  // in elements
+  int64_t a_batch_stride = 0;                        // in elements
+  int64_t b_batch_stride = 0;                        // in elements
   ffi::DataType dtype = ffi::DataType::INVALID;      // of A and B
   ffi::DataType out_dtype = ffi::DataType::INVALID;  // of C
 };
 
 inline const char* DTypeName(ffi::DataType t) {
   switch (t) {
-    case ffi::DataType::F16: return "f16";
-    case ffi::DataType::BF16: return "bf16";
-    case ffi::DataType::F32: return "f32";
-    case ffi::DataType::F64: return "f64";
-    case ffi::DataType::S32: return "s32";
-    case ffi::DataType::U32: return "u32";
-    default: return "unsupported";
+    case ffi::DataType::F16:
+      return "f16";
+    case ffi::DataType::BF16:
+      return "bf16";
+    case ffi::DataType::F32:
+      return "f32";
+    case ffi::DataType::F64:
+      return "f64";
+    case ffi::DataType::S32:
+      return "s32";
+    case ffi::DataType::U32:
+      return "u32";
+    default:
+      return "unsupported";
   }
 }
 
@@ -66,8 +73,7 @@ inline bool IsSupportedInput(ffi::DataType t) {
 
 // Fills `p` from the buffers, or returns InvalidArgument naming what is wrong.
 inline ffi::Error DecodeMatmul(std::string_view op, const ffi::AnyBuffer& a,
-                               const ffi::AnyBuffer& b, const ffi::AnyBuffer& c,
-                               MatmulProblem* p) {
+                               const ffi::AnyBuffer& b, const ffi::AnyBuffer& c, MatmulProblem* p) {
   auto fail = [&](const std::string& why) {
     std::ostringstream os;
     os << op << ": " << why << " (a=" << DescribeBuffer(a) << ", b=" << DescribeBuffer(b)
@@ -84,10 +90,9 @@ inline ffi::Error DecodeMatmul(std::string_view op, const ffi::AnyBuffer& a,
   if (cd.size() != c_rank) return fail("result rank does not match the operands");
   if (a.element_type() != b.element_type()) return fail("operands must share one dtype");
   if (!IsSupportedInput(a.element_type())) return fail("dtype must be f32, f64, bf16 or f16");
-  const bool half = a.element_type() == ffi::DataType::BF16 ||
-                    a.element_type() == ffi::DataType::F16;
-  if (c.element_type() != a.element_type() &&
-      !(half && c.element_type() == ffi::DataType::F32)) {
+  const bool half =
+      a.element_type() == ffi::DataType::BF16 || a.element_type() == ffi::DataType::F16;
+  if (c.element_type() != a.element_type() && !(half && c.element_type() == ffi::DataType::F32)) {
     return fail("result dtype must equal the operand dtype (or f32 for bf16/f16 operands)");
   }
 

@@ -1,0 +1,117 @@
+// XLA FFI handlers for the CUDA targets: decode and validate the buffers,
+// plan the launch, take a workspace from XLA's scratch allocator when a tile
+// is split between blocks, launch on XLA's stream and turn any CUDA error
+// into an ffi::Error that names the op, shapes and dtypes.
+//
+// Not marked kCmdBufferCompatible: a call may allocate scratch memory.
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "ffi/handlers.h"
+#include "ffi/launch.h"
+#include "ffi/matmul_problem.h"
+
+namespace tsm2 {
+namespace {
+
+ElemType ToElemType(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::F64:
+      return ElemType::kF64;
+    case ffi::DataType::BF16:
+      return ElemType::kBF16;
+    case ffi::DataType::F16:
+      return ElemType::kF16;
+    default:
+      return ElemType::kF32;
+  }
+}
+
+ffi::Error CudaFailure(std::string_view op, const std::string& what, cudaError_t err,
+                       const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, const ffi::AnyBuffer& c) {
+  return ffi::Error::Internal(std::string(op) + ": " + what + " failed: " + cudaGetErrorName(err) +
+                              " (" + cudaGetErrorString(err) + ") for a=" + DescribeBuffer(a) +
+                              ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c));
+}
+
+ffi::Error MatmulCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer a,
+                          ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> c, int32_t kernel) {
+  constexpr std::string_view kOp = "tsm2_matmul (cuda)";
+  if (auto err = CheckKernel(kOp, kernel); !err.success()) return err;
+  MatmulProblem prob;
+  if (auto err = DecodeMatmul(kOp, a, b, *c, &prob); !err.success()) return err;
+  if (prob.batch == 0 || prob.m == 0 || prob.n == 0) return ffi::Error::Success();
+  if (prob.k == 0) {  // an empty sum: all-zero bits are +0.0 in every float type
+    cudaError_t e = cudaMemsetAsync(c->untyped_data(), 0, c->size_bytes(), stream);
+    return e == cudaSuccess ? ffi::Error::Success() : CudaFailure(kOp, "memset", e, a, b, *c);
+  }
+
+  DeviceMatmul p;
+  p.a = a.untyped_data();
+  p.b = b.untyped_data();
+  p.c = c->untyped_data();
+  p.batch = prob.batch;
+  p.m = prob.m;
+  p.k = prob.k;
+  p.n = prob.n;
+  p.a_batch_stride = prob.a_batch_stride;
+  p.b_batch_stride = prob.b_batch_stride;
+  p.type = ToElemType(prob.dtype);
+  p.out_f32 = prob.out_dtype != prob.dtype;
+  const Family family =
+      kernel == static_cast<int32_t>(Kernel::kTsm2l) ? Family::kTsm2l : Family::kTsm2r;
+  MatmulPlan plan;
+  if (cudaError_t e = PlanMatmul(p, family, &plan); e != cudaSuccess) {
+    return CudaFailure(kOp, "planning the launch", e, a, b, *c);
+  }
+  void* workspace = nullptr;
+  if (plan.workspace_bytes > 0) {
+    auto mem = scratch.Allocate(plan.workspace_bytes, 256);
+    if (!mem.has_value()) {
+      return ffi::Error(
+          ffi::ErrorCode::kResourceExhausted,
+          std::string(kOp) + ": could not allocate " + std::to_string(plan.workspace_bytes) +
+              " bytes of scratch for a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b));
+    }
+    workspace = *mem;
+  }
+  if (cudaError_t e = LaunchMatmul(p, plan, workspace, stream); e != cudaSuccess) {
+    return CudaFailure(kOp, "kernel launch", e, a, b, *c);
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error StreamReadImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out) {
+  if (out->element_type() != ffi::DataType::U32 || out->dimensions().size() != 1) {
+    return ffi::Error::InvalidArgument("tsm2_stream_read: result must be a 1-D u32 array, got " +
+                                       DescribeBuffer(*out));
+  }
+  cudaError_t e = LaunchStreamRead(x.untyped_data(), static_cast<int64_t>(x.size_bytes()),
+                                   static_cast<uint32_t*>(out->untyped_data()),
+                                   static_cast<int64_t>(out->element_count()), stream);
+  if (e != cudaSuccess) {
+    return ffi::Error::Internal(std::string("tsm2_stream_read: launch failed: ") +
+                                cudaGetErrorString(e) + " for x=" + DescribeBuffer(x));
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace tsm2
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2MatmulCuda, tsm2::MatmulCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<xla::ffi::ScratchAllocator>()  // stream-K partials
+                                  .Arg<xla::ffi::AnyBuffer>()         // a: [batch?, m, k]
+                                  .Arg<xla::ffi::AnyBuffer>()         // b: [batch?, k, n]
+                                  .Ret<xla::ffi::AnyBuffer>()         // c: [batch?, m, n]
+                                  .Attr<int32_t>("kernel"));          // tsm2::Kernel
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2StreamReadCuda, tsm2::StreamReadImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()   // x: any dtype and shape
+                                  .Ret<xla::ffi::AnyBuffer>(),  // u32[blocks]: XOR per block
+                              {xla::ffi::Traits::kCmdBufferCompatible});

@@ -1,0 +1,84 @@
+// Small device helpers shared by the kernels: accumulator types, 16-byte
+// vector unpacking, output conversion and cp.async wrappers. CUDA only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace tsm2 {
+
+// f64 accumulates in f64; f32, bf16 and f16 accumulate in f32 (never TF32).
+template <typename T>
+struct AccTypeOf {
+  using type = float;
+};
+template <>
+struct AccTypeOf<double> {
+  using type = double;
+};
+template <typename T>
+using AccType = typename AccTypeOf<T>::type;
+
+// Elements of T in one 16-byte access.
+template <typename T>
+inline constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+
+__device__ __forceinline__ float ToAcc(float x) { return x; }
+__device__ __forceinline__ double ToAcc(double x) { return x; }
+__device__ __forceinline__ float ToAcc(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToAcc(__half x) { return __half2float(x); }
+
+__device__ __forceinline__ void FromAcc(float x, float* out) { *out = x; }
+__device__ __forceinline__ void FromAcc(double x, double* out) { *out = x; }
+__device__ __forceinline__ void FromAcc(float x, __nv_bfloat16* out) {
+  *out = __float2bfloat16_rn(x);
+}
+__device__ __forceinline__ void FromAcc(float x, __half* out) { *out = __float2half_rn(x); }
+
+// Splits a 16-byte vector of T into accumulator values.
+template <typename T>
+__device__ __forceinline__ void Unpack(const uint4& raw, AccType<T> (&out)[kVec<T>]) {
+  T v[kVec<T>];
+  memcpy(v, &raw, sizeof raw);
+#pragma unroll
+  for (int i = 0; i < kVec<T>; ++i) out[i] = ToAcc(v[i]);
+}
+
+// Loads N consecutive accumulator values from shared memory, 16 bytes at a
+// time when the row allows it.
+template <int N, typename Acc>
+__device__ __forceinline__ void LoadSmemRow(const Acc* p, Acc (&out)[N]) {
+  constexpr int kW = 16 / static_cast<int>(sizeof(Acc));
+  if constexpr (N % kW == 0) {
+#pragma unroll
+    for (int j = 0; j < N; j += kW) {
+      uint4 raw = *reinterpret_cast<const uint4*>(p + j);
+      memcpy(&out[j], &raw, 16);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = p[j];
+  }
+}
+
+// Asynchronous 16-byte global -> shared copy (sm_80+). With valid == false
+// the destination is zero-filled and nothing is read.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+}  // namespace tsm2

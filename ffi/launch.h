@@ -1,0 +1,53 @@
+// Host-side entry points for the CUDA kernels. Nothing here depends on XLA,
+// so the kernels can be driven from any C++ (the FFI handlers in
+// cuda_handlers.cc are one user).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tsm2 {
+
+enum class ElemType { kF32, kF64, kBF16, kF16 };
+
+// C[batch] = A[batch] @ B[batch], row-major; a batch stride of 0 shares that
+// operand across the batch. C is `type` unless out_f32 (bf16/f16 inputs only).
+struct DeviceMatmul {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  int64_t batch = 1, m = 0, k = 0, n = 0;
+  int64_t a_batch_stride = 0, b_batch_stride = 0;
+  ElemType type = ElemType::kF32;
+  bool out_f32 = false;
+};
+
+// Kernel family, as chosen by the router: TSM2R for a large A times a skinny
+// B, TSM2L for a tall-and-skinny A (k <= kTsm2lMaxK) times a small B.
+enum class Family { kTsm2r, kTsm2l };
+
+// How one launch is laid out: filled by PlanMatmul, consumed by LaunchMatmul.
+// Kept separate so the handler can allocate the workspace in between.
+struct MatmulPlan {
+  Family family = Family::kTsm2r;
+  int n_tile = 0;              // t2: columns of B and C per block (power of two <= 64)
+  int blocks = 0;              // persistent grid size
+  int64_t units = 0;           // (tile, k-chunk) work units split evenly among the blocks
+  size_t workspace_bytes = 0;  // partial sums of tiles split between blocks
+};
+
+// Fills `plan` for problem `p` (m, k, n >= 1). Queries the current device.
+cudaError_t PlanMatmul(const DeviceMatmul& p, Family family, MatmulPlan* plan);
+
+// Launches the product on `stream`; `workspace` must hold plan.workspace_bytes.
+cudaError_t LaunchMatmul(const DeviceMatmul& p, const MatmulPlan& plan, void* workspace,
+                         cudaStream_t stream);
+
+// Reads `bytes` bytes at `x` once with 16-byte loads and writes one XOR word
+// per block to out[0..blocks): the bandwidth ceiling of the benchmark harness.
+cudaError_t LaunchStreamRead(const void* x, int64_t bytes, uint32_t* out, int64_t blocks,
+                             cudaStream_t stream);
+
+}  // namespace tsm2
