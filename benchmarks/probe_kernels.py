@@ -37,12 +37,19 @@ def load_ext(pattern: str):
     return mod
 
 
+EXT = None
+MAX_BLOCKS = 132 * 4
+
+
 def call(a, b, kernel, out_dtype=None):
     batch = max(a.shape[0] if a.ndim == 3 else 1, b.shape[0] if b.ndim == 3 else 1)
-    m, n = a.shape[-2], b.shape[-1]
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     shape = (batch, m, n) if (a.ndim == 3 or b.ndim == 3) else (m, n)
     out = jax.ShapeDtypeStruct(shape, out_dtype or a.dtype)
-    return jax.ffi.ffi_call("tsm2_matmul", out)(a, b, kernel=np.int32(kernel))
+    ws = EXT.workspace_bytes_per_block(jnp.dtype(a.dtype).name, k, n, kernel) * MAX_BLOCKS
+    ws_out = jax.ShapeDtypeStruct((ws,), jnp.uint8)
+    c, _ = jax.ffi.ffi_call("tsm2_matmul", (out, ws_out))(a, b, kernel=np.int32(kernel))
+    return c
 
 
 def rel_err(got, ref):
@@ -182,7 +189,8 @@ def main() -> int:
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--small", action="store_true")
     args = ap.parse_args()
-    mod = load_ext(args.ext)
+    global EXT
+    mod = EXT = load_ext(args.ext)
     print(mod.build_info(), jax.devices(), flush=True)
     fails = sweep(args.small)
     if not args.check_only:

@@ -131,7 +131,7 @@ void Reference(const MatmulProblem& p, const void* a, const void* b, void* c) {
 }
 
 ffi::Error MatmulCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> c,
-                         int32_t kernel) {
+                         ffi::Result<ffi::AnyBuffer> /*workspace*/, int32_t kernel) {
   constexpr std::string_view kOp = "tsm2_matmul (cpu)";
   if (auto err = CheckKernel(kOp, kernel); !err.success()) return err;
   MatmulProblem p;
@@ -152,4 +152,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2MatmulCpu, tsm2::MatmulCpuImpl,
                                   .Arg<xla::ffi::AnyBuffer>()  // a: [batch?, m, k]
                                   .Arg<xla::ffi::AnyBuffer>()  // b: [batch?, k, n]
                                   .Ret<xla::ffi::AnyBuffer>()  // c: [batch?, m, n]
+                                  .Ret<xla::ffi::AnyBuffer>()  // workspace (unused on CPU)
                                   .Attr<int32_t>("kernel"));   // tsm2::Kernel (validated only)

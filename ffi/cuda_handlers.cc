@@ -1,9 +1,10 @@
 // XLA FFI handlers for the CUDA targets: decode and validate the buffers,
-// plan the launch, take a workspace from XLA's scratch allocator when a tile
-// is split between blocks, launch on XLA's stream and turn any CUDA error
-// into an ffi::Error that names the op, shapes and dtypes.
+// plan the launch, launch on XLA's stream and turn any CUDA error into an
+// ffi::Error that names the op, shapes and dtypes.
 //
-// Not marked kCmdBufferCompatible: a call may allocate scratch memory.
+// The partial sums of tiles split between blocks go to a second result that
+// XLA allocates (sized by _tsm2_ext.workspace_bytes_per_block), so a call
+// never allocates or synchronizes and the handler is CUDA-graph compatible.
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -35,8 +36,9 @@ ffi::Error CudaFailure(std::string_view op, const std::string& what, cudaError_t
                               ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c));
 }
 
-ffi::Error MatmulCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer a,
-                          ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> c, int32_t kernel) {
+ffi::Error MatmulCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                          ffi::Result<ffi::AnyBuffer> c, ffi::Result<ffi::AnyBuffer> workspace,
+                          int32_t kernel) {
   constexpr std::string_view kOp = "tsm2_matmul (cuda)";
   if (auto err = CheckKernel(kOp, kernel); !err.success()) return err;
   MatmulProblem prob;
@@ -62,21 +64,10 @@ ffi::Error MatmulCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ff
   const Family family =
       kernel == static_cast<int32_t>(Kernel::kTsm2l) ? Family::kTsm2l : Family::kTsm2r;
   MatmulPlan plan;
-  if (cudaError_t e = PlanMatmul(p, family, &plan); e != cudaSuccess) {
+  if (cudaError_t e = PlanMatmul(p, family, workspace->size_bytes(), &plan); e != cudaSuccess) {
     return CudaFailure(kOp, "planning the launch", e, a, b, *c);
   }
-  void* workspace = nullptr;
-  if (plan.workspace_bytes > 0) {
-    auto mem = scratch.Allocate(plan.workspace_bytes, 256);
-    if (!mem.has_value()) {
-      return ffi::Error(
-          ffi::ErrorCode::kResourceExhausted,
-          std::string(kOp) + ": could not allocate " + std::to_string(plan.workspace_bytes) +
-              " bytes of scratch for a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b));
-    }
-    workspace = *mem;
-  }
-  if (cudaError_t e = LaunchMatmul(p, plan, workspace, stream); e != cudaSuccess) {
+  if (cudaError_t e = LaunchMatmul(p, plan, workspace->untyped_data(), stream); e != cudaSuccess) {
     return CudaFailure(kOp, "kernel launch", e, a, b, *c);
   }
   return ffi::Error::Success();
@@ -103,11 +94,12 @@ ffi::Error StreamReadImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2MatmulCuda, tsm2::MatmulCudaImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<xla::ffi::ScratchAllocator>()  // stream-K partials
-                                  .Arg<xla::ffi::AnyBuffer>()         // a: [batch?, m, k]
-                                  .Arg<xla::ffi::AnyBuffer>()         // b: [batch?, k, n]
-                                  .Ret<xla::ffi::AnyBuffer>()         // c: [batch?, m, n]
-                                  .Attr<int32_t>("kernel"));          // tsm2::Kernel
+                                  .Arg<xla::ffi::AnyBuffer>()  // a: [batch?, m, k]
+                                  .Arg<xla::ffi::AnyBuffer>()  // b: [batch?, k, n]
+                                  .Ret<xla::ffi::AnyBuffer>()  // c: [batch?, m, n]
+                                  .Ret<xla::ffi::AnyBuffer>()  // workspace: u8[bytes]
+                                  .Attr<int32_t>("kernel"),    // tsm2::Kernel
+                              {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2StreamReadCuda, tsm2::StreamReadImpl,
                               xla::ffi::Ffi::Bind()

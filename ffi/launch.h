@@ -38,8 +38,11 @@ struct MatmulPlan {
   size_t workspace_bytes = 0;  // partial sums of tiles split between blocks
 };
 
-// Fills `plan` for problem `p` (m, k, n >= 1). Queries the current device.
-cudaError_t PlanMatmul(const DeviceMatmul& p, Family family, MatmulPlan* plan);
+// Fills `plan` for problem `p` (m, k, n >= 1) given a workspace of
+// `workspace_capacity` bytes (see PartialBytesPerBlock). Queries the current
+// device.
+cudaError_t PlanMatmul(const DeviceMatmul& p, Family family, size_t workspace_capacity,
+                       MatmulPlan* plan);
 
 // Launches the product on `stream`; `workspace` must hold plan.workspace_bytes.
 cudaError_t LaunchMatmul(const DeviceMatmul& p, const MatmulPlan& plan, void* workspace,

@@ -3,16 +3,16 @@
 
 namespace tsm2 {
 
-cudaError_t PlanMatmul(const DeviceMatmul& p, Family family, MatmulPlan* plan) {
+cudaError_t PlanMatmul(const DeviceMatmul& p, Family family, size_t ws, MatmulPlan* plan) {
   switch (p.type) {
     case ElemType::kF32:
-      return TypedLauncher<float>::Plan(p, family, plan);
+      return TypedLauncher<float>::Plan(p, family, ws, plan);
     case ElemType::kF64:
-      return TypedLauncher<double>::Plan(p, family, plan);
+      return TypedLauncher<double>::Plan(p, family, ws, plan);
     case ElemType::kBF16:
-      return TypedLauncher<__nv_bfloat16>::Plan(p, family, plan);
+      return TypedLauncher<__nv_bfloat16>::Plan(p, family, ws, plan);
     case ElemType::kF16:
-      return TypedLauncher<__half>::Plan(p, family, plan);
+      return TypedLauncher<__half>::Plan(p, family, ws, plan);
   }
   return cudaErrorInvalidValue;
 }

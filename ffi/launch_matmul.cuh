@@ -12,28 +12,28 @@
 
 #include "ffi/kernels/tsm2.cuh"
 #include "ffi/launch.h"
+#include "ffi/tile_configs.h"
 #include "ffi/typed_launcher.h"
 
 namespace tsm2 {
 
-// The two tile shapes. R: 64 rows x 4 k-groups, 256-byte row segments per
-// stage for 4-byte types (k is long, so each row's chunk is shared by four
-// threads and reduced at the tile's end). L: 256 rows, one thread per row,
-// 64-byte rows per stage (k small, so a tile is one contiguous block of A).
+// The two tile shapes of tile_configs.h as compile-time parameters.
 template <typename T, int NT>
 struct RConfig {
-  static constexpr int kRows = 64, kKGroups = 4, kStages = 4;
-  static constexpr int kVecPerThread = sizeof(T) == 2 ? 2 : 4;
+  static constexpr TileConfig kT = RTile(sizeof(T));
+  static constexpr int kRows = kT.rows, kKGroups = kT.k_groups;
+  static constexpr int kStages = kT.stages, kVecPerThread = kT.vec_per_thr;
 };
 template <typename T, int NT>
 struct LConfig {
-  static constexpr int kRows = 256, kKGroups = 1, kStages = 3, kVecPerThread = 4;
+  static constexpr TileConfig kT = LTile(sizeof(T));
+  static constexpr int kRows = kT.rows, kKGroups = kT.k_groups;
+  static constexpr int kStages = kT.stages, kVecPerThread = kT.vec_per_thr;
 };
 
-// The L tile holds 4 vectors of 16 bytes per row: k * sizeof(T) <= 64.
 template <typename T>
-inline bool UsesLTile(const DeviceMatmul& p, Family f) {
-  return f == Family::kTsm2l && p.k * static_cast<int64_t>(sizeof(T)) <= 64;
+inline bool UsesLTileFor(const DeviceMatmul& p, Family f) {
+  return UsesLTile(f == Family::kTsm2l, p.k, sizeof(T));
 }
 
 // Occupancy and the shared-memory opt-in, once per kernel and device.
@@ -94,7 +94,7 @@ struct Tsm2Variant {
     return a;
   }
 
-  static cudaError_t Plan(const DeviceMatmul& p, MatmulPlan* plan) {
+  static cudaError_t Plan(const DeviceMatmul& p, size_t workspace_capacity, MatmulPlan* plan) {
     int per_sm = 0, sms = 0, dev = 0;
     if (cudaError_t e = BlocksPerSm(Kernel(), Cfg::kThreads, Cfg::kSmemBytes, &per_sm);
         e != cudaSuccess) {
@@ -132,44 +132,36 @@ struct Tsm2Variant {
   }
 };
 
-// NT: the power of two >= n, capped at 64 (wider B is processed in column
-// tiles of 64).
-inline int NTileFor(int64_t n) {
-  int nt = 1;
-  while (nt < n && nt < 64) nt *= 2;
-  return nt;
-}
-
 template <typename T, int NT>
-cudaError_t PlanNt(const DeviceMatmul& p, Family f, MatmulPlan* plan) {
-  return UsesLTile<T>(p, f) ? Tsm2Variant<T, NT, LConfig>::Plan(p, plan)
-                            : Tsm2Variant<T, NT, RConfig>::Plan(p, plan);
+cudaError_t PlanNt(const DeviceMatmul& p, Family f, size_t ws, MatmulPlan* plan) {
+  return UsesLTileFor<T>(p, f) ? Tsm2Variant<T, NT, LConfig>::Plan(p, ws, plan)
+                               : Tsm2Variant<T, NT, RConfig>::Plan(p, ws, plan);
 }
 
 template <typename T, int NT>
 cudaError_t LaunchNt(const DeviceMatmul& p, const MatmulPlan& plan, void* ws, cudaStream_t stream) {
-  return UsesLTile<T>(p, plan.family) ? Tsm2Variant<T, NT, LConfig>::Launch(p, plan, ws, stream)
-                                      : Tsm2Variant<T, NT, RConfig>::Launch(p, plan, ws, stream);
+  return UsesLTileFor<T>(p, plan.family) ? Tsm2Variant<T, NT, LConfig>::Launch(p, plan, ws, stream)
+                                         : Tsm2Variant<T, NT, RConfig>::Launch(p, plan, ws, stream);
 }
 
 template <typename T>
-cudaError_t TypedLauncher<T>::Plan(const DeviceMatmul& p, Family f, MatmulPlan* plan) {
+cudaError_t TypedLauncher<T>::Plan(const DeviceMatmul& p, Family f, size_t ws, MatmulPlan* plan) {
   plan->family = f;
   switch (NTileFor(p.n)) {
     case 1:
-      return PlanNt<T, 1>(p, f, plan);
+      return PlanNt<T, 1>(p, f, ws, plan);
     case 2:
-      return PlanNt<T, 2>(p, f, plan);
+      return PlanNt<T, 2>(p, f, ws, plan);
     case 4:
-      return PlanNt<T, 4>(p, f, plan);
+      return PlanNt<T, 4>(p, f, ws, plan);
     case 8:
-      return PlanNt<T, 8>(p, f, plan);
+      return PlanNt<T, 8>(p, f, ws, plan);
     case 16:
-      return PlanNt<T, 16>(p, f, plan);
+      return PlanNt<T, 16>(p, f, ws, plan);
     case 32:
-      return PlanNt<T, 32>(p, f, plan);
+      return PlanNt<T, 32>(p, f, ws, plan);
     default:
-      return PlanNt<T, 64>(p, f, plan);
+      return PlanNt<T, 64>(p, f, ws, plan);
   }
 }
 

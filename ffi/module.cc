@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ffi/handlers.h"
+#include "ffi/tile_configs.h"
 #include "xla/ffi/api/c_api.h"
 
 namespace nb = nanobind;
@@ -57,6 +58,18 @@ nb::dict BuildInfo() {
   return info;
 }
 
+// Workspace the CUDA target may use per block of its grid; the caller sizes
+// the `workspace` result as this times the most blocks it wants to allow.
+int64_t WorkspaceBytesPerBlock(const std::string& dtype, int64_t k, int64_t n, int32_t kernel) {
+  int itemsize = 0;
+  if (dtype == "float32") itemsize = 4;
+  if (dtype == "float64") itemsize = 8;
+  if (dtype == "bfloat16" || dtype == "float16") itemsize = 2;
+  if (itemsize == 0) throw nb::value_error(("unsupported dtype " + dtype).c_str());
+  if (k < 0 || n < 0) throw nb::value_error("k and n must be >= 0");
+  return tsm2::PartialBytesPerBlock(itemsize, k, n, kernel == 1);
+}
+
 }  // namespace
 
 NB_MODULE(_tsm2_ext, m) {
@@ -64,4 +77,7 @@ NB_MODULE(_tsm2_ext, m) {
   m.def("registrations", &Registrations,
         "Returns {platform: {target_name: PyCapsule}} for jax.ffi.register_ffi_target.");
   m.def("build_info", &BuildInfo, "What this build of the extension contains.");
+  m.def("workspace_bytes_per_block", &WorkspaceBytesPerBlock, nb::arg("dtype"), nb::arg("k"),
+        nb::arg("n"), nb::arg("kernel"),
+        "Bytes of the `workspace` result of tsm2_matmul needed per block of the grid.");
 }
