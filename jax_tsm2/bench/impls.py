@@ -1,0 +1,105 @@
+"""The implementations timed side by side, and the error each is allowed against float64.
+
+Every implementation is a ``matmul(a, b)`` callable of one framework; a family composes it into
+its product (``Family.apply``), so adding NT/TN families needs nothing here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import jax.numpy as jnp
+
+#: Unit roundoff of each dtype (half the machine epsilon).
+_UNIT_ROUNDOFF = {"f64": 2.0**-53, "f32": 2.0**-24, "bf16": 2.0**-8, "f16": 2.0**-11}
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One implementation: a name for tables and JSON, its framework and its ``matmul``."""
+
+    name: str
+    framework: str  # "jax" or "torch"
+    description: str
+    matmul: Callable[[Any, Any], Any]
+    #: f32 products may use TF32 (or another reduced mode), so the f32 tolerance is looser.
+    reduced_f32: bool = False
+
+
+def _tsm2_matmul(a: Any, b: Any) -> Any:
+    # Looked up at trace time, so tests can monkeypatch jax_tsm2.matmul.
+    import jax_tsm2
+
+    return jax_tsm2.matmul(a, b)
+
+
+def _jnp_matmul(a: Any, b: Any) -> Any:
+    return jnp.matmul(a, b)
+
+
+def _jnp_matmul_highest(a: Any, b: Any) -> Any:
+    return jnp.matmul(a, b, precision="highest")
+
+
+def tsm2_available() -> str | None:
+    """``None`` if ``jax_tsm2.matmul`` exists, else why it cannot be benchmarked."""
+    try:
+        import jax_tsm2
+    except Exception as err:  # the extension may fail to load
+        return f"import jax_tsm2 failed: {err}"
+    if not callable(getattr(jax_tsm2, "matmul", None)):
+        return "jax_tsm2.matmul does not exist yet"
+    return None
+
+
+def jax_impls() -> list[Impl]:
+    """The JAX implementations: ours, and ``jnp.matmul`` at default and highest precision."""
+    return [
+        Impl("tsm2", "jax", "jax_tsm2.matmul(a, b) under jit", _tsm2_matmul),
+        Impl(
+            "jnp",
+            "jax",
+            "jnp.matmul(a, b), default precision (may use TF32 for f32)",
+            _jnp_matmul,
+            reduced_f32=True,
+        ),
+        Impl("jnp_highest", "jax", 'jnp.matmul(a, b, precision="highest")', _jnp_matmul_highest),
+    ]
+
+
+def load_torch() -> tuple[ModuleType | None, str | None]:
+    """``(torch, None)`` if torch is importable and has CUDA, else ``(None, reason)``."""
+    try:
+        import torch
+    except Exception as err:
+        return None, f"torch is not importable ({type(err).__name__})"
+    if not torch.cuda.is_available():
+        return None, "torch has no CUDA device"
+    return torch, None
+
+
+def torch_impl(torch: ModuleType) -> Impl:
+    """cuBLAS through ``torch.matmul`` on the same device buffers (shared through DLPack)."""
+    tf32 = bool(torch.backends.cuda.matmul.allow_tf32)
+    desc = "torch.matmul(a, b) (cuBLAS) on the same buffers via DLPack"
+    desc += ", TF32 allowed" if tf32 else ", TF32 off"
+    return Impl("torch", "torch", desc, torch.matmul, reduced_f32=tf32)
+
+
+def tolerance(impl: Impl, dtype: str, k: int) -> float:
+    """Largest relative Frobenius error accepted for ``impl`` on a case of this dtype and k.
+
+    f64 1e-12; f32 1e-5 (or 2 u sqrt(k) for long sums) and 1e-2 for TF32-capable peers;
+    bf16/f16 1e-2 (their output rounding alone is ~1e-3).
+    """
+    if dtype == "f64":
+        return 1e-12
+    if dtype == "f32":
+        if impl.reduced_f32:
+            return 1e-2
+        return max(1e-5, 2 * _UNIT_ROUNDOFF["f32"] * math.sqrt(max(k, 1)))
+    return 1e-2

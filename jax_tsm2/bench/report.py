@@ -1,0 +1,292 @@
+"""Turns records into speedups, a summary (with issue 3's bars), tables and files."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+#: Record keys that are always present, ``None`` where they do not apply.
+RECORD_OPTIONAL = (
+    "detail",
+    "seconds",
+    "seconds_min",
+    "seconds_max",
+    "samples",
+    "calls",
+    "per_sample",
+    "timing_method",
+    "host_overhead_seconds",
+    "gbps",
+    "gflops",
+    "pct_of_ceiling",
+    "rel_error",
+    "tolerance",
+    "route",
+    "route_detail",
+    "note",
+    "tsm2_speedup",
+    "speedup_over",
+)
+
+OURS = "tsm2"
+#: Issue 3, bar 1: cases at least this large (decimal bytes) ...
+BAR1_MIN_BYTES = 256_000_000
+#: ... whose n CUDA cores keep up with at 90% of bandwidth ...
+BAR1_MAX_N = {"f32": 16, "f64": 16, "bf16": 8, "f16": 8}
+#: ... reach this % of the read ceiling.
+BAR1_MIN_PCT = 90.0
+#: Issue 3, bar 3: geometric-mean speedup over jnp (default precision).
+BAR3_MIN_GEOMEAN = 1.5
+
+
+def add_speedups(case_records: list[dict[str, Any]]) -> None:
+    """Fill ``tsm2_speedup`` (peer time / tsm2 time) and tsm2's ``speedup_over`` in place."""
+    ours = next((r for r in case_records if r["impl"] == OURS and r["status"] == "ok"), None)
+    if ours is None:
+        return
+    ours["speedup_over"] = {}
+    for rec in case_records:
+        if rec is ours or rec["status"] != "ok":
+            continue
+        rec["tsm2_speedup"] = rec["seconds"] / ours["seconds"]
+        ours["speedup_over"][rec["impl"]] = rec["tsm2_speedup"]
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    vals = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def _by_case(records: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+    cases: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for rec in records:
+        cases.setdefault((rec["case"], rec["dtype"]), {})[rec["impl"]] = rec
+    return cases
+
+
+def summarize(doc: dict[str, Any]) -> dict[str, Any]:
+    """Status counts, geometric-mean speedups of tsm2 per peer, and issue 3's bars."""
+    records = doc["records"]
+    statuses: dict[str, int] = {}
+    for rec in records:
+        key = rec["status"].split(":")[0]
+        statuses[key] = statuses.get(key, 0) + 1
+    peers = sorted({r["impl"] for r in records if r["impl"] != OURS})
+    speedups: dict[str, Any] = {}
+    for peer in peers:
+        vals = [r for r in records if r["impl"] == peer and r["tsm2_speedup"]]
+        speedups[peer] = {"all": geomean(r["tsm2_speedup"] for r in vals), "cases": len(vals)}
+        for fam in sorted({r["family"] for r in vals}):
+            speedups[peer][fam] = geomean(r["tsm2_speedup"] for r in vals if r["family"] == fam)
+    return {"statuses": statuses, "geomean_tsm2_speedup": speedups, "bars": bars(records)}
+
+
+def bars(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Issue 3's bars, evaluated on the R and L records; misses listed with the reason."""
+    bar1, bar2 = [], []
+    n1 = n2 = 0
+    for (case, dtype), recs in _by_case(records).items():
+        ours = recs.get(OURS)
+        if ours is None or ours["family"] not in ("R", "L"):
+            continue
+        ok = ours["status"] == "ok"
+        if ours["bytes"] >= BAR1_MIN_BYTES and ours["n"] <= BAR1_MAX_N.get(dtype, 0):
+            n1 += 1
+            pct = ours["pct_of_ceiling"]
+            if not ok or pct is None or pct < BAR1_MIN_PCT:
+                why = (
+                    ours["status"] if not ok else f"{pct:.1f}% of ceiling" if pct else "no ceiling"
+                )
+                bar1.append({"case": case, "dtype": dtype, "pct_of_ceiling": pct, "why": why})
+        timed = {k: r["seconds"] for k, r in recs.items() if k != OURS and r["status"] == "ok"}
+        if timed:
+            n2 += 1
+            best = min(timed, key=timed.__getitem__)
+            if not ok or ours["seconds"] > timed[best]:
+                why = (
+                    ours["status"] if not ok else f"{timed[best] / ours['seconds']:.3f}x of {best}"
+                )
+                bar2.append({"case": case, "dtype": dtype, "fastest_peer": best, "why": why})
+    g = geomean(
+        r["tsm2_speedup"] for r in records if r["impl"] == "jnp" and r["family"] in ("R", "L")
+    )
+    return {
+        "bar1": {
+            "rule": f"bytes >= {BAR1_MIN_BYTES}, n <= {BAR1_MAX_N}: "
+            f">= {BAR1_MIN_PCT}% of read ceiling",
+            "cases": n1,
+            "misses": bar1,
+        },
+        "bar2": {"rule": "tsm2 no slower than the fastest peer", "cases": n2, "misses": bar2},
+        "bar3": {
+            "rule": f"geomean speedup over jnp >= {BAR3_MIN_GEOMEAN}",
+            "geomean": g,
+            "pass": g is not None and g >= BAR3_MIN_GEOMEAN,
+        },
+    }
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+
+def _cell(rec: dict[str, Any] | None, value: str) -> str:
+    if rec is None:
+        return "-"
+    status = rec["status"]
+    if status == "ok":
+        return value
+    if status == "failed-check":
+        return "FAIL"
+    return "skip" if status.startswith("skipped") else "ERR"
+
+
+def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows (strings) of the results table, one row per case."""
+    impls = list(doc["impls"])
+    peers = [i for i in impls if i != OURS]
+    has_ours = OURS in impls
+    header = ["family", "case", "dtype", "MB"]
+    if has_ours:
+        header += ["tsm2 us", "tsm2 GB/s", "% ceil"]
+    header += [f"{p} GB/s" for p in peers]
+    if has_ours:
+        header += [f"x {p}" for p in peers] + ["route"]
+    rows = []
+    for (_, dtype), recs in _by_case(doc["records"]).items():
+        any_rec = next(iter(recs.values()))
+        m, k, n = any_rec["m"], any_rec["k"], any_rec["n"]
+        row = [any_rec["family"], f"{m}x{k}x{n}", dtype, f"{any_rec['bytes'] / 1e6:.1f}"]
+        ours = recs.get(OURS)
+        if has_ours:
+            ok = ours is not None and ours["status"] == "ok"
+            row.append(_cell(ours, f"{ours['seconds'] * 1e6:.1f}" if ok else ""))
+            row.append(_cell(ours, f"{ours['gbps']:.0f}" if ok else ""))
+            pct = ours["pct_of_ceiling"] if ok else None
+            row.append(f"{pct:.1f}" if pct is not None else "-")
+        for p in peers:
+            rec = recs.get(p)
+            ok = rec is not None and rec["status"] == "ok"
+            row.append(_cell(rec, f"{rec['gbps']:.0f}" if ok else ""))
+        if has_ours:
+            for p in peers:
+                s = recs.get(p, {}).get("tsm2_speedup")
+                row.append(f"{s:.2f}" if s else "-")
+            row.append((ours or {}).get("route") or "-")
+        rows.append(row)
+    return header, rows
+
+
+def text_table(doc: dict[str, Any]) -> str:
+    """The results as an aligned plain-text table plus the summary lines."""
+    header, rows = table_rows(doc)
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join([*lines, "", *summary_lines(doc)])
+
+
+def summary_lines(doc: dict[str, Any]) -> list[str]:
+    """Ceilings, geometric means and bars, one fact per line."""
+    ceil = doc["ceilings"]
+    out = []
+    read, copy = ceil.get("read_bytes_per_s"), ceil.get("copy_bytes_per_s")
+    out.append(
+        f"read ceiling: {read / 1e9:.0f} GB/s ({ceil.get('read_method')})"
+        if read
+        else f"read ceiling: not measured ({ceil.get('note') or ceil.get('read_errors')})"
+    )
+    if copy:
+        out.append(f"copy ceiling: {copy / 1e9:.0f} GB/s (read + write)")
+    summary = doc.get("summary") or {}
+    for peer, g in (summary.get("geomean_tsm2_speedup") or {}).items():
+        if g["all"]:
+            fams = ", ".join(
+                f"{f} {v:.2f}x" for f, v in g.items() if f not in ("all", "cases") and v
+            )
+            out.append(f"tsm2 vs {peer}: geomean {g['all']:.2f}x over {g['cases']} cases ({fams})")
+    b = summary.get("bars")
+    if b:
+        out.append(
+            f"bar 1 (>= {BAR1_MIN_PCT:.0f}% of read ceiling): "
+            f"{b['bar1']['cases'] - len(b['bar1']['misses'])}/{b['bar1']['cases']} cases"
+        )
+        out.append(
+            f"bar 2 (no slower than fastest peer): "
+            f"{b['bar2']['cases'] - len(b['bar2']['misses'])}/{b['bar2']['cases']} cases"
+        )
+        g3 = b["bar3"]["geomean"]
+        out.append(
+            f"bar 3 (geomean vs jnp >= {BAR3_MIN_GEOMEAN}): "
+            + (f"{g3:.2f}x {'pass' if b['bar3']['pass'] else 'MISS'}" if g3 else "n/a")
+        )
+    return out
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """A markdown report: what was run where, the table, the summary and the bar misses."""
+    v = doc["versions"]
+    lines = [
+        f"# jax_tsm2 benchmark: {doc['gpu']}",
+        "",
+        f"- date: {doc['date']}; platform: {doc['platform']}",
+        f"- jax {v.get('jax')}, jaxlib {v.get('jaxlib')}, torch {v.get('torch')} "
+        f"(CUDA {v.get('torch_cuda')}), driver {v.get('driver')}, jax_tsm2 {v.get('jax_tsm2')}",
+        f"- build_info: `{json.dumps(doc.get('build_info'))}`",
+        f"- command: `{doc.get('command_line')}`",
+        "- GB/s over the minimal bytes `(m*k + k*n + m*n) * itemsize`; `% ceil` is of the read "
+        "ceiling; `x peer` is peer time / tsm2 time (> 1: tsm2 faster). FAIL: output failed the "
+        "float64 check (not timed); skip/ERR: see the JSON.",
+        "",
+    ]
+    header, rows = table_rows(doc)
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join("---" for _ in header) + "|")
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["", *(f"- {s}" for s in summary_lines(doc))]
+    b = (doc.get("summary") or {}).get("bars")
+    if b and (b["bar1"]["misses"] or b["bar2"]["misses"]):
+        lines += ["", "## Bar misses", "", "| bar | case | dtype | why |", "|---|---|---|---|"]
+        for name in ("bar1", "bar2"):
+            lines += [
+                f"| {name[-1]} | {x['case']} | {x['dtype']} | {x['why']} |"
+                for x in b[name]["misses"]
+            ]
+    return "\n".join(lines) + "\n"
+
+
+# -- files ----------------------------------------------------------------------------------
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe copy: NaN and infinities become null, tuples lists, unknowns strings."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    if obj is None or isinstance(obj, str | int | bool):
+        return obj
+    try:
+        return _clean(float(obj))
+    except (TypeError, ValueError):
+        return str(obj)
+
+
+def write(doc: dict[str, Any], out_dir: str | Path, plot: bool = False) -> list[Path]:
+    """Write ``bench.json``, ``bench.md`` and, with ``plot``, ``roofline.png``; return paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "bench.json", out / "bench.md"]
+    paths[0].write_text(json.dumps(_clean(doc), indent=1, allow_nan=False) + "\n")
+    paths[1].write_text(markdown(doc))
+    if plot:
+        from jax_tsm2.bench.plot import roofline
+
+        paths.append(roofline(doc, out / "roofline.png"))
+    return paths

@@ -1,0 +1,240 @@
+"""The benchmark suite of shared/BENCH.md: families of cases, their bytes, flops and references.
+
+A *family* is everything the harness needs to know about one kind of product: which cases it has
+(the full suite, a quick subset, tiny CPU shapes), the operand shapes of a case, the fewest bytes
+an implementation must move, the flop count, how to apply a ``matmul``-like callable to the
+operands (one definition serves ``jax_tsm2.matmul``, ``jnp.matmul``, ``torch.matmul`` and
+``np.matmul``), and how to compute a cheap float64 reference.
+
+Families R and L are here. NT, TN and S are added by subclassing :class:`Family` (override
+``operand_shapes``/``output_shape``/``apply`` and, for TN, ``reference``) and listing the new
+family in :data:`FAMILIES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+try:  # ml_dtypes ships with jaxlib; it is what jnp.bfloat16 is.
+    from ml_dtypes import bfloat16 as _bfloat16
+except ImportError:  # pragma: no cover
+    _bfloat16 = None
+
+Shape = tuple[int, ...]
+
+#: Short dtype names used on the command line and in the JSON, with their numpy dtypes.
+DTYPES: dict[str, Any] = {
+    "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
+    "bf16": np.dtype(_bfloat16) if _bfloat16 is not None else None,
+    "f16": np.dtype(np.float16),
+}
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a short dtype name."""
+    return DTYPES[dtype].itemsize
+
+
+@dataclass(frozen=True, order=True)
+class Case:
+    """One benchmark case: a family, a dtype and the logical sizes ``m``, ``k``, ``n``."""
+
+    family: str
+    dtype: str
+    m: int
+    k: int
+    n: int
+
+    @property
+    def shape_label(self) -> str:
+        return f"{self.m}x{self.k}x{self.n}"
+
+    @property
+    def label(self) -> str:
+        """``FAMILY:MxKxN`` as ``--case`` accepts it (the dtype is separate)."""
+        return f"{self.family}:{self.shape_label}"
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of products ``C = A @ B`` with ``A`` m x k and ``B`` k x n (row-major, NN).
+
+    Subclasses change the operand layout (NT, TN) by overriding :meth:`operand_shapes`,
+    :meth:`output_shape`, :meth:`apply` and, where rows of the output are not rows of the first
+    operand, :meth:`reference`.
+    """
+
+    name: str
+    title: str
+    shapes: tuple[tuple[int, int, int], ...]
+    quick_shapes: tuple[tuple[int, int, int], ...]
+    tiny_shapes: tuple[tuple[int, int, int], ...]
+    dtypes: tuple[str, ...] = ("f32", "f64", "bf16", "f16")
+    notes: str = field(default="", compare=False)
+
+    # -- what a case is ---------------------------------------------------------------------
+    def operand_shapes(self, case: Case) -> tuple[Shape, ...]:
+        return ((case.m, case.k), (case.k, case.n))
+
+    def output_shape(self, case: Case) -> Shape:
+        return (case.m, case.n)
+
+    def apply(self, matmul: Callable[..., Any], *operands: Any) -> Any:
+        """The product of this family, written with ``matmul`` (any framework's)."""
+        a, b = operands
+        return matmul(a, b)
+
+    # -- what it costs ----------------------------------------------------------------------
+    def min_bytes(self, case: Case) -> int:
+        """Fewest bytes moved: every operand read once, the output written once."""
+        elems = sum(int(np.prod(s)) for s in self.operand_shapes(case))
+        elems += int(np.prod(self.output_shape(case)))
+        return elems * itemsize(case.dtype)
+
+    def input_bytes(self, case: Case) -> int:
+        return sum(int(np.prod(s)) for s in self.operand_shapes(case)) * itemsize(case.dtype)
+
+    def output_bytes(self, case: Case) -> int:
+        return int(np.prod(self.output_shape(case))) * itemsize(case.dtype)
+
+    def flops(self, case: Case) -> int:
+        return 2 * case.m * case.k * case.n
+
+    # -- how it is checked ------------------------------------------------------------------
+    def check_rows(self, case: Case, rng: np.random.Generator) -> np.ndarray:
+        """Rows of the output to compare with the reference: first, last, and random ones.
+
+        About four million elements of ``A`` are read back, so huge cases stay cheap.
+        """
+        m, k = case.m, case.k
+        count = int(min(m, max(8, min(4096, 4_000_000 // max(k, 1)))))
+        if count >= m:
+            return np.arange(m)
+        picked = rng.choice(m, size=count - 2, replace=False)
+        return np.unique(np.concatenate([[0, m - 1], picked])).astype(np.int64)
+
+    def reference(self, operands: Sequence[Any], rows: np.ndarray) -> np.ndarray:
+        """Float64 reference of the given output rows, computed on the host.
+
+        ``operands`` are device arrays (JAX); only the sampled rows of the first operand and
+        the (small) other operands come back to the host.
+        """
+        a = operands[0]
+        first = np.asarray(a)[rows] if a.nbytes <= 2**26 else np.asarray(a[rows])
+        first = first.astype(np.float64)
+        rest = [np.asarray(op).astype(np.float64) for op in operands[1:]]
+        return np.asarray(self.apply(np.matmul, first, *rest))
+
+
+# The suite of BENCH.md. m = 1e4 .. 1e7 are written out so that the JSON holds plain integers.
+_R_SHAPES = tuple(
+    (s, s, n) for s in (10240, 20480, 30720) for n in (1, 2, 4, 8, 16, 32, 64)
+) + tuple((15360, k, 16) for k in (3840, 7680, 15360, 30720))
+_L_SHAPES = tuple(
+    (m, kn, kn) for m in (10_000, 100_000, 1_000_000, 10_000_000) for kn in (8, 16, 32, 64)
+)
+
+FAMILIES: dict[str, Family] = {
+    "R": Family(
+        name="R",
+        title="TSM2R: large A (m x k), tall-and-skinny B (k x n)",
+        shapes=_R_SHAPES,
+        quick_shapes=((20480, 20480, 4), (20480, 20480, 16)),
+        tiny_shapes=((256, 256, 1), (256, 256, 8), (96, 320, 16)),
+    ),
+    "L": Family(
+        name="L",
+        title="TSM2L: tall-and-skinny A (m x k, m huge), small B (k x n)",
+        shapes=_L_SHAPES,
+        quick_shapes=((1_000_000, 16, 16), (10_000_000, 16, 16)),
+        tiny_shapes=((1000, 8, 8), (4099, 16, 16)),
+    ),
+}
+
+#: dtypes run when ``--dtype`` is not given (f16 is optional in BENCH.md).
+DEFAULT_DTYPES: tuple[str, ...] = ("f32", "f64", "bf16")
+#: families run when ``--family`` is not given.
+DEFAULT_FAMILIES: tuple[str, ...] = ("R", "L")
+
+
+def parse_int(text: str) -> int:
+    """Parse ``20480``, ``1e7`` or ``10_000`` as an exact integer."""
+    text = text.strip().replace("_", "")
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)
+        if not value.is_integer():
+            raise ValueError(f"not an integer: {text!r}") from None
+        return int(value)
+
+
+def parse_case(text: str) -> tuple[str, tuple[int, int, int]]:
+    """Parse ``R:20480x20480x8`` (``FAMILY:MxKxN``) into ``("R", (20480, 20480, 8))``."""
+    try:
+        fam, dims = text.split(":", 1)
+        m, k, n = (parse_int(d) for d in dims.lower().split("x"))
+    except ValueError as err:
+        raise ValueError(f"bad case {text!r}; expected FAMILY:MxKxN, e.g. R:20480x20480x8") from err
+    fam = fam.strip().upper()
+    if fam not in FAMILIES:
+        raise ValueError(f"unknown family {fam!r} in case {text!r}; known: {', '.join(FAMILIES)}")
+    return fam, (m, k, n)
+
+
+def select_cases(
+    families: Iterable[str] = DEFAULT_FAMILIES,
+    dtypes: Iterable[str] = DEFAULT_DTYPES,
+    mode: str = "full",
+    m: Iterable[int] | None = None,
+    k: Iterable[int] | None = None,
+    n: Iterable[int] | None = None,
+    explicit: Iterable[str] = (),
+) -> list[Case]:
+    """The cases to run, ordered by family, dtype and (m, k, n).
+
+    ``mode`` is ``"full"`` (BENCH.md), ``"quick"`` or ``"tiny"`` (CPU smoke tests). Explicit
+    ``FAMILY:MxKxN`` cases replace the suite's shapes (and imply their families). ``m``, ``k``,
+    ``n`` keep only shapes whose sizes are listed.
+    """
+    if mode not in ("full", "quick", "tiny"):
+        raise ValueError(f"unknown mode {mode!r}")
+    dtypes = list(dtypes)
+    for d in dtypes:
+        if d not in DTYPES or DTYPES[d] is None:
+            raise ValueError(f"unknown or unavailable dtype {d!r}; known: {', '.join(DTYPES)}")
+    shapes: dict[str, list[tuple[int, int, int]]] = {}
+    explicit = list(explicit)
+    if explicit:
+        for text in explicit:
+            fam, shape = parse_case(text)
+            shapes.setdefault(fam, []).append(shape)
+    else:
+        for fam in families:
+            fam = fam.strip().upper()
+            if fam not in FAMILIES:
+                raise ValueError(f"unknown family {fam!r}; known: {', '.join(FAMILIES)}")
+            f = FAMILIES[fam]
+            pick = {"full": f.shapes, "quick": f.quick_shapes, "tiny": f.tiny_shapes}[mode]
+            shapes[fam] = list(pick)
+    keep_m, keep_k, keep_n = (set(v) if v is not None else None for v in (m, k, n))
+    cases = []
+    for fam, fam_shapes in shapes.items():
+        f = FAMILIES[fam]
+        for mm, kk, nn in dict.fromkeys(fam_shapes):
+            if keep_m is not None and mm not in keep_m:
+                continue
+            if keep_k is not None and kk not in keep_k:
+                continue
+            if keep_n is not None and nn not in keep_n:
+                continue
+            cases.extend(Case(fam, d, mm, kk, nn) for d in dtypes if d in f.dtypes)
+    order = {d: i for i, d in enumerate(DTYPES)}
+    fam_order = {name: i for i, name in enumerate(FAMILIES)}
+    cases.sort(key=lambda c: (fam_order[c.family], order[c.dtype], c.m, c.k, c.n))
+    return cases

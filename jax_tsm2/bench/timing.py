@@ -1,0 +1,221 @@
+"""How every implementation is timed (shared/BENCH.md, "How a case is timed").
+
+One *call* is ``R`` products back to back, each on its own operand buffers, so that
+
+* the L2 cache cannot serve repeated reads (the ``R`` buffers together are at least ~4x the L2
+  when memory allows), and
+* XLA cannot merge the products: no two products in one jitted function share an operand
+  buffer. (Sharing one makes XLA's DotMerger fuse ``dot(A, B0)`` and ``dot(A, B1)`` into one
+  ``dot(A, [B0 B1])`` and sibling fusion read ``A`` once for several elementwise ops; both were
+  seen on an H100 and give impossible bandwidths.)
+
+JAX: one jitted function performs the ``R`` products unrolled and returns all outputs, so
+nothing is dead code; it is compiled ahead of time, warmed up, and a *sample* is ``P`` calls of
+it enqueued back to back, timed with the host clock up to ``block_until_ready`` of the last one
+and divided by ``P * R``. Nothing is subtracted. ``P > 1`` lets the host dispatch of call ``i+1``
+overlap the device work of call ``i``: dispatch costs ~60 us plus ~0.8 us per argument on an
+H100, which ``P = 1`` would charge to JAX but not to torch's event timing. ``--per-sample 1`` is
+the plain one-call method.
+
+torch: the same ``R`` products on the same buffers (DLPack), captured once in a CUDA graph
+(XLA launches from compiled thunks/command buffers, not from Python), a sample is ``P`` graph
+replays between two CUDA events, divided by ``P * R``. Without graphs it falls back to eager
+launches between events.
+
+The result of each implementation is the median over ``repeats`` samples.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+Copies = Sequence[Sequence[Any]]  # one sequence per operand, one buffer per product
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many products per call (``calls``) and calls per sample (``per_sample``)."""
+
+    calls: int
+    per_sample: int
+    reason: str | None = None  # why the case cannot run, if it cannot
+
+
+def fmt_bytes(n: float) -> str:
+    """``1.5 GB`` style (decimal units, as bandwidths are quoted)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def make_plan(
+    input_bytes: int,
+    output_bytes: int,
+    est_seconds: float,
+    *,
+    budget_bytes: int,
+    l2_bytes: int,
+    target_call_s: float,
+    target_sample_s: float,
+    max_calls: int,
+    per_sample: int | None = None,
+    max_per_sample: int = 64,
+) -> Plan:
+    """Choose ``R`` and ``P`` for a product of the given sizes and estimated time.
+
+    ``R`` aims at ``target_call_s`` of device work per call and at 4x the L2 of distinct input
+    bytes, within ``max_calls`` and within ``budget_bytes`` for the inputs plus two sets of
+    outputs (pipelined calls overlap). ``P`` aims at ``target_sample_s`` per sample.
+    """
+    per_product = input_bytes + 2 * output_bytes
+    fit = budget_bytes // max(per_product, 1)
+    if fit < 1:
+        return Plan(
+            0,
+            0,
+            f"does not fit: one product needs {fmt_bytes(per_product)} "
+            f"(inputs + 2 outputs), the per-case budget is {fmt_bytes(budget_bytes)}",
+        )
+    want = max(
+        2,
+        math.ceil(target_call_s / est_seconds),
+        math.ceil(4 * l2_bytes / max(input_bytes, 1)),
+    )
+    calls = int(max(1, min(want, max_calls, fit)))
+    if per_sample is None:
+        per_sample = math.ceil(target_sample_s / (calls * est_seconds))
+        per_sample = int(min(max(per_sample, 2), max_per_sample))
+    return Plan(calls, max(1, int(per_sample)))
+
+
+def unrolled(apply: Callable[..., Any], calls: int) -> Callable[..., tuple[Any, ...]]:
+    """A function of one tuple of buffers per operand doing ``calls`` products back to back."""
+
+    def products(*copies: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(apply(*(c[r] for c in copies)) for r in range(calls))
+
+    return products
+
+
+def compile_jax(apply: Callable[..., Any], copies: Copies) -> tuple[Any, str]:
+    """Jit and compile the unrolled products ahead of time; also return the lowered text."""
+    calls = len(copies[0])
+    lowered = jax.jit(unrolled(apply, calls)).lower(*[tuple(c) for c in copies])
+    return lowered.compile(), lowered.as_text()
+
+
+def run_jax(compiled: Any, copies: Copies) -> tuple[Any, ...]:
+    """One call of a compiled unrolled function; waits for it."""
+    return jax.block_until_ready(compiled(*[tuple(c) for c in copies]))
+
+
+def time_jax(
+    compiled: Any, copies: Copies, *, per_sample: int, repeats: int, warmup: int = 1
+) -> list[float]:
+    """Seconds per product for each of ``repeats`` samples (after ``warmup`` untimed ones)."""
+    args = [tuple(c) for c in copies]
+    calls = len(copies[0])
+    samples = []
+    for i in range(warmup + repeats):
+        t0 = time.perf_counter()
+        for _ in range(per_sample):
+            out = compiled(*args)  # rebinding frees the previous call's outputs (stream order)
+        jax.block_until_ready(out)
+        dt = time.perf_counter() - t0
+        del out
+        if i >= warmup:
+            samples.append(dt / (per_sample * calls))
+    return samples
+
+
+def host_overhead(copies: Copies, repeats: int = 5) -> float:
+    """Seconds for one call of a do-nothing jitted function taking the same arguments.
+
+    A diagnostic (never subtracted): what one call costs the host before any device work.
+    """
+    args = [tuple(c) for c in copies]
+    fn = jax.jit(lambda *a: jnp.zeros((), jnp.float32), keep_unused=True)
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+class TorchRunner:
+    """The ``R`` products in torch on given buffers, as a CUDA graph when capture works."""
+
+    def __init__(
+        self, torch: ModuleType, apply: Callable[..., Any], copies: Copies, graph: bool = True
+    ):
+        self.torch = torch
+        self.calls = len(copies[0])
+        self._products = lambda: [
+            apply(torch.matmul, *(c[r] for c in copies)) for r in range(self.calls)
+        ]
+        self.method = "torch-eager-events"
+        self.note: str | None = None
+        self._graph = None
+        if graph:
+            try:
+                self._capture()
+                self.method = "torch-cuda-graph-events"
+            except Exception as err:  # capture is best effort; eager is still a fair number
+                self._graph = None
+                self.note = f"CUDA graph capture failed ({type(err).__name__}: {err}); eager"
+
+    def _capture(self) -> None:
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # cuBLAS handles and workspaces before capture
+            self._products()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._outs = self._products()
+        self._graph = graph
+
+    def first(self) -> Any:
+        """The first product, computed eagerly (for the correctness check)."""
+        out = self._products()[0]
+        self.torch.cuda.synchronize()
+        return out
+
+    def time(self, *, per_sample: int, repeats: int, warmup: int = 1) -> list[float]:
+        """Seconds per product for each of ``repeats`` samples, from CUDA events."""
+        torch = self.torch
+        run = self._graph.replay if self._graph is not None else self._products
+        samples = []
+        for i in range(warmup + repeats):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(per_sample):
+                out = run()
+            end.record()
+            end.synchronize()
+            del out
+            if i >= warmup:
+                samples.append(start.elapsed_time(end) * 1e-3 / (per_sample * self.calls))
+        return samples
+
+    def close(self) -> None:
+        """Drop the graph and its memory pool."""
+        self._graph = None
+        self._outs = None
+        self.torch.cuda.synchronize()
+        self.torch.cuda.empty_cache()

@@ -1,0 +1,244 @@
+"""The benchmark harness (jax_tsm2.bench): end to end on CPU with tiny shapes, plus its parts.
+
+The end-to-end runs call ``main`` in-process (a few seconds) and check the JSON schema that
+other tools read (jax_tsm2/bench/README.md) and the markdown table. ``jax_tsm2.matmul`` is
+monkeypatched only where a test needs a wrong implementation, or if it does not exist yet.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_tsm2
+from jax_tsm2.bench import cli, report, runner, suite, timing
+from jax_tsm2.bench.runner import Options, run_suite
+
+TOP_LEVEL = {
+    "schema": str,
+    "schema_version": int,
+    "gpu": str,
+    "platform": str,
+    "date": str,
+    "command_line": str,
+    "versions": dict,
+    "device": dict,
+    "ceilings": dict,
+    "impls": dict,
+    "impls_skipped": dict,
+    "options": dict,
+    "summary": dict,
+    "records": list,
+}
+RECORD_REQUIRED = {
+    "family": str,
+    "case": str,
+    "dtype": str,
+    "m": int,
+    "k": int,
+    "n": int,
+    "impl": str,
+    "status": str,
+    "bytes": int,
+    "flops": int,
+    "gpu": str,
+    "date": str,
+}
+RECORD_NULLABLE_NUMBERS = (
+    "seconds",
+    "ceiling_bytes_per_s",
+    "gbps",
+    "gflops",
+    "pct_of_ceiling",
+    "rel_error",
+    "tolerance",
+)
+
+
+@pytest.fixture
+def ensure_matmul(monkeypatch):
+    """Until jax_tsm2.matmul exists, stand in jnp.matmul (tests only; never the harness)."""
+    if not callable(getattr(jax_tsm2, "matmul", None)):
+        monkeypatch.setattr(jax_tsm2, "matmul", jnp.matmul, raising=False)
+
+
+def _tiny_opts(**kw) -> Options:
+    base = dict(mode="tiny", dtypes=["f32"], repeats=1, warmup=0, max_calls=2)
+    return Options(**{**base, **kw})
+
+
+def test_end_to_end_cpu_json_and_markdown(tmp_path, capsys, ensure_matmul):
+    pytest.importorskip("matplotlib")
+    argv = ["--tiny", "--case", "R:96x320x16,L:1000x8x8", "--dtype", "f32,bf16"]
+    argv += ["--repeats", "2", "--out", str(tmp_path), "--plot"]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr()
+    assert "tsm2 GB/s" in printed.out and "96x320x16" in printed.out
+    assert "[1/4]" in printed.err  # progress, one line per case, on stderr
+
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    for key, kind in TOP_LEVEL.items():
+        assert isinstance(doc[key], kind), key
+    assert doc["schema"] == "jax_tsm2.bench" and doc["schema_version"] == 1
+    if doc["platform"] == "cpu":
+        assert doc["ceilings"]["read_bytes_per_s"] is None
+        assert "torch" in doc["impls_skipped"]
+    assert set(doc["impls"]) >= {"tsm2", "jnp", "jnp_highest"}
+
+    records = doc["records"]
+    cases = {(r["case"], r["dtype"]) for r in records}
+    assert cases == {(c, d) for c in ("R:96x320x16", "L:1000x8x8") for d in ("f32", "bf16")}
+    for rec in records:
+        for key, kind in RECORD_REQUIRED.items():
+            assert isinstance(rec[key], kind), (key, rec)
+        for key in RECORD_NULLABLE_NUMBERS:
+            assert rec[key] is None or isinstance(rec[key], int | float), (key, rec)
+        assert rec["bytes"] == (rec["m"] * rec["k"] + rec["k"] * rec["n"] + rec["m"] * rec["n"]) * (
+            4 if rec["dtype"] == "f32" else 2
+        )
+        if rec["impl"] in ("tsm2", "jnp", "jnp_highest"):
+            assert rec["status"] == "ok", rec
+            assert rec["seconds"] > 0 and rec["gbps"] > 0
+            assert rec["rel_error"] <= rec["tolerance"]
+            assert rec["calls"] >= 1 and rec["per_sample"] >= 1
+            assert rec["route"] in ("xla", "tsm2r", "tsm2l")
+        if rec["impl"] == "tsm2":
+            assert set(rec["speedup_over"]) >= {"jnp", "jnp_highest"}
+        elif rec["status"] == "ok":
+            assert rec["tsm2_speedup"] > 0
+    assert doc["summary"]["geomean_tsm2_speedup"]["jnp"]["cases"] == 4
+
+    md = (tmp_path / "bench.md").read_text()
+    assert md.startswith("# jax_tsm2 benchmark")
+    assert "| family | case | dtype | MB |" in md
+    assert md.count("| R | 96x320x16 |") == 2 and md.count("| L | 1000x8x8 |") == 2
+    assert (tmp_path / "roofline.png").stat().st_size > 1000
+
+
+def test_wrong_implementation_is_reported_not_timed(monkeypatch):
+    monkeypatch.setattr(jax_tsm2, "matmul", lambda a, b: jnp.matmul(a, b) * 1.01, raising=False)
+    doc = run_suite(_tiny_opts(cases=["L:1000x8x8"], impls=["tsm2", "jnp"]), log=lambda _: None)
+    recs = {r["impl"]: r for r in doc["records"]}
+    assert recs["tsm2"]["status"] == "failed-check"
+    assert recs["tsm2"]["seconds"] is None and recs["tsm2"]["rel_error"] > 1e-3
+    assert recs["jnp"]["status"] == "ok"
+    misses = doc["summary"]["bars"]["bar2"]["misses"]
+    assert [m["case"] for m in misses] == ["L:1000x8x8"]
+    table = report.text_table(doc)
+    assert "FAIL" in table
+
+
+def test_x64_flag_is_restored(ensure_matmul):
+    before = jax.config.jax_enable_x64
+    run_suite(_tiny_opts(cases=["R:96x320x16"], dtypes=["f64"], impls=["jnp"]), log=lambda _: None)
+    assert jax.config.jax_enable_x64 == before
+
+
+def test_suite_matches_bench_md():
+    cases = suite.select_cases()
+    r = [c for c in cases if c.family == "R"]
+    ell = [c for c in cases if c.family == "L"]
+    assert len(r) == (3 * 7 + 4) * 3 and len(ell) == 4 * 4 * 3
+    assert suite.Case("R", "f32", 20480, 20480, 8) in cases
+    assert suite.Case("L", "bf16", 10_000_000, 64, 64) in cases
+    fam = suite.FAMILIES["L"]
+    c = suite.Case("L", "f32", 10_000_000, 16, 16)
+    assert fam.min_bytes(c) == (10_000_000 * 16 * 2 + 256) * 4  # 1.28 GB, BENCH.md's floor
+    assert fam.flops(c) == 2 * 10_000_000 * 16 * 16
+
+
+def test_case_selection_and_parsing():
+    assert suite.parse_case("L:1e7x16x16") == ("L", (10_000_000, 16, 16))
+    assert suite.parse_case("r:20480x20480x8") == ("R", (20480, 20480, 8))
+    with pytest.raises(ValueError):
+        suite.parse_case("Q:1x2x3")
+    with pytest.raises(ValueError):
+        suite.parse_case("R:1x2")
+    picked = suite.select_cases(["R"], ["f32"], n=[8, 16])
+    assert {c.n for c in picked} == {8, 16} and all(c.family == "R" for c in picked)
+    assert len(suite.select_cases(["R", "L"], ["bf16"], mode="quick")) == 4
+    with pytest.raises(ValueError):
+        suite.select_cases(["R"], ["f8"])
+
+
+def test_plan_respects_memory_and_l2():
+    kw = dict(
+        budget_bytes=10**9,
+        l2_bytes=50 * 2**20,
+        target_call_s=0.005,
+        target_sample_s=0.02,
+        max_calls=256,
+    )
+    small = timing.make_plan(640_000, 640_000, 4e-6, **kw)
+    assert small.calls == 256 and small.per_sample >= 2
+    big = timing.make_plan(600_000_000, 1000, 2e-4, **kw)
+    assert big.calls == 1 and big.reason is None  # memory caps it
+    huge = timing.make_plan(2 * 10**9, 10**6, 1e-3, **kw)
+    assert huge.calls == 0 and huge.reason.startswith("does not fit")
+    assert timing.make_plan(640_000, 640_000, 4e-6, per_sample=1, **kw).per_sample == 1
+
+
+def test_unrolled_products_are_not_merged():
+    """Every product of a call has its own buffers, so XLA keeps one dot per product."""
+    rng = np.random.default_rng(0)
+    a = [jnp.asarray(rng.standard_normal((64, 32), dtype=np.float32)) for _ in range(3)]
+    b = [jnp.asarray(rng.standard_normal((32, 4), dtype=np.float32)) for _ in range(3)]
+    compiled, _ = timing.compile_jax(jnp.matmul, [a, b])
+    assert compiled.as_text().count(" dot(") == 3
+    outs = timing.run_jax(compiled, [a, b])
+    np.testing.assert_allclose(outs[2], np.asarray(a[2]) @ np.asarray(b[2]), rtol=1e-5)
+    samples = timing.time_jax(compiled, [a, b], per_sample=2, repeats=2, warmup=0)
+    assert len(samples) == 2 and all(s > 0 for s in samples)
+
+
+def test_route_of_lowered_text():
+    line = (
+        '%0 = stablehlo.custom_call @tsm2_matmul(%arg0, %arg1) {backend_config = "", '
+        "mhlo.backend_config = {kernel = 1 : i32}} : (tensor<8x8xf32>) -> tensor<8x8xf32>"
+    )
+    assert runner.route_of(line) in ("tsm2l", "tsm2_matmul[1]")
+    assert runner.route_of("%0 = stablehlo.dot_general %arg0, %arg1") == "xla"
+    assert runner.route_of("stablehlo.custom_call @tsm2_other(%a) {}") == "tsm2_other"
+
+
+def test_bars_and_speedups():
+    def rec(impl, case, seconds, n=8, nbytes=10**9, pct=95.0, fam="R", dtype="f32"):
+        return {
+            "impl": impl,
+            "case": case,
+            "family": fam,
+            "dtype": dtype,
+            "n": n,
+            "bytes": nbytes,
+            "status": "ok",
+            "seconds": seconds,
+            "pct_of_ceiling": pct,
+            "tsm2_speedup": None,
+            "speedup_over": None,
+        }
+
+    a = [rec("tsm2", "R:a", 1.0), rec("jnp", "R:a", 2.0), rec("torch", "R:a", 1.5)]
+    b = [rec("tsm2", "R:b", 1.0, pct=80.0), rec("jnp", "R:b", 1.0), rec("torch", "R:b", 0.9)]
+    for group in (a, b):
+        report.add_speedups(group)
+    assert a[0]["speedup_over"] == {"jnp": 2.0, "torch": 1.5}
+    bars = report.bars(a + b)
+    assert [m["case"] for m in bars["bar1"]["misses"]] == ["R:b"]
+    assert [m["case"] for m in bars["bar2"]["misses"]] == ["R:b"]
+    assert bars["bar3"]["geomean"] == pytest.approx(2.0**0.5)
+    assert report._clean({"x": float("nan"), "y": (1, 2.5)}) == {"x": None, "y": [1, 2.5]}
+
+
+@pytest.mark.gpu
+def test_gpu_ceiling_and_torch_peer():
+    doc = run_suite(
+        Options(mode="quick", cases=["L:100000x16x16"], dtypes=["f32"], repeats=2),
+        log=lambda _: None,
+    )
+    assert doc["ceilings"]["read_bytes_per_s"] > 1e11
+    assert doc["ceilings"]["read_method"] == "ffi:tsm2_stream_read"
+    assert all(r["status"] == "ok" for r in doc["records"] if not r["status"].startswith("skip"))
