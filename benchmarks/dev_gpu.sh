@@ -10,6 +10,10 @@ t0=$(date +%s)
 cmake -S . -B build/dev -G Ninja -DTSM2_CUDA=ON -DPython_EXECUTABLE="$(which python3)" \
   > "$OUT/cmake.log" 2>&1 && ninja -C build/dev > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log" "$OUT/cmake.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
+for w in bad-result-dtype bad-shape; do
+  python3 benchmarks/probe_kernels.py --ext 'build/dev/_tsm2_ext*.so' --error-path $w 2>&1 | tail -1
+  echo "  (exit ${PIPESTATUS[0]})"
+done
 python3 benchmarks/probe_kernels.py --ext 'build/dev/_tsm2_ext*.so' "$@" 2>&1 | tee "$OUT/probe.log"
 if [ "${SANITIZE:-1}" = 1 ]; then
   compute-sanitizer --tool memcheck --print-limit 20 python3 benchmarks/probe_kernels.py \

@@ -183,14 +183,35 @@ def timings():
     return rows
 
 
+def error_path(which: str) -> None:
+    """Makes the CUDA handler return an ffi::Error; the caller checks that
+    Python sees an exception rather than the process dying."""
+    a = jnp.ones((8, 16), jnp.float32)
+    b = jnp.ones((16, 4), jnp.float32)
+    try:
+        if which == "bad-result-dtype":
+            out = jax.ShapeDtypeStruct((4,), jnp.float32)
+            jax.block_until_ready(jax.ffi.ffi_call("tsm2_stream_read", out)(a))
+        else:  # result shape that does not match the operands
+            outs = (jax.ShapeDtypeStruct((8, 5), jnp.float32), jax.ShapeDtypeStruct((0,), jnp.uint8))
+            jax.block_until_ready(jax.ffi.ffi_call("tsm2_matmul", outs)(a, b, kernel=np.int32(0)))
+        print(f"error-path {which}: NO ERROR RAISED")
+    except Exception as e:
+        print(f"error-path {which}: raised {type(e).__name__}: {str(e)[:160]}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ext", default="build/dev/_tsm2_ext*.so")
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--error-path", default=None)
     args = ap.parse_args()
     global EXT
     mod = EXT = load_ext(args.ext)
+    if args.error_path:
+        error_path(args.error_path)
+        return 0
     print(mod.build_info(), jax.devices(), flush=True)
     fails = sweep(args.small)
     if not args.check_only:

@@ -40,6 +40,9 @@ ffi::Error MatmulCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer 
                           ffi::Result<ffi::AnyBuffer> c, ffi::Result<ffi::AnyBuffer> workspace,
                           int32_t kernel) {
   constexpr std::string_view kOp = "tsm2_matmul (cuda)";
+  // Our statically linked runtime keeps its own last-error state; clear it so
+  // a launch is never blamed for an earlier, already reported failure.
+  (void)cudaGetLastError();
   if (auto err = CheckKernel(kOp, kernel); !err.success()) return err;
   MatmulProblem prob;
   if (auto err = DecodeMatmul(kOp, a, b, *c, &prob); !err.success()) return err;

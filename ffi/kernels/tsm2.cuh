@@ -70,13 +70,17 @@ struct Tsm2Config {
   static constexpr int kAStageBytes = kRows * kRowStride;
   static constexpr int kBStageElems = kChunkK * NT;
   static constexpr int kBPerThread = (kBStageElems + kThreads - 1) / kThreads;
-  static constexpr int kRedStride = NT + 1;  // odd: conflict-free scalar access
+  // The k-groups are reduced through shared memory kSlice columns at a time,
+  // which bounds that buffer for wide tiles.
+  static constexpr int kSlice = NT < 16 ? NT : 16;
+  static constexpr int kRedStride = kSlice + 1;  // odd: conflict-free scalar access
   static constexpr int kSmemBytes = kStages * kAStageBytes +
                                     kStages * kBStageElems * static_cast<int>(sizeof(Acc)) +
                                     kKGroups * kRows * kRedStride * static_cast<int>(sizeof(Acc));
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block size");
   static_assert(kRows % 32 == 0, "a warp must share one k-group (B broadcast)");
   static_assert(kStages >= 2, "need at least double buffering");
+  static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in an SM's shared memory");
 };
 
 // Position of one work unit. Decoded once per block with divisions, then
@@ -251,34 +255,40 @@ __global__ void __launch_bounds__(kRows* kKGroups) Tsm2Kernel(const __grid_const
     const Cursor uc = comp_at;
     Advance(p, comp_at);
     if (uc.chunk == p.chunks - 1 || i == count - 1) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        red[(g * kRows + r) * Cfg::kRedStride + j] = acc[j];
-        acc[j] = 0;
-      }
-      __syncthreads();
       // This block processed the tile's chunk 0 iff it did not start mid-tile.
       const bool begun_here = i >= uc.chunk;
       const bool finished_here = uc.chunk == p.chunks - 1;
       const int64_t row0 = uc.row_tile * kRows;
       const int64_t n0 = uc.n_tile * NT;
-      for (int o = threadIdx.x; o < kRows * NT; o += Cfg::kThreads) {
-        const int orow = o / NT;
-        const int j = o % NT;
-        Acc sum = 0;
 #pragma unroll
-        for (int gg = 0; gg < kKGroups; ++gg) sum += red[(gg * kRows + orow) * Cfg::kRedStride + j];
-        if (begun_here && finished_here) {
-          if (row0 + orow < p.m && n0 + j < p.n) {
-            StoreOut<T>(p, (uc.batch * p.m + row0 + orow) * p.n + n0 + j, sum);
+      for (int j0 = 0; j0 < NT; j0 += Cfg::kSlice) {
+        if (j0 > 0) __syncthreads();  // the previous slice has been read
+#pragma unroll
+        for (int jj = 0; jj < Cfg::kSlice; ++jj) {
+          red[(g * kRows + r) * Cfg::kRedStride + jj] = acc[j0 + jj];
+        }
+        __syncthreads();
+        for (int o = threadIdx.x; o < kRows * Cfg::kSlice; o += Cfg::kThreads) {
+          const int orow = o / Cfg::kSlice;
+          const int j = j0 + o % Cfg::kSlice;
+          Acc sum = 0;
+#pragma unroll
+          for (int gg = 0; gg < kKGroups; ++gg) {
+            sum += red[(gg * kRows + orow) * Cfg::kRedStride + o % Cfg::kSlice];
           }
-        } else {
-          const int slot_id = begun_here ? 1 : 0;  // 0: head of my range, 1: its tail
-          static_cast<Acc*>(
-              p.partials)[((static_cast<int64_t>(blockIdx.x) * 2 + slot_id) * kRows + orow) * NT +
-                          j] = sum;
+          if (begun_here && finished_here) {
+            if (row0 + orow < p.m && n0 + j < p.n) {
+              StoreOut<T>(p, (uc.batch * p.m + row0 + orow) * p.n + n0 + j, sum);
+            }
+          } else {
+            const int slot_id = begun_here ? 1 : 0;  // 0: head of my range, 1: its tail
+            static_cast<Acc*>(p.partials)[((static_cast<int64_t>(blockIdx.x) * 2 + slot_id) * kRows +
+                                           orow) * NT + j] = sum;
+          }
         }
       }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) acc[j] = 0;
       // The next write to `red` comes after at least one more barrier.
     }
   }
