@@ -193,7 +193,8 @@ def error_path(which: str) -> None:
             out = jax.ShapeDtypeStruct((4,), jnp.float32)
             jax.block_until_ready(jax.ffi.ffi_call("tsm2_stream_read", out)(a))
         else:  # result shape that does not match the operands
-            outs = (jax.ShapeDtypeStruct((8, 5), jnp.float32), jax.ShapeDtypeStruct((0,), jnp.uint8))
+            ws = jax.ShapeDtypeStruct((0,), jnp.uint8)
+            outs = (jax.ShapeDtypeStruct((8, 5), jnp.float32), ws)
             jax.block_until_ready(jax.ffi.ffi_call("tsm2_matmul", outs)(a, b, kernel=np.int32(0)))
         print(f"error-path {which}: NO ERROR RAISED")
     except Exception as e:
