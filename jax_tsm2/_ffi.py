@@ -32,17 +32,22 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess test
 # The FFI target names the lowerings emit.
 MATMUL_TARGET = "tsm2_matmul"
 
-# {platform: (target names)} as registered by this process.
-_registered: dict[str, tuple[str, ...]] = {}
 
-
-def _register_all() -> None:
-    if _registered:  # importlib.reload(jax_tsm2._ffi) must not register twice
-        return
+def _register_all() -> dict[str, tuple[str, ...]]:
+    """Registers every target once per process; returns {platform: target names}."""
+    # The record lives on the extension module, which importlib.reload of this
+    # module (or of the package) does not re-create, so a reload cannot
+    # register the same handlers a second time.
+    done = getattr(_tsm2_ext, "_jax_tsm2_registered", None)
+    if done is not None:
+        return done
+    done = {}
     for platform, targets in _tsm2_ext.registrations().items():
         for name, capsule in targets.items():
             jax.ffi.register_ffi_target(name, capsule, platform=platform)
-        _registered[platform] = tuple(sorted(targets))
+        done[platform] = tuple(sorted(targets))
+    _tsm2_ext._jax_tsm2_registered = done
+    return done
 
 
 def _warn_on_jax_mismatch() -> None:
@@ -56,7 +61,7 @@ def _warn_on_jax_mismatch() -> None:
         )
 
 
-_register_all()
+_registered = _register_all()
 _warn_on_jax_mismatch()
 
 

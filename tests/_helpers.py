@@ -1,0 +1,59 @@
+"""Test helpers: random operands, a float64 reference, a rounding-error bound.
+
+Operands are random with magnitudes in [0.5, 1.5] and random signs: never
+zero, so a kernel that skips or duplicates a term cannot hide behind zeros.
+Results are compared with a float64 NumPy product of the *same* (already
+rounded) operands, against a bound proportional to |a| @ |b|, which is how
+floating-point dot products actually err.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+FLOAT_DTYPES = (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16)
+HALF_DTYPES = (jnp.bfloat16, jnp.float16)
+
+# Sizes that matter: empty, one, small primes, powers of two and just past
+# them (tile boundaries of the kernels).
+EDGE_SIZES = (0, 1, 2, 3, 5, 7, 8, 13, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257)
+
+
+def rand(rng: np.random.Generator, shape, dtype) -> jax.Array:
+    mag = rng.uniform(0.5, 1.5, size=shape)
+    sign = rng.choice(np.array([-1.0, 1.0]), size=shape)
+    return jnp.asarray(mag * sign, dtype=dtype)
+
+
+def as_f64(x) -> np.ndarray:
+    return np.asarray(jnp.asarray(x).astype(jnp.float64))
+
+
+def assert_close_to_reference(c, a, b, *, k: int | None = None) -> None:
+    """|c - a@b| <= 2 (k eps_acc + eps_out) (|a| @ |b|), elementwise, in float64."""
+    a64, b64 = as_f64(a), as_f64(b)
+    ref = np.matmul(a64, b64)
+    scale = np.matmul(np.abs(a64), np.abs(b64))
+    c64 = as_f64(c)
+    assert c64.shape == ref.shape, (c64.shape, ref.shape)
+    if k is None:
+        k = a64.shape[-1]
+    out = jnp.asarray(c).dtype
+    acc = jnp.float64 if out == jnp.float64 else jnp.float32
+    bound = 2 * (k * float(jnp.finfo(acc).eps) + float(jnp.finfo(out).eps)) * scale
+    err = np.abs(c64 - ref)
+    bad = ~(err <= bound + 1e-300)
+    assert not bad.any(), (
+        f"{bad.sum()} of {bad.size} elements off: worst err {err.max():.3g}, "
+        f"bound there {bound.flat[np.argmax(err - bound)]:.3g} (dtype {out}, k={k})"
+    )
+
+
+def lowered_text(f, *args, platform: str = "cpu") -> str:
+    return jax.jit(f).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+
+
+def has_custom_call(text: str) -> bool:
+    return "stablehlo.custom_call @tsm2_matmul" in text

@@ -1,0 +1,75 @@
+"""The compiled extension: what it reports, what it registers, and how it fails."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_tsm2
+from jax_tsm2 import _ffi
+
+
+def test_build_info_keys():
+    info = jax_tsm2.build_info()
+    for key in ("cuda", "cuda_version", "cuda_architectures", "xla_ffi_api_version"):
+        assert key in info
+    assert info["jax_version"] == jax.__version__  # built against the jax we run
+    assert info["jax_version_running"] == jax.__version__
+    assert "tsm2_matmul" in info["targets"]["cpu"]
+    assert info["cuda_targets_registered"] == ("CUDA" in info["targets"]) == info["cuda"]
+    if info["cuda"]:
+        assert info["cuda_version"] and info["cuda_architectures"]
+
+
+def test_version():
+    assert isinstance(jax_tsm2.__version__, str) and jax_tsm2.__version__
+
+
+def test_reload_does_not_register_twice():
+    before = _ffi.registered_targets()
+    importlib.reload(_ffi)
+    assert _ffi.registered_targets() == before
+    with jax_tsm2.custom_call_mode("always"):
+        c = jax.jit(jax_tsm2.matmul)(jnp.ones((3, 2)), jnp.ones((2, 4)))
+    np.testing.assert_array_equal(np.asarray(c), 2.0)
+
+
+def test_ffi_target_rejects_bad_shapes_at_run_time():
+    """The handler's own validation (the second line of defence behind trace-time checks)."""
+    bad_out = jax.ShapeDtypeStruct((5, 4), jnp.float32)  # should be (5, 3)
+    call = jax.ffi.ffi_call("tsm2_matmul", bad_out)
+    with pytest.raises(Exception, match=r"tsm2_matmul.*f32\[5,4\]"):
+        jax.block_until_ready(
+            call(jnp.ones((5, 2), jnp.float32), jnp.ones((2, 3), jnp.float32), kernel=np.int32(0))
+        )
+
+
+def test_ffi_target_rejects_unknown_kernel_id():
+    out = jax.ShapeDtypeStruct((5, 3), jnp.float32)
+    call = jax.ffi.ffi_call("tsm2_matmul", out)
+    with pytest.raises(Exception, match="kernel"):
+        jax.block_until_ready(
+            call(jnp.ones((5, 2), jnp.float32), jnp.ones((2, 3), jnp.float32), kernel=np.int32(7))
+        )
+
+
+def test_missing_extension_gives_a_helpful_import_error():
+    code = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "jax_tsm2._tsm2_ext":
+            raise ImportError("simulated: no compiled extension")
+sys.meta_path.insert(0, Block())
+import jax_tsm2
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "ImportError" in out.stderr
+    assert "pip install --no-build-isolation" in out.stderr and "README" in out.stderr

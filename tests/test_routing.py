@@ -1,0 +1,206 @@
+"""Routing: which products become the tsm2 custom call, per platform and mode.
+
+The decision is visible in the StableHLO that jit lowers for CUDA, which any
+machine can produce: `jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))`.
+`routing.route` is also tested directly at its thresholds.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _helpers import has_custom_call, lowered_text
+
+import jax_tsm2
+from jax_tsm2 import routing
+
+S = jax.ShapeDtypeStruct
+F32 = jnp.float32
+
+
+def kernel_ids(text: str) -> list[int]:
+    return [int(k) for k in re.findall(r"kernel = (\d+) : i32", text)]
+
+
+def cuda_text(f, *args, mode="auto"):
+    with jax_tsm2.custom_call_mode(mode):
+        return lowered_text(f, *args, platform="cuda")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "kernel"),
+    [
+        (S((20480, 20480), F32), S((20480, 8), F32), 0),  # TSM2R
+        (S((1_000_000, 16), F32), S((16, 16), F32), 1),  # TSM2L
+        (S((4096, 256), jnp.bfloat16), S((256, 64), jnp.bfloat16), 0),
+        (S((4096, 64), jnp.float64), S((64, 64), jnp.float64), 1),
+        (S((8, 4096, 512), F32), S((512, 8), F32), 0),
+    ],
+)
+def test_tall_and_skinny_uses_custom_call_on_cuda(a, b, kernel):
+    text = cuda_text(jax_tsm2.matmul, a, b)
+    assert has_custom_call(text)
+    assert kernel_ids(text) == [kernel]
+    assert "dot_general" not in text
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (S((512, 512), F32), S((512, 512), F32)),  # square
+        (S((4096, 512), F32), S((512, 65), F32)),  # n just past TSM2R_MAX_N
+        (S((4096, 16), F32), S((16, 128), F32)),  # k small but n large
+        (S((0, 512), F32), S((512, 8), F32)),  # empty
+        (S((4096, 0), F32), S((0, 8), F32)),  # k = 0
+    ],
+)
+def test_other_shapes_use_xla_dot_on_cuda(a, b):
+    text = cuda_text(jax_tsm2.matmul, a, b)
+    assert not has_custom_call(text)
+
+
+def test_modes_on_cuda():
+    tall = (S((20480, 2048), F32), S((2048, 8), F32))
+    square = (S((512, 512), F32), S((512, 512), F32))
+    assert has_custom_call(cuda_text(jax_tsm2.matmul, *tall, mode="auto"))
+    assert not has_custom_call(cuda_text(jax_tsm2.matmul, *tall, mode="never"))
+    assert not has_custom_call(cuda_text(jax_tsm2.matmul, *square, mode="auto"))
+    forced = cuda_text(jax_tsm2.matmul, *square, mode="always")
+    assert has_custom_call(forced) and kernel_ids(forced) == [0]  # TSM2R is correct for any n
+
+
+def test_cpu_uses_xla_unless_forced():
+    a, b = S((4096, 512), F32), S((512, 8), F32)
+    assert not has_custom_call(lowered_text(jax_tsm2.matmul, a, b, platform="cpu"))
+    with jax_tsm2.custom_call_mode("always"):
+        assert has_custom_call(lowered_text(jax_tsm2.matmul, a, b, platform="cpu"))
+
+
+def test_output_dtype_decides():
+    a, b = S((8192, 512), jnp.bfloat16), S((512, 8), jnp.bfloat16)
+    to_f32 = lambda x, y: jax_tsm2.matmul(x, y, preferred_element_type=jnp.float32)
+    to_f64 = lambda x, y: jax_tsm2.matmul(x, y, preferred_element_type=jnp.float64)
+    assert has_custom_call(cuda_text(to_f32, a, b))  # the kernels write f32 from bf16
+    assert not has_custom_call(cuda_text(to_f64, a, b, mode="always"))  # they cannot write f64
+
+
+def test_dot_algorithm_goes_to_xla():
+    a, b = S((8192, 512), F32), S((512, 8), F32)
+    f = lambda x, y: jax_tsm2.matmul(x, y, precision="BF16_BF16_F32")
+    assert not has_custom_call(cuda_text(f, a, b, mode="always"))
+
+
+def test_batch_folds_into_m_in_the_custom_call():
+    """(8, 4096, 512) @ (512, 8): one call on a 32768 x 512 operand, no batch loop."""
+    text = cuda_text(jax_tsm2.matmul, S((8, 4096, 512), F32), S((512, 8), F32))
+    assert text.count("stablehlo.custom_call @tsm2_matmul") == 1
+    assert "(tensor<32768x512xf32>, tensor<512x8xf32>) -> tensor<32768x8xf32>" in text
+
+
+def test_vmap_over_a_folds_into_m():
+    f = jax.vmap(jax_tsm2.matmul, in_axes=(0, None))
+    text = cuda_text(f, S((4, 8192, 512), F32), S((512, 8), F32))
+    assert "(tensor<32768x512xf32>, tensor<512x8xf32>) -> tensor<32768x8xf32>" in text
+
+
+def test_vmap_over_b_is_one_batched_call_with_shared_a():
+    f = jax.vmap(jax_tsm2.matmul, in_axes=(None, 0))
+    text = cuda_text(f, S((8192, 512), F32), S((4, 512, 8), F32))
+    assert "(tensor<8192x512xf32>, tensor<4x512x8xf32>) -> tensor<4x8192x8xf32>" in text
+
+
+# ---------------------------------------------------------------------------
+# routing.route itself
+
+
+def route(a_shape, b_shape, *, dtype=F32, out=None, platform="cuda", mode="auto", **kw):
+    return routing.route(
+        S(a_shape, dtype),
+        S(b_shape, dtype),
+        out or dtype,
+        platform=platform,
+        mode=mode,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "target"),
+    [
+        (routing.TSM2L_MAX_K, routing.TSM2L_MAX_N, "tsm2l"),
+        (1, 1, "tsm2l"),
+        (routing.TSM2L_MAX_K + 1, routing.TSM2R_MAX_N, "tsm2r"),
+        (routing.TSM2L_MAX_K + 1, 1, "tsm2r"),
+        (routing.TSM2L_MAX_K, routing.TSM2L_MAX_N + 1, "xla"),
+        (4096, routing.TSM2R_MAX_N + 1, "xla"),
+    ],
+)
+def test_route_thresholds(k, n, target):
+    r = route((100_000, k), (k, n))
+    assert r.target == target, r
+    assert r.reason
+    assert r.kernel == routing.KERNEL_IDS.get(target)
+    assert r.custom_call == (target != "xla")
+
+
+def test_route_is_xla_for_other_platforms_and_missing_targets():
+    assert route((8192, 512), (512, 8), platform="rocm").target == "xla"
+    assert route((8192, 512), (512, 8), platform="tpu", mode="always").target == "xla"
+    r = route((8192, 512), (512, 8), cuda_targets=False)
+    assert r.target == "xla" and "CUDA" in r.reason
+
+
+def test_route_cpu():
+    assert route((64, 64), (64, 64), platform="cpu").target == "xla"
+    assert route((64, 64), (64, 64), platform="cpu", mode="always").custom_call
+
+
+def test_route_rejects_mixed_and_unsupported_dtypes():
+    r = routing.route(
+        S((64, 64), F32), S((64, 8), jnp.bfloat16), F32, platform="cuda", mode="always"
+    )
+    assert r.target == "xla"
+    r = route((64, 64), (64, 8), dtype=jnp.int32, mode="always")
+    assert r.target == "xla"
+    r = route((64, 64), (64, 8), dtype=F32, out=jnp.float16, mode="always")
+    assert r.target == "xla" and "cannot write" in r.reason
+
+
+def test_route_batched_problem():
+    r = route((3, 1000, 512), (1, 512, 8))
+    assert r.problem == routing.Problem(batch=3, m=1000, k=512, n=8)
+    assert r.target == "tsm2r"
+    assert route((0, 10, 512), (512, 8)).target == "xla"  # empty batch
+
+
+def test_problem_of_rejects_bad_shapes():
+    with pytest.raises(TypeError, match="rank 2 or 3"):
+        routing.problem_of((2, 3, 4, 5), (5, 6))
+    with pytest.raises(TypeError, match="contracting"):
+        routing.problem_of((2, 3), (4, 5))
+    with pytest.raises(TypeError, match="batch"):
+        routing.problem_of((2, 3, 4), (3, 4, 5))
+
+
+def test_route_is_pure_and_hashable():
+    a, b = route((8192, 512), (512, 8)), route((8192, 512), (512, 8))
+    assert a == b and hash(a) == hash(b)
+    with pytest.raises(AttributeError):
+        a.target = "xla"
+
+
+def test_multi_platform_lowering():
+    """Exported for both platforms: XLA's dot on CPU, the custom call on CUDA."""
+    a, b = S((8192, 512), F32), S((512, 8), F32)
+    text = jax.jit(jax_tsm2.matmul).trace(a, b).lower(lowering_platforms=("cpu", "cuda")).as_text()
+    assert has_custom_call(text) and "dot_general" in text
+
+
+def test_kernel_attribute_is_i32():
+    text = cuda_text(jax_tsm2.matmul, S((8192, 512), F32), S((512, 8), F32))
+    assert "kernel = 0 : i32" in text
+    assert np.int32(routing.KERNEL_IDS["tsm2l"]) == 1

@@ -1,0 +1,77 @@
+"""NaN and Inf propagate as in jnp.matmul; empty dimensions give correctly shaped zeros."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _helpers import FLOAT_DTYPES, rand
+
+import jax_tsm2
+
+MODES = ("never", "always")
+dtype_ids = lambda d: jnp.dtype(d).name
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_nan_and_inf_propagate(mode, dtype):
+    rng = np.random.default_rng(0)
+    a = np.array(rand(rng, (9, 70), jnp.float64))
+    b = np.array(rand(rng, (70, 5), jnp.float64))
+    a[1, 3] = np.nan  # row 1 of c: all NaN
+    a[4, 10] = np.inf  # row 4: +-inf, sign from b[10, :]
+    a[6, 11], a[6, 12] = np.inf, -np.inf  # row 6: inf - inf = NaN where b agrees in sign
+    b[20, 2] = -np.inf  # column 2: +-inf (or NaN against row 1)
+    b[30, 3] = 0.0  # 0 * inf would be NaN: row 4 has inf at k=10 only, so no effect
+    a_j, b_j = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
+    with jax_tsm2.custom_call_mode(mode):
+        got = np.asarray(jax.jit(jax_tsm2.matmul)(a_j, b_j), np.float64)
+    want = np.asarray(jnp.matmul(a_j, b_j), np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+    assert np.isnan(got[1]).all() and np.isinf(got[4]).any() and np.isinf(got[:, 2]).any()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_zero_times_inf_is_nan(mode):
+    a = jnp.asarray([[0.0, 1.0]], jnp.float32)
+    b = jnp.asarray([[np.inf], [1.0]], jnp.float32)
+    with jax_tsm2.custom_call_mode(mode):
+        assert np.isnan(jax.jit(jax_tsm2.matmul)(a, b)[0, 0])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [
+        ((0, 5), (5, 3)),
+        ((4, 0), (0, 3)),  # k = 0: zeros, not garbage
+        ((4, 5), (5, 0)),
+        ((0, 0), (0, 0)),
+        ((0, 4, 5), (5, 3)),
+        ((2, 4, 0), (2, 0, 3)),
+        ((3, 1, 4, 5), (0, 5, 3)),
+        ((0,), (0,)),
+        ((0,), (0, 3)),
+    ],
+    ids=str,
+)
+def test_empty_dimensions(mode, dtype, a_shape, b_shape):
+    a, b = jnp.ones(a_shape, dtype), jnp.ones(b_shape, dtype)
+    with jax_tsm2.custom_call_mode(mode):
+        got = jax.jit(jax_tsm2.matmul)(a, b)
+    want = jnp.matmul(a, b)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(np.asarray(got, np.float64), 0.0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_empty_gradients(mode):
+    a, b = jnp.ones((4, 0), jnp.float32), jnp.ones((0, 3), jnp.float32)
+    with jax_tsm2.custom_call_mode(mode):
+        ga, gb = jax.grad(lambda x, y: jnp.sum(jax_tsm2.matmul(x, y)), (0, 1))(a, b)
+    assert ga.shape == (4, 0) and gb.shape == (0, 3)
