@@ -18,6 +18,7 @@ import warnings
 from typing import Any
 
 import jax
+import numpy as np
 
 try:
     from jax_tsm2 import _tsm2_ext
@@ -31,6 +32,12 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess test
 
 # The FFI target names the lowerings emit.
 MATMUL_TARGET = "tsm2_matmul"
+
+# tsm2_matmul has a second result, a u8 workspace for the partial sums of
+# tiles split between blocks of the persistent grid; XLA allocates it so the
+# handler never allocates. It is sized for at most this many blocks (132 SMs
+# of an H100 x 4 resident blocks each), times the extension's per-block need.
+WORKSPACE_MAX_BLOCKS = 132 * 4
 
 
 def _register_all() -> dict[str, tuple[str, ...]]:
@@ -82,6 +89,36 @@ def cuda_backend_present() -> bool:
         return len(jax.devices("cuda")) > 0
     except RuntimeError:
         return False
+
+
+# The most blocks a TSM2 grid may use per SM (the tiles' occupancy is 1-3);
+# the workspace is sized for this many, and the handler uses no more blocks
+# than the workspace it is given can serve.
+_MAX_BLOCKS_PER_SM = 4
+_DEFAULT_SM_COUNT = 132  # H100 SXM; used when lowering without a CUDA device
+
+
+@functools.cache
+def _sm_count() -> int:
+    if cuda_backend_present():
+        return int(getattr(jax.devices("cuda")[0], "core_count", _DEFAULT_SM_COUNT))
+    return _DEFAULT_SM_COUNT
+
+
+def matmul_workspace_bytes(dtype: Any, k: int, n: int, kernel: int) -> int:
+    """Size of the ``workspace`` result of ``tsm2_matmul`` for this problem.
+
+    It holds partial sums of row tiles whose k-chunks are split between
+    blocks (``ffi/kernels/tsm2.cuh``); 0 when every tile is a single chunk.
+    """
+    per_block = _tsm2_ext.workspace_bytes_per_block(jax.numpy.dtype(dtype).name, k, n, kernel)
+    return per_block * _MAX_BLOCKS_PER_SM * _sm_count()
+
+
+def workspace_bytes(dtype: Any, k: int, n: int, kernel: int) -> int:
+    """Bytes of the ``workspace`` result of one ``tsm2_matmul`` call."""
+    per_block = _tsm2_ext.workspace_bytes_per_block(np.dtype(dtype).name, k, n, kernel)
+    return int(per_block) * WORKSPACE_MAX_BLOCKS
 
 
 def build_info() -> dict[str, Any]:
