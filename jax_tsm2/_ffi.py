@@ -18,7 +18,6 @@ import warnings
 from typing import Any
 
 import jax
-import numpy as np
 
 try:
     from jax_tsm2 import _tsm2_ext
@@ -32,12 +31,6 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess test
 
 # The FFI target names the lowerings emit.
 MATMUL_TARGET = "tsm2_matmul"
-
-# tsm2_matmul has a second result, a u8 workspace for the partial sums of
-# tiles split between blocks of the persistent grid; XLA allocates it so the
-# handler never allocates. It is sized for at most this many blocks (132 SMs
-# of an H100 x 4 resident blocks each), times the extension's per-block need.
-WORKSPACE_MAX_BLOCKS = 132 * 4
 
 
 def _register_all() -> dict[str, tuple[str, ...]]:
@@ -113,12 +106,6 @@ def matmul_workspace_bytes(dtype: Any, k: int, n: int, kernel: int) -> int:
     """
     per_block = _tsm2_ext.workspace_bytes_per_block(jax.numpy.dtype(dtype).name, k, n, kernel)
     return per_block * _MAX_BLOCKS_PER_SM * _sm_count()
-
-
-def workspace_bytes(dtype: Any, k: int, n: int, kernel: int) -> int:
-    """Bytes of the ``workspace`` result of one ``tsm2_matmul`` call."""
-    per_block = _tsm2_ext.workspace_bytes_per_block(np.dtype(dtype).name, k, n, kernel)
-    return int(per_block) * WORKSPACE_MAX_BLOCKS
 
 
 def build_info() -> dict[str, Any]:
