@@ -57,3 +57,16 @@ def lowered_text(f, *args, platform: str = "cpu") -> str:
 
 def has_custom_call(text: str) -> bool:
     return "stablehlo.custom_call @tsm2_matmul" in text
+
+
+def ffi_matmul(a, b, kernel: int, out_dtype=None):
+    """Calls the tsm2_matmul FFI target directly (both results: c and its workspace)."""
+    from jax_tsm2 import _ffi
+
+    batch = [x.shape[0] for x in (a, b) if x.ndim == 3]
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    shape = (max(batch), m, n) if batch else (m, n)
+    out = jax.ShapeDtypeStruct(shape, out_dtype or a.dtype)
+    ws = jax.ShapeDtypeStruct((_ffi.matmul_workspace_bytes(a.dtype, k, n, kernel),), jnp.uint8)
+    c, _ = jax.ffi.ffi_call("tsm2_matmul", (out, ws))(a, b, kernel=np.int32(kernel))
+    return c

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import ffi_matmul
 
 import jax_tsm2
 
@@ -78,8 +79,7 @@ def test_bad_environment_variable_names_the_variable():
 
 def _ffi_reference(a, b):
     """The CPU FFI target called directly: what mode 'always' must compute, bit for bit."""
-    out = jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), a.dtype)
-    return jax.ffi.ffi_call("tsm2_matmul", out)(a, b, kernel=np.int32(0))
+    return ffi_matmul(a, b, kernel=0)
 
 
 def test_flipping_the_switch_recompiles_a_jitted_function():

@@ -40,10 +40,13 @@ def test_reload_does_not_register_twice():
     np.testing.assert_array_equal(np.asarray(c), 2.0)
 
 
+_NO_WORKSPACE = jax.ShapeDtypeStruct((0,), jnp.uint8)
+
+
 def test_ffi_target_rejects_bad_shapes_at_run_time():
     """The handler's own validation (the second line of defence behind trace-time checks)."""
     bad_out = jax.ShapeDtypeStruct((5, 4), jnp.float32)  # should be (5, 3)
-    call = jax.ffi.ffi_call("tsm2_matmul", bad_out)
+    call = jax.ffi.ffi_call("tsm2_matmul", (bad_out, _NO_WORKSPACE))
     with pytest.raises(Exception, match=r"tsm2_matmul.*f32\[5,4\]"):
         jax.block_until_ready(
             call(jnp.ones((5, 2), jnp.float32), jnp.ones((2, 3), jnp.float32), kernel=np.int32(0))
@@ -52,7 +55,7 @@ def test_ffi_target_rejects_bad_shapes_at_run_time():
 
 def test_ffi_target_rejects_unknown_kernel_id():
     out = jax.ShapeDtypeStruct((5, 3), jnp.float32)
-    call = jax.ffi.ffi_call("tsm2_matmul", out)
+    call = jax.ffi.ffi_call("tsm2_matmul", (out, _NO_WORKSPACE))
     with pytest.raises(Exception, match="kernel"):
         jax.block_until_ready(
             call(jnp.ones((5, 2), jnp.float32), jnp.ones((2, 3), jnp.float32), kernel=np.int32(7))
