@@ -118,10 +118,10 @@ def _choose_kernel(p: Problem, mode: str) -> tuple[Target, str]:
     small_b = p.k <= TSM2L_MAX_K and p.n <= TSM2L_MAX_N
     if small_b:
         return "tsm2l", f"k={p.k} <= {TSM2L_MAX_K} and n={p.n} <= {TSM2L_MAX_N}: TSM2L"
-    if mode == "always":
-        return "tsm2r", f"mode 'always' and B is not small (k={p.k}, n={p.n}): TSM2R"
     if p.n <= TSM2R_MAX_N:
         return "tsm2r", f"n={p.n} <= {TSM2R_MAX_N} and k={p.k} > {TSM2L_MAX_K}: TSM2R"
+    if mode == "always":
+        return "tsm2r", f"n={p.n} > {TSM2R_MAX_N}, forced by mode 'always': TSM2R"
     return "xla", f"n={p.n} > {TSM2R_MAX_N}: not tall-and-skinny, XLA's dot"
 
 

@@ -1,0 +1,178 @@
+"""GPU numerics: the CUDA TSM2 kernels against a float64 NumPy reference.
+
+Skipped without a CUDA device and a CUDA build (conftest.py). Each shape runs
+through the FFI target directly with each kernel id (so both kernels are
+tested on every shape they accept, whatever routing would choose) and
+through jax_tsm2.matmul in "auto" and "always" modes.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _helpers import (
+    FLOAT_DTYPES,
+    HALF_DTYPES,
+    as_f64,
+    assert_close_to_reference,
+    ffi_matmul,
+    has_custom_call,
+    rand,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jax_tsm2
+from jax_tsm2 import routing
+
+pytestmark = pytest.mark.gpu
+
+TSM2R, TSM2L = routing.KERNEL_IDS["tsm2r"], routing.KERNEL_IDS["tsm2l"]
+dtype_ids = lambda d: jnp.dtype(d).name
+
+M_SIZES = (1, 2, 7, 63, 64, 65, 129, 255, 257, 1000, 4099)
+K_SIZES = (1, 2, 3, 5, 7, 13, 15, 16, 17, 31, 63, 64, 65, 127, 129, 257, 1023, 4097)
+N_SIZES = (1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 129)
+
+
+def kernels_for(k: int, n: int) -> list[int]:
+    """TSM2R is correct for any k and n; TSM2L is meant for a small B."""
+    small_b = k <= routing.TSM2L_MAX_K and n <= routing.TSM2L_MAX_N
+    return [TSM2R, TSM2L] if small_b else [TSM2R]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@given(
+    m=st.sampled_from(M_SIZES),
+    k=st.sampled_from(K_SIZES),
+    n=st.sampled_from(N_SIZES),
+    seed=st.integers(0, 2**16),
+)
+def test_kernels_on_odd_shapes(dtype, m, k, n, seed):
+    rng = np.random.default_rng(seed)
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    for kernel in kernels_for(k, n):
+        assert_close_to_reference(jax.jit(ffi_matmul, static_argnums=2)(a, b, kernel), a, b)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(("m", "k", "n"), [(1000, 257, 7), (4099, 13, 64), (65, 4097, 33)])
+def test_half_inputs_write_f32(dtype, m, k, n):
+    rng = np.random.default_rng(1)
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    for kernel in kernels_for(k, n):
+        c = jax.jit(ffi_matmul, static_argnums=(2, 3))(a, b, kernel, jnp.float32)
+        assert c.dtype == jnp.float32
+        assert_close_to_reference(c, a, b)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [
+        ((3, 257, 129), (3, 129, 5)),  # batched both
+        ((3, 257, 129), (129, 5)),  # b shared (stride 0)
+        ((257, 13), (4, 13, 9)),  # a shared
+        ((1, 65, 31), (5, 31, 64)),  # batch-1 a broadcast
+        ((5, 1000, 17), (1, 17, 3)),  # batch-1 b broadcast
+    ],
+    ids=str,
+)
+def test_batched_with_broadcast(dtype, a_shape, b_shape):
+    rng = np.random.default_rng(2)
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+    k, n = a_shape[-1], b_shape[-1]
+    for kernel in kernels_for(k, n):
+        # NumPy's matmul broadcasts a batch of 1 (or a missing one) the same way.
+        assert_close_to_reference(jax.jit(ffi_matmul, static_argnums=2)(a, b, kernel), a, b)
+
+
+@pytest.mark.parametrize("mode", ["auto", "always"])
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [((20000, 1000), (1000, 8)), ((100_003, 16), (16, 16)), ((4, 4099, 257), (257, 33))],
+    ids=str,
+)
+def test_matmul_api_on_gpu(mode, a_shape, b_shape):
+    rng = np.random.default_rng(3)
+    a, b = rand(rng, a_shape, jnp.float32), rand(rng, b_shape, jnp.float32)
+    with jax_tsm2.custom_call_mode(mode):
+        f = jax.jit(jax_tsm2.matmul)
+        c = f(a, b)
+        assert has_custom_call(f.lower(a, b).as_text())
+    assert_close_to_reference(c, a, b)
+
+
+def test_grad_and_vmap_on_gpu():
+    rng = np.random.default_rng(4)
+    a, b = rand(rng, (4, 2000, 300), jnp.float32), rand(rng, (300, 8), jnp.float32)
+    loss = lambda x, y: jnp.sum(jnp.sin(jax_tsm2.matmul(x, y)))
+    ref = lambda x, y: jnp.sum(jnp.sin(jnp.matmul(x, y, precision="highest")))
+    got = jax.jit(jax.grad(loss, (0, 1)))(a, b)
+    want = jax.jit(jax.grad(ref, (0, 1)))(a, b)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-4, atol=2e-4)
+    v = jax.jit(jax.vmap(jax_tsm2.matmul, in_axes=(None, 0)))(a[0], rand(rng, (3, 300, 8), "f4"))
+    assert v.shape == (3, 2000, 8)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_special_values_on_gpu(dtype):
+    rng = np.random.default_rng(5)
+    a = np.array(rand(rng, (300, 60), jnp.float64))  # k <= 64: both kernels apply
+    b = np.array(rand(rng, (60, 5), jnp.float64))
+    a[1, 3], a[4, 10], b[20, 2] = np.nan, np.inf, -np.inf
+    a_j, b_j = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
+    want = np.asarray(jnp.matmul(a_j, b_j), np.float64)
+    for kernel in (TSM2R, TSM2L):
+        got = np.asarray(jax.jit(ffi_matmul, static_argnums=2)(a_j, b_j, kernel), np.float64)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(0, 5, 3), (7, 0, 3), (7, 5, 0)])
+def test_empty_through_the_ffi_target(m, k, n):
+    a, b = jnp.ones((m, k), jnp.float32), jnp.ones((k, n), jnp.float32)
+    for kernel in (TSM2R, TSM2L):
+        c = jax.jit(ffi_matmul, static_argnums=2)(a, b, kernel)
+        assert c.shape == (m, n)
+        np.testing.assert_array_equal(np.asarray(c), 0.0)
+
+
+# ---------------------------------------------------------------------------
+# more than 2^31 elements in one operand: 64-bit indexing
+
+
+def _sampled_rows_match(a, b, c, rows):
+    a_rows = as_f64(a[rows])
+    ref = a_rows @ as_f64(b)
+    scale = np.abs(a_rows) @ np.abs(as_f64(b))
+    err = np.abs(as_f64(c[rows]) - ref)
+    bound = 2 * (a.shape[1] * float(jnp.finfo(jnp.float32).eps) + 2.0**-23) * scale
+    assert (err <= bound).all(), f"worst error {err.max():.3g} at rows {rows}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("m", "k", "kernel"),
+    [
+        (2**25 + 7, 64, TSM2L),  # 2^31 + 448 bf16 elements (4.3 GB)
+        (2**25 + 7, 64, TSM2R),
+        (2**20 + 3, 2048, TSM2R),  # 2^31 + 6144 elements
+    ],
+)
+def test_more_than_2_pow_31_elements(m, k, kernel):
+    assert m * k > 2**31
+    key_a, key_b = jax.random.split(jax.random.key(0))
+    make_a = jax.jit(
+        lambda key: jax.random.uniform(key, (m, k), jnp.float32, 0.5, 1.5).astype(jnp.bfloat16)
+    )
+    a = make_a(key_a)
+    b = jax.random.uniform(key_b, (k, 8), jnp.float32, -1.5, 1.5).astype(jnp.bfloat16)
+    c = jax.jit(ffi_matmul, static_argnums=(2, 3))(a, b, kernel, jnp.float32)
+    rng = np.random.default_rng(6)
+    rows = np.unique(np.concatenate([[0, 1, m // 2, m - 2, m - 1], rng.integers(0, m, 64)]))
+    _sampled_rows_match(a, b, c, jnp.asarray(rows))
+    del a, c

@@ -1,0 +1,68 @@
+"""compute-sanitizer memcheck over a small sweep of odd shapes through the CUDA kernels.
+
+Runs a child Python process under `compute-sanitizer --tool memcheck`,
+instrumenting only our kernels (names containing "Tsm2"), and requires its
+summary to report 0 errors. Skipped without a GPU or without compute-sanitizer.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+SWEEP = """
+import itertools, sys
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, {tests!r})
+from _helpers import assert_close_to_reference, ffi_matmul, rand
+import jax_tsm2
+
+rng = np.random.default_rng(0)
+shapes = [(1, 1, 1), (7, 3, 5), (65, 17, 33), (129, 63, 64), (257, 65, 3), (33, 1023, 7),
+          (1000, 4097, 65), (2, 129, 1)]
+count = 0
+dtypes = [jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16]
+for (m, k, n), dtype in itertools.product(shapes, dtypes):
+    kernels = [0, 1] if k <= 64 and n <= 64 else [0]
+    for kernel, batch in itertools.product(kernels, [None, 3]):
+        a_shape = (m, k) if batch is None else (batch, m, k)
+        b_shape = (k, n) if batch is None else (1, k, n)
+        a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+        c = jax.block_until_ready(ffi_matmul(a, b, kernel))
+        assert_close_to_reference(c, a, b)
+        count += 1
+print("sweep calls:", count)
+"""
+
+
+@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
+def test_memcheck_reports_no_errors(tmp_path):
+    tests = str(pathlib.Path(__file__).parent)
+    script = tmp_path / "sweep.py"
+    script.write_text(SWEEP.format(tests=tests))
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    cmd = [
+        "compute-sanitizer",
+        "--tool",
+        "memcheck",
+        "--kernel-name",
+        "kns=Tsm2",
+        "--error-exitcode",
+        "99",
+        sys.executable,
+        str(script),
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    summary = [line for line in out.stdout.splitlines() if "ERROR SUMMARY" in line]
+    print("\n".join(summary))  # shown with pytest -s; the closing note quotes it
+    assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-5000:]
+    assert summary and "0 errors" in summary[-1], out.stdout[-5000:]
+    assert "sweep calls:" in out.stdout
