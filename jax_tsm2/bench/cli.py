@@ -136,7 +136,7 @@ def options(args: argparse.Namespace, argv: Sequence[str]) -> Options:
         max_calls=args.max_calls or (4 if mode == "tiny" else 256),
         mem_fraction=args.mem_fraction,
         ceiling_buffer_bytes=int(args.ceiling_gb * 2**30),
-        compute_size=4096 if mode != "full" else 8192,
+        compute_size=(4096 if mode != "full" else 8192) if args.plot else 0,
         command_line=shlex.join(["python", "-m", "jax_tsm2.bench", *argv]),
     )
 

@@ -145,3 +145,13 @@ def build_info() -> dict[str, Any] | None:
             except Exception as err:
                 return {"error": f"build_info() failed: {err}"}
     return None
+
+
+def custom_call_mode() -> str | None:
+    """``jax_tsm2.get_custom_call_mode()`` (auto/always/never), if the library has it."""
+    try:
+        import jax_tsm2
+
+        return str(jax_tsm2.get_custom_call_mode())
+    except Exception:
+        return None

@@ -33,41 +33,49 @@ def roofline(doc: dict[str, Any], path: str | Path) -> Path:
     read = ceil.get("read_bytes_per_s")
     compute = ceil.get("compute_flops_per_s") or {}
 
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullFormatter
+
     fig, axes = plt.subplots(1, len(dtypes), figsize=(5.5 * len(dtypes), 4.6), squeeze=False)
     for ax, dtype in zip(axes[0], dtypes, strict=True):
         recs = [r for r in ok if r["dtype"] == dtype]
-        xs = [r["intensity"] for r in recs] or [0.1, 10.0]
-        x = np.logspace(np.log10(min(xs) / 2), np.log10(max(xs) * 2), 64)
         peak = (compute.get(dtype) or {}).get("flops_per_s")
+        xs = [r["intensity"] for r in recs] or [0.1, 10.0]
+        lo, hi = min(xs) / 2, max(xs) * 2
+        if read and peak:
+            hi = max(hi, 2 * peak / read)  # show the ridge point
+        x = np.logspace(np.log10(lo), np.log10(hi), 128)
         if read:
             y = read * x / 1e9
             if peak:
                 y = np.minimum(y, peak / 1e9)
-            ax.plot(x, y, "k-", lw=1.2, label=f"read ceiling {read / 1e9:.0f} GB/s")
+            ax.plot(x, y, "k-", lw=1.2)
         if peak:
-            ax.axhline(
-                peak / 1e9, color="k", ls="--", lw=1.0, label=f"GEMM {peak / 1e12:.0f} TFLOP/s"
-            )
+            ax.axhline(peak / 1e9, color="k", ls=":", lw=0.8)
         for impl in impls:
             for fam, marker in _MARKERS.items():
                 pts = [r for r in recs if r["impl"] == impl and r["family"] == fam]
                 if pts:
-                    ax.scatter(
-                        [r["intensity"] for r in pts],
-                        [r["gflops"] for r in pts],
-                        c=colors[impl],
-                        marker=marker,
-                        s=22,
-                        alpha=0.8,
-                        label=f"{impl} ({fam})",
-                    )
+                    xy = ([r["intensity"] for r in pts], [r["gflops"] for r in pts])
+                    ax.scatter(*xy, c=colors[impl], marker=marker, s=24, alpha=0.75)
+        handles = [Line2D([], [], color=colors[i], marker="o", ls="", label=i) for i in impls] + [
+            Line2D([], [], color="gray", marker=_MARKERS[f], ls="", label=f"family {f}")
+            for f in sorted({r["family"] for r in recs})
+        ]
+        if read:
+            handles.append(Line2D([], [], color="k", label=f"read {read / 1e9:.0f} GB/s"))
+        if peak:
+            label = f"GEMM {peak / 1e12:.0f} TFLOP/s"
+            handles.append(Line2D([], [], color="k", ls=":", label=label))
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_title(f"{dtype}")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(dtype)
         ax.set_xlabel("arithmetic intensity (FLOP / minimal byte)")
         ax.set_ylabel("achieved GFLOP/s")
         ax.grid(True, which="both", alpha=0.25)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(handles=handles, fontsize=7, loc="upper left")
     fig.suptitle(f"jax_tsm2 roofline: {doc['gpu']} ({doc['date'][:10]})")
     fig.tight_layout()
     path = Path(path)

@@ -70,7 +70,7 @@ class Options:
     max_calls: int = 256
     mem_fraction: float = 0.45
     ceiling_buffer_bytes: int = 2**30
-    compute_size: int = 8192
+    compute_size: int = 8192  # N of the GEMM-rate ceiling (plot only); 0: not measured
     seed: int = 0
     command_line: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -86,27 +86,27 @@ def _generator(shape: tuple[int, ...], dtype: str) -> Callable[[Any], Any]:
     return jax.jit(lambda key: jax.random.normal(key, shape, gen_dtype).astype(target))
 
 
-def _operands(case: Case, calls: int, seed: int) -> list[list[Any]]:
+def _operands(case: Case, calls: int, seed: int, on_host: bool) -> list[list[Any]]:
     """``calls`` distinct random normal buffers for each operand of the case (never zeros).
 
-    Small buffers are drawn with numpy and copied over (no compile); large ones on the
-    device with ``jax.random`` (no host round trip).
+    On the CPU they are drawn with numpy (no compile); on a GPU with ``jax.random`` on the
+    device (no host round trip for gigabytes).
     """
     shapes = FAMILIES[case.family].operand_shapes(case)
     salt = zlib.crc32(f"{case.label}:{case.dtype}".encode())
-    rng = np.random.default_rng([seed, salt])
-    keys = jax.random.split(jax.random.key(seed ^ salt), len(shapes) * calls)
     dtype = DTYPES[case.dtype]
-    copies = []
-    for i, shape in enumerate(shapes):
-        if int(np.prod(shape)) * dtype.itemsize <= _HOST_BYTES:
-            gen = np.float64 if case.dtype == "f64" else np.float32
-            draw = [rng.standard_normal(shape, dtype=gen).astype(dtype) for _ in range(calls)]
-            copies.append([jax.device_put(x) for x in draw])
-        else:
-            copies.append(
-                [_generator(shape, case.dtype)(keys[i * calls + r]) for r in range(calls)]
-            )
+    if on_host:
+        rng = np.random.default_rng([seed, salt])
+        gen = np.float64 if case.dtype == "f64" else np.float32
+        return [
+            [jax.device_put(rng.standard_normal(s, dtype=gen).astype(dtype)) for _ in range(calls)]
+            for s in shapes
+        ]
+    keys = jax.random.split(jax.random.key(seed ^ salt), len(shapes) * calls)
+    copies = [
+        [_generator(shape, case.dtype)(keys[i * calls + r]) for r in range(calls)]
+        for i, shape in enumerate(shapes)
+    ]
     return jax.block_until_ready(copies)
 
 
@@ -237,7 +237,7 @@ class _CaseRun:
             return records + [self.record(i, f"skipped: {plan.reason}") for i in impls]
         self.plan = plan
         try:
-            copies = _operands(case, plan.calls, opts.seed)
+            copies = _operands(case, plan.calls, opts.seed, ctx["platform"] == "cpu")
             rng = np.random.default_rng(opts.seed)
             rows = fam.check_rows(case, rng)
             ref = fam.reference([c[0] for c in copies], rows)
@@ -363,6 +363,33 @@ def _progress(
     return f"{head}  " + " | ".join(parts) + f"  ({secs:.1f} s)"
 
 
+def _measure_ceilings(
+    opts: Options, device: env.Device, budget: int, dtypes: list[str], log: Log
+) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    log(f"measuring ceilings (read buffers {timing.fmt_bytes(opts.ceiling_buffer_bytes)}) ...")
+    ceil = ceilings.measure_bandwidth(
+        buffer_bytes=min(opts.ceiling_buffer_bytes, budget // 8),
+        buffers=4,
+        sm_count=device.sm_count,
+        repeats=opts.repeats,
+        seed=opts.seed,
+    )
+    ceil["compute_flops_per_s"] = (
+        ceilings.measure_compute(
+            dtypes, size=opts.compute_size, budget_bytes=budget, repeats=opts.repeats
+        )
+        if opts.compute_size
+        else {}
+    )
+    read, secs = ceil["read_bytes_per_s"], time.perf_counter() - t0
+    if read:
+        log(f"ceilings ({secs:.1f} s): read {read / 1e9:.0f} GB/s ({ceil['read_method']})")
+    else:
+        log(f"ceilings ({secs:.1f} s): read not measured ({ceil.get('read_errors')})")
+    return ceil
+
+
 def run_suite(opts: Options, log: Log = stderr_log) -> dict[str, Any]:
     """Run the selected cases and return the result document (see README.md)."""
     prev_x64 = jax.config.jax_enable_x64
@@ -411,27 +438,7 @@ def _run(opts: Options, log: Log) -> dict[str, Any]:
         )
     )
     if platform == "gpu":
-        log(f"measuring ceilings (read buffers {timing.fmt_bytes(opts.ceiling_buffer_bytes)}) ...")
-        bw = ceilings.measure_bandwidth(
-            buffer_bytes=min(opts.ceiling_buffer_bytes, budget // 8),
-            buffers=4,
-            sm_count=device.sm_count,
-            repeats=opts.repeats,
-            seed=opts.seed,
-        )
-        bw["compute_flops_per_s"] = ceilings.measure_compute(
-            sorted({c.dtype for c in cases}),
-            size=opts.compute_size,
-            budget_bytes=budget,
-            repeats=opts.repeats,
-        )
-        ceil = bw
-        read = ceil["read_bytes_per_s"]
-        log(
-            f"ceilings: read {read / 1e9:.0f} GB/s ({ceil['read_method']})"
-            if read
-            else f"ceilings: read not measured ({ceil.get('read_errors')})"
-        )
+        ceil = _measure_ceilings(opts, device, budget, sorted({c.dtype for c in cases}), log)
     else:
         ceil = ceilings.skipped(f"not measured on {platform}")
 
@@ -461,6 +468,7 @@ def _run(opts: Options, log: Log) -> dict[str, Any]:
         "command_line": opts.command_line,
         "versions": env.versions(torch),
         "build_info": env.build_info(),
+        "tsm2_custom_call_mode": env.custom_call_mode(),
         "device": device.to_json(),
         "ceilings": ceil,
         "impls": {i.name: i.description for i in impls},
