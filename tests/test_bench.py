@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jax_tsm2
-from jax_tsm2.bench import cli, report, runner, suite, timing
+from jax_tsm2.bench import case, cli, report, suite, timing
 from jax_tsm2.bench.runner import Options, run_suite
 
 TOP_LEVEL = {
@@ -200,9 +200,9 @@ def test_route_of_lowered_text():
         '%0 = stablehlo.custom_call @tsm2_matmul(%arg0, %arg1) {backend_config = "", '
         "mhlo.backend_config = {kernel = 1 : i32}} : (tensor<8x8xf32>) -> tensor<8x8xf32>"
     )
-    assert runner.route_of(line) in ("tsm2l", "tsm2_matmul[1]")
-    assert runner.route_of("%0 = stablehlo.dot_general %arg0, %arg1") == "xla"
-    assert runner.route_of("stablehlo.custom_call @tsm2_other(%a) {}") == "tsm2_other"
+    assert case.route_of(line) in ("tsm2l", "tsm2_matmul[1]")
+    assert case.route_of("%0 = stablehlo.dot_general %arg0, %arg1") == "xla"
+    assert case.route_of("stablehlo.custom_call @tsm2_other(%a) {}") == "tsm2_other"
 
 
 def test_bars_and_speedups():

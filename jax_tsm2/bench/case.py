@@ -1,0 +1,294 @@
+"""Runs one case: plan the calls, draw operands, compute the reference, then check and time
+each implementation into one record per implementation (fields in README.md)."""
+
+from __future__ import annotations
+
+import gc
+import re
+import statistics
+import zlib
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from types import ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_tsm2.bench import report, timing
+from jax_tsm2.bench.impls import Impl, tolerance
+from jax_tsm2.bench.options import Options
+from jax_tsm2.bench.suite import DTYPES, FAMILIES, Case
+
+# Device-time estimate per product for planning: bytes over this bandwidth plus a launch.
+_EST_BW = {"gpu": 2.5e12, "cpu": 5e9}
+_EST_LAUNCH = {"gpu": 5e-6, "cpu": 5e-5}
+
+_HOST_BYTES = 64 * 2**20  # below this, operands are drawn and checked on the host
+
+
+@lru_cache(maxsize=64)
+def _generator(shape: tuple[int, ...], dtype: str) -> Callable[[Any], Any]:
+    gen_dtype = jnp.float64 if dtype == "f64" else jnp.float32
+    target = DTYPES[dtype]
+    return jax.jit(lambda key: jax.random.normal(key, shape, gen_dtype).astype(target))
+
+
+def _operands(case: Case, calls: int, seed: int, on_host: bool) -> list[list[Any]]:
+    """``calls`` distinct random normal buffers for each operand of the case (never zeros).
+
+    On the CPU they are drawn with numpy (no compile); on a GPU with ``jax.random`` on the
+    device (no host round trip for gigabytes).
+    """
+    shapes = FAMILIES[case.family].operand_shapes(case)
+    salt = zlib.crc32(f"{case.label}:{case.dtype}".encode())
+    dtype = DTYPES[case.dtype]
+    if on_host:
+        rng = np.random.default_rng([seed, salt])
+        gen = np.float64 if case.dtype == "f64" else np.float32
+        return [
+            [jax.device_put(rng.standard_normal(s, dtype=gen).astype(dtype)) for _ in range(calls)]
+            for s in shapes
+        ]
+    keys = jax.random.split(jax.random.key(seed ^ salt), len(shapes) * calls)
+    copies = [
+        [_generator(shape, case.dtype)(keys[i * calls + r]) for r in range(calls)]
+        for i, shape in enumerate(shapes)
+    ]
+    return jax.block_until_ready(copies)
+
+
+def _host_rows(x: Any, rows: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Rows of a JAX array as float64 on the host, and whether all of ``x`` is finite."""
+    if x.nbytes <= _HOST_BYTES:
+        host = np.asarray(x).astype(np.float64)
+        return host[rows], bool(np.isfinite(host).all())
+    return np.asarray(x[rows]).astype(np.float64), bool(jnp.isfinite(x).all())
+
+
+_CUSTOM_CALL = re.compile(r"custom_call\s*@(tsm2\w*)\((.*)$")
+_KERNEL_ATTR = re.compile(r"\bkernel\s*=\s*(\d+)")
+
+
+def _kernel_names() -> dict[int, str]:
+    try:
+        from jax_tsm2.routing import KERNEL_IDS
+
+        return {v: k for k, v in KERNEL_IDS.items()}
+    except Exception:
+        return {}
+
+
+def route_of(lowered_text: str) -> str:
+    """Which path a lowered program took: the tsm2 kernels it calls (``tsm2r``, ``tsm2l``,
+    from the custom call's ``kernel`` attribute) or ``"xla"`` if it calls none."""
+    names = _kernel_names()
+    found = set()
+    for line in lowered_text.splitlines():
+        match = _CUSTOM_CALL.search(line)
+        if match:
+            kernel = _KERNEL_ATTR.search(match.group(2))
+            if kernel is None:
+                found.add(match.group(1))
+            else:
+                found.add(names.get(int(kernel.group(1)), f"{match.group(1)}[{kernel.group(1)}]"))
+    return ",".join(sorted(found)) if found else "xla"
+
+
+def _explain(operands: Sequence[Any]) -> str | None:
+    """``jax_tsm2.explain(a, b)`` if the library offers it (optional)."""
+    try:
+        import jax_tsm2
+
+        fn = getattr(jax_tsm2, "explain", None)
+        return None if fn is None else str(fn(*operands))
+    except Exception:
+        return None
+
+
+def _rel_error(got: np.ndarray, ref: np.ndarray) -> float:
+    denom = float(np.linalg.norm(ref))
+    return float(np.linalg.norm(got - ref)) / (denom if denom > 0 else 1.0)
+
+
+def _check(
+    out: Any,
+    expect_shape: tuple[int, ...],
+    finite: bool,
+    got: np.ndarray,
+    ref: np.ndarray,
+    tol: float,
+) -> tuple[str, str | None, float | None]:
+    """(status, detail, rel_error) of one output against the reference rows."""
+    if tuple(out.shape) != tuple(expect_shape):
+        return "failed-check", f"shape {tuple(out.shape)} != {tuple(expect_shape)}", None
+    if not finite:
+        return "failed-check", "output has NaN or Inf", None
+    err = _rel_error(got, ref)
+    if not err <= tol:
+        return "failed-check", f"relative error {err:.3g} > tolerance {tol:.3g}", err
+    return "ok", None, err
+
+
+class CaseRun:
+    """Runs one case: plan, operands, reference, then each implementation."""
+
+    def __init__(self, case: Case, ctx: dict[str, Any], opts: Options):
+        self.case, self.ctx, self.opts = case, ctx, opts
+        self.family = FAMILIES[case.family]
+        fam, c = self.family, case
+        ceiling = ctx["ceilings"]["read_bytes_per_s"]
+        self.base: dict[str, Any] = {
+            "family": c.family,
+            "case": c.label,
+            "dtype": c.dtype,
+            "m": c.m,
+            "k": c.k,
+            "n": c.n,
+            "bytes": fam.min_bytes(c),
+            "flops": fam.flops(c),
+            "intensity": fam.flops(c) / fam.min_bytes(c),
+            "ceiling_bytes_per_s": ceiling,
+            "gpu": ctx["gpu"],
+            "date": ctx["date"],
+        }
+
+    def record(self, impl: Impl, status: str, **fields: Any) -> dict[str, Any]:
+        rec = dict(self.base, impl=impl.name, framework=impl.framework, status=status)
+        rec.update({key: None for key in report.RECORD_OPTIONAL})
+        rec.update(fields)
+        seconds = rec.get("seconds")
+        if seconds:
+            rec["gbps"] = rec["bytes"] / seconds / 1e9
+            rec["gflops"] = rec["flops"] / seconds / 1e9
+            ceiling = rec["ceiling_bytes_per_s"]
+            rec["pct_of_ceiling"] = 100.0 * rec["bytes"] / seconds / ceiling if ceiling else None
+        return rec
+
+    def run(self, impls: list[Impl], skipped: dict[str, str]) -> list[dict[str, Any]]:
+        fam, case, opts, ctx = self.family, self.case, self.opts, self.ctx
+        bw = ctx["ceilings"]["read_bytes_per_s"] or _EST_BW.get(ctx["platform"], 5e9)
+        est = fam.min_bytes(case) / bw + _EST_LAUNCH.get(ctx["platform"], 5e-5)
+        plan = timing.make_plan(
+            fam.input_bytes(case),
+            fam.output_bytes(case),
+            est,
+            budget_bytes=ctx["budget"],
+            l2_bytes=ctx["device"].l2_bytes,
+            target_call_s=opts.target_call_s,
+            target_sample_s=opts.target_sample_s,
+            max_calls=opts.max_calls,
+            per_sample=opts.per_sample,
+        )
+        records = [self.record(i, f"skipped: {why}") for i, why in skipped.items()]
+        if plan.reason:
+            return records + [self.record(i, f"skipped: {plan.reason}") for i in impls]
+        self.plan = plan
+        try:
+            copies = _operands(case, plan.calls, opts.seed, ctx["platform"] == "cpu")
+            rng = np.random.default_rng(opts.seed)
+            rows = fam.check_rows(case, rng)
+            ref = fam.reference([c[0] for c in copies], rows)
+        except Exception as err:
+            why = f"error: operands/reference: {type(err).__name__}: {first_line(err)}"
+            return records + [self.record(i, why) for i in impls]
+        overhead = None
+        for impl in impls:
+            if impl.framework == "jax":
+                rec = self._run_jax(impl, copies, rows, ref)
+                if overhead is None and rec["status"] == "ok":
+                    overhead = timing.host_overhead(copies)
+                rec["host_overhead_seconds"] = overhead if rec["status"] == "ok" else None
+            else:
+                rec = self._run_torch(impl, copies, rows, ref)
+            records.append(rec)
+        del copies
+        gc.collect()
+        return records
+
+    def _timing_fields(self, samples: list[float], method: str) -> dict[str, Any]:
+        return {
+            "seconds": statistics.median(samples),
+            "seconds_min": min(samples),
+            "seconds_max": max(samples),
+            "samples": samples,
+            "calls": self.plan.calls,
+            "per_sample": self.plan.per_sample,
+            "timing_method": method,
+        }
+
+    def _run_jax(
+        self, impl: Impl, copies: list[list[Any]], rows: np.ndarray, ref: np.ndarray
+    ) -> dict[str, Any]:
+        fam, case, opts = self.family, self.case, self.opts
+        tol = tolerance(impl, case.dtype, case.k)
+        route = detail = None
+        try:
+            compiled, text = timing.compile_jax(lambda *ops: fam.apply(impl.matmul, *ops), copies)
+            route = route_of(text)
+            if impl.name == "tsm2":
+                detail = _explain([c[0] for c in copies])
+            outs = timing.run_jax(compiled, copies)
+            first = outs[0]
+            del outs
+            got, finite = _host_rows(first, rows)
+            status, why, err = _check(first, fam.output_shape(case), finite, got, ref, tol)
+            if status == "ok" and first.dtype != DTYPES[case.dtype]:
+                status, why = "failed-check", f"result dtype {first.dtype}, expected {case.dtype}"
+            del first
+            fields: dict[str, Any] = {"rel_error": err, "tolerance": tol, "route": route}
+            fields["route_detail"] = detail
+            if status != "ok":
+                return self.record(impl, status, detail=why, **fields)
+            samples = timing.time_jax(
+                compiled,
+                copies,
+                per_sample=self.plan.per_sample,
+                repeats=opts.repeats,
+                warmup=opts.warmup,
+            )
+            fields.update(self._timing_fields(samples, "jax-jit-unrolled-host-clock"))
+            return self.record(impl, "ok", **fields)
+        except Exception as err:
+            return self.record(
+                impl, f"error: {type(err).__name__}: {first_line(err)}", tolerance=tol, route=route
+            )
+
+    def _run_torch(
+        self, impl: Impl, copies: list[list[Any]], rows: np.ndarray, ref: np.ndarray
+    ) -> dict[str, Any]:
+        fam, case, opts = self.family, self.case, self.opts
+        torch: ModuleType = self.ctx["torch"]
+        tol = tolerance(impl, case.dtype, case.k)
+        runner = None
+        try:
+            tcopies = [[torch.from_dlpack(x) for x in c] for c in copies]
+            runner = timing.TorchRunner(torch, fam.apply, tcopies, graph=opts.torch_graph)
+            first = runner.first()
+            got = first[torch.as_tensor(rows, device=first.device)].double().cpu().numpy()
+            finite = bool(torch.isfinite(first).all())
+            status, why, err = _check(first, fam.output_shape(case), finite, got, ref, tol)
+            del first
+            fields: dict[str, Any] = {"rel_error": err, "tolerance": tol, "note": runner.note}
+            if status != "ok":
+                return self.record(impl, status, detail=why, **fields)
+            samples = runner.time(
+                per_sample=self.plan.per_sample, repeats=opts.repeats, warmup=opts.warmup
+            )
+            fields.update(self._timing_fields(samples, runner.method))
+            return self.record(impl, "ok", **fields)
+        except Exception as err:
+            return self.record(
+                impl, f"error: {type(err).__name__}: {first_line(err)}", tolerance=tol
+            )
+        finally:
+            if runner is not None:
+                runner.close()
+            tcopies = None
+            torch.cuda.empty_cache()
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else ""

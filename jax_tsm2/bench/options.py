@@ -1,0 +1,37 @@
+"""The options of a run: the command-line flags as data (``cli.py`` builds them)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jax_tsm2.bench.suite import DEFAULT_DTYPES, DEFAULT_FAMILIES
+
+
+@dataclass
+class Options:
+    """Everything that selects and tunes a run (the command-line flags, as data)."""
+
+    families: Sequence[str] = DEFAULT_FAMILIES
+    dtypes: Sequence[str] = DEFAULT_DTYPES
+    mode: str = "full"  # "full", "quick" or "tiny"
+    m: Sequence[int] | None = None
+    k: Sequence[int] | None = None
+    n: Sequence[int] | None = None
+    cases: Sequence[str] = ()
+    impls: Sequence[str] | None = None  # None: every available implementation
+    torch: bool = True
+    torch_graph: bool = True
+    repeats: int = 5
+    warmup: int = 1
+    per_sample: int | None = None  # None: adaptive (see timing.make_plan)
+    target_call_s: float = 0.005
+    target_sample_s: float = 0.02
+    max_calls: int = 256
+    mem_fraction: float = 0.45
+    ceiling_buffer_bytes: int = 2**30
+    compute_size: int = 8192  # N of the GEMM-rate ceiling (plot only); 0: not measured
+    seed: int = 0
+    command_line: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
