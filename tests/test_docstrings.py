@@ -1,0 +1,24 @@
+"""The examples in the public docstrings run and print what they claim."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "jax_tsm2.api",
+    "jax_tsm2.config",
+    "jax_tsm2.routing",
+    "jax_tsm2.primitive",
+    "jax_tsm2._ffi",
+    "jax_tsm2.demo",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+    assert name == "jax_tsm2._ffi" or result.attempted > 0
