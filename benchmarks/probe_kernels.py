@@ -138,7 +138,7 @@ def time_fn(fn, args_list, reps=5):
     return float(np.median(ts))
 
 
-def timings():
+def timings(only: str | None = None):
     x = jax.random.bits(jax.random.key(1), (2**30,), jnp.uint32)  # 4 GiB
     sr = jax.ffi.ffi_call("tsm2_stream_read", jax.ShapeDtypeStruct((132 * 16,), jnp.uint32))
     t = time_fn(sr, [(x,)] * 4)
@@ -156,6 +156,8 @@ def timings():
     cases += [("L", "f64", 10_000_000, 16, 16), ("L", "bf16", 10_000_000, 8, 8)]
     cases += [("L", "f32", 1_000_000, 16, 16), ("L", "f32", 100_000, 16, 16)]
     for fam, dtype, m, k, n in cases:
+        if only and fam != only:
+            continue
         dt = DT[dtype]
         item = jnp.dtype(dt).itemsize
         nbuf = max(2, min(8, int(np.ceil(200e6 / (m * k * item)))))
@@ -207,6 +209,7 @@ def main() -> int:
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--error-path", default=None)
+    ap.add_argument("--only", default=None, help="time one family only (R or L)")
     args = ap.parse_args()
     global EXT
     mod = EXT = load_ext(args.ext)
@@ -216,7 +219,7 @@ def main() -> int:
     print(mod.build_info(), jax.devices(), flush=True)
     fails = sweep(args.small)
     if not args.check_only:
-        timings()
+        timings(args.only)
     return 1 if fails else 0
 
 

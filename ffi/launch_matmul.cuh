@@ -20,13 +20,13 @@ namespace tsm2 {
 // The two tile shapes of tile_configs.h as compile-time parameters.
 template <typename T, int NT>
 struct RConfig {
-  static constexpr TileConfig kT = RTile(sizeof(T));
+  static constexpr TileConfig kT = RTile(sizeof(T), NT);
   static constexpr int kRows = kT.rows, kKGroups = kT.k_groups;
   static constexpr int kStages = kT.stages, kVecPerThread = kT.vec_per_thr;
 };
 template <typename T, int NT>
 struct LConfig {
-  static constexpr TileConfig kT = LTile(sizeof(T));
+  static constexpr TileConfig kT = LTile(sizeof(T), NT);
   static constexpr int kRows = kT.rows, kKGroups = kT.k_groups;
   static constexpr int kStages = kT.stages, kVecPerThread = kT.vec_per_thr;
 };

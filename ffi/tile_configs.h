@@ -2,9 +2,11 @@
 // Python, through _tsm2_ext.workspace_bytes_per_block) can size workspaces
 // without CUDA.
 //
-// R: 64 rows x 4 k-groups per block, a 4-stage ring of 256-byte row segments
-//    for 4- and 8-byte types (128 bytes for 2-byte types). For long k: each
-//    row's chunk is shared by four threads and reduced at the tile's end.
+// R: 32 rows x 8 k-groups per block, a 3-stage ring of 512-byte row
+//    segments, for long k: each row's chunk is shared by eight threads and
+//    reduced at the tile's end. Long segments matter: with 128- and 256-byte
+//    segments per row (64 rows per tile) an H100 reached only 49% and 71-81%
+//    of its read bandwidth, since every segment opens a new DRAM page.
 // L: 256 rows, one thread per row, a 3-stage ring of 64-byte rows. For
 //    k * itemsize <= 64: a tile is then one contiguous block of A.
 #pragma once
@@ -21,8 +23,14 @@ struct TileConfig {
   int stages;       // depth of the cp.async ring
 };
 
-constexpr TileConfig RTile(int itemsize) { return {64, 4, itemsize == 2 ? 2 : 4, 4}; }
-constexpr TileConfig LTile(int /*itemsize*/) { return {256, 1, 4, 3}; }
+constexpr TileConfig RTile(int itemsize, int n_tile) {
+#ifdef TSM2_RTILE  // experiments: -DTSM2_RTILE=rows,k_groups,vec_per_thr,stages
+  return {TSM2_RTILE};
+#endif
+  // 2-byte types with wide B: 256-byte segments, or B's stages outgrow shared memory.
+  return {32, 8, itemsize == 2 && n_tile >= 32 ? 2 : 4, 3};
+}
+constexpr TileConfig LTile(int /*itemsize*/, int /*n_tile*/) { return {256, 1, 4, 3}; }
 
 // k covered by one stage of a tile (t1).
 constexpr int64_t ChunkK(const TileConfig& t, int itemsize) {
@@ -43,10 +51,11 @@ inline int NTileFor(int64_t n) {
 // Bytes of partial sums one block may leave for the fix-up pass (a head and
 // a tail tile), or 0 when every tile is one chunk and nothing is ever split.
 inline int64_t PartialBytesPerBlock(int itemsize, int64_t k, int64_t n, bool family_l) {
-  const TileConfig t = UsesLTile(family_l, k, itemsize) ? LTile(itemsize) : RTile(itemsize);
+  const int nt = NTileFor(n);
+  const TileConfig t = UsesLTile(family_l, k, itemsize) ? LTile(itemsize, nt) : RTile(itemsize, nt);
   if (k <= ChunkK(t, itemsize)) return 0;
   const int acc_bytes = itemsize == 8 ? 8 : 4;
-  return int64_t{2} * t.rows * NTileFor(n) * acc_bytes;
+  return int64_t{2} * t.rows * nt * acc_bytes;
 }
 
 }  // namespace tsm2

@@ -215,17 +215,23 @@ __global__ void __launch_bounds__(kRows* kKGroups) Tsm2Kernel(const __grid_const
   Acc acc[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j] = 0;
+  // B of the unit staged last iteration, waiting to be written to its slot.
+  Acc b_pending[Cfg::kBPerThread];
+  int pending_slot = -1;
 
   for (int64_t i = 0; i < count; ++i) {
     CpAsyncWait<kStages - 2>();  // this thread's copies for unit i have landed
     __syncthreads();             // everyone's have, and stage (i-1) is free again
 
+    // Stage unit ip: A asynchronously; B into registers now, into shared
+    // memory at the end of the next iteration, so its L2 latency is hidden
+    // behind two compute phases rather than one.
     const int64_t ip = i + kStages - 1;
     const int slot_next = static_cast<int>(ip % kStages);
-    Acc b_next[Cfg::kBPerThread];
+    Acc b_new[Cfg::kBPerThread];
     if (ip < count) {
       LoadATile<T, Cfg>(p, load_at, a_stages + slot_next * Cfg::kAStageBytes);
-      LoadBRegs<T, Cfg, NT>(p, load_at, b_next);
+      LoadBRegs<T, Cfg, NT>(p, load_at, b_new);
       Advance(p, load_at);
     }
     CpAsyncCommit();
@@ -235,8 +241,12 @@ __global__ void __launch_bounds__(kRows* kKGroups) Tsm2Kernel(const __grid_const
     const char* a_row = a_stages + slot * Cfg::kAStageBytes + r * Cfg::kRowStride +
                         g * Cfg::kSegK * static_cast<int>(sizeof(T));
     const Acc* b_seg = b_stages + slot * Cfg::kBStageElems + g * Cfg::kSegK * NT;
+    // Vectors past k were zero-filled; skip them (a short k would otherwise
+    // waste most of an L tile's arithmetic).
+    const int64_t k_left = p.k - comp_at.chunk * Cfg::kChunkK - g * Cfg::kSegK;
 #pragma unroll
     for (int v = 0; v < kVecPerThread; ++v) {
+      if (v * kVec<T> >= k_left) break;
       Acc av[kVec<T>];
       Unpack<T>(*reinterpret_cast<const uint4*>(a_row + v * 16), av);
 #pragma unroll
@@ -248,7 +258,14 @@ __global__ void __launch_bounds__(kRows* kKGroups) Tsm2Kernel(const __grid_const
       }
     }
 
-    if (ip < count) StoreBRegs<Cfg>(b_next, b_stages + slot_next * Cfg::kBStageElems);
+    // B of unit ip - 1, loaded last iteration. Its slot was freed at the
+    // previous barrier and is read only after the barrier of iteration ip - 1.
+    if (pending_slot >= 0) {
+      StoreBRegs<Cfg>(b_pending, b_stages + pending_slot * Cfg::kBStageElems);
+    }
+#pragma unroll
+    for (int e = 0; e < Cfg::kBPerThread; ++e) b_pending[e] = b_new[e];
+    pending_slot = ip < count ? slot_next : -1;
 
     // End of this block's work on the current tile: reduce the k-groups and
     // write C (or a partial sum, when other blocks own part of this tile).
@@ -282,8 +299,9 @@ __global__ void __launch_bounds__(kRows* kKGroups) Tsm2Kernel(const __grid_const
             }
           } else {
             const int slot_id = begun_here ? 1 : 0;  // 0: head of my range, 1: its tail
-            static_cast<Acc*>(p.partials)[((static_cast<int64_t>(blockIdx.x) * 2 + slot_id) * kRows +
-                                           orow) * NT + j] = sum;
+            static_cast<Acc*>(
+                p.partials)[((static_cast<int64_t>(blockIdx.x) * 2 + slot_id) * kRows + orow) * NT +
+                            j] = sum;
           }
         }
       }
