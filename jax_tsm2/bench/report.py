@@ -15,6 +15,7 @@ RECORD_OPTIONAL = (
     "seconds_min",
     "seconds_max",
     "samples",
+    "seconds_isolated",
     "calls",
     "per_sample",
     "timing_method",

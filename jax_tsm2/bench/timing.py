@@ -10,12 +10,14 @@ One *call* is ``R`` products back to back, each on its own operand buffers, so t
   seen on an H100 and give impossible bandwidths.)
 
 JAX: one jitted function performs the ``R`` products unrolled and returns all outputs, so
-nothing is dead code; it is compiled ahead of time, warmed up, and a *sample* is ``P`` calls of
-it enqueued back to back, timed with the host clock up to ``block_until_ready`` of the last one
-and divided by ``P * R``. Nothing is subtracted. ``P > 1`` lets the host dispatch of call ``i+1``
-overlap the device work of call ``i``: dispatch costs ~60 us plus ~0.8 us per argument on an
-H100, which ``P = 1`` would charge to JAX but not to torch's event timing. ``--per-sample 1`` is
-the plain one-call method.
+nothing is dead code; it is compiled ahead of time and warmed up. Then calls run back to back
+with the next call always enqueued before the host waits for the current one (as in any
+pipelined JAX program), and the host clock is read each time a call completes. A *sample* is
+the time between the completions of call ``i`` and call ``i + P``, divided by ``P * R``: the
+device's steady-state time per product. Nothing is subtracted. Timing one call alone instead
+(``seconds_isolated`` in the JSON, ``isolated=True`` here) also charges the host's dispatch
+(~60 us plus ~0.8 us per argument on an H100, and the update of XLA's command buffers, which
+were seen to add up to ~2 ms for 34 custom calls) to JAX, but not to torch's event timing.
 
 torch: the same ``R`` products on the same buffers (DLPack), captured once in a CUDA graph
 (XLA launches from compiled thunks/command buffers, not from Python), a sample is ``P`` graph
@@ -75,7 +77,7 @@ def make_plan(
 
     ``R`` aims at ``target_call_s`` of device work per call and at 4x the L2 of distinct input
     bytes, within ``max_calls`` and within ``budget_bytes`` for the inputs plus two sets of
-    outputs (pipelined calls overlap). ``P`` aims at ``target_sample_s`` per sample.
+    outputs (two calls are in flight). ``P`` aims at ``target_sample_s`` per sample.
     """
     per_product = input_bytes + 2 * output_bytes
     fit = budget_bytes // max(per_product, 1)
@@ -94,7 +96,7 @@ def make_plan(
     calls = int(max(1, min(want, max_calls, fit)))
     if per_sample is None:
         per_sample = math.ceil(target_sample_s / (calls * est_seconds))
-        per_sample = int(min(max(per_sample, 2), max_per_sample))
+        per_sample = int(min(max(per_sample, 1), max_per_sample))
     return Plan(calls, max(1, int(per_sample)))
 
 
@@ -122,19 +124,38 @@ def run_jax(compiled: Any, copies: Copies) -> tuple[Any, ...]:
 def time_jax(
     compiled: Any, copies: Copies, *, per_sample: int, repeats: int, warmup: int = 1
 ) -> list[float]:
-    """Seconds per product for each of ``repeats`` samples (after ``warmup`` untimed ones)."""
+    """Seconds per product for each of ``repeats`` samples of ``per_sample`` calls, in steady
+    state: one call always queued behind the one the host waits for (module docstring)."""
+    args = [tuple(c) for c in copies]
+    calls = len(copies[0])
+    total = (warmup + repeats) * per_sample
+    pending = compiled(*args)
+    marks = []
+    for _ in range(total):
+        queued = compiled(*args)  # enqueue the next call before waiting for this one
+        jax.block_until_ready(pending)
+        marks.append(time.perf_counter())
+        pending = queued  # rebinding frees the finished call's outputs
+    jax.block_until_ready(pending)
+    marks.append(time.perf_counter())
+    del pending, queued
+    marks = marks[warmup * per_sample :]
+    return [
+        (marks[(i + 1) * per_sample] - marks[i * per_sample]) / (per_sample * calls)
+        for i in range(repeats)
+    ]
+
+
+def time_jax_isolated(compiled: Any, copies: Copies, *, repeats: int = 3) -> list[float]:
+    """Seconds per product of one call timed alone: host clock from dispatch to
+    ``block_until_ready``, divided by ``R`` (includes the host's dispatch)."""
     args = [tuple(c) for c in copies]
     calls = len(copies[0])
     samples = []
-    for i in range(warmup + repeats):
+    for _ in range(repeats):
         t0 = time.perf_counter()
-        for _ in range(per_sample):
-            out = compiled(*args)  # rebinding frees the previous call's outputs (stream order)
-        jax.block_until_ready(out)
-        dt = time.perf_counter() - t0
-        del out
-        if i >= warmup:
-            samples.append(dt / (per_sample * calls))
+        jax.block_until_ready(compiled(*args))
+        samples.append((time.perf_counter() - t0) / calls)
     return samples
 
 
