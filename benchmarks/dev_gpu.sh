@@ -14,14 +14,13 @@ for w in ${ERROR_PATHS:-}; do
   python3 benchmarks/probe_kernels.py --ext 'build/dev/_tsm2_ext*.so' --error-path $w 2>&1 | tail -1
   echo "  (exit ${PIPESTATUS[0]})"
 done
-python3 benchmarks/probe_kernels.py --ext 'build/dev/_tsm2_ext*.so' "$@" 2>&1 | tee "$OUT/probe.log"
-# Optional experiment: the same probe with another R tile, e.g. RTILE=32,8,8,2.
-if [ -n "${RTILE:-}" ]; then
-  cmake -S . -B build/alt -G Ninja -DTSM2_CUDA=ON -DPython_EXECUTABLE="$(which python3)" \
-    -DCMAKE_CXX_FLAGS="-DTSM2_RTILE=$RTILE" -DCMAKE_CUDA_FLAGS="-DTSM2_RTILE=$RTILE" \
-    > "$OUT/cmake-alt.log" 2>&1 && ninja -C build/alt > "$OUT/build-alt.log" 2>&1 || tail -30 "$OUT/build-alt.log"
-  echo "=== R tile $RTILE"
-  python3 benchmarks/probe_kernels.py --ext 'build/alt/_tsm2_ext*.so' --small --only R 2>&1 | tee "$OUT/probe-alt.log"
+[ "${PROBE:-1}" = 1 ] && python3 benchmarks/probe_kernels.py --ext 'build/dev/_tsm2_ext*.so' "$@" 2>&1 | tee "$OUT/probe.log"
+if [ "${PROFILE:-0}" = 1 ]; then
+  ncu --clock-control none -k regex:Tsm2Kernel -c 2 --section SpeedOfLight --section Occupancy \
+    --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+    --section LaunchStats python3 benchmarks/probe_kernels.py --ext 'build/dev/_tsm2_ext*.so' \
+    --profile > "$OUT/ncu.txt" 2>&1
+  grep -E "Tsm2Kernel|Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers|Stall|Issued Warp|No Eligible|Active Warps|Eligible Warps|Block Limit|Shared Memory Config|L2 Hit|Mem Busy|Max Bandwidth|One or More" "$OUT/ncu.txt" | head -90
 fi
 if [ "${SANITIZE:-1}" = 1 ]; then
   compute-sanitizer --tool memcheck --print-limit 20 python3 benchmarks/probe_kernels.py \

@@ -203,6 +203,14 @@ def error_path(which: str) -> None:
         print(f"error-path {which}: raised {type(e).__name__}: {str(e)[:160]}")
 
 
+def profile_cases() -> None:
+    """One launch of each headline case, for ncu (which replays the kernel)."""
+    for kern, m, k, n in ((0, 20480, 20480, 16), (1, 10_000_000, 16, 16)):
+        a = jax.random.normal(jax.random.key(0), (m, k), jnp.float32)
+        b = jax.random.normal(jax.random.key(1), (k, n), jnp.float32)
+        jax.block_until_ready(call(a, b, kern))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ext", default="build/dev/_tsm2_ext*.so")
@@ -210,11 +218,15 @@ def main() -> int:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--error-path", default=None)
     ap.add_argument("--only", default=None, help="time one family only (R or L)")
+    ap.add_argument("--profile", action="store_true", help="one launch per case, for ncu")
     args = ap.parse_args()
     global EXT
     mod = EXT = load_ext(args.ext)
     if args.error_path:
         error_path(args.error_path)
+        return 0
+    if args.profile:
+        profile_cases()
         return 0
     print(mod.build_info(), jax.devices(), flush=True)
     fails = sweep(args.small)
