@@ -2,13 +2,12 @@
 // Python, through _tsm2_ext.workspace_bytes_per_block) can size workspaces
 // without CUDA.
 //
-// R: 32 rows x 8 k-groups per block, a 3-stage ring of 512-byte row
-//    segments, for long k: each row's chunk is shared by eight threads and
-//    reduced at the tile's end. Long segments matter: with 128- and 256-byte
-//    segments per row (64 rows per tile) an H100 reached only 49% and 71-81%
-//    of its read bandwidth, since every segment opens a new DRAM page.
-// L: 256 rows, one thread per row, a 3-stage ring of 64-byte rows. For
-//    k * itemsize <= 64: a tile is then one contiguous block of A.
+// Both shapes are 128 rows x 4 k-groups = 512 threads, one block per SM, with
+// as many pipeline stages as fit in shared memory (see kernels/tsm2.cuh).
+// R: 2 vectors of 16 bytes per thread per stage, 128 bytes of each row: for
+//    long k, walked in chunks.
+// L: 1 vector per thread, 64 bytes of each row: for k * itemsize <= 64, where
+//    a tile is one contiguous block of A.
 #pragma once
 
 #include <cstddef>
@@ -17,20 +16,13 @@
 namespace tsm2 {
 
 struct TileConfig {
-  int rows;         // rows of A per tile (threads per row group)
-  int k_groups;     // threads sharing one row's k-chunk
+  int rows;         // rows of A per tile
+  int k_groups;     // threads (of one warp) sharing a row's k-chunk
   int vec_per_thr;  // 16-byte vectors of A per thread per stage (t3)
-  int stages;       // depth of the cp.async ring
 };
 
-constexpr TileConfig RTile(int itemsize, int n_tile) {
-#ifdef TSM2_RTILE  // experiments: -DTSM2_RTILE=rows,k_groups,vec_per_thr,stages
-  return {TSM2_RTILE};
-#endif
-  // 2-byte types with wide B: 256-byte segments, or B's stages outgrow shared memory.
-  return {32, 8, itemsize == 2 && n_tile >= 32 ? 2 : 4, 3};
-}
-constexpr TileConfig LTile(int /*itemsize*/, int /*n_tile*/) { return {256, 1, 4, 3}; }
+constexpr TileConfig RTile(int /*itemsize*/, int /*n_tile*/) { return {128, 4, 2}; }
+constexpr TileConfig LTile(int /*itemsize*/, int /*n_tile*/) { return {128, 4, 1}; }
 
 // k covered by one stage of a tile (t1).
 constexpr int64_t ChunkK(const TileConfig& t, int itemsize) {
