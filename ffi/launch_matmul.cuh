@@ -20,13 +20,15 @@ namespace tsm2 {
 // The two tile shapes of tile_configs.h as compile-time parameters.
 template <typename T, int NT>
 struct RConfig {
-  static constexpr TileConfig kT = RTile(sizeof(T), NT);
-  static constexpr int kRows = kT.rows, kKGroups = kT.k_groups, kVecPerThread = kT.vec_per_thr;
+  static constexpr TileConfig kT = RTile(sizeof(T));
+  static constexpr int kRows = kT.rows, kKGroups = kT.k_groups;
+  static constexpr int kStages = kT.stages, kVecPerThread = kT.vec_per_thr;
 };
 template <typename T, int NT>
 struct LConfig {
-  static constexpr TileConfig kT = LTile(sizeof(T), NT);
-  static constexpr int kRows = kT.rows, kKGroups = kT.k_groups, kVecPerThread = kT.vec_per_thr;
+  static constexpr TileConfig kT = LTile(sizeof(T));
+  static constexpr int kRows = kT.rows, kKGroups = kT.k_groups;
+  static constexpr int kStages = kT.stages, kVecPerThread = kT.vec_per_thr;
 };
 
 template <typename T>
@@ -65,11 +67,11 @@ inline cudaError_t BlocksPerSm(const void* kernel, int threads, int smem, int* o
 template <typename T, int NT, template <typename, int> class C>
 struct Tsm2Variant {
   static constexpr int kRows = C<T, NT>::kRows, kKGroups = C<T, NT>::kKGroups;
-  static constexpr int kVpt = C<T, NT>::kVecPerThread;
-  using Cfg = Tsm2Config<T, NT, kRows, kKGroups, kVpt>;
+  static constexpr int kVpt = C<T, NT>::kVecPerThread, kStages = C<T, NT>::kStages;
+  using Cfg = Tsm2Config<T, NT, kRows, kKGroups, kVpt, kStages>;
 
   static const void* Kernel() {
-    return reinterpret_cast<const void*>(&Tsm2Kernel<T, NT, kRows, kKGroups, kVpt>);
+    return reinterpret_cast<const void*>(&Tsm2Kernel<T, NT, kRows, kKGroups, kVpt, kStages>);
   }
 
   static Tsm2Args Args(const DeviceMatmul& p, int64_t blocks_hint) {
@@ -119,7 +121,7 @@ struct Tsm2Variant {
     a.partials = workspace;
     if (a.units != plan.units || a.blocks != plan.blocks) return cudaErrorInvalidValue;
     if (plan.workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
-    Tsm2Kernel<T, NT, kRows, kKGroups, kVpt>
+    Tsm2Kernel<T, NT, kRows, kKGroups, kVpt, kStages>
         <<<a.blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     if (plan.workspace_bytes > 0) {

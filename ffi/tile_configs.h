@@ -2,12 +2,11 @@
 // Python, through _tsm2_ext.workspace_bytes_per_block) can size workspaces
 // without CUDA.
 //
-// Both shapes are 128 rows x 4 k-groups = 512 threads, one block per SM, with
-// as many pipeline stages as fit in shared memory (see kernels/tsm2.cuh).
-// R: 2 vectors of 16 bytes per thread per stage, 128 bytes of each row: for
-//    long k, walked in chunks.
-// L: 1 vector per thread, 64 bytes of each row: for k * itemsize <= 64, where
-//    a tile is one contiguous block of A.
+// R: 64 rows x 4 k-groups per block, a 4-stage ring of 256-byte row segments
+//    for 4- and 8-byte types (128 bytes for 2-byte types). For long k: each
+//    row's chunk is shared by four threads and reduced at the tile's end.
+// L: 256 rows, one thread per row, a 3-stage ring of 64-byte rows. For
+//    k * itemsize <= 64: a tile is then one contiguous block of A.
 #pragma once
 
 #include <cstddef>
@@ -16,13 +15,14 @@
 namespace tsm2 {
 
 struct TileConfig {
-  int rows;         // rows of A per tile
-  int k_groups;     // threads (of one warp) sharing a row's k-chunk
+  int rows;         // rows of A per tile (threads per row group)
+  int k_groups;     // threads sharing one row's k-chunk
   int vec_per_thr;  // 16-byte vectors of A per thread per stage (t3)
+  int stages;       // depth of the cp.async ring
 };
 
-constexpr TileConfig RTile(int /*itemsize*/, int /*n_tile*/) { return {128, 4, 2}; }
-constexpr TileConfig LTile(int /*itemsize*/, int /*n_tile*/) { return {128, 4, 1}; }
+constexpr TileConfig RTile(int itemsize) { return {64, 4, itemsize == 2 ? 2 : 4, 4}; }
+constexpr TileConfig LTile(int /*itemsize*/) { return {256, 1, 4, 3}; }
 
 // k covered by one stage of a tile (t1).
 constexpr int64_t ChunkK(const TileConfig& t, int itemsize) {
@@ -43,11 +43,10 @@ inline int NTileFor(int64_t n) {
 // Bytes of partial sums one block may leave for the fix-up pass (a head and
 // a tail tile), or 0 when every tile is one chunk and nothing is ever split.
 inline int64_t PartialBytesPerBlock(int itemsize, int64_t k, int64_t n, bool family_l) {
-  const int nt = NTileFor(n);
-  const TileConfig t = UsesLTile(family_l, k, itemsize) ? LTile(itemsize, nt) : RTile(itemsize, nt);
+  const TileConfig t = UsesLTile(family_l, k, itemsize) ? LTile(itemsize) : RTile(itemsize);
   if (k <= ChunkK(t, itemsize)) return 0;
   const int acc_bytes = itemsize == 8 ? 8 : 4;
-  return int64_t{2} * t.rows * nt * acc_bytes;
+  return int64_t{2} * t.rows * NTileFor(n) * acc_bytes;
 }
 
 }  // namespace tsm2

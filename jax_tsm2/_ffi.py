@@ -84,10 +84,10 @@ def cuda_backend_present() -> bool:
         return False
 
 
-# The most blocks a TSM2 grid may use per SM (its tiles fill an SM: 1);
+# The most blocks a TSM2 grid may use per SM (the tiles allow 1-3);
 # the workspace is sized for this many, and the handler uses no more blocks
 # than the workspace it is given can serve.
-_MAX_BLOCKS_PER_SM = 2
+_MAX_BLOCKS_PER_SM = 4
 _DEFAULT_SM_COUNT = 132  # H100 SXM; used when lowering without a CUDA device
 
 

@@ -4,28 +4,29 @@
 // row of A, coalesced because a column of A is contiguous):
 // - Row-major A is contiguous along k, so a block copies a tile of A (kRows
 //   rows x kChunkK columns) into shared memory with coalesced 16-byte
-//   cp.async copies; each row is then read there by the kKGroups threads of
-//   one warp that share it, each owning a kSegK-wide part of the chunk.
+//   cp.async copies, and each thread then walks its own row there, as the
+//   paper's thread-per-row algorithm does.
 // - t1 (the k-extent of the B tile kept on chip) is kChunkK; t2 (columns of B
-//   and C per block) is NT; t3 (elements of A per thread per stage) is kSegK.
-//   B tiles are read from shared memory by the 8 threads of a warp that own
-//   the same k-part at the same address, so they are broadcasts.
-// - The paper's register prefetching of A (currA/nextA) becomes a ring of
-//   kStages shared-memory stages filled by cp.async, sized to fill shared
-//   memory: a memory-bound kernel is limited by the bytes it keeps in flight
-//   (measured on an H100: 55-105 KB per SM gave 49-84% of the read
-//   bandwidth), and in-flight cp.async data holds no registers.
+//   and C per block) is NT; t3 (elements of A per thread per step) is
+//   kVecPerThread 16-byte vectors. B tiles are read from shared memory by
+//   every thread of a warp at the same address, so they are broadcasts.
+// - The paper's register prefetching of A and B (currA/nextA) becomes a ring
+//   of kStages shared-memory stages filled by cp.async: loads for the next
+//   kStages-1 tiles are in flight while one tile is computed, and they hold no
+//   registers, so occupancy stays high.
 // - TSM2L's thread-count factor (fewer threads, each looping over several
 //   row tiles) becomes a persistent grid: `blocks` blocks, each streaming a
 //   contiguous run of work units.
 // - A work unit is one (row tile, k-chunk) pair. Units are split evenly over
 //   the blocks in tile-major order (the "stream-K" idea), so every SM gets the
-//   same number of bytes even when m is small and k large; otherwise TSM2R
-//   with m = 20480 leaves a long tail. A tile whose chunks are split between
-//   blocks writes partial sums to a workspace that Tsm2FixupKernel adds in a
-//   fixed order, so results are bitwise reproducible (no float atomics).
-// - The kKGroups threads sharing a row sit in one warp and add their partial
-//   sums with shuffles at the end of the tile (a fixed butterfly order).
+//   same number of bytes even when m is small and k large: the paper's
+//   TSM2R with m = 20480 would otherwise leave a long tail. A tile whose
+//   chunks are split between blocks writes partial sums to a workspace that
+//   Tsm2FixupKernel adds in a fixed order, so results are bitwise
+//   reproducible (no float atomics).
+// - kKGroups > 1 splits each row's k-chunk among several threads (TSM2R,
+//   where k is long); their partial sums are added in shared memory at the
+//   end of the tile, also in a fixed order.
 #pragma once
 
 #include <cstdint>
@@ -53,41 +54,33 @@ __host__ __device__ inline int64_t UnitBegin(int64_t b, int64_t units, int64_t b
   return b * units / blocks;
 }
 
-template <typename T, int NT, int kRows, int kKGroups, int kVecPerThread>
+template <typename T, int NT, int kRows, int kKGroups, int kVecPerThread, int kStages>
 struct Tsm2Config {
   using Acc = AccType<T>;
   static constexpr int kRowsPerTile = kRows;
   static constexpr int kThreads = kRows * kKGroups;
-  static constexpr int kSegK = kVecPerThread * kVec<T>;  // k per thread per chunk (t3)
+  static constexpr int kSegK = kVecPerThread * kVec<T>;  // k per thread per chunk
   static constexpr int kChunkK = kKGroups * kSegK;       // t1
   static constexpr int kVecsPerRow = kChunkK / kVec<T>;
-  // Rows of A in shared memory: a quarter-warp (2 rows x 4 k-groups) must hit
-  // 8 distinct 16-byte bank groups. With one vector per thread a row is 4
-  // groups wide and needs no padding; with two, the row stride is padded to
-  // an odd number of groups.
+  // Shared-memory rows of A are padded to an odd number of 16-byte units so
+  // that the 8 threads of a quarter-warp reading 8 rows hit 8 distinct bank
+  // groups.
   static constexpr int kRowBytes = kChunkK * static_cast<int>(sizeof(T));
-  static constexpr int kRowStride =
-      kVecPerThread == 1 || (kRowBytes / 16) % 2 ? kRowBytes : kRowBytes + 16;
+  static constexpr int kRowStride = (kRowBytes / 16) % 2 ? kRowBytes : kRowBytes + 16;
   static constexpr int kAStageBytes = kRows * kRowStride;
-  // B: one segment of kSegK rows per k-group, padded so that the 4 segments
-  // start in distinct bank groups.
-  static constexpr int kSegBytes = kSegK * NT * static_cast<int>(sizeof(Acc));
-  static constexpr int kSegUnits = (kSegBytes + 15) / 16;
-  static constexpr int kSegStride =  // in Acc elements
-      (kSegUnits % 2 ? kSegUnits : kSegUnits + 1) * 16 / static_cast<int>(sizeof(Acc));
-  static constexpr int kBStageElems = kKGroups * kSegStride;
-  static constexpr int kBElems = kChunkK * NT;  // real elements per stage
-  static constexpr int kBPerThread = (kBElems + kThreads - 1) / kThreads;
-  static constexpr int kStageBytes = kAStageBytes + kBStageElems * static_cast<int>(sizeof(Acc));
-  // As many stages as fit in 216 KB (of the 227 KB a block may use), at most 24.
-  static constexpr int kStages = 216 * 1024 / kStageBytes < 24 ? 216 * 1024 / kStageBytes : 24;
-  static constexpr int kSmemBytes = kStages * kStageBytes;
-  // Output columns each thread of a row writes after the reduction.
-  static constexpr int kColsPerThread = NT >= kKGroups ? NT / kKGroups : 1;
+  static constexpr int kBStageElems = kChunkK * NT;
+  static constexpr int kBPerThread = (kBStageElems + kThreads - 1) / kThreads;
+  // The k-groups are reduced through shared memory kSlice columns at a time,
+  // which bounds that buffer for wide tiles.
+  static constexpr int kSlice = NT < 16 ? NT : 16;
+  static constexpr int kRedStride = kSlice + 1;  // odd: conflict-free scalar access
+  static constexpr int kSmemBytes = kStages * kAStageBytes +
+                                    kStages * kBStageElems * static_cast<int>(sizeof(Acc)) +
+                                    kKGroups * kRows * kRedStride * static_cast<int>(sizeof(Acc));
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block size");
-  static_assert(32 % kKGroups == 0, "the threads of a row must share a warp");
-  static_assert(kVecPerThread == 1 || kVecPerThread == 2, "bank-conflict-free layouts only");
-  static_assert(kStages >= 3, "need a pipeline");
+  static_assert(kRows % 32 == 0, "a warp must share one k-group (B broadcast)");
+  static_assert(kStages >= 2, "need at least double buffering");
+  static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in an SM's shared memory");
 };
 
 // Position of one work unit. Decoded once per block with divisions, then
@@ -163,22 +156,19 @@ __device__ __forceinline__ void LoadBRegs(const Tsm2Args& p, const Cursor& uc,
     const int kk = e / NT;
     const int j = e % NT;
     regs[i] = 0;
-    if (e < Cfg::kBElems && k0 + kk < p.k && n0 + j < p.n) {
+    if (e < Cfg::kBStageElems && k0 + kk < p.k && n0 + j < p.n) {
       regs[i] = ToAcc(__ldg(b + (k0 + kk) * p.n + n0 + j));
     }
   }
 }
 
-template <typename Cfg, int NT>
+template <typename Cfg>
 __device__ __forceinline__ void StoreBRegs(const typename Cfg::Acc (&regs)[Cfg::kBPerThread],
                                            typename Cfg::Acc* stage) {
 #pragma unroll
   for (int i = 0; i < Cfg::kBPerThread; ++i) {
     const int e = threadIdx.x + i * Cfg::kThreads;
-    const int kk = e / NT;
-    if (e < Cfg::kBElems) {
-      stage[(kk / Cfg::kSegK) * Cfg::kSegStride + (kk % Cfg::kSegK) * NT + e % NT] = regs[i];
-    }
+    if (e < Cfg::kBStageElems) stage[e] = regs[i];
   }
 }
 
@@ -191,18 +181,17 @@ __device__ __forceinline__ void StoreOut(const Tsm2Args& p, int64_t idx, AccType
   }
 }
 
-template <typename T, int NT, int kRows, int kKGroups, int kVecPerThread>
-__global__ void __launch_bounds__(kRows* kKGroups, 1)
-    Tsm2Kernel(const __grid_constant__ Tsm2Args p) {
-  using Cfg = Tsm2Config<T, NT, kRows, kKGroups, kVecPerThread>;
+template <typename T, int NT, int kRows, int kKGroups, int kVecPerThread, int kStages>
+__global__ void __launch_bounds__(kRows* kKGroups) Tsm2Kernel(const __grid_constant__ Tsm2Args p) {
+  using Cfg = Tsm2Config<T, NT, kRows, kKGroups, kVecPerThread, kStages>;
   using Acc = typename Cfg::Acc;
-  constexpr int kStages = Cfg::kStages;
   extern __shared__ __align__(16) char smem[];
   char* a_stages = smem;
   Acc* b_stages = reinterpret_cast<Acc*>(smem + kStages * Cfg::kAStageBytes);
+  Acc* red = b_stages + kStages * Cfg::kBStageElems;
 
-  const int g = threadIdx.x % kKGroups;  // this thread's k-group
-  const int r = threadIdx.x / kKGroups;  // this thread's row in the tile
+  const int r = threadIdx.x % kRows;  // this thread's row in the tile
+  const int g = threadIdx.x / kRows;  // this thread's k-group
   const int64_t u_begin = UnitBegin(blockIdx.x, p.units, p.blocks);
   const int64_t u_end = UnitBegin(blockIdx.x + 1, p.units, p.blocks);
   const int64_t count = u_end - u_begin;
@@ -211,12 +200,13 @@ __global__ void __launch_bounds__(kRows* kKGroups, 1)
   Cursor comp_at = load_at;                 // unit being computed
 
   // Prologue: fill kStages - 1 stages.
+#pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < count) {
       LoadATile<T, Cfg>(p, load_at, a_stages + s * Cfg::kAStageBytes);
       Acc regs[Cfg::kBPerThread];
       LoadBRegs<T, Cfg, NT>(p, load_at, regs);
-      StoreBRegs<Cfg, NT>(regs, b_stages + s * Cfg::kBStageElems);
+      StoreBRegs<Cfg>(regs, b_stages + s * Cfg::kBStageElems);
       Advance(p, load_at);
     }
     CpAsyncCommit();
@@ -225,92 +215,81 @@ __global__ void __launch_bounds__(kRows* kKGroups, 1)
   Acc acc[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j] = 0;
-  // B of the unit staged last iteration, waiting to be written to its slot.
-  Acc b_pending[Cfg::kBPerThread];
-  int pending_slot = -1;
-  int slot = 0;                 // stage of unit i
-  int slot_next = kStages - 1;  // stage of unit i + kStages - 1
 
   for (int64_t i = 0; i < count; ++i) {
     CpAsyncWait<kStages - 2>();  // this thread's copies for unit i have landed
     __syncthreads();             // everyone's have, and stage (i-1) is free again
 
-    // Stage unit ip: A asynchronously; B into registers now and into shared
-    // memory at the end of the next iteration, so its L2 latency hides behind
-    // two compute phases.
     const int64_t ip = i + kStages - 1;
-    Acc b_new[Cfg::kBPerThread];
+    const int slot_next = static_cast<int>(ip % kStages);
+    Acc b_next[Cfg::kBPerThread];
     if (ip < count) {
       LoadATile<T, Cfg>(p, load_at, a_stages + slot_next * Cfg::kAStageBytes);
-      LoadBRegs<T, Cfg, NT>(p, load_at, b_new);
+      LoadBRegs<T, Cfg, NT>(p, load_at, b_next);
       Advance(p, load_at);
     }
     CpAsyncCommit();
 
     // acc[j] += A[r, kk] * B[kk, j] over this thread's part of the chunk.
-    // Vectors past k were zero-filled; skipping them saves the arithmetic
-    // of a short-k tile.
-    const int64_t k_left = p.k - comp_at.chunk * Cfg::kChunkK - g * Cfg::kSegK;
+    const int slot = static_cast<int>(i % kStages);
     const char* a_row = a_stages + slot * Cfg::kAStageBytes + r * Cfg::kRowStride +
                         g * Cfg::kSegK * static_cast<int>(sizeof(T));
-    const Acc* b_seg = b_stages + slot * Cfg::kBStageElems + g * Cfg::kSegStride;
+    const Acc* b_seg = b_stages + slot * Cfg::kBStageElems + g * Cfg::kSegK * NT;
 #pragma unroll
     for (int v = 0; v < kVecPerThread; ++v) {
-      if (v * kVec<T> < k_left) {
-        Acc av[kVec<T>];
-        Unpack<T>(*reinterpret_cast<const uint4*>(a_row + v * 16), av);
+      Acc av[kVec<T>];
+      Unpack<T>(*reinterpret_cast<const uint4*>(a_row + v * 16), av);
 #pragma unroll
-        for (int e = 0; e < kVec<T>; ++e) {
-          Acc bv[NT];
-          LoadSmemRow<NT>(b_seg + (v * kVec<T> + e) * NT, bv);
+      for (int e = 0; e < kVec<T>; ++e) {
+        Acc bv[NT];
+        LoadSmemRow<NT>(b_seg + (v * kVec<T> + e) * NT, bv);
 #pragma unroll
-          for (int j = 0; j < NT; ++j) acc[j] = fma(av[e], bv[j], acc[j]);
-        }
+        for (int j = 0; j < NT; ++j) acc[j] = fma(av[e], bv[j], acc[j]);
       }
     }
 
-    // B of unit ip - 1, loaded last iteration. Its slot was freed at the
-    // previous barrier and is read only after the barrier of iteration ip - 1.
-    if (pending_slot >= 0) {
-      StoreBRegs<Cfg, NT>(b_pending, b_stages + pending_slot * Cfg::kBStageElems);
-    }
-#pragma unroll
-    for (int e = 0; e < Cfg::kBPerThread; ++e) b_pending[e] = b_new[e];
-    pending_slot = ip < count ? slot_next : -1;
-    slot = slot + 1 == kStages ? 0 : slot + 1;
-    slot_next = slot_next + 1 == kStages ? 0 : slot_next + 1;
+    if (ip < count) StoreBRegs<Cfg>(b_next, b_stages + slot_next * Cfg::kBStageElems);
 
-    // End of this block's work on the current tile: add the k-groups' sums
-    // and write C (or a partial sum, when other blocks own part of this tile).
+    // End of this block's work on the current tile: reduce the k-groups and
+    // write C (or a partial sum, when other blocks own part of this tile).
     const Cursor uc = comp_at;
     Advance(p, comp_at);
     if (uc.chunk == p.chunks - 1 || i == count - 1) {
-#pragma unroll
-      for (int off = 1; off < kKGroups; off *= 2) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
-      }
       // This block processed the tile's chunk 0 iff it did not start mid-tile.
       const bool begun_here = i >= uc.chunk;
       const bool finished_here = uc.chunk == p.chunks - 1;
-      const int64_t row = uc.row_tile * kRows + r;
+      const int64_t row0 = uc.row_tile * kRows;
       const int64_t n0 = uc.n_tile * NT;
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        // Thread g of a row writes columns [g, g + 1) * kColsPerThread.
-        if (j / Cfg::kColsPerThread != g) continue;
-        if (begun_here && finished_here) {
-          if (row < p.m && n0 + j < p.n)
-            StoreOut<T>(p, (uc.batch * p.m + row) * p.n + n0 + j, acc[j]);
-        } else {
-          const int slot_id = begun_here ? 1 : 0;  // 0: head of my range, 1: its tail
-          static_cast<Acc*>(
-              p.partials)[((static_cast<int64_t>(blockIdx.x) * 2 + slot_id) * kRows + r) * NT + j] =
-              acc[j];
+      for (int j0 = 0; j0 < NT; j0 += Cfg::kSlice) {
+        if (j0 > 0) __syncthreads();  // the previous slice has been read
+#pragma unroll
+        for (int jj = 0; jj < Cfg::kSlice; ++jj) {
+          red[(g * kRows + r) * Cfg::kRedStride + jj] = acc[j0 + jj];
+        }
+        __syncthreads();
+        for (int o = threadIdx.x; o < kRows * Cfg::kSlice; o += Cfg::kThreads) {
+          const int orow = o / Cfg::kSlice;
+          const int j = j0 + o % Cfg::kSlice;
+          Acc sum = 0;
+#pragma unroll
+          for (int gg = 0; gg < kKGroups; ++gg) {
+            sum += red[(gg * kRows + orow) * Cfg::kRedStride + o % Cfg::kSlice];
+          }
+          if (begun_here && finished_here) {
+            if (row0 + orow < p.m && n0 + j < p.n) {
+              StoreOut<T>(p, (uc.batch * p.m + row0 + orow) * p.n + n0 + j, sum);
+            }
+          } else {
+            const int slot_id = begun_here ? 1 : 0;  // 0: head of my range, 1: its tail
+            static_cast<Acc*>(p.partials)[((static_cast<int64_t>(blockIdx.x) * 2 + slot_id) * kRows +
+                                           orow) * NT + j] = sum;
+          }
         }
       }
 #pragma unroll
       for (int j = 0; j < NT; ++j) acc[j] = 0;
+      // The next write to `red` comes after at least one more barrier.
     }
   }
   CpAsyncWait<0>();
