@@ -105,13 +105,18 @@ struct Tsm2Variant {
         e != cudaSuccess) {
       return e;
     }
-    const Tsm2Args a = Args(p, static_cast<int64_t>(per_sm) * sms);
+    int64_t blocks = static_cast<int64_t>(per_sm) * sms;
+    const size_t per_block = static_cast<size_t>(2) * kRows * NT * sizeof(AccType<T>);
+    if (Args(p, blocks).chunks > 1) {
+      // Split tiles need workspace; use no more blocks than it can serve (one
+      // block never splits a tile, so this is always correct, only slower).
+      blocks = std::min<int64_t>(blocks, std::max<int64_t>(1, workspace_capacity / per_block));
+    }
+    const Tsm2Args a = Args(p, blocks);
     plan->n_tile = NT;
     plan->blocks = a.blocks;
     plan->units = a.units;
-    plan->workspace_bytes = a.chunks > 1 && a.blocks > 1 ? static_cast<size_t>(a.blocks) * 2 *
-                                                               kRows * NT * sizeof(AccType<T>)
-                                                         : 0;
+    plan->workspace_bytes = a.chunks > 1 && a.blocks > 1 ? a.blocks * per_block : 0;
     return cudaSuccess;
   }
 
