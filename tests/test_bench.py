@@ -105,6 +105,7 @@ def test_end_to_end_cpu_json_and_markdown(tmp_path, capsys, ensure_matmul):
             assert rec["seconds"] > 0 and rec["gbps"] > 0
             assert rec["rel_error"] <= rec["tolerance"]
             assert rec["calls"] >= 1 and rec["per_sample"] >= 1
+            assert rec["seconds_isolated"] > 0
             assert rec["route"] in ("xla", "tsm2r", "tsm2l")
         if rec["impl"] == "tsm2":
             assert set(rec["speedup_over"]) >= {"jnp", "jnp_highest"}
@@ -117,6 +118,13 @@ def test_end_to_end_cpu_json_and_markdown(tmp_path, capsys, ensure_matmul):
     assert "| family | case | dtype | MB |" in md
     assert md.count("| R | 96x320x16 |") == 2 and md.count("| L | 1000x8x8 |") == 2
     assert (tmp_path / "roofline.png").stat().st_size > 1000
+
+    merged = tmp_path / "merged"
+    first = str(tmp_path / "bench.json")
+    assert cli.main(["--merge", first, first, "--out", str(merged)]) == 0
+    both = json.loads((merged / "bench.json").read_text())
+    assert len(both["records"]) == 2 * len(records) and len(both["merged_from"]) == 2
+    assert both["summary"]["geomean_tsm2_speedup"]["jnp"]["cases"] == 8
 
 
 def test_wrong_implementation_is_reported_not_timed(monkeypatch):

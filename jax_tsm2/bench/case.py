@@ -278,6 +278,8 @@ class CaseRun:
                 per_sample=self.plan.per_sample, repeats=opts.repeats, warmup=opts.warmup
             )
             fields.update(self._timing_fields(samples, runner.method))
+            if runner.method != "torch-eager-events":
+                fields["seconds_eager"] = statistics.median(runner.time_eager())
             return self.record(impl, "ok", **fields)
         except Exception as err:
             return self.record(

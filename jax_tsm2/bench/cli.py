@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from jax_tsm2.bench import report
 from jax_tsm2.bench.runner import Options, run_suite, stderr_log
@@ -107,6 +109,13 @@ def parser() -> argparse.ArgumentParser:
     )
     tim.add_argument("--seed", type=int, default=0)
     out = p.add_argument_group("output")
+    out.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        default=None,
+        help="merge bench.json files of earlier runs (e.g. one per family) instead of running",
+    )
     out.add_argument("--out", default=None, help="directory for bench.json and bench.md")
     out.add_argument(
         "--plot", action="store_true", help="also write roofline.png (needs --out, matplotlib)"
@@ -152,7 +161,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts = options(args, argv)
     except ValueError as err:
         p.error(str(err))
-    doc = run_suite(opts, stderr_log)
+    if args.merge:
+        docs = [json.loads(Path(path).read_text()) for path in args.merge]
+        doc = report.merge(docs)
+        doc["command_line"] = opts.command_line
+    else:
+        doc = run_suite(opts, stderr_log)
     print(report.text_table(doc), flush=True)
     if args.out:
         for path in report.write(doc, args.out, plot=args.plot):

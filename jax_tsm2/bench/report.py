@@ -16,6 +16,7 @@ RECORD_OPTIONAL = (
     "seconds_max",
     "samples",
     "seconds_isolated",
+    "seconds_eager",
     "calls",
     "per_sample",
     "timing_method",
@@ -261,6 +262,30 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 # -- files ----------------------------------------------------------------------------------
+
+
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One document from several runs (e.g. one per family, to fit a time limit).
+
+    Metadata comes from the first; each record keeps its own run's ceiling and date; the
+    runs are listed under ``merged_from`` and the summary is recomputed.
+    """
+    if not docs:
+        raise ValueError("nothing to merge")
+    out = dict(docs[0])
+    out["records"] = [rec for doc in docs for rec in doc["records"]]
+    out["impls"] = {k: v for doc in docs for k, v in doc["impls"].items()}
+    out["merged_from"] = [
+        {
+            "date": d.get("date"),
+            "command_line": d.get("command_line"),
+            "gpu": d.get("gpu"),
+            "ceilings": d.get("ceilings"),
+        }
+        for d in docs
+    ]
+    out["summary"] = summarize(out)
+    return out
 
 
 def _clean(obj: Any) -> Any:

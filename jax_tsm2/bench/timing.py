@@ -234,6 +234,22 @@ class TorchRunner:
                 samples.append(start.elapsed_time(end) * 1e-3 / (per_sample * self.calls))
         return samples
 
+    def time_eager(self, repeats: int = 3) -> list[float]:
+        """Seconds per product of the ``R`` products launched eagerly between CUDA events
+        (a diagnostic next to the graph timing: what torch costs without graphs)."""
+        torch = self.torch
+        samples = []
+        for _ in range(repeats):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = self._products()
+            end.record()
+            end.synchronize()
+            del out
+            samples.append(start.elapsed_time(end) * 1e-3 / self.calls)
+        return samples
+
     def close(self) -> None:
         """Drop the graph and its memory pool."""
         self._graph = None
