@@ -3,6 +3,7 @@ each implementation into one record per implementation (fields in README.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import re
 import statistics
@@ -224,7 +225,10 @@ class CaseRun:
         tol = tolerance(impl, case.dtype, case.k)
         route = detail = None
         try:
-            compiled, text = timing.compile_jax(lambda *ops: fam.apply(impl.matmul, *ops), copies)
+            with _mode(impl.custom_call_mode):
+                compiled, text = timing.compile_jax(
+                    lambda *ops: fam.apply(impl.matmul, *ops), copies
+                )
             route = route_of(text)
             if impl.name == "tsm2":
                 detail = _explain([c[0] for c in copies])
@@ -295,3 +299,13 @@ class CaseRun:
 def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0][:300] if text else ""
+
+
+def _mode(mode: str | None) -> Any:
+    """The jax_tsm2 custom-call mode to lower under (read at lowering, so compiling inside the
+    block is enough), or no change."""
+    if mode is None:
+        return contextlib.nullcontext()
+    import jax_tsm2
+
+    return jax_tsm2.custom_call_mode(mode)

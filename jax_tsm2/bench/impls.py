@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 #: Unit roundoff of each dtype (half the machine epsilon).
@@ -28,6 +29,8 @@ class Impl:
     matmul: Callable[[Any, Any], Any]
     #: f32 products may use TF32 (or another reduced mode), so the f32 tolerance is looser.
     reduced_f32: bool = False
+    #: jax_tsm2 custom-call mode to compile under ("always" forces our kernels), or None.
+    custom_call_mode: str | None = None
 
 
 def _tsm2_matmul(a: Any, b: Any) -> Any:
@@ -68,6 +71,29 @@ def jax_impls() -> list[Impl]:
             reduced_f32=True,
         ),
         Impl("jnp_highest", "jax", 'jnp.matmul(a, b, precision="highest")', _jnp_matmul_highest),
+        *_forced_kernel_impls(),
+    ]
+
+
+def _forced_kernel_impls() -> list[Impl]:
+    """Our CUDA kernels forced on (custom-call mode "always"), whatever the router would pick:
+    shows the kernels' own speed beside the routed path. Only where the CUDA targets exist."""
+    try:
+        import jax_tsm2
+
+        built = jax_tsm2.build_info().get("cuda_targets_registered")
+        if not built or jax.default_backend() != "gpu":
+            return []
+    except Exception:  # the routed "tsm2" impl reports import problems
+        return []
+    return [
+        Impl(
+            "tsm2_kernel",
+            "jax",
+            'jax_tsm2.matmul(a, b) with custom-call mode "always" (the kernels, unrouted)',
+            _tsm2_matmul,
+            custom_call_mode="always",
+        )
     ]
 
 
