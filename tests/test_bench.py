@@ -239,10 +239,11 @@ def test_bars_and_speedups():
         }
 
     a = [rec("tsm2", "R:a", 1.0), rec("jnp", "R:a", 2.0), rec("torch", "R:a", 1.5)]
+    a.append(rec("tsm2_kernel", "R:a", 0.5))  # ours, not a peer: never the bar-2 reference
     b = [rec("tsm2", "R:b", 1.0, pct=80.0), rec("jnp", "R:b", 1.0), rec("torch", "R:b", 0.9)]
     for group in (a, b):
         report.add_speedups(group)
-    assert a[0]["speedup_over"] == {"jnp": 2.0, "torch": 1.5}
+    assert a[0]["speedup_over"] == {"jnp": 2.0, "torch": 1.5, "tsm2_kernel": 0.5}
     bars = report.bars(a + b)
     assert [m["case"] for m in bars["bar1"]["misses"]] == ["R:b"]
     assert [m["case"] for m in bars["bar2"]["misses"]] == ["R:b"]
