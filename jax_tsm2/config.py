@@ -2,9 +2,12 @@
 
 Three modes:
 
-- ``"auto"`` (default): routing decides (``jax_tsm2.routing``). On CUDA,
-  tall-and-skinny products run the TSM2 kernels and everything else runs
-  XLA's own dot. On CPU, XLA's dot is always used.
+- ``"auto"`` (default): routing decides (``jax_tsm2.routing``). On CUDA, a
+  tall-and-skinny product runs a TSM2 kernel where that kernel measured
+  faster than XLA's dot (``routing.MEASURED_WINS``), and XLA's dot otherwise,
+  so calling ``jax_tsm2.matmul`` never costs speed. On CPU, XLA's dot.
+- ``"prefer"``: every tall-and-skinny product runs a TSM2 kernel on CUDA,
+  measured faster or not (other shapes still use XLA's dot).
 - ``"always"``: force the custom call for every product it can compute (the
   four float dtypes f32, f64, bf16, f16 with a non-empty shape). On CUDA that is
   the TSM2 kernels, on CPU the plain-loop reference target (slow; meant for
@@ -32,8 +35,8 @@ from typing import Literal
 
 from jax_tsm2 import _compat
 
-Mode = Literal["auto", "always", "never"]
-MODES: tuple[str, ...] = ("auto", "always", "never")
+Mode = Literal["auto", "prefer", "always", "never"]
+MODES: tuple[str, ...] = ("auto", "prefer", "always", "never")
 ENV_VAR = "JAX_TSM2_CUSTOM_CALL"
 _OPTION = "jax_tsm2_custom_call"  # enum_state derives the env var name from it
 
@@ -55,7 +58,8 @@ _mode_state = _compat.enum_config_state(
     "auto",
     help=(
         "jax_tsm2: whether matrix products may use the tsm2 custom call: "
-        "'auto' (routing decides), 'always' (force it where possible), 'never'."
+        "'auto' (routing decides, by measured speed), 'prefer' (every tall-and-skinny "
+        "product), 'always' (force it where possible), 'never'."
     ),
 )
 

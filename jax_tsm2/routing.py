@@ -9,10 +9,14 @@ a sentence saying why.
 The problem is the canonical one of the ``tsm2_matmul`` primitive:
 ``a[batch?, m, k] @ b[batch?, k, n]``, row-major.
 
-The thresholds below are first guesses from the paper's reasoning (TSM2L wants
-k and n small enough for B to sit on chip; TSM2R wants a skinny B and a
-contraction long enough to stream A); they will be tuned from H100
-measurements.
+Two layers decide. Eligibility (the thresholds below, from the paper's
+reasoning: TSM2L wants k and n small enough for B to sit on chip, TSM2R a
+skinny B and a contraction long enough to stream A) says which kernel could
+run a shape. In mode "auto" a kernel must also have measured faster than
+XLA's dot for that kind of shape (``MEASURED_WINS``); on an H100 with jax
+0.11.2, XLA's dot streamed the R and L suites at 91-99% of the read ceiling
+and our kernels at 20-89% (benchmarks/results/h100-2026-11-22), so that list is
+short. Mode "prefer" skips the second layer.
 """
 
 from __future__ import annotations
@@ -33,6 +37,42 @@ TSM2L_MAX_N = 64
 TSM2R_MAX_N = 64
 
 KERNEL_IDS: dict[str, int] = {"tsm2r": 0, "tsm2l": 1}  # the FFI attribute `kernel`
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasuredWin:
+    """A region of shapes where a kernel measured faster than XLA's dot (``rows`` = batch * m)."""
+
+    target: str
+    dtypes: frozenset[str]
+    max_rows: int
+    max_k: int
+    max_n: int
+    evidence: str
+
+    def covers(self, target: str, dtype: np.dtype, p: Problem) -> bool:
+        rows = (p.batch or 1) * p.m
+        return (
+            target == self.target
+            and dtype.name in self.dtypes
+            and rows <= self.max_rows
+            and p.k <= self.max_k
+            and p.n <= self.max_n
+        )
+
+
+# Regions where mode "auto" picks a kernel over XLA's dot, from the committed
+# benchmark runs. Widen them only with a measurement in benchmarks/results/.
+MEASURED_WINS: tuple[MeasuredWin, ...] = (
+    MeasuredWin(
+        "tsm2l",
+        frozenset({"float32", "bfloat16"}),
+        max_rows=200_000,
+        max_k=8,
+        max_n=8,
+        evidence="H100: L 1e5x8x8 f32 1.14x, bf16 1.27x over jnp.matmul (h100-2026-11-22)",
+    ),
+)
 SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
     np.dtype(t) for t in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16)
 )
@@ -141,7 +181,7 @@ def route(
       a, b: anything with ``.shape`` and ``.dtype`` (avals, ShapeDtypeStructs, arrays).
       out_dtype: dtype of the result.
       platform: the lowering platform, e.g. ``"cuda"`` or ``"cpu"``.
-      mode: ``"auto"``, ``"always"`` or ``"never"`` (see ``jax_tsm2.config``).
+      mode: ``"auto"``, ``"prefer"``, ``"always"`` or ``"never"`` (see ``jax_tsm2.config``).
       precision: canonical ``lax`` precision (None, a pair of ``lax.Precision``
         or a dot algorithm). The kernels compute at full precision (never
         TF32), which satisfies every ``Precision`` value; dot algorithms ask
@@ -152,8 +192,10 @@ def route(
         >>> import jax, jax.numpy as jnp
         >>> a = jax.ShapeDtypeStruct((20480, 20480), jnp.float32)
         >>> b = jax.ShapeDtypeStruct((20480, 8), jnp.float32)
-        >>> route(a, b, jnp.float32, platform="cuda", mode="auto").target
+        >>> route(a, b, jnp.float32, platform="cuda", mode="prefer").target
         'tsm2r'
+        >>> route(a, b, jnp.float32, platform="cuda", mode="auto").target  # XLA measured faster
+        'xla'
     """
     dtype, out = np.dtype(a.dtype), np.dtype(out_dtype)
     p = problem_of(a.shape, b.shape)
@@ -178,4 +220,12 @@ def route(
     if not cuda_targets:
         return xla("this build of jax_tsm2 has no CUDA targets (built with TSM2_CUDA=OFF?)")
     target, why = _choose_kernel(p, mode)
+    if mode == "auto" and target != "xla":
+        win = next((w for w in MEASURED_WINS if w.covers(target, dtype, p)), None)
+        if win is None:
+            return xla(
+                f"{why}, but XLA's dot measured faster for such shapes "
+                "(routing.MEASURED_WINS; mode 'prefer' runs the kernel anyway)"
+            )
+        why = f"{why}; measured faster than XLA's dot ({win.evidence})"
     return Route(target, why, p)

@@ -26,7 +26,7 @@ def kernel_ids(text: str) -> list[int]:
     return [int(k) for k in re.findall(r"kernel = (\d+) : i32", text)]
 
 
-def cuda_text(f, *args, mode="auto"):
+def cuda_text(f, *args, mode="prefer"):
     with jax_tsm2.custom_call_mode(mode):
         return lowered_text(f, *args, platform="cuda")
 
@@ -66,7 +66,7 @@ def test_other_shapes_use_xla_dot_on_cuda(a, b):
 def test_modes_on_cuda():
     tall = (S((20480, 2048), F32), S((2048, 8), F32))
     square = (S((512, 512), F32), S((512, 512), F32))
-    assert has_custom_call(cuda_text(jax_tsm2.matmul, *tall, mode="auto"))
+    assert has_custom_call(cuda_text(jax_tsm2.matmul, *tall, mode="prefer"))
     assert not has_custom_call(cuda_text(jax_tsm2.matmul, *tall, mode="never"))
     assert not has_custom_call(cuda_text(jax_tsm2.matmul, *square, mode="auto"))
     forced = cuda_text(jax_tsm2.matmul, *square, mode="always")
@@ -117,7 +117,7 @@ def test_vmap_over_b_is_one_batched_call_with_shared_a():
 # routing.route itself
 
 
-def route(a_shape, b_shape, *, dtype=F32, out=None, platform="cuda", mode="auto", **kw):
+def route(a_shape, b_shape, *, dtype=F32, out=None, platform="cuda", mode="prefer", **kw):
     return routing.route(
         S(a_shape, dtype),
         S(b_shape, dtype),
@@ -152,6 +152,23 @@ def test_route_is_xla_for_other_platforms_and_missing_targets():
     assert route((8192, 512), (512, 8), platform="tpu", mode="always").target == "xla"
     r = route((8192, 512), (512, 8), cuda_targets=False)
     assert r.target == "xla" and "CUDA" in r.reason
+
+
+def test_auto_runs_a_kernel_only_where_it_measured_faster():
+    """Mode "auto" gates eligible shapes with routing.MEASURED_WINS; "prefer" does not."""
+    win = route((100_000, 8), (8, 8), mode="auto")
+    assert win.target == "tsm2l" and "measured faster" in win.reason
+    assert route((100_000, 8), (8, 8), dtype=jnp.bfloat16, mode="auto").target == "tsm2l"
+    assert route((100_000, 8), (8, 8), dtype=jnp.float64, mode="auto").target == "xla"
+    assert route((1_000_000, 8), (8, 8), mode="auto").target == "xla"  # past the measured rows
+    assert route((4, 100_000, 8), (8, 8), mode="auto").target == "xla"  # batch counts as rows
+    lost = route((20480, 20480), (20480, 8), mode="auto")
+    assert lost.target == "xla" and "XLA's dot measured faster" in lost.reason
+    assert route((20480, 20480), (20480, 8), mode="prefer").target == "tsm2r"
+    text = cuda_text(jax_tsm2.matmul, S((100_000, 8), F32), S((8, 8), F32), mode="auto")
+    assert kernel_ids(text) == [1]
+    tall = (S((20480, 2048), F32), S((2048, 8), F32))
+    assert not has_custom_call(cuda_text(jax_tsm2.matmul, *tall, mode="auto"))
 
 
 def test_route_cpu():
@@ -196,7 +213,9 @@ def test_route_is_pure_and_hashable():
 def test_multi_platform_lowering():
     """Exported for both platforms: XLA's dot on CPU, the custom call on CUDA."""
     a, b = S((8192, 512), F32), S((512, 8), F32)
-    text = jax.jit(jax_tsm2.matmul).trace(a, b).lower(lowering_platforms=("cpu", "cuda")).as_text()
+    with jax_tsm2.custom_call_mode("prefer"):
+        lowered = jax.jit(jax_tsm2.matmul).trace(a, b).lower(lowering_platforms=("cpu", "cuda"))
+    text = lowered.as_text()
     assert has_custom_call(text) and "dot_general" in text
 
 
