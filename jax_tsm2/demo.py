@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     m = args.m or (1 << 20 if on_gpu else 8192)
     result = run_once(m, args.k, args.n)
     _print(result, "auto")
-    ok = result["max_rel_err"] < 1e-4
+    # XLA's dot at the default precision may use TF32 for f32 on a GPU, as jnp.matmul does.
+    ok = result["max_rel_err"] < (1e-4 if result["custom_call"] or not on_gpu else 5e-3)
     if on_gpu and not result["custom_call"]:
         with jax_tsm2.custom_call_mode("prefer"):
             kernel = run_once(m, args.k, args.n)
