@@ -130,11 +130,11 @@ def test_end_to_end_cpu_json_and_markdown(tmp_path, capsys, ensure_matmul):
 
 
 def test_wrong_implementation_is_reported_not_timed(monkeypatch):
-    monkeypatch.setattr(jax_tsm2, "matmul", lambda a, b: jnp.matmul(a, b) * 1.01, raising=False)
+    monkeypatch.setattr(jax_tsm2, "matmul", lambda a, b: jnp.matmul(a, b) * 1.1, raising=False)
     doc = run_suite(_tiny_opts(cases=["L:1000x8x8"], impls=["tsm2", "jnp"]), log=lambda _: None)
     recs = {r["impl"]: r for r in doc["records"]}
     assert recs["tsm2"]["status"] == "failed-check"
-    assert recs["tsm2"]["seconds"] is None and recs["tsm2"]["rel_error"] > 1e-3
+    assert recs["tsm2"]["seconds"] is None and recs["tsm2"]["rel_error"] > 5e-2
     assert recs["jnp"]["status"] == "ok"
     misses = doc["summary"]["bars"]["bar2"]["misses"]
     assert [m["case"] for m in misses] == ["L:1000x8x8"]
