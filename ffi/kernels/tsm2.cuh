@@ -282,8 +282,9 @@ __global__ void __launch_bounds__(kRows* kKGroups) Tsm2Kernel(const __grid_const
             }
           } else {
             const int slot_id = begun_here ? 1 : 0;  // 0: head of my range, 1: its tail
-            static_cast<Acc*>(p.partials)[((static_cast<int64_t>(blockIdx.x) * 2 + slot_id) * kRows +
-                                           orow) * NT + j] = sum;
+            static_cast<Acc*>(
+                p.partials)[((static_cast<int64_t>(blockIdx.x) * 2 + slot_id) * kRows + orow) * NT +
+                            j] = sum;
           }
         }
       }
