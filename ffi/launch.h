@@ -25,7 +25,7 @@ struct DeviceMatmul {
 };
 
 // Kernel family, as chosen by the router: TSM2R for a large A times a skinny
-// B, TSM2L for a tall-and-skinny A (k <= kTsm2lMaxK) times a small B.
+// B, TSM2L for a tall-and-skinny A (k small; see tile_configs.h) times a small B.
 enum class Family { kTsm2r, kTsm2l };
 
 // How one launch is laid out: filled by PlanMatmul, consumed by LaunchMatmul.
