@@ -58,7 +58,7 @@ def matmul(
     precision: lax.PrecisionLike = None,
     preferred_element_type: DTypeLike | None = None,
 ) -> jax.Array:
-    """Matrix product with the semantics of ``jnp.matmul``; TSM2 kernels where they fit.
+    """Matrix product with the semantics of ``jnp.matmul``; TSM2 kernels where they win.
 
     Args:
       a: array of shape ``(k,)`` or ``(..., m, k)``.
@@ -81,13 +81,14 @@ def matmul(
 
     Whether a call runs the TSM2 kernels or XLA's dot is decided when it is
     lowered, from its static shapes and dtypes (``jax_tsm2.routing``) and the
-    custom-call mode (``jax_tsm2.custom_call_mode``).
+    custom-call mode (``jax_tsm2.custom_call_mode``): by default a kernel runs
+    only where it measured faster than XLA's dot.
 
     Example:
         >>> import jax, jax.numpy as jnp, jax_tsm2
         >>> a = jnp.ones((4096, 256))
         >>> b = jnp.ones((256, 8))
-        >>> c = jax.jit(jax_tsm2.matmul)(a, b)  # TSM2R on an NVIDIA GPU
+        >>> c = jax.jit(jax_tsm2.matmul)(a, b)  # XLA's dot or TSM2R: see routing
         >>> c.shape, float(c[0, 0])
         ((4096, 8), 256.0)
     """
