@@ -1,0 +1,498 @@
+"""Lloyd's k-means as pure JAX functions: ``kmeans``, ``assign``, ``kmeans_plusplus``.
+
+Every function here is pure and traceable: ``kmeans`` runs under ``jax.jit``
+(with ``k``, ``init`` as a string, ``n_init`` and ``max_iter`` static), under
+``jax.vmap`` and, with ``axis_name``, under ``shard_map`` with the points
+sharded over devices.
+
+The two heavy products of an iteration are tall-and-skinny and both go through
+``jax_tsm2.matmul``:
+
+* assignment: ``||x - c||^2 = ||x||^2 - 2 x.c + ||c||^2``, where ``-2 x.c`` is
+  ``(n, d) @ (d, k)``, computed in one function, ``_cross``, so that a fused
+  distance-and-argmin kernel can replace it later without touching the rest;
+* update: centroid sums as ``onehot(labels, weighted).T @ x``, a ``(k, n) @
+  (n, d)`` product, instead of XLA's scatter-add (slow on GPUs for this shape);
+  cluster weights are column sums of the same one-hot matrix.
+
+Numerics: ``||x||^2`` is computed once per call, distances are clamped at zero,
+bf16/f16 inputs accumulate in f32 (``preferred_element_type``), and the data
+are centred on their weighted mean before clustering (centroids are shifted back
+at the end), so that data far from the origin do not lose their distances to
+cancellation in the expanded form.
+
+Behaviour follows scikit-learn's ``KMeans(algorithm="lloyd")``: greedy
+k-means++ with ``2 + int(log(k))`` local trials, ``tol`` relative to the mean
+per-feature variance of the data and compared with the squared centroid shift,
+strict convergence when no label changes, empty clusters relocated to the points
+farthest from their centres, sample weights honoured everywhere, and a final
+assignment against the returned centroids. Differences are listed in
+``kmeans``'s docstring.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jax_tsm2.api import matmul
+
+__all__ = [
+    "INIT_METHODS",
+    "KMeansState",
+    "assign",
+    "kmeans",
+    "kmeans_plusplus",
+    "sq_distances",
+]
+
+INIT_METHODS = ("k-means++", "random")
+
+_HIGHEST = lax.Precision.HIGHEST
+
+
+class KMeansState(NamedTuple):
+    """The result of :func:`kmeans` (a pytree: every field is an array).
+
+    Attributes:
+      centroids: ``(k, d)`` cluster centres, in the accumulation dtype (f32 for
+        bf16/f16 data, else the data's dtype).
+      labels: ``(n,)`` int32 index of the closest centroid of each point.
+      inertia: weighted sum of squared distances of points to their centroid.
+      n_iter: number of Lloyd iterations run (int32).
+      converged: True when the run stopped on ``tol`` or on unchanged labels
+        rather than on ``max_iter``.
+      inertia_history: ``(max_iter,)`` inertia of the assignment made in each
+        iteration (against the centroids entering it), NaN after the last one.
+    """
+
+    centroids: jax.Array
+    labels: jax.Array
+    inertia: jax.Array
+    n_iter: jax.Array
+    converged: jax.Array
+    inertia_history: jax.Array
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _acc_dtype(dtype: Any) -> jnp.dtype:
+    """Accumulation dtype: f32 for bf16/f16, the dtype itself otherwise."""
+    dtype = jnp.dtype(dtype)
+    if dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        return jnp.dtype(jnp.float32)
+    return dtype
+
+
+def _as_float(x: Any) -> jax.Array:
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(float))
+    return x
+
+
+def _psum(x: jax.Array, axis_name: Any) -> jax.Array:
+    return x if axis_name is None else lax.psum(x, axis_name)
+
+
+def _varying(x: jax.Array, axis_name: Any) -> jax.Array:
+    """Mark a replicated value as device-varying (shard_map's type system)."""
+    return x if axis_name is None else lax.pcast(x, axis_name, to="varying")
+
+
+def _cross(x: jax.Array, c: jax.Array) -> jax.Array:
+    """``x @ c.T`` with accumulation in ``_acc_dtype(x.dtype)``: the assignment's product.
+
+    ``x`` is ``(n, d)`` (tall), ``c`` is ``(k, d)`` (few rows). This is the one
+    place a fused distance kernel slots in.
+    """
+    acc = _acc_dtype(x.dtype)
+    return matmul(x, c.astype(x.dtype).T, precision=_HIGHEST, preferred_element_type=acc)
+
+
+def _sq_norms(x: jax.Array) -> jax.Array:
+    xa = x.astype(_acc_dtype(x.dtype))
+    return jnp.sum(xa * xa, axis=1)
+
+
+def _sq_dist(x: jax.Array, x_sq: jax.Array, c: jax.Array) -> jax.Array:
+    """``(n, k)`` squared distances, clamped at zero; ``x_sq`` is ``_sq_norms(x)``."""
+    acc = _acc_dtype(x.dtype)
+    cc = c.astype(x.dtype).astype(acc)  # the centroids the product actually sees
+    c_sq = jnp.sum(cc * cc, axis=1)
+    d = x_sq[:, None] - 2 * _cross(x, c) + c_sq[None, :]
+    return jnp.maximum(d, 0)
+
+
+def _assign_sq(x: jax.Array, x_sq: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
+    d = _sq_dist(x, x_sq, c)
+    labels = jnp.argmin(d, axis=1).astype(jnp.int32)
+    return labels, jnp.take_along_axis(d, labels[:, None], axis=1)[:, 0]
+
+
+def _global_top_k(values: jax.Array, payloads: tuple, k: int, axis_name: Any):
+    """The ``k`` largest ``values`` over all shards, with the matching payload rows."""
+    kk = min(k, values.shape[0])
+    top, idx = lax.top_k(values, kk)
+    rows = tuple(p[idx] for p in payloads)
+    if axis_name is not None:
+        top = lax.all_gather(top, axis_name, tiled=True)
+        rows = tuple(lax.all_gather(r, axis_name, tiled=True) for r in rows)
+        top, idx = lax.top_k(top, k)
+        # Equal on every device already; pmax of equal values is exact and marks
+        # them replicated (device-invariant) for shard_map's type checks.
+        top = lax.pmax(top, axis_name)
+        rows = tuple(lax.pmax(r[idx], axis_name) for r in rows)
+    return top, rows
+
+
+def _sample_rows(u: jax.Array, p: jax.Array, x: jax.Array, axis_name: Any) -> jax.Array:
+    """Rows of ``x`` drawn with probability ``p / sum(p)``, by inverse CDF at ``u`` in [0, 1).
+
+    The same rule as scikit-learn's ``searchsorted(cumsum(p), u * total)``; with
+    ``axis_name`` the cumulative sum runs over all shards in device order.
+    """
+    cs = jnp.cumsum(p)
+    n = x.shape[0]
+    if axis_name is None:
+        idx = jnp.clip(jnp.searchsorted(cs, u * cs[-1]), 0, n - 1)
+        return x[idx]
+    totals = lax.all_gather(cs[-1], axis_name)
+    me = lax.axis_index(axis_name)
+    offset = jnp.sum(jnp.where(jnp.arange(totals.shape[0]) < me, totals, 0))
+    r = u * jnp.sum(totals) - offset
+    last = me == totals.shape[0] - 1
+    owned = ((r >= 0) & (r < cs[-1])) | (last & (r >= cs[-1]))
+    idx = jnp.clip(jnp.searchsorted(cs, r), 0, n - 1)
+    return lax.psum(jnp.where(owned[:, None], x[idx], 0), axis_name)
+
+
+def _prepare(x, sample_weight, axis_name):
+    """Centre ``x`` on its weighted mean: returns ``(xc, x_sq, w, mu, mean_var)``."""
+    x = _as_float(x)
+    if x.ndim != 2:
+        raise ValueError(f"x must be 2-D (n_samples, n_features), got shape {x.shape}")
+    acc = _acc_dtype(x.dtype)
+    n, d = x.shape
+    if sample_weight is None:
+        w = jnp.ones((n,), acc)
+    else:
+        w = jnp.asarray(sample_weight, acc)
+        if w.shape != (n,):
+            raise ValueError(f"sample_weight must have shape ({n},), got {w.shape}")
+    xa = x.astype(acc)
+    total = _psum(jnp.sum(w), axis_name)
+    mu = _psum(jnp.sum(w[:, None] * xa, axis=0), axis_name) / total
+    xc = (xa - mu).astype(x.dtype)
+    x_sq = _sq_norms(xc)
+    mean_var = _psum(jnp.sum(w * x_sq), axis_name) / (total * d)
+    return xc, x_sq, w, mu, mean_var
+
+
+# ---------------------------------------------------------------- init
+
+
+def _kmeans_plusplus_centered(key, xc, x_sq, w, k, n_local_trials, axis_name):
+    acc = _acc_dtype(xc.dtype)
+    d = xc.shape[1]
+    trials = n_local_trials if n_local_trials is not None else 2 + int(math.log(k))
+    key, sub = jax.random.split(key)
+    c0 = _sample_rows(jax.random.uniform(sub, (1,), acc), w, xc, axis_name)[0].astype(acc)
+    closest = _sq_dist(xc, x_sq, c0[None])[:, 0]
+    centers = jnp.zeros((k, d), acc).at[0].set(c0)
+
+    def body(j, carry):
+        centers, closest, key = carry
+        key, sub = jax.random.split(key)
+        u = jax.random.uniform(sub, (trials,), acc)
+        cand = _sample_rows(u, w * closest, xc, axis_name).astype(acc)
+        dc = jnp.minimum(closest[:, None], _sq_dist(xc, x_sq, cand))
+        pots = _psum(jnp.sum(w[:, None] * dc, axis=0), axis_name)
+        best = jnp.argmin(pots)
+        return centers.at[j].set(cand[best]), dc[:, best], key
+
+    centers, _, _ = lax.fori_loop(1, k, body, (centers, closest, key))
+    return centers
+
+
+def _random_centered(key, xc, w, k, axis_name):
+    """k distinct points drawn with probability proportional to weight (Gumbel top-k)."""
+    acc = _acc_dtype(xc.dtype)
+    if axis_name is not None:
+        key = jax.random.fold_in(key, lax.axis_index(axis_name))
+    g = jax.random.gumbel(key, w.shape, acc)
+    scores = jnp.where(w > 0, jnp.log(jnp.where(w > 0, w, 1)) + g, -jnp.inf)
+    _, (rows,) = _global_top_k(scores, (xc,), k, axis_name)
+    return rows.astype(acc)
+
+
+def kmeans_plusplus(
+    key: jax.Array,
+    x: Any,
+    k: int,
+    sample_weight: Any = None,
+    *,
+    n_local_trials: int | None = None,
+    axis_name: Any = None,
+) -> jax.Array:
+    """Greedy k-means++ seeding (scikit-learn's rule): ``k`` initial centroids.
+
+    The first centre is drawn with probability proportional to weight; each next
+    one is the best (lowest weighted potential) of ``n_local_trials`` candidates
+    (default ``2 + int(log(k))``) drawn with probability proportional to
+    ``weight * D(x)^2``.
+
+    Unlike ``sklearn.cluster.kmeans_plusplus`` this returns only the centres,
+    not their indices (indices are not meaningful when points are sharded).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> x = jnp.array([[0.0, 0.0], [0.0, 1.0], [10.0, 0.0], [10.0, 1.0]])
+      >>> c = kmeans_plusplus(jax.random.key(0), x, 2)
+      >>> sorted(float(v) for v in c[:, 0])
+      [0.0, 10.0]
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    return _kmeans_plusplus_jit(key, _as_float(x), sample_weight, k, n_local_trials, axis_name)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4, 5))
+def _kmeans_plusplus_jit(key, x, sample_weight, k, n_local_trials, axis_name):
+    xc, x_sq, w, mu, _ = _prepare(x, sample_weight, axis_name)
+    return _kmeans_plusplus_centered(key, xc, x_sq, w, k, n_local_trials, axis_name) + mu
+
+
+# ---------------------------------------------------------------- Lloyd
+
+
+def _update(xc, w, labels, mind, c_old, k, axis_name):
+    """New centroids from labels: one-hot sums (no scatter-add), empty clusters relocated."""
+    acc = c_old.dtype
+    onehot = (labels[:, None] == jnp.arange(k, dtype=labels.dtype)).astype(acc) * w[:, None]
+    sums = _psum(matmul(onehot.T, xc.astype(acc), precision=_HIGHEST), axis_name)
+    counts = _psum(jnp.sum(onehot, axis=0), axis_name)
+
+    # scikit-learn's rule: the j-th empty cluster (in index order) takes the j-th
+    # point farthest from its centre; that point's weight leaves its old cluster.
+    empty = counts == 0
+    _, (pts, pw, plab) = _global_top_k(mind, (xc.astype(acc), w, labels), k, axis_name)
+    rank = jnp.where(empty, jnp.cumsum(empty) - 1, 0)
+    contrib = jnp.where(empty[:, None], pw[rank][:, None] * pts[rank], 0)
+    wcon = jnp.where(empty, pw[rank], 0)
+    move = ((plab[rank][:, None] == jnp.arange(k)) & empty[:, None]).astype(acc)
+    sums = jnp.where(empty[:, None], contrib, sums) - move.T @ contrib
+    counts = jnp.where(empty, wcon, counts) - move.T @ wcon
+
+    safe = jnp.where(counts > 0, counts, 1)
+    return jnp.where((counts > 0)[:, None], sums / safe[:, None], c_old)
+
+
+def _single_run(key, xc, x_sq, w, init_c, tol_abs, *, k, init_kind, max_iter, axis_name):
+    acc = _acc_dtype(xc.dtype)
+    if init_kind == "k-means++":
+        c0 = _kmeans_plusplus_centered(key, xc, x_sq, w, k, None, axis_name)
+    elif init_kind == "random":
+        c0 = _random_centered(key, xc, w, k, axis_name)
+    else:
+        c0 = init_c.astype(acc)
+
+    def cond(carry):
+        i, _, _, stop, _ = carry
+        return (i < max_iter) & ~stop
+
+    def body(carry):
+        i, c, labels_old, _, hist = carry
+        labels, mind = _assign_sq(xc, x_sq, c)
+        hist = hist.at[i].set(_psum(jnp.sum(w * mind), axis_name))
+        c_new = _update(xc, w, labels, mind, c, k, axis_name)
+        changed = _psum(jnp.sum(labels != labels_old), axis_name)
+        shift = jnp.sum((c_new - c) ** 2)
+        return i + 1, c_new, labels, (changed == 0) | (shift <= tol_abs), hist
+
+    carry = (
+        jnp.int32(0),
+        c0,
+        _varying(jnp.full(xc.shape[0], -1, jnp.int32), axis_name),
+        jnp.bool_(False),
+        jnp.full((max_iter,), jnp.nan, acc),
+    )
+    n_iter, c, _, stop, hist = lax.while_loop(cond, body, carry)
+    labels, mind = _assign_sq(xc, x_sq, c)
+    inertia = _psum(jnp.sum(w * mind), axis_name)
+    return c, labels, inertia, n_iter, stop, hist
+
+
+def _kmeans_impl(key, x, sample_weight, init_c, tol, *, k, init_kind, n_init, max_iter, axis_name):
+    xc, x_sq, w, mu, mean_var = _prepare(x, sample_weight, axis_name)
+    tol_abs = tol * mean_var
+    if init_c is not None:
+        init_c = jnp.asarray(init_c, mu.dtype) - mu
+
+    def run(key):
+        return _single_run(
+            key, xc, x_sq, w, init_c, tol_abs,
+            k=k, init_kind=init_kind, max_iter=max_iter, axis_name=axis_name,
+        )  # fmt: skip
+
+    if n_init == 1:
+        c, labels, inertia, n_iter, stop, hist = run(key)
+    else:
+        outs = jax.vmap(run)(jax.random.split(key, n_init))
+        best = jnp.argmin(outs[2])
+        c, labels, inertia, n_iter, stop, hist = (o[best] for o in outs)
+    return KMeansState(c + mu, labels, inertia, n_iter, stop, hist)
+
+
+_kmeans_jit = jax.jit(
+    _kmeans_impl, static_argnames=("k", "init_kind", "n_init", "max_iter", "axis_name")
+)
+
+
+def kmeans(
+    key: jax.Array,
+    x: Any,
+    k: int,
+    *,
+    init: str | Any = "k-means++",
+    n_init: int = 1,
+    max_iter: int = 300,
+    tol: float = 1e-4,
+    sample_weight: Any = None,
+    axis_name: Any = None,
+) -> KMeansState:
+    """Lloyd's k-means on the rows of ``x``: pure, jit-able, vmap-able, shardable.
+
+    Args:
+      key: a JAX PRNG key (used by ``"k-means++"`` and ``"random"`` init and to
+        split over restarts).
+      x: ``(n, d)`` data; integer data are converted to the default float dtype.
+        bf16/f16 data stay in their dtype for the products, which accumulate in
+        f32; centroids, distances and inertia are f32 then.
+      k: number of clusters (static).
+      init: ``"k-means++"`` (greedy, as scikit-learn), ``"random"`` (k distinct
+        points drawn with probability proportional to weight), or a ``(k, d)``
+        array of initial centroids (then ``n_init`` is taken as 1). Static when a
+        string.
+      n_init: independent restarts, run with ``vmap`` over split keys; the one
+        with the lowest inertia is returned (static).
+      max_iter: most Lloyd iterations per restart (static).
+      tol: convergence when the squared centroid shift summed over clusters is
+        at most ``tol * mean(var(x, axis=0))`` (weighted variance).
+      sample_weight: ``(n,)`` non-negative weights, or None for all ones.
+      axis_name: when called under ``shard_map`` with the points (rows of ``x``
+        and ``sample_weight``) sharded over this mesh axis, sums, counts,
+        inertia and variance are reduced with ``psum``; centroids and scalars
+        come out replicated, labels sharded like ``x``.
+
+    Returns:
+      A :class:`KMeansState`.
+
+    Differences from ``sklearn.cluster.KMeans(algorithm="lloyd")``, and why:
+
+    * ``tol`` is relative to the *weighted* variance (scikit-learn ignores the
+      weights there), so that integer weights behave exactly as repeated points.
+    * Randomness comes from JAX keys, so the same seed gives different
+      centroids than scikit-learn's ``random_state``; from the same initial
+      centroids the iterations are the same algorithm.
+    * ``"random"`` init draws with probability proportional to weight without
+      replacement through the Gumbel top-k trick (shard-friendly); under
+      ``axis_name`` it depends on the number of shards.
+    * No warning when ``n_init > 1`` with an array init; no ``copy_x``,
+      ``verbose`` or ``algorithm="elkan"``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> x = jnp.array([[0.0, 0.0], [0.0, 1.0], [10.0, 0.0], [10.0, 1.0]])
+      >>> s = kmeans(jax.random.key(0), x, 2)
+      >>> sorted(s.centroids[:, 0].tolist()), float(s.inertia)
+      ([0.0, 10.0], 1.0)
+      >>> bool(s.labels[0] == s.labels[1]), bool(s.converged)
+      (True, True)
+    """
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive int, got {k!r}")
+    if n_init < 1 or max_iter < 1:
+        raise ValueError(f"n_init and max_iter must be >= 1, got {n_init}, {max_iter}")
+    x = _as_float(x)
+    if x.ndim != 2:
+        raise ValueError(f"x must be 2-D (n_samples, n_features), got shape {x.shape}")
+    if axis_name is None and x.shape[0] < k:
+        raise ValueError(f"n_samples={x.shape[0]} should be >= k={k}")
+    init_c = None
+    if isinstance(init, str):
+        if init not in INIT_METHODS:
+            raise ValueError(f"init must be one of {INIT_METHODS} or an array, got {init!r}")
+        init_kind = init
+    else:
+        init_c = jnp.asarray(init)
+        if init_c.shape != (k, x.shape[1]):
+            raise ValueError(f"init array must have shape {(k, x.shape[1])}, got {init_c.shape}")
+        init_kind, n_init = "array", 1
+    return _kmeans_jit(
+        key, x, sample_weight, init_c, tol,
+        k=k, init_kind=init_kind, n_init=n_init, max_iter=max_iter, axis_name=axis_name,
+    )  # fmt: skip
+
+
+def assign(x: Any, centroids: Any) -> tuple[jax.Array, jax.Array]:
+    """Closest centroid of each row of ``x``: ``(labels, squared distances)``.
+
+    Both are shifted by the centroids' mean first, so that points and centroids
+    far from the origin keep their distances (no cancellation in
+    ``||x||^2 - 2 x.c + ||c||^2``). Distances are in the accumulation dtype
+    (f32 for bf16/f16) and never negative.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> labels, d2 = assign(jnp.array([[0.0, 1.0], [9.0, 0.0]]),
+      ...                     jnp.array([[0.0, 0.0], [10.0, 0.0]]))
+      >>> labels.tolist(), d2.tolist()
+      ([0, 1], [1.0, 1.0])
+    """
+    return _assign_jit(*_check_pair(x, centroids))
+
+
+@jax.jit
+def _assign_jit(x, c):
+    xc, c = _shift_to_centroids(x, c)
+    return _assign_sq(xc, _sq_norms(xc), c)
+
+
+def sq_distances(x: Any, centroids: Any) -> jax.Array:
+    """``(n, k)`` squared distances from each row of ``x`` to each centroid.
+
+    Computed as :func:`assign` does (shifted by the centroids' mean, clamped
+    at zero, f32 accumulation for bf16/f16).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> sq_distances(jnp.array([[0.0, 1.0]]), jnp.array([[0.0, 0.0], [3.0, 1.0]])).tolist()
+      [[1.0, 9.0]]
+    """
+    return _sq_distances_jit(*_check_pair(x, centroids))
+
+
+@jax.jit
+def _sq_distances_jit(x, c):
+    xc, c = _shift_to_centroids(x, c)
+    return _sq_dist(xc, _sq_norms(xc), c)
+
+
+def _check_pair(x: Any, centroids: Any) -> tuple[jax.Array, jax.Array]:
+    x = _as_float(x)
+    c = jnp.asarray(centroids, _acc_dtype(x.dtype))
+    if x.ndim != 2 or c.ndim != 2 or x.shape[1] != c.shape[1]:
+        raise ValueError(f"need x (n, d) and centroids (k, d), got {x.shape} and {c.shape}")
+    return x, c
+
+
+def _shift_to_centroids(x: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
+    shift = jnp.mean(c, axis=0)
+    return (x.astype(c.dtype) - shift).astype(x.dtype), c - shift
