@@ -9,6 +9,7 @@ from importlib import metadata as _metadata
 from jax_tsm2._ffi import build_info
 from jax_tsm2.api import matmul
 from jax_tsm2.config import custom_call_mode, get_custom_call_mode, set_custom_call_mode
+from jax_tsm2.kmeans import KMeans, kmeans
 
 try:
     __version__ = _metadata.version("jax_tsm2")
@@ -16,10 +17,12 @@ except _metadata.PackageNotFoundError:  # running from a source tree without ins
     __version__ = "0+unknown"
 
 __all__ = [
+    "KMeans",
     "__version__",
     "build_info",
     "custom_call_mode",
     "get_custom_call_mode",
+    "kmeans",
     "matmul",
     "set_custom_call_mode",
 ]
