@@ -6,6 +6,7 @@ extension and registers its XLA FFI targets (``jax_tsm2._ffi``).
 
 from importlib import metadata as _metadata
 
+from jax_tsm2 import abft
 from jax_tsm2._ffi import build_info
 from jax_tsm2.api import matmul
 from jax_tsm2.config import custom_call_mode, get_custom_call_mode, set_custom_call_mode
@@ -19,6 +20,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree without ins
 __all__ = [
     "KMeans",
     "__version__",
+    "abft",
     "build_info",
     "custom_call_mode",
     "get_custom_call_mode",
