@@ -17,24 +17,19 @@
 
 namespace tsm2 {
 
-// The two tile shapes of tile_configs.h as compile-time parameters.
+// The tile shapes of tile_configs.h, as the config templates Tsm2Variant
+// takes (any template C<T, NT> with a constexpr TileConfig kT will do).
 template <typename T, int NT>
 struct RConfig {
-  static constexpr TileConfig kT = RTile(sizeof(T));
-  static constexpr int kRows = kT.rows, kKGroups = kT.k_groups;
-  static constexpr int kStages = kT.stages, kVecPerThread = kT.vec_per_thr;
+  static constexpr TileConfig kT = RTile(sizeof(T), NT);
 };
-template <typename T, int NT>
+template <int kVpt>
 struct LConfig {
-  static constexpr TileConfig kT = LTile(sizeof(T));
-  static constexpr int kRows = kT.rows, kKGroups = kT.k_groups;
-  static constexpr int kStages = kT.stages, kVecPerThread = kT.vec_per_thr;
+  template <typename T, int NT>
+  struct C {
+    static constexpr TileConfig kT = LTile(sizeof(T), NT, kVpt);
+  };
 };
-
-template <typename T>
-inline bool UsesLTileFor(const DeviceMatmul& p, Family f) {
-  return UsesLTile(f == Family::kTsm2l, p.k, sizeof(T));
-}
 
 // Occupancy and the shared-memory opt-in, once per kernel and device.
 inline cudaError_t BlocksPerSm(const void* kernel, int threads, int smem, int* out) {
@@ -66,13 +61,12 @@ inline cudaError_t BlocksPerSm(const void* kernel, int threads, int smem, int* o
 
 template <typename T, int NT, template <typename, int> class C>
 struct Tsm2Variant {
-  static constexpr int kRows = C<T, NT>::kRows, kKGroups = C<T, NT>::kKGroups;
-  static constexpr int kVpt = C<T, NT>::kVecPerThread, kStages = C<T, NT>::kStages;
-  using Cfg = Tsm2Config<T, NT, kRows, kKGroups, kVpt, kStages>;
+  static constexpr TileConfig kT = C<T, NT>::kT;
+  using Cfg =
+      Tsm2Config<T, NT, kT.rows, kT.rows_per_thread, kT.k_groups, kT.vec_per_thr, kT.stages>;
+  static constexpr int kRows = Cfg::kRows;
 
-  static const void* Kernel() {
-    return reinterpret_cast<const void*>(&Tsm2Kernel<T, NT, kRows, kKGroups, kVpt, kStages>);
-  }
+  static const void* Kernel() { return reinterpret_cast<const void*>(&Tsm2Kernel<T, NT, Cfg>); }
 
   static Tsm2Args Args(const DeviceMatmul& p, int64_t blocks_hint) {
     Tsm2Args a{};
@@ -90,7 +84,11 @@ struct Tsm2Variant {
     a.units = p.batch * a.n_tiles * a.row_tiles * a.chunks;
     a.blocks = static_cast<int>(std::min<int64_t>(a.units, blocks_hint));
     a.out_f32 = p.out_f32;
-    a.a_vec_ok = p.k % kVec<T> == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
+    a.a_vec_ok = p.k % kVec<T> == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
+                 reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
+    // Whole-vector output rows (NT outputs of the output type fill 16-byte units).
+    const int osize = p.out_f32 ? 4 : static_cast<int>(sizeof(T));
+    a.c_dense = p.n == NT && NT * osize % 16 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
     return a;
   }
 
@@ -126,8 +124,7 @@ struct Tsm2Variant {
     a.partials = workspace;
     if (a.units != plan.units || a.blocks != plan.blocks) return cudaErrorInvalidValue;
     if (plan.workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
-    Tsm2Kernel<T, NT, kRows, kKGroups, kVpt, kStages>
-        <<<a.blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+    Tsm2Kernel<T, NT, Cfg><<<a.blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     if (plan.workspace_bytes > 0) {
       Tsm2FixupKernel<T, NT, kRows><<<a.blocks - 1, 256, 0, stream>>>(a);
@@ -137,60 +134,78 @@ struct Tsm2Variant {
   }
 };
 
-template <typename T, int NT>
-cudaError_t PlanNt(const DeviceMatmul& p, Family f, size_t ws, MatmulPlan* plan) {
-  return UsesLTileFor<T>(p, f) ? Tsm2Variant<T, NT, LConfig>::Plan(p, ws, plan)
-                               : Tsm2Variant<T, NT, RConfig>::Plan(p, ws, plan);
+// Calls op.Run<V>() with the Tsm2Variant V that serves problem p: the n-tile
+// (t2) from n, then the R tile or the L tile for this k.
+template <typename T, int NT, typename Op>
+cudaError_t WithTile(const DeviceMatmul& p, Family f, const Op& op) {
+  if (!UsesLTile(f == Family::kTsm2l, p.k, sizeof(T))) {
+    return op.template Run<Tsm2Variant<T, NT, RConfig>>();
+  }
+  switch (LVecsPerThread(p.k, sizeof(T))) {
+    case 1:
+      return op.template Run<Tsm2Variant<T, NT, LConfig<1>::template C>>();
+    case 2:
+      return op.template Run<Tsm2Variant<T, NT, LConfig<2>::template C>>();
+    case 4:
+      return op.template Run<Tsm2Variant<T, NT, LConfig<4>::template C>>();
+    default:
+      return op.template Run<Tsm2Variant<T, NT, LConfig<8>::template C>>();
+  }
 }
 
-template <typename T, int NT>
-cudaError_t LaunchNt(const DeviceMatmul& p, const MatmulPlan& plan, void* ws, cudaStream_t stream) {
-  return UsesLTileFor<T>(p, plan.family) ? Tsm2Variant<T, NT, LConfig>::Launch(p, plan, ws, stream)
-                                         : Tsm2Variant<T, NT, RConfig>::Launch(p, plan, ws, stream);
+template <typename T, typename Op>
+cudaError_t WithVariant(const DeviceMatmul& p, Family f, int n_tile, const Op& op) {
+  switch (n_tile) {
+    case 1:
+      return WithTile<T, 1>(p, f, op);
+    case 2:
+      return WithTile<T, 2>(p, f, op);
+    case 4:
+      return WithTile<T, 4>(p, f, op);
+    case 8:
+      return WithTile<T, 8>(p, f, op);
+    case 16:
+      return WithTile<T, 16>(p, f, op);
+    case 32:
+      return WithTile<T, 32>(p, f, op);
+    case 64:
+      return WithTile<T, 64>(p, f, op);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
+
+struct PlanOp {
+  const DeviceMatmul& p;
+  size_t workspace_capacity;
+  MatmulPlan* plan;
+  template <typename V>
+  cudaError_t Run() const {
+    return V::Plan(p, workspace_capacity, plan);
+  }
+};
+
+struct LaunchOp {
+  const DeviceMatmul& p;
+  const MatmulPlan& plan;
+  void* workspace;
+  cudaStream_t stream;
+  template <typename V>
+  cudaError_t Run() const {
+    return V::Launch(p, plan, workspace, stream);
+  }
+};
 
 template <typename T>
 cudaError_t TypedLauncher<T>::Plan(const DeviceMatmul& p, Family f, size_t ws, MatmulPlan* plan) {
   plan->family = f;
-  switch (NTileFor(p.n)) {
-    case 1:
-      return PlanNt<T, 1>(p, f, ws, plan);
-    case 2:
-      return PlanNt<T, 2>(p, f, ws, plan);
-    case 4:
-      return PlanNt<T, 4>(p, f, ws, plan);
-    case 8:
-      return PlanNt<T, 8>(p, f, ws, plan);
-    case 16:
-      return PlanNt<T, 16>(p, f, ws, plan);
-    case 32:
-      return PlanNt<T, 32>(p, f, ws, plan);
-    default:
-      return PlanNt<T, 64>(p, f, ws, plan);
-  }
+  return WithVariant<T>(p, f, NTileFor(p.n), PlanOp{p, ws, plan});
 }
 
 template <typename T>
 cudaError_t TypedLauncher<T>::Launch(const DeviceMatmul& p, const MatmulPlan& plan, void* ws,
                                      cudaStream_t stream) {
-  switch (plan.n_tile) {
-    case 1:
-      return LaunchNt<T, 1>(p, plan, ws, stream);
-    case 2:
-      return LaunchNt<T, 2>(p, plan, ws, stream);
-    case 4:
-      return LaunchNt<T, 4>(p, plan, ws, stream);
-    case 8:
-      return LaunchNt<T, 8>(p, plan, ws, stream);
-    case 16:
-      return LaunchNt<T, 16>(p, plan, ws, stream);
-    case 32:
-      return LaunchNt<T, 32>(p, plan, ws, stream);
-    case 64:
-      return LaunchNt<T, 64>(p, plan, ws, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return WithVariant<T>(p, plan.family, plan.n_tile, LaunchOp{p, plan, ws, stream});
 }
 
 }  // namespace tsm2

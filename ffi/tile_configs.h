@@ -2,11 +2,10 @@
 // Python, through _tsm2_ext.workspace_bytes_per_block) can size workspaces
 // without CUDA.
 //
-// R: 64 rows x 4 k-groups per block, a 4-stage ring of 256-byte row segments
-//    for 4- and 8-byte types (128 bytes for 2-byte types). For long k: each
-//    row's chunk is shared by four threads and reduced at the tile's end.
-// L: 256 rows, one thread per row, a 3-stage ring of 64-byte rows. For
-//    k * itemsize <= 64: a tile is then one contiguous block of A.
+// R (any k): a tile is `rows` rows x one k-chunk; k_groups threads share each
+//    row's chunk and are reduced at the tile's end.
+// L (k * itemsize <= 128 bytes): one thread owns whole rows, so a tile is one
+//    contiguous block of A and its output one contiguous block of C.
 #pragma once
 
 #include <cstddef>
@@ -15,14 +14,44 @@
 namespace tsm2 {
 
 struct TileConfig {
-  int rows;         // rows of A per tile (threads per row group)
-  int k_groups;     // threads sharing one row's k-chunk
-  int vec_per_thr;  // 16-byte vectors of A per thread per stage (t3)
-  int stages;       // depth of the cp.async ring
+  int rows;             // rows of A per tile
+  int rows_per_thread;  // rows whose accumulators one thread holds (register blocking)
+  int k_groups;         // threads sharing one row's k-chunk
+  int vec_per_thr;      // 16-byte vectors of A per thread per stage (t3)
+  int stages;           // depth of the cp.async ring
 };
 
-constexpr TileConfig RTile(int itemsize) { return {64, 4, itemsize == 2 ? 2 : 4, 4}; }
-constexpr TileConfig LTile(int /*itemsize*/) { return {256, 1, 4, 3}; }
+// R tiles: several threads (k-groups) share each row's k-chunk. Chosen from
+// the kernel lab's sweeps on an H100 (benchmarks/NOTES.md): 64 x 256-byte
+// row segments where the FMAs are light; for wider B, register blocking over
+// 2-4 rows per thread, since each B value read from shared memory then feeds
+// several rows' FMAs.
+constexpr TileConfig RTile(int itemsize, int nt) {
+  if (itemsize == 2) {
+    if (nt == 4) return {128, 2, 4, 2, 4};
+    if (nt == 8 || nt == 16) return {128, 4, 8, 1, 4};
+    return {64, 1, 4, 2, 4};
+  }
+  if (nt == 16) return itemsize == 8 ? TileConfig{128, 2, 4, 2, 4} : TileConfig{64, 2, 8, 2, 4};
+  return {64, 1, 4, 4, 4};
+}
+
+// L tiles: one thread per row holds the whole row (k * itemsize <= 128
+// bytes, vpt 16-byte vectors), so a tile is one contiguous block of A and the
+// tile's output one contiguous block of C.
+constexpr int kLMaxRowBytes = 128;
+constexpr TileConfig LTile(int itemsize, int nt, int vpt) {
+  const int rpt = itemsize == 2 && nt <= 16 ? 2 : 1;
+  const int rows = (vpt == 8 || nt >= 32 ? 128 : 256) * rpt;
+  return {rows, rpt, 1, vpt, 4};
+}
+
+// 16-byte vectors per L row: the power of two covering k.
+inline int LVecsPerThread(int64_t k, int itemsize) {
+  int v = 1;
+  while (v * 16 < k * itemsize) v *= 2;
+  return v;
+}
 
 // k covered by one stage of a tile (t1).
 constexpr int64_t ChunkK(const TileConfig& t, int itemsize) {
@@ -30,7 +59,7 @@ constexpr int64_t ChunkK(const TileConfig& t, int itemsize) {
 }
 
 inline bool UsesLTile(bool family_l, int64_t k, int itemsize) {
-  return family_l && k * itemsize <= 64;
+  return family_l && k * itemsize <= kLMaxRowBytes;
 }
 
 // t2: columns of B and C per block, the power of two >= n, capped at 64.
@@ -43,10 +72,13 @@ inline int NTileFor(int64_t n) {
 // Bytes of partial sums one block may leave for the fix-up pass (a head and
 // a tail tile), or 0 when every tile is one chunk and nothing is ever split.
 inline int64_t PartialBytesPerBlock(int itemsize, int64_t k, int64_t n, bool family_l) {
-  const TileConfig t = UsesLTile(family_l, k, itemsize) ? LTile(itemsize) : RTile(itemsize);
+  const int nt = NTileFor(n);
+  const TileConfig t = UsesLTile(family_l, k, itemsize)
+                           ? LTile(itemsize, nt, LVecsPerThread(k, itemsize))
+                           : RTile(itemsize, nt);
   if (k <= ChunkK(t, itemsize)) return 0;
   const int acc_bytes = itemsize == 8 ? 8 : 4;
-  return int64_t{2} * t.rows * NTileFor(n) * acc_bytes;
+  return int64_t{2} * t.rows * nt * acc_bytes;
 }
 
 }  // namespace tsm2

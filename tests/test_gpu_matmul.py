@@ -57,6 +57,27 @@ def test_kernels_on_odd_shapes(dtype, m, k, n, seed):
         assert_close_to_reference(jax.jit(ffi_matmul, static_argnums=2)(a, b, kernel), a, b)
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize("n_tile", [1, 2, 4, 8, 16, 32, 64])
+def test_every_tile_variant(dtype, n_tile):
+    """Each compiled variant the launcher can pick (ffi/tile_configs.h), deterministically.
+
+    n = n_tile takes the coalesced whole-tile output path, n_tile - 1 the
+    clipped one. R tiles: a long k (chunks split between blocks) and a short
+    one. L tiles: k filling 1, 2, 4 and 8 16-byte vectors per row, and an
+    unaligned k (element-wise staging). m is just past a multiple of every tile.
+    """
+    itemsize = jnp.dtype(dtype).itemsize
+    l_ks = [v * 16 // itemsize for v in (1, 2, 4, 8)] + [16 // itemsize * 2 - 1]
+    cases = [(TSM2R, k) for k in (1000, 31)] + [(TSM2L, k) for k in l_ks if k <= 64]
+    rng = np.random.default_rng(n_tile)
+    for n in sorted({n_tile, max(1, n_tile - 1)}):
+        for kernel, k in cases:
+            a, b = rand(rng, (1025, k), dtype), rand(rng, (k, n), dtype)
+            c = jax.jit(ffi_matmul, static_argnums=2)(a, b, kernel)
+            assert_close_to_reference(c, a, b)
+
+
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
 @pytest.mark.parametrize(("m", "k", "n"), [(1000, 257, 7), (4099, 13, 64), (65, 4097, 33)])
 def test_half_inputs_write_f32(dtype, m, k, n):

@@ -27,6 +27,13 @@
 // - kKGroups > 1 splits each row's k-chunk among several threads (TSM2R,
 //   where k is long); their partial sums are added in shared memory at the
 //   end of the tile, also in a fixed order.
+// - Register blocking (kRpt rows per thread): one B row read from shared
+//   memory feeds kRpt rows' FMAs, which is what lets wide B (n = 16) and the
+//   half types keep up with the memory system.
+// - TSM2L's two optimizations (a whole row per thread; B kept on chip for
+//   the whole run) appear as kKGroups == 1 with kVecPerThread covering k, and
+//   its tile's output, one contiguous block of C, is written through shared
+//   memory with coalesced stores.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +54,7 @@ struct Tsm2Args {
   int blocks;
   bool out_f32;   // C is f32 although T is bf16/f16
   bool a_vec_ok;  // rows of A are 16-byte aligned, so cp.async can be used
+  bool c_dense;   // n == NT and C is 16-byte aligned: a tile's output is one contiguous run
 };
 
 // Which block owns unit u: the largest b with UnitBegin(b) <= u.
@@ -54,11 +62,21 @@ __host__ __device__ inline int64_t UnitBegin(int64_t b, int64_t units, int64_t b
   return b * units / blocks;
 }
 
-template <typename T, int NT, int kRows, int kKGroups, int kVecPerThread, int kStages>
+// Compile-time shape of one kernel variant (see tile_configs.h for the ones
+// in use): Rows rows per tile, Rpt of them per thread, KGroups threads
+// sharing a row's k-chunk, Vpt 16-byte vectors of A per thread per chunk,
+// Stages cp.async ring stages.
+template <typename T, int NT, int Rows, int Rpt, int KGroups, int Vpt, int Stages>
 struct Tsm2Config {
   using Acc = AccType<T>;
-  static constexpr int kRowsPerTile = kRows;
-  static constexpr int kThreads = kRows * kKGroups;
+  static constexpr int kRows = Rows, kRpt = Rpt, kKGroups = KGroups;
+  static constexpr int kVecPerThread = Vpt, kStages = Stages;
+  static constexpr int kRowThreads = kRows / kRpt;  // threads along the rows of a tile
+  static constexpr int kThreads = kRowThreads * kKGroups;
+  // Blocks per SM the compiler must allow: caps registers at 128 per thread,
+  // which keeps 16 warps per SM to hide the ring's latency. Wide tiles
+  // (NT >= 32) would spill under that cap, so they get the registers instead.
+  static constexpr int kMinBlocks = NT < 32 && kThreads <= 512 ? 512 / kThreads : 1;
   static constexpr int kSegK = kVecPerThread * kVec<T>;  // k per thread per chunk
   static constexpr int kChunkK = kKGroups * kSegK;       // t1
   static constexpr int kVecsPerRow = kChunkK / kVec<T>;
@@ -71,14 +89,24 @@ struct Tsm2Config {
   static constexpr int kBStageElems = kChunkK * NT;
   static constexpr int kBPerThread = (kBStageElems + kThreads - 1) / kThreads;
   // The k-groups are reduced through shared memory kSlice columns at a time,
-  // which bounds that buffer for wide tiles.
-  static constexpr int kSlice = NT < 16 ? NT : 16;
+  // which bounds that buffer; with one k-group there is nothing to reduce.
+  static constexpr int kSliceCap = 4096 / (kKGroups * kRows) > 0 ? 4096 / (kKGroups * kRows) : 1;
+  static constexpr int kSlice = NT < kSliceCap ? NT : kSliceCap;
   static constexpr int kRedStride = kSlice + 1;  // odd: conflict-free scalar access
-  static constexpr int kSmemBytes = kStages * kAStageBytes +
-                                    kStages * kBStageElems * static_cast<int>(sizeof(Acc)) +
-                                    kKGroups * kRows * kRedStride * static_cast<int>(sizeof(Acc));
+  // With one k-group the same space stages a tile's output (as Acc, the
+  // widest output type) so that it is written with coalesced 16-byte stores.
+  static constexpr int kOutStride = NT * static_cast<int>(sizeof(Acc)) % 32 == 0
+                                        ? NT * static_cast<int>(sizeof(Acc)) + 16
+                                        : NT * static_cast<int>(sizeof(Acc));  // bytes
+  static constexpr int kRedBytes =
+      kKGroups > 1 ? kKGroups * kRows * kRedStride * static_cast<int>(sizeof(Acc))
+                   : kRows * kOutStride;
+  static constexpr int kSmemBytes =
+      kStages * kAStageBytes + kStages * kBStageElems * static_cast<int>(sizeof(Acc)) + kRedBytes;
+  static_assert(kRows % kRpt == 0, "rows per thread must divide the tile");
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block size");
-  static_assert(kRows % 32 == 0, "a warp must share one k-group (B broadcast)");
+  static_assert(kRowThreads % 32 == 0, "a warp must share one k-group (B broadcast)");
+  static_assert(NT % kSlice == 0, "reduction slices must tile NT");
   static_assert(kStages >= 2, "need at least double buffering");
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in an SM's shared memory");
 };
@@ -116,11 +144,11 @@ __device__ __forceinline__ void Advance(const Tsm2Args& p, Cursor& c) {
 template <typename T, typename Cfg>
 __device__ __forceinline__ void LoadATile(const Tsm2Args& p, const Cursor& uc, char* stage) {
   const T* a = static_cast<const T*>(p.a) + uc.batch * p.a_batch_stride;
-  const int64_t row0 = uc.row_tile * Cfg::kRowsPerTile;
+  const int64_t row0 = uc.row_tile * Cfg::kRows;
   const int64_t k0 = uc.chunk * Cfg::kChunkK;
   if (p.a_vec_ok) {
 #pragma unroll
-    for (int i = 0; i < Cfg::kRowsPerTile * Cfg::kVecsPerRow / Cfg::kThreads; ++i) {
+    for (int i = 0; i < Cfg::kRows * Cfg::kVecsPerRow / Cfg::kThreads; ++i) {
       const int q = threadIdx.x + i * Cfg::kThreads;
       const int r = q / Cfg::kVecsPerRow;
       const int v = q % Cfg::kVecsPerRow;
@@ -130,7 +158,7 @@ __device__ __forceinline__ void LoadATile(const Tsm2Args& p, const Cursor& uc, c
       CpAsync16(stage + r * Cfg::kRowStride + v * 16, src, valid);
     }
   } else {
-    for (int q = threadIdx.x; q < Cfg::kRowsPerTile * Cfg::kChunkK; q += Cfg::kThreads) {
+    for (int q = threadIdx.x; q < Cfg::kRows * Cfg::kChunkK; q += Cfg::kThreads) {
       const int r = q / Cfg::kChunkK;
       const int kk = q % Cfg::kChunkK;
       const int64_t gk = k0 + kk;
@@ -181,17 +209,93 @@ __device__ __forceinline__ void StoreOut(const Tsm2Args& p, int64_t idx, AccType
   }
 }
 
-template <typename T, int NT, int kRows, int kKGroups, int kVecPerThread, int kStages>
-__global__ void __launch_bounds__(kRows* kKGroups) Tsm2Kernel(const __grid_constant__ Tsm2Args p) {
-  using Cfg = Tsm2Config<T, NT, kRows, kKGroups, kVecPerThread, kStages>;
+// Writes NT consecutive outputs with 16-byte stores; false (nothing written)
+// when NT values of U are not whole 16-byte vectors or dst is misaligned.
+template <typename U, int NT, typename Acc>
+__device__ __forceinline__ bool StoreRowVec(U* dst, const Acc (&v)[NT]) {
+  constexpr int kW = 16 / static_cast<int>(sizeof(U));
+  if constexpr (NT % kW != 0) {
+    return false;
+  } else {
+    if (reinterpret_cast<uintptr_t>(dst) % 16 != 0) return false;
+#pragma unroll
+    for (int j = 0; j < NT; j += kW) {
+      U packed[kW];
+#pragma unroll
+      for (int e = 0; e < kW; ++e) FromAcc(v[j + e], &packed[e]);
+      uint4 raw;
+      memcpy(&raw, packed, 16);
+      *reinterpret_cast<uint4*>(dst + j) = raw;
+    }
+    return true;
+  }
+}
+
+// C[batch, row, n0 : n0 + NT] = v, clipped to the matrix.
+template <typename T, int NT>
+__device__ __forceinline__ void StoreRow(const Tsm2Args& p, int64_t batch, int64_t row, int64_t n0,
+                                         const AccType<T> (&v)[NT]) {
+  if (row >= p.m) return;
+  const int64_t base = (batch * p.m + row) * p.n + n0;
+  if (n0 + NT <= p.n) {
+    const bool done = p.out_f32 ? StoreRowVec<float, NT>(static_cast<float*>(p.c) + base, v)
+                                : StoreRowVec<T, NT>(static_cast<T*>(p.c) + base, v);
+    if (done) return;
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    if (n0 + j < p.n) StoreOut<T>(p, base + j, v[j]);
+  }
+}
+
+// Writes a whole tile's output when it is one contiguous run of C (n == NT):
+// each thread puts its rows in shared memory, then the block copies the run
+// out with consecutive 16-byte stores, so every L2 line is written whole
+// (row-per-thread stores would write each line in scattered pieces).
+template <typename T, int NT, typename Cfg>
+__device__ __forceinline__ void StoreTileCoalesced(const Tsm2Args& p, int64_t batch, int64_t row0,
+                                                   const AccType<T> (&acc)[Cfg::kRpt][NT],
+                                                   char* buf, int rt) {
+  const int osize = p.out_f32 ? 4 : static_cast<int>(sizeof(T));
+#pragma unroll
+  for (int i = 0; i < Cfg::kRpt; ++i) {
+    char* dst = buf + (rt + i * Cfg::kRowThreads) * Cfg::kOutStride;
+    if (p.out_f32) {
+      StoreRowVec<float, NT>(reinterpret_cast<float*>(dst), acc[i]);
+    } else {
+      StoreRowVec<T, NT>(reinterpret_cast<T*>(dst), acc[i]);
+    }
+  }
+  __syncthreads();
+  const int64_t rows = p.m - row0 < Cfg::kRows ? p.m - row0 : Cfg::kRows;
+  const int vecs_per_row = NT * osize / 16;
+  char* c = static_cast<char*>(p.c) + ((batch * p.m + row0) * NT) * osize;
+  for (int q = threadIdx.x; q < rows * vecs_per_row; q += Cfg::kThreads) {
+    const int r = q / vecs_per_row;
+    const int v = q % vecs_per_row;
+    *reinterpret_cast<uint4*>(c + static_cast<int64_t>(q) * 16) =
+        *reinterpret_cast<const uint4*>(buf + r * Cfg::kOutStride + v * 16);
+  }
+  // The buffer is next written after the next iteration's __syncthreads.
+}
+
+template <typename T, int NT, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    Tsm2Kernel(const __grid_constant__ Tsm2Args p) {
   using Acc = typename Cfg::Acc;
+  constexpr int kRows = Cfg::kRows;
+  constexpr int kRpt = kRows / Cfg::kRowThreads;
+  constexpr int kStages = Cfg::kStages;
   extern __shared__ __align__(16) char smem[];
   char* a_stages = smem;
   Acc* b_stages = reinterpret_cast<Acc*>(smem + kStages * Cfg::kAStageBytes);
   Acc* red = b_stages + kStages * Cfg::kBStageElems;
 
-  const int r = threadIdx.x % kRows;  // this thread's row in the tile
-  const int g = threadIdx.x / kRows;  // this thread's k-group
+  // This thread owns rows rt + i * kRowThreads (i < kRpt) of each tile, and
+  // the g-th k-segment of each chunk. Interleaved rows keep a warp's shared
+  // memory reads on consecutive (conflict-free) rows.
+  const int rt = threadIdx.x % Cfg::kRowThreads;
+  const int g = threadIdx.x / Cfg::kRowThreads;
   const int64_t u_begin = UnitBegin(blockIdx.x, p.units, p.blocks);
   const int64_t u_end = UnitBegin(blockIdx.x + 1, p.units, p.blocks);
   const int64_t count = u_end - u_begin;
@@ -212,15 +316,20 @@ __global__ void __launch_bounds__(kRows* kKGroups) Tsm2Kernel(const __grid_const
     CpAsyncCommit();
   }
 
-  Acc acc[NT];
+  // Register blocking (the paper's t3 reuse, over rows): each B value read
+  // from shared memory feeds kRpt rows' FMAs.
+  Acc acc[kRpt][NT];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j] = 0;
+  for (int i = 0; i < kRpt; ++i) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[i][j] = 0;
+  }
 
-  for (int64_t i = 0; i < count; ++i) {
-    CpAsyncWait<kStages - 2>();  // this thread's copies for unit i have landed
-    __syncthreads();             // everyone's have, and stage (i-1) is free again
+  for (int64_t it = 0; it < count; ++it) {
+    CpAsyncWait<kStages - 2>();  // this thread's copies for unit `it` have landed
+    __syncthreads();             // everyone's have, and stage (it-1) is free again
 
-    const int64_t ip = i + kStages - 1;
+    const int64_t ip = it + kStages - 1;
     const int slot_next = static_cast<int>(ip % kStages);
     Acc b_next[Cfg::kBPerThread];
     if (ip < count) {
@@ -230,21 +339,29 @@ __global__ void __launch_bounds__(kRows* kKGroups) Tsm2Kernel(const __grid_const
     }
     CpAsyncCommit();
 
-    // acc[j] += A[r, kk] * B[kk, j] over this thread's part of the chunk.
-    const int slot = static_cast<int>(i % kStages);
-    const char* a_row = a_stages + slot * Cfg::kAStageBytes + r * Cfg::kRowStride +
-                        g * Cfg::kSegK * static_cast<int>(sizeof(T));
+    // acc[i][j] += A[row_i, kk] * B[kk, j] over this thread's part of the chunk.
+    const int slot = static_cast<int>(it % kStages);
+    const char* a_tile = a_stages + slot * Cfg::kAStageBytes + rt * Cfg::kRowStride +
+                         g * Cfg::kSegK * static_cast<int>(sizeof(T));
     const Acc* b_seg = b_stages + slot * Cfg::kBStageElems + g * Cfg::kSegK * NT;
 #pragma unroll
-    for (int v = 0; v < kVecPerThread; ++v) {
-      Acc av[kVec<T>];
-      Unpack<T>(*reinterpret_cast<const uint4*>(a_row + v * 16), av);
+    for (int v = 0; v < Cfg::kVecPerThread; ++v) {
+      Acc av[kRpt][kVec<T>];
+#pragma unroll
+      for (int i = 0; i < kRpt; ++i) {
+        Unpack<T>(*reinterpret_cast<const uint4*>(a_tile + i * Cfg::kRowThreads * Cfg::kRowStride +
+                                                  v * 16),
+                  av[i]);
+      }
 #pragma unroll
       for (int e = 0; e < kVec<T>; ++e) {
         Acc bv[NT];
         LoadSmemRow<NT>(b_seg + (v * kVec<T> + e) * NT, bv);
 #pragma unroll
-        for (int j = 0; j < NT; ++j) acc[j] = fma(av[e], bv[j], acc[j]);
+        for (int i = 0; i < kRpt; ++i) {
+#pragma unroll
+          for (int j = 0; j < NT; ++j) acc[i][j] = fma(av[i][e], bv[j], acc[i][j]);
+        }
       }
     }
 
@@ -254,43 +371,67 @@ __global__ void __launch_bounds__(kRows* kKGroups) Tsm2Kernel(const __grid_const
     // write C (or a partial sum, when other blocks own part of this tile).
     const Cursor uc = comp_at;
     Advance(p, comp_at);
-    if (uc.chunk == p.chunks - 1 || i == count - 1) {
+    if (uc.chunk == p.chunks - 1 || it == count - 1) {
       // This block processed the tile's chunk 0 iff it did not start mid-tile.
-      const bool begun_here = i >= uc.chunk;
-      const bool finished_here = uc.chunk == p.chunks - 1;
+      const bool begun_here = it >= uc.chunk;
+      const bool whole = begun_here && uc.chunk == p.chunks - 1;
       const int64_t row0 = uc.row_tile * kRows;
       const int64_t n0 = uc.n_tile * NT;
+      // Partial sums: slot 0 is the head of this block's range, slot 1 its tail.
+      Acc* part = static_cast<Acc*>(p.partials) +
+                  (static_cast<int64_t>(blockIdx.x) * 2 + (begun_here ? 1 : 0)) * kRows * NT;
+      if constexpr (Cfg::kKGroups == 1) {
+        if (whole && p.c_dense) {
+          StoreTileCoalesced<T, NT, Cfg>(p, uc.batch, row0, acc, reinterpret_cast<char*>(red), rt);
+        } else {
 #pragma unroll
-      for (int j0 = 0; j0 < NT; j0 += Cfg::kSlice) {
-        if (j0 > 0) __syncthreads();  // the previous slice has been read
+          for (int i = 0; i < kRpt; ++i) {
+            const int row = rt + i * Cfg::kRowThreads;
+            if (whole) {
+              StoreRow<T, NT>(p, uc.batch, row0 + row, n0, acc[i]);
+            } else {
 #pragma unroll
-        for (int jj = 0; jj < Cfg::kSlice; ++jj) {
-          red[(g * kRows + r) * Cfg::kRedStride + jj] = acc[j0 + jj];
-        }
-        __syncthreads();
-        for (int o = threadIdx.x; o < kRows * Cfg::kSlice; o += Cfg::kThreads) {
-          const int orow = o / Cfg::kSlice;
-          const int j = j0 + o % Cfg::kSlice;
-          Acc sum = 0;
-#pragma unroll
-          for (int gg = 0; gg < kKGroups; ++gg) {
-            sum += red[(gg * kRows + orow) * Cfg::kRedStride + o % Cfg::kSlice];
-          }
-          if (begun_here && finished_here) {
-            if (row0 + orow < p.m && n0 + j < p.n) {
-              StoreOut<T>(p, (uc.batch * p.m + row0 + orow) * p.n + n0 + j, sum);
+              for (int j = 0; j < NT; ++j) part[row * NT + j] = acc[i][j];
             }
-          } else {
-            const int slot_id = begun_here ? 1 : 0;  // 0: head of my range, 1: its tail
-            static_cast<Acc*>(
-                p.partials)[((static_cast<int64_t>(blockIdx.x) * 2 + slot_id) * kRows + orow) * NT +
-                            j] = sum;
           }
         }
+      } else {
+#pragma unroll
+        for (int j0 = 0; j0 < NT; j0 += Cfg::kSlice) {
+          if (j0 > 0) __syncthreads();  // the previous slice has been read
+#pragma unroll
+          for (int i = 0; i < kRpt; ++i) {
+            const int row = rt + i * Cfg::kRowThreads;
+#pragma unroll
+            for (int jj = 0; jj < Cfg::kSlice; ++jj) {
+              red[(g * kRows + row) * Cfg::kRedStride + jj] = acc[i][j0 + jj];
+            }
+          }
+          __syncthreads();
+          for (int o = threadIdx.x; o < kRows * Cfg::kSlice; o += Cfg::kThreads) {
+            const int orow = o / Cfg::kSlice;
+            const int j = j0 + o % Cfg::kSlice;
+            Acc sum = 0;
+#pragma unroll
+            for (int gg = 0; gg < Cfg::kKGroups; ++gg) {
+              sum += red[(gg * kRows + orow) * Cfg::kRedStride + o % Cfg::kSlice];
+            }
+            if (whole) {
+              if (row0 + orow < p.m && n0 + j < p.n) {
+                StoreOut<T>(p, (uc.batch * p.m + row0 + orow) * p.n + n0 + j, sum);
+              }
+            } else {
+              part[orow * NT + j] = sum;
+            }
+          }
+        }
+        // The next write to `red` comes after at least one more barrier.
       }
 #pragma unroll
-      for (int j = 0; j < NT; ++j) acc[j] = 0;
-      // The next write to `red` comes after at least one more barrier.
+      for (int i = 0; i < kRpt; ++i) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) acc[i][j] = 0;
+      }
     }
   }
   CpAsyncWait<0>();

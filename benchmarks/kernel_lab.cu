@@ -1,0 +1,329 @@
+// Kernel lab: times several tile shapes of Tsm2Kernel on the headline cases,
+// outside JAX, so one build compares many variants. Each variant is checked
+// against a float64 reference first. The figures are cudaEvent times over
+// back-to-back launches (A is far larger than the L2), reported against a
+// streaming-read ceiling measured in the same process. The harness
+// (python -m jax_tsm2.bench) remains the reference for committed numbers.
+//
+// Build (no GPU needed) and run:
+//   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I. \
+//     benchmarks/kernel_lab.cu ffi/launch_stream.cu -o build/kernel_lab
+//   build/kernel_lab [filter]     # filter: substring of the case name
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ffi/launch_matmul.cuh"
+
+namespace {
+
+using tsm2::DeviceMatmul;
+using tsm2::MatmulPlan;
+using tsm2::TileConfig;
+
+#define CHECK(x)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+// A tile shape as a config template for tsm2::Tsm2Variant.
+template <int Rows, int Rpt, int KGroups, int Vpt, int Stages>
+struct Shape {
+  template <typename T, int NT>
+  struct C {
+    static constexpr TileConfig kT{Rows, Rpt, KGroups, Vpt, Stages};
+    static constexpr size_t kItemsize = sizeof(T);
+  };
+};
+
+template <typename T>
+__global__ void FillKernel(T* x, int64_t count, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = T(static_cast<float>(h & 0xffffff) / 8388608.0f - 1.0f);
+  }
+}
+
+// ref[r, j] = sum_k A[r, k] B[k, j] in float64, and the sum of |products|.
+template <typename T>
+__global__ void ReferenceKernel(const T* a, const T* b, double* ref, double* mag, int64_t m,
+                                int64_t k, int64_t n) {
+  const int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (o >= m * n) return;
+  const int64_t r = o / n, j = o % n;
+  double s = 0, s_abs = 0;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const double x = static_cast<double>(static_cast<float>(a[r * k + kk]));
+    const double y = static_cast<double>(static_cast<float>(b[kk * n + j]));
+    s += x * y;
+    s_abs += std::fabs(x * y);
+  }
+  ref[o] = s;
+  mag[o] = s_abs;
+}
+template <>
+__global__ void ReferenceKernel<double>(const double* a, const double* b, double* ref, double* mag,
+                                        int64_t m, int64_t k, int64_t n) {
+  const int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (o >= m * n) return;
+  const int64_t r = o / n, j = o % n;
+  double s = 0, s_abs = 0;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    s += a[r * k + kk] * b[kk * n + j];
+    s_abs += std::fabs(a[r * k + kk] * b[kk * n + j]);
+  }
+  ref[o] = s;
+  mag[o] = s_abs;
+}
+
+// Largest |c - ref| / (sum of |products|) over the output.
+template <typename T>
+__global__ void ErrorKernel(const T* c, const double* ref, const double* mag, int64_t count,
+                            unsigned long long* worst_bits) {
+  const int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (o >= count) return;
+  const double got = static_cast<double>(static_cast<float>(c[o]));
+  double err = std::fabs(got - ref[o]) / (mag[o] > 0 ? mag[o] : 1.0);
+  if (!(err == err)) err = 1e300;  // NaN counts as the worst
+  atomicMax(worst_bits, static_cast<unsigned long long>(__double_as_longlong(err)));
+}
+template <>
+__global__ void ErrorKernel<double>(const double* c, const double* ref, const double* mag,
+                                    int64_t count, unsigned long long* worst_bits) {
+  const int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (o >= count) return;
+  double err = std::fabs(c[o] - ref[o]) / (mag[o] > 0 ? mag[o] : 1.0);
+  if (!(err == err)) err = 1e300;
+  atomicMax(worst_bits, static_cast<unsigned long long>(__double_as_longlong(err)));
+}
+
+struct Buffers {
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  double* ref = nullptr;
+  double* mag = nullptr;
+  void* ws = nullptr;
+  size_t ws_bytes = size_t{256} << 20;
+  unsigned long long* worst = nullptr;
+};
+
+struct Case {
+  const char* name;
+  bool family_l;
+  int64_t m, k, n;
+};
+
+double ceiling_gbs = 0;
+
+template <typename T>
+tsm2::ElemType TypeOf() {
+  if (std::is_same_v<T, float>) return tsm2::ElemType::kF32;
+  if (std::is_same_v<T, double>) return tsm2::ElemType::kF64;
+  if (std::is_same_v<T, __nv_bfloat16>) return tsm2::ElemType::kBF16;
+  return tsm2::ElemType::kF16;
+}
+
+template <typename T>
+void Prepare(const Case& cs, Buffers& buf) {
+  FillKernel<T><<<2048, 256>>>(static_cast<T*>(buf.a), cs.m * cs.k, 1234u);
+  FillKernel<T><<<256, 256>>>(static_cast<T*>(buf.b), cs.k * cs.n, 99u);
+  const int64_t outs = cs.m * cs.n;
+  ReferenceKernel<T><<<static_cast<unsigned>((outs + 255) / 256), 256>>>(
+      static_cast<const T*>(buf.a), static_cast<const T*>(buf.b), buf.ref, buf.mag, cs.m, cs.k,
+      cs.n);
+  CHECK(cudaDeviceSynchronize());
+}
+
+// Whether tile config Cfg is the one the library picks for this case.
+template <typename Cfg>
+bool Same(const Case& cs) {
+  constexpr TileConfig t = Cfg::kT;
+  const int itemsize = static_cast<int>(Cfg::kItemsize);
+  const int nt = tsm2::NTileFor(cs.n);
+  const TileConfig lib = tsm2::UsesLTile(cs.family_l, cs.k, itemsize)
+                             ? tsm2::LTile(itemsize, nt, tsm2::LVecsPerThread(cs.k, itemsize))
+                             : tsm2::RTile(itemsize, nt);
+  return lib.rows == t.rows && lib.rows_per_thread == t.rows_per_thread &&
+         lib.k_groups == t.k_groups && lib.vec_per_thr == t.vec_per_thr && lib.stages == t.stages;
+}
+
+template <typename T, int NT, template <typename, int> class C>
+void Try(const Case& cs, Buffers& buf) {
+  using V = tsm2::Tsm2Variant<T, NT, C>;
+  constexpr TileConfig t = C<T, NT>::kT;
+  DeviceMatmul p;
+  p.a = buf.a;
+  p.b = buf.b;
+  p.c = buf.c;
+  p.m = cs.m;
+  p.k = cs.k;
+  p.n = cs.n;
+  p.type = TypeOf<T>();
+  MatmulPlan plan;
+  plan.family = cs.family_l ? tsm2::Family::kTsm2l : tsm2::Family::kTsm2r;
+  CHECK(V::Plan(p, buf.ws_bytes, &plan));
+  int per_sm = 0;
+  CHECK(tsm2::BlocksPerSm(V::Kernel(), V::Cfg::kThreads, V::Cfg::kSmemBytes, &per_sm));
+  CHECK(cudaMemset(buf.c, 0xff, cs.m * cs.n * sizeof(T)));  // NaN-ish garbage
+  CHECK(V::Launch(p, plan, buf.ws, nullptr));
+  CHECK(cudaMemset(buf.worst, 0, sizeof(unsigned long long)));
+  const int64_t outs = cs.m * cs.n;
+  ErrorKernel<T><<<static_cast<unsigned>((outs + 255) / 256), 256>>>(
+      static_cast<const T*>(buf.c), buf.ref, buf.mag, outs, buf.worst);
+  unsigned long long bits = 0;
+  CHECK(cudaMemcpy(&bits, buf.worst, sizeof bits, cudaMemcpyDeviceToHost));
+  double err;
+  std::memcpy(&err, &bits, sizeof err);
+
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  constexpr int kLaunches = 5, kRepeats = 5;
+  std::vector<float> ms;
+  for (int r = 0; r < kRepeats + 1; ++r) {
+    CHECK(cudaEventRecord(e0));
+    for (int i = 0; i < kLaunches; ++i) CHECK(V::Launch(p, plan, buf.ws, nullptr));
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float t_ms = 0;
+    CHECK(cudaEventElapsedTime(&t_ms, e0, e1));
+    if (r > 0) ms.push_back(t_ms / kLaunches);  // the first round warms up
+  }
+  std::sort(ms.begin(), ms.end());
+  const double sec = ms[ms.size() / 2] * 1e-3;
+  const double bytes = static_cast<double>(cs.m * cs.k + cs.k * cs.n + cs.m * cs.n) * sizeof(T);
+  const double gbs = bytes / sec * 1e-9;
+  std::printf(
+      "%-22s %s rows=%4d rpt=%d kg=%d vpt=%d st=%d thr=%4d smem=%6d blk/SM=%d  %8.1f us %7.0f GB/s "
+      "%5.1f%%  err=%.1e\n",
+      cs.name, Same<C<T, NT>>(cs) ? "*" : " ", t.rows, t.rows_per_thread, t.k_groups, t.vec_per_thr,
+      t.stages, V::Cfg::kThreads, V::Cfg::kSmemBytes, per_sm, sec * 1e6, gbs,
+      100 * gbs / ceiling_gbs, err);
+  std::fflush(stdout);
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+}
+
+// Each case and the shapes tried on it. Shape<rows, rows/thread, k-groups,
+// 16-byte vectors/thread, stages>.
+template <typename T>
+bool Start(const Case& cs, Buffers& buf, const char* filter) {
+  if (filter) {  // a comma-separated list of substrings of case names
+    bool hit = false;
+    for (std::string rest = filter; !rest.empty();) {
+      const size_t comma = rest.find(',');
+      const std::string want = rest.substr(0, comma);
+      hit = hit || (!want.empty() && std::strstr(cs.name, want.c_str()));
+      rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    }
+    if (!hit) return false;
+  }
+  Prepare<T>(cs, buf);
+  return true;
+}
+
+// The production shape of each case is marked * in the output.
+void RunAll(Buffers& buf, const char* f) {
+  using bf16 = __nv_bfloat16;
+  if (Case cs{"R f32 20480^2 n=1", false, 20480, 20480, 1}; Start<float>(cs, buf, f)) {
+    Try<float, 1, Shape<64, 1, 4, 4, 4>::C>(cs, buf);
+  }
+  if (Case cs{"R f32 20480^2 n=4", false, 20480, 20480, 4}; Start<float>(cs, buf, f)) {
+    Try<float, 4, Shape<64, 1, 4, 4, 4>::C>(cs, buf);
+  }
+  if (Case cs{"R f32 20480^2 n=8", false, 20480, 20480, 8}; Start<float>(cs, buf, f)) {
+    Try<float, 8, Shape<64, 1, 4, 4, 4>::C>(cs, buf);
+    Try<float, 8, Shape<64, 2, 8, 2, 4>::C>(cs, buf);
+  }
+  if (Case cs{"R f32 20480^2 n=16", false, 20480, 20480, 16}; Start<float>(cs, buf, f)) {
+    Try<float, 16, Shape<64, 2, 8, 2, 4>::C>(cs, buf);
+    Try<float, 16, Shape<128, 4, 8, 1, 4>::C>(cs, buf);
+  }
+  if (Case cs{"R f64 20480^2 n=8", false, 20480, 20480, 8}; Start<double>(cs, buf, f)) {
+    Try<double, 8, Shape<64, 1, 4, 4, 4>::C>(cs, buf);
+  }
+  if (Case cs{"R f64 20480^2 n=16", false, 20480, 20480, 16}; Start<double>(cs, buf, f)) {
+    Try<double, 16, Shape<128, 2, 4, 2, 4>::C>(cs, buf);
+    Try<double, 16, Shape<64, 2, 8, 2, 4>::C>(cs, buf);
+  }
+  if (Case cs{"R bf16 20480^2 n=4", false, 20480, 20480, 4}; Start<bf16>(cs, buf, f)) {
+    Try<bf16, 4, Shape<128, 2, 4, 2, 4>::C>(cs, buf);
+  }
+  if (Case cs{"R bf16 20480^2 n=8", false, 20480, 20480, 8}; Start<bf16>(cs, buf, f)) {
+    Try<bf16, 8, Shape<128, 4, 8, 1, 4>::C>(cs, buf);
+    Try<bf16, 8, Shape<128, 2, 4, 2, 4>::C>(cs, buf);
+  }
+  if (Case cs{"L f32 1e7 16x16", true, 10000000, 16, 16}; Start<float>(cs, buf, f)) {
+    Try<float, 16, Shape<256, 1, 1, 4, 4>::C>(cs, buf);
+  }
+  if (Case cs{"L f32 1e7 8x8", true, 10000000, 8, 8}; Start<float>(cs, buf, f)) {
+    Try<float, 8, Shape<256, 1, 1, 2, 4>::C>(cs, buf);
+    Try<float, 8, Shape<512, 2, 1, 2, 4>::C>(cs, buf);
+  }
+  if (Case cs{"L bf16 1e7 8x8", true, 10000000, 8, 8}; Start<bf16>(cs, buf, f)) {
+    Try<bf16, 8, Shape<512, 2, 1, 1, 4>::C>(cs, buf);
+  }
+  if (Case cs{"L f64 1e7 16x16", true, 10000000, 16, 16}; Start<double>(cs, buf, f)) {
+    Try<double, 16, Shape<128, 1, 1, 8, 4>::C>(cs, buf);
+  }
+  if (Case cs{"L f64 1e7 8x8", true, 10000000, 8, 8}; Start<double>(cs, buf, f)) {
+    Try<double, 8, Shape<256, 1, 1, 4, 4>::C>(cs, buf);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* filter = argc > 1 ? argv[1] : nullptr;
+  Buffers buf;
+  const size_t a_bytes = size_t{7} << 29;  // 3.5 GiB: R f64 20480^2 is 3.36 GB
+  CHECK(cudaMalloc(&buf.a, a_bytes));
+  CHECK(cudaMalloc(&buf.b, size_t{64} << 20));
+  CHECK(cudaMalloc(&buf.c, size_t{1400} << 20));
+  CHECK(cudaMalloc(&buf.ref, size_t{1400} << 20));
+  CHECK(cudaMalloc(&buf.mag, size_t{1400} << 20));
+  CHECK(cudaMalloc(&buf.ws, buf.ws_bytes));
+  CHECK(cudaMalloc(&buf.worst, sizeof(unsigned long long)));
+  FillKernel<float><<<2048, 256>>>(static_cast<float*>(buf.a), a_bytes / 4, 7u);
+
+  // Read ceiling: the harness's streaming-read kernel over 2 GiB, best of 5.
+  uint32_t* xor_out = nullptr;
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int64_t blocks = int64_t{sms} * 8;
+  CHECK(cudaMalloc(&xor_out, blocks * sizeof(uint32_t)));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  float best = 1e30f;
+  for (int r = 0; r < 6; ++r) {
+    CHECK(cudaEventRecord(e0));
+    CHECK(tsm2::LaunchStreamRead(buf.a, size_t{2} << 30, xor_out, blocks, nullptr));
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (r > 0) best = std::min(best, t);
+  }
+  ceiling_gbs = (size_t{2} << 30) / (best * 1e-3) * 1e-9;
+  std::printf("read ceiling: %.0f GB/s (%d SMs)\n", ceiling_gbs, sms);
+  RunAll(buf, filter);
+  return 0;
+}
