@@ -153,11 +153,14 @@ def axis_context_kind(ctx: Any) -> str:
     left to the partitioner; ``"single"``: one device, or anything else (pmap).
     """
     axis_ctx = ctx.module_context.axis_context
-    if isinstance(axis_ctx, _sharding_impls.ShardingContext):
+    # Unknown context classes (a future jax) fall back to the direct lowering.
+    sharding_ctx = getattr(_sharding_impls, "ShardingContext", ())
+    spmd_ctx = getattr(_sharding_impls, "SPMDAxisContext", ())
+    if isinstance(axis_ctx, sharding_ctx):
         # custom_partitioning needs the devices (require_devices_during_lowering).
-        has_devices = axis_ctx.device_assignment is not None
+        has_devices = getattr(axis_ctx, "device_assignment", None) is not None
         return "spmd" if axis_ctx.num_devices > 1 and has_devices else "single"
-    if isinstance(axis_ctx, _sharding_impls.SPMDAxisContext):
+    if isinstance(axis_ctx, spmd_ctx):
         names = frozenset(axis_ctx.mesh.axis_names)
         if names <= frozenset(axis_ctx.manual_axes):
             return "manual"
@@ -173,4 +176,6 @@ def require_devices_during_lowering(prim: Any) -> None:
     The price: a program with ``prim`` cannot be lowered against an
     ``AbstractMesh`` alone (``jax.export`` with no concrete devices).
     """
-    _dispatch.prim_requires_devices_during_lowering.add(prim)
+    registry = getattr(_dispatch, "prim_requires_devices_during_lowering", None)
+    if registry is not None:  # without it, lowering takes the direct path (no devices)
+        registry.add(prim)
