@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 from jax._src import config as _config
+from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import dtypes as _dtypes
+from jax._src import sharding_impls as _sharding_impls
 from jax._src.lax import lax as _lax_internal
 from jax._src.numpy import util as _np_util
 from jax.interpreters import ad, batching, mlir
@@ -25,14 +27,19 @@ from jax.interpreters import ad, batching, mlir
 __all__ = [
     "ad",
     "apply_primitive",
+    "axis_context_kind",
     "batching",
     "canonicalize_precision",
     "canonicalize_user_dtype",
     "ensure_arraylike",
     "enum_config_state",
     "is_dot_algorithm",
+    "match_varying",
     "mlir",
+    "require_devices_during_lowering",
     "result_type_and_weak",
+    "shaped_array",
+    "varying_axes",
     "with_weak_type",
 ]
 
@@ -95,3 +102,80 @@ def with_weak_type(x: Any, weak_type: bool) -> Any:
 def ensure_arraylike(fun_name: str, *args: Any) -> Any:
     """jnp's argument check: arrays and scalars pass, lists and tuples raise TypeError."""
     return _np_util.ensure_arraylike(fun_name, *args)
+
+
+# ----------------------------------------------------------------------------
+# sharding: shard_map's varying-axes types and the lowering's axis context
+#
+# jax 0.10 keeps shard_map's "varying manual axes" in ``aval.manual_axis_type``
+# (``.mat.varying``); earlier releases had ``aval.vma`` and
+# ``core.standard_insert_pvary``. Both spellings are handled here.
+
+
+def varying_axes(aval: Any) -> frozenset:
+    """The manual mesh axes over which a value varies inside ``shard_map`` (empty outside)."""
+    mat = getattr(aval, "manual_axis_type", None)
+    if mat is not None:
+        return frozenset(mat.varying)
+    return frozenset(getattr(aval, "vma", frozenset()))
+
+
+def match_varying(*args: Any) -> list[Any]:
+    """Casts operands to vary over the union of their manual axes (``pvary``), as lax ops do.
+
+    Under ``shard_map`` a replicated operand combined with a sharded one must
+    be marked varying before a primitive binds; the cast is what makes
+    reverse-mode AD sum the replicated operand's cotangent over the devices.
+    """
+    insert = getattr(_core, "auto_insert_reshard", None) or getattr(
+        _core, "standard_insert_pvary", None
+    )
+    return list(args) if insert is None else list(insert(*args))
+
+
+def shaped_array(shape: Sequence[int], dtype: Any, sharding: Any, varying: frozenset) -> Any:
+    """A ``ShapedArray`` with a sharding in its type and ``shard_map`` varying axes."""
+    if sharding is None:
+        return _core.ShapedArray(shape, dtype)
+    if hasattr(_core, "ManualAxisType"):
+        mat = _core.ManualAxisType(varying=varying)
+        return _core.ShapedArray(shape, dtype, sharding=sharding, manual_axis_type=mat)
+    return _core.ShapedArray(shape, dtype, sharding=sharding, vma=varying)
+
+
+def axis_context_kind(ctx: Any) -> str:
+    """How a lowering's program will be partitioned, from ``ctx.module_context.axis_context``.
+
+    ``"spmd"``: an ``jit`` program over several devices that XLA's SPMD
+    partitioner will split (``NamedSharding`` inputs, Auto or Explicit axes);
+    ``"manual"``: inside ``shard_map`` with every mesh axis manual (the program
+    already sees per-device shapes); ``"partial"``: ``shard_map`` with some axes
+    left to the partitioner; ``"single"``: one device, or anything else (pmap).
+    """
+    axis_ctx = ctx.module_context.axis_context
+    # Unknown context classes (a future jax) fall back to the direct lowering.
+    sharding_ctx = getattr(_sharding_impls, "ShardingContext", ())
+    spmd_ctx = getattr(_sharding_impls, "SPMDAxisContext", ())
+    if isinstance(axis_ctx, sharding_ctx):
+        # custom_partitioning needs the devices (require_devices_during_lowering).
+        has_devices = getattr(axis_ctx, "device_assignment", None) is not None
+        return "spmd" if axis_ctx.num_devices > 1 and has_devices else "single"
+    if isinstance(axis_ctx, spmd_ctx):
+        names = frozenset(axis_ctx.mesh.axis_names)
+        if names <= frozenset(axis_ctx.manual_axes):
+            return "manual"
+        return "partial"
+    return "single"
+
+
+def require_devices_during_lowering(prim: Any) -> None:
+    """Makes ``jit`` hand the device assignment and mesh to ``prim``'s lowering.
+
+    ``custom_partitioning`` needs them to build its per-device program; jit
+    only provides them for primitives in this set (as for ``pure_callback``).
+    The price: a program with ``prim`` cannot be lowered against an
+    ``AbstractMesh`` alone (``jax.export`` with no concrete devices).
+    """
+    registry = getattr(_dispatch, "prim_requires_devices_during_lowering", None)
+    if registry is not None:  # without it, lowering takes the direct path (no devices)
+        registry.add(prim)

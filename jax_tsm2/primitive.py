@@ -15,7 +15,9 @@ Rules:
 - lowering: XLA's dot by default; the ``cpu`` and ``cuda`` lowerings ask
   ``routing.route`` and emit the ``tsm2_matmul`` custom call when it says so.
   The custom-call mode is read here, at lowering time (it is part of jit's
-  cache key, see ``config.py``).
+  cache key, see ``config.py``). In a program XLA partitions over several
+  devices the lowering goes through ``sharding.lower_partitioned`` (a
+  ``custom_partitioning`` rule), so each device routes its local product.
 - batching: reduces any ``vmap`` to ``broadcast_product`` (below), which
   folds batch dimensions into ``m`` where the other operand is shared and
   otherwise makes one batched call. No Python loops.
@@ -37,7 +39,7 @@ from jax import numpy as jnp
 from jax.core import ShapedArray
 from jax.extend.core import Primitive
 
-from jax_tsm2 import _compat, _ffi, config, routing
+from jax_tsm2 import _compat, _ffi, config, routing, sharding
 from jax_tsm2._compat import ad, batching, mlir
 
 tsm2_matmul_p = Primitive("tsm2_matmul")
@@ -55,6 +57,7 @@ def tsm2_matmul(a: Any, b: Any, *, out_dtype: Any = None, precision: Any = None)
         (2, 5, 4)
     """
     out_dtype = np.dtype(a.dtype if out_dtype is None else out_dtype)
+    a, b = _compat.match_varying(a, b)  # shard_map: a replicated operand becomes varying
     return tsm2_matmul_p.bind(a, b, out_dtype=out_dtype, precision=precision)
 
 
@@ -74,7 +77,7 @@ def _abstract_eval(a: ShapedArray, b: ShapedArray, *, out_dtype: np.dtype, preci
             f"-> {out_dtype}"
         )
     shape = (p.m, p.n) if p.batch is None else (p.batch, p.m, p.n)
-    return ShapedArray(shape, out_dtype)
+    return sharding.result_aval(a, b, shape, np.dtype(out_dtype))
 
 
 tsm2_matmul_p.def_impl(functools.partial(_compat.apply_primitive, tsm2_matmul_p))
@@ -111,6 +114,9 @@ _xla_lowering = mlir.lower_fun(_xla_product, multiple_results=False)
 
 def _routed_lowering(platform: str):
     def lowering(ctx, a, b, *, out_dtype: np.dtype, precision: Any):
+        split = sharding.lower_partitioned(ctx, a, b, out_dtype=out_dtype, precision=precision)
+        if split is not None:  # a program XLA partitions: per-device products
+            return split
         mode = config.get_custom_call_mode()
         a_aval, b_aval = ctx.avals_in
         # Without a CUDA device this is cross-platform lowering (export, or the
@@ -151,9 +157,11 @@ def _routed_lowering(platform: str):
     return lowering
 
 
-mlir.register_lowering(tsm2_matmul_p, _xla_lowering)
-mlir.register_lowering(tsm2_matmul_p, _routed_lowering("cpu"), platform="cpu")
-mlir.register_lowering(tsm2_matmul_p, _routed_lowering("cuda"), platform="cuda")
+_lowerings = {None: _xla_lowering, "cpu": _routed_lowering("cpu"), "cuda": _routed_lowering("cuda")}
+for _platform, _rule in _lowerings.items():
+    mlir.register_lowering(tsm2_matmul_p, _rule, platform=_platform)
+sharding.register_local_lowerings(_abstract_eval, _lowerings)
+_compat.require_devices_during_lowering(tsm2_matmul_p)  # for custom_partitioning
 
 
 # ----------------------------------------------------------------------------

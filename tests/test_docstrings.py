@@ -12,6 +12,7 @@ MODULES = [
     "jax_tsm2.config",
     "jax_tsm2.routing",
     "jax_tsm2.primitive",
+    "jax_tsm2.sharding",
     "jax_tsm2._ffi",
     "jax_tsm2.demo",
 ]
