@@ -14,9 +14,10 @@ reasoning: TSM2L wants k and n small enough for B to sit on chip, TSM2R a
 skinny B and a contraction long enough to stream A) says which kernel could
 run a shape. In mode "auto" a kernel must also have measured faster than
 XLA's dot for that kind of shape (``MEASURED_WINS``); on an H100 with jax
-0.11.2, XLA's dot streamed the R and L suites at 91-99% of the read ceiling
-and our kernels at 20-89% (benchmarks/results/h100-2026-11-22), so that list is
-short. Mode "prefer" skips the second layer.
+0.11.2, XLA's dot streamed most of the R and L suites at 90-99% of the read
+ceiling and our kernels at 25-91% (benchmarks/results/h100-2026-11-22b), so
+that list is short: bf16 TSM2L with k, n <= 8, where XLA's dot reached only
+50-55%. Mode "prefer" skips the second layer.
 """
 
 from __future__ import annotations
@@ -49,13 +50,14 @@ class MeasuredWin:
     max_k: int
     max_n: int
     evidence: str
+    min_rows: int = 0
 
     def covers(self, target: str, dtype: np.dtype, p: Problem) -> bool:
         rows = (p.batch or 1) * p.m
         return (
             target == self.target
             and dtype.name in self.dtypes
-            and rows <= self.max_rows
+            and self.min_rows <= rows <= self.max_rows
             and p.k <= self.max_k
             and p.n <= self.max_n
         )
@@ -66,11 +68,12 @@ class MeasuredWin:
 MEASURED_WINS: tuple[MeasuredWin, ...] = (
     MeasuredWin(
         "tsm2l",
-        frozenset({"float32", "bfloat16"}),
-        max_rows=200_000,
+        frozenset({"bfloat16"}),
+        max_rows=2**62,
         max_k=8,
         max_n=8,
-        evidence="H100: L 1e5x8x8 f32 1.14x, bf16 1.27x over jnp.matmul (h100-2026-11-22)",
+        evidence="H100: L bf16 1e7x8x8 1.47x, 1e6x8x8 1.34x, 1e5x8x8 1.01-1.19x over "
+        "jnp.matmul (h100-2026-11-22b); measured at k = n = 8 only",
     ),
 )
 SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(

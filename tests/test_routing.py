@@ -156,16 +156,18 @@ def test_route_is_xla_for_other_platforms_and_missing_targets():
 
 def test_auto_runs_a_kernel_only_where_it_measured_faster():
     """Mode "auto" gates eligible shapes with routing.MEASURED_WINS; "prefer" does not."""
-    win = route((100_000, 8), (8, 8), mode="auto")
+    bf16 = jnp.bfloat16
+    win = route((1_000_000, 8), (8, 8), dtype=bf16, mode="auto")
     assert win.target == "tsm2l" and "measured faster" in win.reason
-    assert route((100_000, 8), (8, 8), dtype=jnp.bfloat16, mode="auto").target == "tsm2l"
-    assert route((100_000, 8), (8, 8), dtype=jnp.float64, mode="auto").target == "xla"
-    assert route((1_000_000, 8), (8, 8), mode="auto").target == "xla"  # past the measured rows
-    assert route((4, 100_000, 8), (8, 8), mode="auto").target == "xla"  # batch counts as rows
+    assert route((4, 1_000_000, 8), (8, 8), dtype=bf16, mode="auto").target == "tsm2l"
+    assert route((1_000_000, 8), (8, 8), mode="auto").target == "xla"  # f32: XLA's dot was as fast
+    assert route((1_000_000, 8), (8, 8), dtype=jnp.float64, mode="auto").target == "xla"
+    assert route((1_000_000, 16), (16, 16), dtype=bf16, mode="auto").target == "xla"  # past k, n
+    assert route((1_000_000, 8), (8, 8), mode="prefer").target == "tsm2l"
     lost = route((20480, 20480), (20480, 8), mode="auto")
     assert lost.target == "xla" and "XLA's dot measured faster" in lost.reason
     assert route((20480, 20480), (20480, 8), mode="prefer").target == "tsm2r"
-    text = cuda_text(jax_tsm2.matmul, S((100_000, 8), F32), S((8, 8), F32), mode="auto")
+    text = cuda_text(jax_tsm2.matmul, S((100_000, 8), bf16), S((8, 8), bf16), mode="auto")
     assert kernel_ids(text) == [1]
     tall = (S((20480, 2048), F32), S((2048, 8), F32))
     assert not has_custom_call(cuda_text(jax_tsm2.matmul, *tall, mode="auto"))

@@ -50,6 +50,9 @@ BAR1_MAX_N = {"f32": 16, "f64": 16, "bf16": 8, "f16": 8}
 BAR1_MIN_PCT = 90.0
 #: Issue 3, bar 3: geometric-mean speedup over jnp (default precision).
 BAR3_MIN_GEOMEAN = 1.5
+# Two runs of one XLA program differ by up to ~2% here; bar-2 misses within
+# this margin are flagged as such (strict counts are reported too).
+BAR2_NOISE = 0.02
 
 
 def add_speedups(case_records: list[dict[str, Any]]) -> None:
@@ -96,7 +99,7 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
 
 def bars(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Issue 3's bars, evaluated on the R and L records; misses listed with the reason."""
-    bar1, bar2 = [], []
+    bar1, bar1_kernel, bar2 = [], [], []
     n1 = n2 = 0
     for (case, dtype), recs in _by_case(records).items():
         ours = recs.get(OURS)
@@ -111,6 +114,10 @@ def bars(records: list[dict[str, Any]]) -> dict[str, Any]:
                     ours["status"] if not ok else f"{pct:.1f}% of ceiling" if pct else "no ceiling"
                 )
                 bar1.append({"case": case, "dtype": dtype, "pct_of_ceiling": pct, "why": why})
+            kern = recs.get("tsm2_kernel")
+            kpct = kern["pct_of_ceiling"] if kern and kern["status"] == "ok" else None
+            if kpct is None or kpct < BAR1_MIN_PCT:
+                bar1_kernel.append({"case": case, "dtype": dtype, "pct_of_ceiling": kpct})
         timed = {k: r["seconds"] for k, r in recs.items() if is_peer(k) and r["status"] == "ok"}
         if timed:
             n2 += 1
@@ -119,7 +126,16 @@ def bars(records: list[dict[str, Any]]) -> dict[str, Any]:
                 why = (
                     ours["status"] if not ok else f"{timed[best] / ours['seconds']:.3f}x of {best}"
                 )
-                bar2.append({"case": case, "dtype": dtype, "fastest_peer": best, "why": why})
+                noise = ok and ours["seconds"] <= timed[best] * (1 + BAR2_NOISE)
+                bar2.append(
+                    {
+                        "case": case,
+                        "dtype": dtype,
+                        "fastest_peer": best,
+                        "why": why,
+                        "within_noise": noise,
+                    }
+                )
     g = geomean(
         r["tsm2_speedup"] for r in records if r["impl"] == "jnp" and r["family"] in ("R", "L")
     )
@@ -129,6 +145,7 @@ def bars(records: list[dict[str, Any]]) -> dict[str, Any]:
             f">= {BAR1_MIN_PCT}% of read ceiling",
             "cases": n1,
             "misses": bar1,
+            "kernel_misses": bar1_kernel,  # the same rule on the forced-kernel column
         },
         "bar2": {"rule": "tsm2 no slower than the fastest peer", "cases": n2, "misses": bar2},
         "bar3": {
@@ -221,13 +238,18 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
             out.append(f"tsm2 vs {peer}: geomean {g['all']:.2f}x over {g['cases']} cases ({fams})")
     b = summary.get("bars")
     if b:
+        n1, n2 = b["bar1"]["cases"], b["bar2"]["cases"]
+        k_miss = b["bar1"].get("kernel_misses")
         out.append(
             f"bar 1 (>= {BAR1_MIN_PCT:.0f}% of read ceiling): "
-            f"{b['bar1']['cases'] - len(b['bar1']['misses'])}/{b['bar1']['cases']} cases"
+            f"{n1 - len(b['bar1']['misses'])}/{n1} cases routed"
+            + (f", {n1 - len(k_miss)}/{n1} with the kernels forced" if k_miss is not None else "")
         )
+        misses2 = b["bar2"]["misses"]
+        noisy = sum(1 for x in misses2 if x.get("within_noise"))
         out.append(
-            f"bar 2 (no slower than fastest peer): "
-            f"{b['bar2']['cases'] - len(b['bar2']['misses'])}/{b['bar2']['cases']} cases"
+            f"bar 2 (no slower than fastest peer): {n2 - len(misses2)}/{n2} cases strictly, "
+            f"{n2 - len(misses2) + noisy}/{n2} within {BAR2_NOISE:.0%}"
         )
         g3 = b["bar3"]["geomean"]
         out.append(
