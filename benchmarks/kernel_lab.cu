@@ -60,6 +60,12 @@ __global__ void FillKernel(T* x, int64_t count, uint32_t seed) {
   }
 }
 
+__device__ double AsDouble(double x) { return x; }
+template <typename T>
+__device__ double AsDouble(T x) {
+  return static_cast<double>(static_cast<float>(x));
+}
+
 // ref[r, j] = sum_k A[r, k] B[k, j] in float64, and the sum of |products|.
 template <typename T>
 __global__ void ReferenceKernel(const T* a, const T* b, double* ref, double* mag, int64_t m,
@@ -69,24 +75,9 @@ __global__ void ReferenceKernel(const T* a, const T* b, double* ref, double* mag
   const int64_t r = o / n, j = o % n;
   double s = 0, s_abs = 0;
   for (int64_t kk = 0; kk < k; ++kk) {
-    const double x = static_cast<double>(static_cast<float>(a[r * k + kk]));
-    const double y = static_cast<double>(static_cast<float>(b[kk * n + j]));
-    s += x * y;
-    s_abs += std::fabs(x * y);
-  }
-  ref[o] = s;
-  mag[o] = s_abs;
-}
-template <>
-__global__ void ReferenceKernel<double>(const double* a, const double* b, double* ref, double* mag,
-                                        int64_t m, int64_t k, int64_t n) {
-  const int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (o >= m * n) return;
-  const int64_t r = o / n, j = o % n;
-  double s = 0, s_abs = 0;
-  for (int64_t kk = 0; kk < k; ++kk) {
-    s += a[r * k + kk] * b[kk * n + j];
-    s_abs += std::fabs(a[r * k + kk] * b[kk * n + j]);
+    const double prod = AsDouble(a[r * k + kk]) * AsDouble(b[kk * n + j]);
+    s += prod;
+    s_abs += std::fabs(prod);
   }
   ref[o] = s;
   mag[o] = s_abs;
@@ -98,18 +89,8 @@ __global__ void ErrorKernel(const T* c, const double* ref, const double* mag, in
                             unsigned long long* worst_bits) {
   const int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (o >= count) return;
-  const double got = static_cast<double>(static_cast<float>(c[o]));
-  double err = std::fabs(got - ref[o]) / (mag[o] > 0 ? mag[o] : 1.0);
+  double err = std::fabs(AsDouble(c[o]) - ref[o]) / (mag[o] > 0 ? mag[o] : 1.0);
   if (!(err == err)) err = 1e300;  // NaN counts as the worst
-  atomicMax(worst_bits, static_cast<unsigned long long>(__double_as_longlong(err)));
-}
-template <>
-__global__ void ErrorKernel<double>(const double* c, const double* ref, const double* mag,
-                                    int64_t count, unsigned long long* worst_bits) {
-  const int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (o >= count) return;
-  double err = std::fabs(c[o] - ref[o]) / (mag[o] > 0 ? mag[o] : 1.0);
-  if (!(err == err)) err = 1e300;
   atomicMax(worst_bits, static_cast<unsigned long long>(__double_as_longlong(err)));
 }
 
