@@ -283,9 +283,7 @@ template <typename T, int NT, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     Tsm2Kernel(const __grid_constant__ Tsm2Args p) {
   using Acc = typename Cfg::Acc;
-  constexpr int kRows = Cfg::kRows;
-  constexpr int kRpt = kRows / Cfg::kRowThreads;
-  constexpr int kStages = Cfg::kStages;
+  constexpr int kRows = Cfg::kRows, kRpt = Cfg::kRpt, kStages = Cfg::kStages;
   extern __shared__ __align__(16) char smem[];
   char* a_stages = smem;
   Acc* b_stages = reinterpret_cast<Acc*>(smem + kStages * Cfg::kAStageBytes);
