@@ -158,7 +158,7 @@ void Try(const Case& cs, Buffers& buf) {
   p.n = cs.n;
   p.type = TypeOf<T>();
   MatmulPlan plan;
-  plan.family = cs.family_l ? tsm2::Family::kTsm2l : tsm2::Family::kTsm2r;
+  plan.family = cs.family_l ? tsm2::Kernel::kTsm2l : tsm2::Kernel::kTsm2r;
   CHECK(V::Plan(p, buf.ws_bytes, &plan));
   int per_sm = 0;
   CHECK(tsm2::BlocksPerSm(V::Kernel(), V::Cfg::kThreads, V::Cfg::kSmemBytes, &per_sm));

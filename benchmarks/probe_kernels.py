@@ -38,7 +38,7 @@ def load_ext(pattern: str):
 
 
 EXT = None
-MAX_BLOCKS = 132 * 4
+SM_COUNT = 132
 
 
 def call(a, b, kernel, out_dtype=None):
@@ -46,9 +46,11 @@ def call(a, b, kernel, out_dtype=None):
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     shape = (batch, m, n) if (a.ndim == 3 or b.ndim == 3) else (m, n)
     out = jax.ShapeDtypeStruct(shape, out_dtype or a.dtype)
-    ws = EXT.workspace_bytes_per_block(jnp.dtype(a.dtype).name, k, n, kernel) * MAX_BLOCKS
+    ws = EXT.workspace_bytes(jnp.dtype(a.dtype).name, kernel, batch, m, k, n, SM_COUNT)
     ws_out = jax.ShapeDtypeStruct((ws,), jnp.uint8)
-    c, _ = jax.ffi.ffi_call("tsm2_matmul", (out, ws_out))(a, b, kernel=np.int32(kernel))
+    c, _ = jax.ffi.ffi_call("tsm2_matmul", (out, ws_out))(
+        a, b, kernel=np.int32(kernel), layout=np.int32(0)
+    )
     return c
 
 

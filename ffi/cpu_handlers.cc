@@ -115,14 +115,18 @@ void StoreAs(ffi::DataType t, void* p, int64_t i, double v) {
 // otherwise) so that the two targets round alike.
 template <typename Acc>
 void Reference(const MatmulProblem& p, const void* a, const void* b, void* c) {
+  // Element (i, l) of op(A) and (l, j) of op(B), whatever the layout.
+  const bool a_t = p.layout == Layout::kTN, b_t = p.layout == Layout::kNT;
+  const int64_t a_si = a_t ? 1 : p.k, a_sl = a_t ? p.m : 1;
+  const int64_t b_sl = b_t ? 1 : p.n, b_sj = b_t ? p.k : 1;
   for (int64_t bi = 0; bi < p.batch; ++bi) {
     const int64_t a0 = bi * p.a_batch_stride, b0 = bi * p.b_batch_stride, c0 = bi * p.m * p.n;
     for (int64_t i = 0; i < p.m; ++i) {
       for (int64_t j = 0; j < p.n; ++j) {
         Acc acc = 0;
         for (int64_t l = 0; l < p.k; ++l) {
-          acc += static_cast<Acc>(LoadAs(p.dtype, a, a0 + i * p.k + l)) *
-                 static_cast<Acc>(LoadAs(p.dtype, b, b0 + l * p.n + j));
+          acc += static_cast<Acc>(LoadAs(p.dtype, a, a0 + i * a_si + l * a_sl)) *
+                 static_cast<Acc>(LoadAs(p.dtype, b, b0 + l * b_sl + j * b_sj));
         }
         StoreAs(p.out_dtype, c, c0 + i * p.n + j, acc);
       }
@@ -131,11 +135,12 @@ void Reference(const MatmulProblem& p, const void* a, const void* b, void* c) {
 }
 
 ffi::Error MatmulCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> c,
-                         ffi::Result<ffi::AnyBuffer> /*workspace*/, int32_t kernel) {
+                         ffi::Result<ffi::AnyBuffer> /*workspace*/, int32_t kernel,
+                         int32_t layout) {
   constexpr std::string_view kOp = "tsm2_matmul (cpu)";
-  if (auto err = CheckKernel(kOp, kernel); !err.success()) return err;
   MatmulProblem p;
-  if (auto err = DecodeMatmul(kOp, a, b, *c, &p); !err.success()) return err;
+  if (auto err = DecodeMatmul(kOp, a, b, *c, layout, &p); !err.success()) return err;
+  if (auto err = CheckKernel(kOp, kernel, p.layout); !err.success()) return err;
   if (p.dtype == ffi::DataType::F64) {
     Reference<double>(p, a.untyped_data(), b.untyped_data(), c->untyped_data());
   } else {
@@ -149,8 +154,9 @@ ffi::Error MatmulCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::An
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2MatmulCpu, tsm2::MatmulCpuImpl,
                               xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()  // a: [batch?, m, k]
-                                  .Arg<xla::ffi::AnyBuffer>()  // b: [batch?, k, n]
+                                  .Arg<xla::ffi::AnyBuffer>()  // a: [batch?, m, k] (tn: k, m)
+                                  .Arg<xla::ffi::AnyBuffer>()  // b: [batch?, k, n] (nt: n, k)
                                   .Ret<xla::ffi::AnyBuffer>()  // c: [batch?, m, n]
                                   .Ret<xla::ffi::AnyBuffer>()  // workspace (unused on CPU)
-                                  .Attr<int32_t>("kernel"));   // tsm2::Kernel (validated only)
+                                  .Attr<int32_t>("kernel")     // tsm2::Kernel (validated only)
+                                  .Attr<int32_t>("layout"));   // tsm2::Layout

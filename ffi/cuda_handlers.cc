@@ -38,14 +38,14 @@ ffi::Error CudaFailure(std::string_view op, const std::string& what, cudaError_t
 
 ffi::Error MatmulCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
                           ffi::Result<ffi::AnyBuffer> c, ffi::Result<ffi::AnyBuffer> workspace,
-                          int32_t kernel) {
+                          int32_t kernel, int32_t layout) {
   constexpr std::string_view kOp = "tsm2_matmul (cuda)";
   // Our statically linked runtime keeps its own last-error state; clear it so
   // a launch is never blamed for an earlier, already reported failure.
   (void)cudaGetLastError();
-  if (auto err = CheckKernel(kOp, kernel); !err.success()) return err;
   MatmulProblem prob;
-  if (auto err = DecodeMatmul(kOp, a, b, *c, &prob); !err.success()) return err;
+  if (auto err = DecodeMatmul(kOp, a, b, *c, layout, &prob); !err.success()) return err;
+  if (auto err = CheckKernel(kOp, kernel, prob.layout); !err.success()) return err;
   if (prob.batch == 0 || prob.m == 0 || prob.n == 0) return ffi::Error::Success();
   if (prob.k == 0) {  // an empty sum: all-zero bits are +0.0 in every float type
     cudaError_t e = cudaMemsetAsync(c->untyped_data(), 0, c->size_bytes(), stream);
@@ -63,11 +63,11 @@ ffi::Error MatmulCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer 
   p.a_batch_stride = prob.a_batch_stride;
   p.b_batch_stride = prob.b_batch_stride;
   p.type = ToElemType(prob.dtype);
+  p.layout = prob.layout;
   p.out_f32 = prob.out_dtype != prob.dtype;
-  const Family family =
-      kernel == static_cast<int32_t>(Kernel::kTsm2l) ? Family::kTsm2l : Family::kTsm2r;
   MatmulPlan plan;
-  if (cudaError_t e = PlanMatmul(p, family, workspace->size_bytes(), &plan); e != cudaSuccess) {
+  if (cudaError_t e = PlanMatmul(p, static_cast<Kernel>(kernel), workspace->size_bytes(), &plan);
+      e != cudaSuccess) {
     return CudaFailure(kOp, "planning the launch", e, a, b, *c);
   }
   if (cudaError_t e = LaunchMatmul(p, plan, workspace->untyped_data(), stream); e != cudaSuccess) {
@@ -97,11 +97,12 @@ ffi::Error StreamReadImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2MatmulCuda, tsm2::MatmulCudaImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()  // a: [batch?, m, k]
-                                  .Arg<xla::ffi::AnyBuffer>()  // b: [batch?, k, n]
+                                  .Arg<xla::ffi::AnyBuffer>()  // a: [batch?, m, k] (tn: k, m)
+                                  .Arg<xla::ffi::AnyBuffer>()  // b: [batch?, k, n] (nt: n, k)
                                   .Ret<xla::ffi::AnyBuffer>()  // c: [batch?, m, n]
                                   .Ret<xla::ffi::AnyBuffer>()  // workspace: u8[bytes]
-                                  .Attr<int32_t>("kernel"),    // tsm2::Kernel
+                                  .Attr<int32_t>("kernel")     // tsm2::Kernel
+                                  .Attr<int32_t>("layout"),    // tsm2::Layout
                               {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2StreamReadCuda, tsm2::StreamReadImpl,

@@ -8,12 +8,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ffi/matmul_kinds.h"
+
 namespace tsm2 {
 
 enum class ElemType { kF32, kF64, kBF16, kF16 };
 
-// C[batch] = A[batch] @ B[batch], row-major; a batch stride of 0 shares that
-// operand across the batch. C is `type` unless out_f32 (bf16/f16 inputs only).
+// C[batch] = op(A[batch]) @ op(B[batch]), row-major, with op() given by
+// `layout` (matmul_kinds.h); a batch stride of 0 shares that operand across
+// the batch. C is `type` unless out_f32 (bf16/f16 inputs only).
 struct DeviceMatmul {
   const void* a = nullptr;
   const void* b = nullptr;
@@ -21,27 +24,24 @@ struct DeviceMatmul {
   int64_t batch = 1, m = 0, k = 0, n = 0;
   int64_t a_batch_stride = 0, b_batch_stride = 0;
   ElemType type = ElemType::kF32;
+  Layout layout = Layout::kNN;
   bool out_f32 = false;
 };
-
-// Kernel family, as chosen by the router: TSM2R for a large A times a skinny
-// B, TSM2L for a tall-and-skinny A (k small; see tile_configs.h) times a small B.
-enum class Family { kTsm2r, kTsm2l };
 
 // How one launch is laid out: filled by PlanMatmul, consumed by LaunchMatmul.
 // Kept separate so the handler can allocate the workspace in between.
 struct MatmulPlan {
-  Family family = Family::kTsm2r;
-  int n_tile = 0;              // t2: columns of B and C per block (power of two <= 64)
-  int blocks = 0;              // persistent grid size
-  int64_t units = 0;           // (tile, k-chunk) work units split evenly among the blocks
-  size_t workspace_bytes = 0;  // partial sums of tiles split between blocks
+  Kernel family = Kernel::kTsm2r;  // as chosen by the router
+  int n_tile = 0;                  // R, L: t2, columns of B and C per block (power of two <= 64)
+  int blocks = 0;                  // persistent grid size
+  int64_t units = 0;               // (tile, k-chunk) work units split evenly among the blocks
+  size_t workspace_bytes = 0;      // partial sums of tiles split between blocks
 };
 
 // Fills `plan` for problem `p` (m, k, n >= 1) given a workspace of
 // `workspace_capacity` bytes (see PartialBytesPerBlock). Queries the current
 // device.
-cudaError_t PlanMatmul(const DeviceMatmul& p, Family family, size_t workspace_capacity,
+cudaError_t PlanMatmul(const DeviceMatmul& p, Kernel family, size_t workspace_capacity,
                        MatmulPlan* plan);
 
 // Launches the product on `stream`; `workspace` must hold plan.workspace_bytes.

@@ -3,7 +3,7 @@
 
 namespace tsm2 {
 
-cudaError_t PlanMatmul(const DeviceMatmul& p, Family family, size_t ws, MatmulPlan* plan) {
+cudaError_t PlanMatmul(const DeviceMatmul& p, Kernel family, size_t ws, MatmulPlan* plan) {
   switch (p.type) {
     case ElemType::kF32:
       return TypedLauncher<float>::Plan(p, family, ws, plan);

@@ -84,6 +84,7 @@ struct Tsm2Variant {
     a.units = p.batch * a.n_tiles * a.row_tiles * a.chunks;
     a.blocks = static_cast<int>(std::min<int64_t>(a.units, blocks_hint));
     a.out_f32 = p.out_f32;
+    a.b_trans = p.layout == Layout::kNT;
     a.a_vec_ok = p.k % kVec<T> == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
                  reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
     // Whole-vector output rows (NT outputs of the output type fill 16-byte units).
@@ -137,8 +138,8 @@ struct Tsm2Variant {
 // Calls op.Run<V>() with the Tsm2Variant V that serves problem p: the n-tile
 // (t2) from n, then the R tile or the L tile for this k.
 template <typename T, int NT, typename Op>
-cudaError_t WithTile(const DeviceMatmul& p, Family f, const Op& op) {
-  if (!UsesLTile(f == Family::kTsm2l, p.k, sizeof(T))) {
+cudaError_t WithTile(const DeviceMatmul& p, Kernel f, const Op& op) {
+  if (!UsesLTile(f == Kernel::kTsm2l, p.k, sizeof(T))) {
     return op.template Run<Tsm2Variant<T, NT, RConfig>>();
   }
   switch (LVecsPerThread(p.k, sizeof(T))) {
@@ -154,7 +155,7 @@ cudaError_t WithTile(const DeviceMatmul& p, Family f, const Op& op) {
 }
 
 template <typename T, typename Op>
-cudaError_t WithVariant(const DeviceMatmul& p, Family f, int n_tile, const Op& op) {
+cudaError_t WithVariant(const DeviceMatmul& p, Kernel f, int n_tile, const Op& op) {
   switch (n_tile) {
     case 1:
       return WithTile<T, 1>(p, f, op);
@@ -197,8 +198,9 @@ struct LaunchOp {
 };
 
 template <typename T>
-cudaError_t TypedLauncher<T>::Plan(const DeviceMatmul& p, Family f, size_t ws, MatmulPlan* plan) {
+cudaError_t TypedLauncher<T>::Plan(const DeviceMatmul& p, Kernel f, size_t ws, MatmulPlan* plan) {
   plan->family = f;
+  if (f == Kernel::kTsm2s || f == Kernel::kTsm2t) return cudaErrorNotSupported;
   return WithVariant<T>(p, f, NTileFor(p.n), PlanOp{p, ws, plan});
 }
 

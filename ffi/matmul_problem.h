@@ -12,28 +12,23 @@
 #include <string>
 #include <string_view>
 
+#include "ffi/matmul_kinds.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace tsm2 {
 
 namespace ffi = xla::ffi;
 
-// Which kernel family a call runs. The value travels as the i32 attribute
-// `kernel`; Python's router (jax_tsm2/routing.py) picks it.
-enum class Kernel : int32_t {
-  kTsm2r = 0,  // regular A (m x k, k large) times tall-and-skinny B (k x n)
-  kTsm2l = 1,  // tall-and-skinny A (m x k, k small) times small B (k x n)
-};
-
-// C[batch] = A[batch] @ B[batch], all row-major. A batch stride of 0 means
-// that operand is shared by every batch entry.
+// C[batch] = op(A[batch]) @ op(B[batch]). A batch stride of 0 means that
+// operand is shared by every batch entry.
 struct MatmulProblem {
   int64_t batch = 1;
   int64_t m = 0;
   int64_t k = 0;
   int64_t n = 0;
-  int64_t a_batch_stride = 0;                        // in elements
-  int64_t b_batch_stride = 0;                        // in elements
+  int64_t a_batch_stride = 0;  // in elements
+  int64_t b_batch_stride = 0;  // in elements
+  Layout layout = Layout::kNN;
   ffi::DataType dtype = ffi::DataType::INVALID;      // of A and B
   ffi::DataType out_dtype = ffi::DataType::INVALID;  // of C
 };
@@ -73,11 +68,12 @@ inline bool IsSupportedInput(ffi::DataType t) {
 
 // Fills `p` from the buffers, or returns InvalidArgument naming what is wrong.
 inline ffi::Error DecodeMatmul(std::string_view op, const ffi::AnyBuffer& a,
-                               const ffi::AnyBuffer& b, const ffi::AnyBuffer& c, MatmulProblem* p) {
+                               const ffi::AnyBuffer& b, const ffi::AnyBuffer& c, int32_t layout,
+                               MatmulProblem* p) {
   auto fail = [&](const std::string& why) {
     std::ostringstream os;
-    os << op << ": " << why << " (a=" << DescribeBuffer(a) << ", b=" << DescribeBuffer(b)
-       << ", c=" << DescribeBuffer(c) << ")";
+    os << op << ": " << why << " (layout " << layout << ", a=" << DescribeBuffer(a)
+       << ", b=" << DescribeBuffer(b) << ", c=" << DescribeBuffer(c) << ")";
     return ffi::Error::InvalidArgument(os.str());
   };
   auto ad = a.dimensions();
@@ -99,10 +95,15 @@ inline ffi::Error DecodeMatmul(std::string_view op, const ffi::AnyBuffer& a,
   const int64_t a_batch = ad.size() == 3 ? ad[0] : 1;
   const int64_t b_batch = bd.size() == 3 ? bd[0] : 1;
   const int64_t batch = c_rank == 3 ? cd[0] : 1;
-  p->m = ad[ad.size() - 2];
-  p->k = ad[ad.size() - 1];
-  const int64_t kb = bd[bd.size() - 2];
-  p->n = bd[bd.size() - 1];
+  if (layout < 0 || layout > 2) return fail("unknown layout (0 = nn, 1 = nt, 2 = tn)");
+  p->layout = static_cast<Layout>(layout);
+  const bool a_t = p->layout == Layout::kTN, b_t = p->layout == Layout::kNT;
+  const int64_t a_rows = ad[ad.size() - 2], a_cols = ad[ad.size() - 1];
+  const int64_t b_rows = bd[bd.size() - 2], b_cols = bd[bd.size() - 1];
+  p->m = a_t ? a_cols : a_rows;
+  p->k = a_t ? a_rows : a_cols;
+  const int64_t kb = b_t ? b_cols : b_rows;
+  p->n = b_t ? b_rows : b_cols;
   if (kb != p->k) return fail("contraction dimensions differ");
   if (cd[c_rank - 2] != p->m || cd[c_rank - 1] != p->n) return fail("result shape is not [m, n]");
   if ((a_batch != 1 && a_batch != batch) || (b_batch != 1 && b_batch != batch)) {
@@ -116,11 +117,29 @@ inline ffi::Error DecodeMatmul(std::string_view op, const ffi::AnyBuffer& a,
   return ffi::Error::Success();
 }
 
-inline ffi::Error CheckKernel(std::string_view op, int32_t kernel) {
-  if (kernel != static_cast<int32_t>(Kernel::kTsm2r) &&
-      kernel != static_cast<int32_t>(Kernel::kTsm2l)) {
-    return ffi::Error::InvalidArgument(std::string(op) + ": unknown kernel id " +
-                                       std::to_string(kernel) + " (0 = tsm2r, 1 = tsm2l)");
+// Each kernel reads the layouts it was written for: R and L take NN and NT
+// (B is small and read through strides), S takes NN, T takes TN.
+inline ffi::Error CheckKernel(std::string_view op, int32_t kernel, Layout layout) {
+  bool ok = false;
+  switch (kernel) {
+    case static_cast<int32_t>(Kernel::kTsm2r):
+    case static_cast<int32_t>(Kernel::kTsm2l):
+      ok = layout == Layout::kNN || layout == Layout::kNT;
+      break;
+    case static_cast<int32_t>(Kernel::kTsm2s):
+      ok = layout == Layout::kNN;
+      break;
+    case static_cast<int32_t>(Kernel::kTsm2t):
+      ok = layout == Layout::kTN;
+      break;
+    default:
+      return ffi::Error::InvalidArgument(std::string(op) + ": unknown kernel id " +
+                                         std::to_string(kernel) +
+                                         " (0 = tsm2r, 1 = tsm2l, 2 = tsm2s, 3 = tsm2t)");
+  }
+  if (!ok) {
+    return ffi::Error::InvalidArgument(std::string(op) + ": kernel " + std::to_string(kernel) +
+                                       " does not take layout " + LayoutName(layout));
   }
   return ffi::Error::Success();
 }

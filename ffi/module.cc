@@ -6,6 +6,8 @@
 #include <string>
 
 #include "ffi/handlers.h"
+#include "ffi/matmul_problem.h"
+#include "ffi/split_plans.h"
 #include "ffi/tile_configs.h"
 #include "xla/ffi/api/c_api.h"
 
@@ -58,16 +60,32 @@ nb::dict BuildInfo() {
   return info;
 }
 
-// Workspace the CUDA target may use per block of its grid; the caller sizes
-// the `workspace` result as this times the most blocks it wants to allow.
-int64_t WorkspaceBytesPerBlock(const std::string& dtype, int64_t k, int64_t n, int32_t kernel) {
+// Bytes of the `workspace` result a tsm2_matmul call needs on a GPU with
+// `sm_count` SMs. R and L size it for kMaxRLBlocksPerSm blocks per SM (their
+// planner uses no more blocks than it can serve); S and T for their split plan.
+constexpr int kMaxRLBlocksPerSm = 4;
+int64_t WorkspaceBytes(const std::string& dtype, int32_t kernel, int64_t batch, int64_t m,
+                       int64_t k, int64_t n, int sm_count) {
   int itemsize = 0;
   if (dtype == "float32") itemsize = 4;
   if (dtype == "float64") itemsize = 8;
   if (dtype == "bfloat16" || dtype == "float16") itemsize = 2;
   if (itemsize == 0) throw nb::value_error(("unsupported dtype " + dtype).c_str());
-  if (k < 0 || n < 0) throw nb::value_error("k and n must be >= 0");
-  return tsm2::PartialBytesPerBlock(itemsize, k, n, kernel == 1);
+  if (batch < 0 || m < 0 || k < 0 || n < 0) throw nb::value_error("sizes must be >= 0");
+  if (sm_count < 1) throw nb::value_error("sm_count must be >= 1");
+  using tsm2::Kernel;
+  switch (static_cast<Kernel>(kernel)) {
+    case Kernel::kTsm2r:
+    case Kernel::kTsm2l:
+      return tsm2::PartialBytesPerBlock(itemsize, k, n, kernel == 1) * kMaxRLBlocksPerSm * sm_count;
+    case Kernel::kTsm2s:
+      return tsm2::SplitWorkspaceBytes(tsm2::SPlan(itemsize, batch, m, k, n, sm_count), itemsize,
+                                       batch, m, n);
+    case Kernel::kTsm2t:
+      return tsm2::SplitWorkspaceBytes(tsm2::TPlan(itemsize, batch, m, k, n, sm_count), itemsize,
+                                       batch, m, n);
+  }
+  throw nb::value_error(("unknown kernel id " + std::to_string(kernel)).c_str());
 }
 
 }  // namespace
@@ -77,7 +95,7 @@ NB_MODULE(_tsm2_ext, m) {
   m.def("registrations", &Registrations,
         "Returns {platform: {target_name: PyCapsule}} for jax.ffi.register_ffi_target.");
   m.def("build_info", &BuildInfo, "What this build of the extension contains.");
-  m.def("workspace_bytes_per_block", &WorkspaceBytesPerBlock, nb::arg("dtype"), nb::arg("k"),
-        nb::arg("n"), nb::arg("kernel"),
-        "Bytes of the `workspace` result of tsm2_matmul needed per block of the grid.");
+  m.def("workspace_bytes", &WorkspaceBytes, nb::arg("dtype"), nb::arg("kernel"), nb::arg("batch"),
+        nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),
+        "Bytes of the `workspace` result of a tsm2_matmul call on a GPU with sm_count SMs.");
 }

@@ -11,7 +11,7 @@ namespace tsm2 {
 
 template <typename T>
 struct TypedLauncher {
-  static cudaError_t Plan(const DeviceMatmul& p, Family f, size_t workspace_capacity,
+  static cudaError_t Plan(const DeviceMatmul& p, Kernel f, size_t workspace_capacity,
                           MatmulPlan* plan);
   static cudaError_t Launch(const DeviceMatmul& p, const MatmulPlan& plan, void* ws,
                             cudaStream_t stream);

@@ -84,10 +84,6 @@ def cuda_backend_present() -> bool:
         return False
 
 
-# The most blocks a TSM2 grid may use per SM (the tiles allow 1-3);
-# the workspace is sized for this many, and the handler uses no more blocks
-# than the workspace it is given can serve.
-_MAX_BLOCKS_PER_SM = 4
 _DEFAULT_SM_COUNT = 132  # H100 SXM; used when lowering without a CUDA device
 
 
@@ -98,14 +94,15 @@ def _sm_count() -> int:
     return _DEFAULT_SM_COUNT
 
 
-def matmul_workspace_bytes(dtype: Any, k: int, n: int, kernel: int) -> int:
+def matmul_workspace_bytes(dtype: Any, kernel: int, batch: int, m: int, k: int, n: int) -> int:
     """Size of the ``workspace`` result of ``tsm2_matmul`` for this problem.
 
-    It holds partial sums of row tiles whose k-chunks are split between
-    blocks (``ffi/kernels/tsm2.cuh``); 0 when every tile is a single chunk.
+    It holds partial sums of output tiles whose contraction is split between
+    blocks (``ffi/kernels/tsm2.cuh``, ``ffi/split_plans.h``); 0 when nothing
+    is split. The C++ side computes it from the same plan the handler uses.
     """
-    per_block = _tsm2_ext.workspace_bytes_per_block(jax.numpy.dtype(dtype).name, k, n, kernel)
-    return per_block * _MAX_BLOCKS_PER_SM * _sm_count()
+    name = jax.numpy.dtype(dtype).name
+    return _tsm2_ext.workspace_bytes(name, kernel, batch, m, k, n, _sm_count())
 
 
 def build_info() -> dict[str, Any]:

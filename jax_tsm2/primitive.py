@@ -146,11 +146,15 @@ def _routed_lowering(platform: str):
         if r.custom_call:
             # The target has a second result, a scratch workspace for the
             # kernel's split tiles; XLA allocates it and it is dropped here.
-            k, n = a_aval.shape[-1], b_aval.shape[-1]
-            ws_bytes = _ffi.matmul_workspace_bytes(a_aval.dtype, k, n, r.kernel)
+            p = r.problem
+            ws_bytes = _ffi.matmul_workspace_bytes(
+                a_aval.dtype, r.kernel, p.batch or 1, p.m, p.k, p.n
+            )
             ws_aval = ShapedArray((ws_bytes,), np.dtype(np.uint8))
             ctx2 = ctx.replace(avals_out=[*ctx.avals_out, ws_aval])
-            c, _ = jax.ffi.ffi_lowering(_ffi.MATMUL_TARGET)(ctx2, a, b, kernel=np.int32(r.kernel))
+            c, _ = jax.ffi.ffi_lowering(_ffi.MATMUL_TARGET)(
+                ctx2, a, b, kernel=np.int32(r.kernel), layout=np.int32(0)
+            )
             return [c]
         return _xla_lowering(ctx, a, b, out_dtype=out_dtype, precision=precision)
 

@@ -67,6 +67,9 @@ def ffi_matmul(a, b, kernel: int, out_dtype=None):
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     shape = (max(batch), m, n) if batch else (m, n)
     out = jax.ShapeDtypeStruct(shape, out_dtype or a.dtype)
-    ws = jax.ShapeDtypeStruct((_ffi.matmul_workspace_bytes(a.dtype, k, n, kernel),), jnp.uint8)
-    c, _ = jax.ffi.ffi_call("tsm2_matmul", (out, ws))(a, b, kernel=np.int32(kernel))
+    nbytes = _ffi.matmul_workspace_bytes(a.dtype, kernel, max(batch, default=1), m, k, n)
+    ws = jax.ShapeDtypeStruct((nbytes,), jnp.uint8)
+    c, _ = jax.ffi.ffi_call("tsm2_matmul", (out, ws))(
+        a, b, kernel=np.int32(kernel), layout=np.int32(0)
+    )
     return c

@@ -49,7 +49,27 @@ def test_ffi_target_rejects_bad_shapes_at_run_time():
     call = jax.ffi.ffi_call("tsm2_matmul", (bad_out, _NO_WORKSPACE))
     with pytest.raises(Exception, match=r"tsm2_matmul.*f32\[5,4\]"):
         jax.block_until_ready(
-            call(jnp.ones((5, 2), jnp.float32), jnp.ones((2, 3), jnp.float32), kernel=np.int32(0))
+            call(
+                jnp.ones((5, 2), jnp.float32),
+                jnp.ones((2, 3), jnp.float32),
+                kernel=np.int32(0),
+                layout=np.int32(0),
+            )
+        )
+
+
+@pytest.mark.parametrize(("kernel", "layout"), [(2, 1), (3, 0), (0, 2), (0, 5)])
+def test_ffi_target_rejects_a_kernel_layout_mismatch(kernel, layout):
+    out = jax.ShapeDtypeStruct((5, 3), jnp.float32)
+    call = jax.ffi.ffi_call("tsm2_matmul", (out, _NO_WORKSPACE))
+    with pytest.raises(Exception, match="layout"):
+        jax.block_until_ready(
+            call(
+                jnp.ones((5, 2), jnp.float32),
+                jnp.ones((2, 3) if layout != 1 else (3, 2), jnp.float32),
+                kernel=np.int32(kernel),
+                layout=np.int32(layout),
+            )
         )
 
 
@@ -58,7 +78,12 @@ def test_ffi_target_rejects_unknown_kernel_id():
     call = jax.ffi.ffi_call("tsm2_matmul", (out, _NO_WORKSPACE))
     with pytest.raises(Exception, match="kernel"):
         jax.block_until_ready(
-            call(jnp.ones((5, 2), jnp.float32), jnp.ones((2, 3), jnp.float32), kernel=np.int32(7))
+            call(
+                jnp.ones((5, 2), jnp.float32),
+                jnp.ones((2, 3), jnp.float32),
+                kernel=np.int32(7),
+                layout=np.int32(0),
+            )
         )
 
 

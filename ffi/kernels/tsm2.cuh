@@ -55,6 +55,7 @@ struct Tsm2Args {
   bool out_f32;   // C is f32 although T is bf16/f16
   bool a_vec_ok;  // rows of A are 16-byte aligned, so cp.async can be used
   bool c_dense;   // n == NT and C is 16-byte aligned: a tile's output is one contiguous run
+  bool b_trans;   // B is given as n x k (layout NT)
 };
 
 // Which block owns unit u: the largest b with UnitBegin(b) <= u.
@@ -169,34 +170,52 @@ __device__ __forceinline__ void LoadATile(const Tsm2Args& p, const Cursor& uc, c
   }
 }
 
+// Element e of a B stage, as (row kk of the chunk, column j of the n-tile).
+// For B given as n x k (NT) consecutive threads walk along k, which is
+// contiguous there, so the loads stay coalesced in either layout.
+template <typename Cfg, int NT>
+__device__ __forceinline__ void BStageElem(const Tsm2Args& p, int e, int* kk, int* j) {
+  if (p.b_trans) {
+    *kk = e % Cfg::kChunkK;
+    *j = e / Cfg::kChunkK;
+  } else {
+    *kk = e / NT;
+    *j = e % NT;
+  }
+}
+
 // B tiles are small and shared by the whole block; they are read into
-// registers one iteration ahead and written to shared memory after the
-// compute, so their latency hides behind it.
+// registers one iteration ahead and written to shared memory (as [kk][j])
+// after the compute, so their latency hides behind it.
 template <typename T, typename Cfg, int NT>
 __device__ __forceinline__ void LoadBRegs(const Tsm2Args& p, const Cursor& uc,
                                           AccType<T> (&regs)[Cfg::kBPerThread]) {
   const T* b = static_cast<const T*>(p.b) + uc.batch * p.b_batch_stride;
   const int64_t k0 = uc.chunk * Cfg::kChunkK;
   const int64_t n0 = uc.n_tile * NT;
+  const int64_t ks = p.b_trans ? 1 : p.n, ns = p.b_trans ? p.k : 1;  // strides of (kk, j)
 #pragma unroll
   for (int i = 0; i < Cfg::kBPerThread; ++i) {
     const int e = threadIdx.x + i * Cfg::kThreads;
-    const int kk = e / NT;
-    const int j = e % NT;
+    int kk, j;
+    BStageElem<Cfg, NT>(p, e, &kk, &j);
     regs[i] = 0;
     if (e < Cfg::kBStageElems && k0 + kk < p.k && n0 + j < p.n) {
-      regs[i] = ToAcc(__ldg(b + (k0 + kk) * p.n + n0 + j));
+      regs[i] = ToAcc(__ldg(b + (k0 + kk) * ks + (n0 + j) * ns));
     }
   }
 }
 
-template <typename Cfg>
-__device__ __forceinline__ void StoreBRegs(const typename Cfg::Acc (&regs)[Cfg::kBPerThread],
+template <typename Cfg, int NT>
+__device__ __forceinline__ void StoreBRegs(const Tsm2Args& p,
+                                           const typename Cfg::Acc (&regs)[Cfg::kBPerThread],
                                            typename Cfg::Acc* stage) {
 #pragma unroll
   for (int i = 0; i < Cfg::kBPerThread; ++i) {
     const int e = threadIdx.x + i * Cfg::kThreads;
-    if (e < Cfg::kBStageElems) stage[e] = regs[i];
+    int kk, j;
+    BStageElem<Cfg, NT>(p, e, &kk, &j);
+    if (e < Cfg::kBStageElems) stage[kk * NT + j] = regs[i];
   }
 }
 
@@ -308,7 +327,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       LoadATile<T, Cfg>(p, load_at, a_stages + s * Cfg::kAStageBytes);
       Acc regs[Cfg::kBPerThread];
       LoadBRegs<T, Cfg, NT>(p, load_at, regs);
-      StoreBRegs<Cfg>(regs, b_stages + s * Cfg::kBStageElems);
+      StoreBRegs<Cfg, NT>(p, regs, b_stages + s * Cfg::kBStageElems);
       Advance(p, load_at);
     }
     CpAsyncCommit();
@@ -363,7 +382,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     }
 
-    if (ip < count) StoreBRegs<Cfg>(b_next, b_stages + slot_next * Cfg::kBStageElems);
+    if (ip < count) StoreBRegs<Cfg, NT>(p, b_next, b_stages + slot_next * Cfg::kBStageElems);
 
     // End of this block's work on the current tile: reduce the k-groups and
     // write C (or a partial sum, when other blocks own part of this tile).

@@ -1,0 +1,98 @@
+// How the S and T kernels cut a problem into blocks, in plain C++ so that the
+// host (planning, workspace sizing) and Python (through
+// _tsm2_ext.workspace_bytes) agree without CUDA.
+//
+// Both kernels contract over a long dimension that neither the output nor
+// one block can hold: T (C = A^T @ B) over the huge m of its operands, S
+// (C = A @ B with A a few rows) over the k rows of a large B. A block owns
+// one output tile and a contiguous range of the contraction (a "split"); with
+// more than one split, blocks write partial tiles to a workspace laid out as
+// [batch][split][m][n] and Tsm2SplitReduceKernel adds them in split order, so
+// results are bitwise reproducible run to run (no float atomics).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace tsm2 {
+
+// Blocks a split plan aims for per SM; enough resident warps to keep the
+// memory system busy without making splits (and partial sums) needlessly small.
+constexpr int kSplitBlocksPerSm = 4;
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+inline int64_t Pow2AtLeast(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+struct SplitPlan {
+  int64_t tile_m = 0, tile_n = 0;    // output tile of one block
+  int64_t tiles_m = 0, tiles_n = 0;  // output tiles per batch entry
+  int64_t step = 0;                  // contraction rows staged per pipeline step
+  int64_t splits = 1;                // contraction ranges per output tile
+  int64_t split_len = 0;             // rows per split (a multiple of step)
+  int64_t Blocks(int64_t batch) const { return batch * tiles_m * tiles_n * splits; }
+};
+
+// Picks the number of splits for `tiles` output tiles and a contraction of
+// `k` rows taken `step` at a time; at most `max_splits`.
+inline void ChooseSplits(int64_t tiles, int64_t k, int sm_count, int64_t max_splits, SplitPlan* s) {
+  const int64_t steps = std::max<int64_t>(1, CeilDiv(k, s->step));
+  const int64_t want = CeilDiv(int64_t{kSplitBlocksPerSm} * sm_count, std::max<int64_t>(1, tiles));
+  s->splits = std::clamp<int64_t>(want, 1, std::min(steps, std::max<int64_t>(1, max_splits)));
+  s->split_len = CeilDiv(steps, s->splits) * s->step;
+  s->splits = CeilDiv(std::max<int64_t>(k, 1), s->split_len);  // no empty splits
+}
+
+// T: C[m, n] = sum_r A[r, :m]^T B[r, :n]. Each of the 256 threads of a block
+// holds a 4 x 4 block of the output tile; when the tile has fewer than 256
+// such blocks, groups of threads take interleaved rows of each stage and are
+// added at the end. Tiles cover the whole output when m * n <= 4096, so that
+// A and B are read once.
+constexpr int kTThreads = 256;
+constexpr int kTStageBytes = 16 * 1024;
+inline SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
+  SplitPlan s;
+  s.tile_n = std::min<int64_t>(Pow2AtLeast(std::max<int64_t>(n, 4)), 256);
+  s.tile_m = std::min<int64_t>(Pow2AtLeast(std::max<int64_t>(m, 4)), 4096 / s.tile_n);
+  s.tiles_m = CeilDiv(m, s.tile_m);
+  s.tiles_n = CeilDiv(n, s.tile_n);
+  const int64_t groups = kTThreads / ((s.tile_m / 4) * (s.tile_n / 4));
+  const int64_t row_bytes = (s.tile_m + s.tile_n) * itemsize;
+  s.step = std::max<int64_t>(groups, kTStageBytes / row_bytes / groups * groups);
+  ChooseSplits(batch * s.tiles_m * s.tiles_n, k, sm_count, int64_t{1} << 40, &s);
+  return s;
+}
+
+// S: C[m, n] = A[m, k] @ B[k, n] with m <= kSMaxM. A warp covers 32 vectors of
+// B's columns (one per thread), the 8 warps of a block take interleaved rows
+// of its split and are added at the end. Splits are capped so that partial
+// sums stay below an eighth of B's bytes.
+constexpr int kSThreads = 256;
+constexpr int kSMaxM = 16;
+constexpr int kSRowsPerStep = 8 * 4;  // 8 warps x 4 rows in flight per thread
+inline int SColsPerThread(int itemsize) { return itemsize == 8 ? 2 : 4; }
+inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
+  SplitPlan s;
+  s.tile_m = m;
+  s.tile_n = 32 * SColsPerThread(itemsize);
+  s.tiles_m = 1;
+  s.tiles_n = CeilDiv(n, s.tile_n);
+  s.step = kSRowsPerStep;
+  const int64_t max_splits = std::max<int64_t>(1, k * itemsize / (8 * 4 * std::max<int64_t>(m, 1)));
+  ChooseSplits(batch * s.tiles_n, k, sm_count, max_splits, &s);
+  return s;
+}
+
+// Bytes of partial sums a split plan needs ([batch][split][m][n] accumulators).
+inline int64_t SplitWorkspaceBytes(const SplitPlan& s, int itemsize, int64_t batch, int64_t m,
+                                   int64_t n) {
+  if (s.splits <= 1) return 0;
+  const int acc_bytes = itemsize == 8 ? 8 : 4;
+  return batch * s.splits * m * n * acc_bytes;
+}
+
+}  // namespace tsm2
