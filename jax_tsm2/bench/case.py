@@ -96,8 +96,10 @@ def route_of(lowered_text: str) -> str:
     return ",".join(sorted(found)) if found else "xla"
 
 
-def _explain(operands: Sequence[Any]) -> str | None:
+def _explain(operands: Sequence[Any] | None) -> str | None:
     """``jax_tsm2.explain(a, b)`` if the library offers it (optional)."""
+    if operands is None:
+        return None
     try:
         import jax_tsm2
 
@@ -146,6 +148,9 @@ class CaseRun:
             "m": c.m,
             "k": c.k,
             "n": c.n,
+            "product": fam.product,
+            "operand_shapes": [list(shape) for shape in fam.operand_shapes(c)],
+            "output_shape": list(fam.output_shape(c)),
             "bytes": fam.min_bytes(c),
             "flops": fam.flops(c),
             "intensity": fam.flops(c) / fam.min_bytes(c),
@@ -222,7 +227,7 @@ class CaseRun:
         self, impl: Impl, copies: list[list[Any]], rows: np.ndarray, ref: np.ndarray
     ) -> dict[str, Any]:
         fam, case, opts = self.family, self.case, self.opts
-        tol = tolerance(impl, case.dtype, case.k)
+        tol = tolerance(impl, case.dtype, fam.contraction(case))
         route = detail = None
         try:
             with _mode(impl.custom_call_mode):
@@ -231,7 +236,7 @@ class CaseRun:
                 )
             route = route_of(text)
             if impl.name == "tsm2":
-                detail = _explain([c[0] for c in copies])
+                detail = _explain(fam.explain_operands([c[0] for c in copies]))
             outs = timing.run_jax(compiled, copies)
             first = outs[0]
             del outs
@@ -265,7 +270,7 @@ class CaseRun:
     ) -> dict[str, Any]:
         fam, case, opts = self.family, self.case, self.opts
         torch: ModuleType = self.ctx["torch"]
-        tol = tolerance(impl, case.dtype, case.k)
+        tol = tolerance(impl, case.dtype, fam.contraction(case))
         runner = None
         try:
             tcopies = [[torch.from_dlpack(x) for x in c] for c in copies]

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jax_tsm2.bench import report
+from jax_tsm2.bench.impls import KERNEL_MODES
 from jax_tsm2.bench.runner import Options, run_suite, stderr_log
-from jax_tsm2.bench.suite import DEFAULT_DTYPES, DEFAULT_FAMILIES, parse_int
+from jax_tsm2.bench.suite import DEFAULT_DTYPES, DEFAULT_FAMILIES, parse_int, select_cases
 
 
 def _names(text: str) -> list[str]:
@@ -33,7 +34,8 @@ def parser() -> argparse.ArgumentParser:
         "--family",
         type=_names,
         default=list(DEFAULT_FAMILIES),
-        help="families, comma-separated (default: R,L)",
+        help="families, comma-separated, among R,L,NT,S,TN,GRAD or all (default: R,L); "
+        "GRAD is the gradient benchmark (jax.grad of ||A x - y||^2, A 1e6 x 512, x 512 x 8)",
     )
     sel.add_argument(
         "--dtype",
@@ -59,6 +61,12 @@ def parser() -> argparse.ArgumentParser:
         help="implementations among tsm2,jnp,jnp_highest,torch (default: all available)",
     )
     sel.add_argument("--no-torch", action="store_true", help="do not time torch.matmul")
+    sel.add_argument(
+        "--kernel-mode",
+        choices=KERNEL_MODES,
+        default="always",
+        help="custom-call mode of the tsm2_kernel column (GPU; default always)",
+    )
     mode = sel.add_mutually_exclusive_group()
     mode.add_argument(
         "--quick", action="store_true", help="a small subset, well under a minute on an H100"
@@ -137,6 +145,7 @@ def options(args: argparse.Namespace, argv: Sequence[str]) -> Options:
         impls=args.impl,
         torch=not args.no_torch,
         torch_graph=not args.torch_eager,
+        kernel_mode=args.kernel_mode,
         repeats=args.repeats or (3 if mode == "tiny" else 5),
         warmup=args.warmup,
         per_sample=args.per_sample,
@@ -159,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--plot needs --out DIR")
     try:
         opts = options(args, argv)
+        if not args.merge:  # a bad or empty selection is a usage error, not a traceback
+            select_cases(opts.families, opts.dtypes, opts.mode, opts.m, opts.k, opts.n, opts.cases)
     except ValueError as err:
         p.error(str(err))
     if args.merge:

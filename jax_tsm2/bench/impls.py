@@ -1,7 +1,8 @@
 """The implementations timed side by side, and the error each is allowed against float64.
 
 Every implementation is a ``matmul(a, b)`` callable of one framework; a family composes it into
-its product (``Family.apply``), so adding NT/TN families needs nothing here.
+its product (``Family.apply``: ``matmul(a, b.T)`` for NT, ``matmul(a.T, b)`` for TN, the
+gradient of a loss written with ``matmul`` for GRAD), so families need nothing here.
 """
 
 from __future__ import annotations
@@ -59,7 +60,11 @@ def tsm2_available() -> str | None:
     return None
 
 
-def jax_impls() -> list[Impl]:
+#: custom-call modes the forced-kernel column (``tsm2_kernel``) may be compiled under.
+KERNEL_MODES = ("always", "prefer")
+
+
+def jax_impls(kernel_mode: str = "always") -> list[Impl]:
     """The JAX implementations: ours, and ``jnp.matmul`` at default and highest precision."""
     return [
         # Routed: where XLA's dot is faster it runs there, at jnp's default precision (TF32).
@@ -72,13 +77,17 @@ def jax_impls() -> list[Impl]:
             reduced_f32=True,
         ),
         Impl("jnp_highest", "jax", 'jnp.matmul(a, b, precision="highest")', _jnp_matmul_highest),
-        *_forced_kernel_impls(),
+        *_forced_kernel_impls(kernel_mode),
     ]
 
 
-def _forced_kernel_impls() -> list[Impl]:
-    """Our CUDA kernels forced on (custom-call mode "always"), whatever the router would pick:
-    shows the kernels' own speed beside the routed path. Only where the CUDA targets exist."""
+def _forced_kernel_impls(mode: str = "always") -> list[Impl]:
+    """Our CUDA kernels forced on whatever the router would pick: shows the kernels' own speed
+    beside the routed path, for every family (NT, TN, S and GRAD compose the same ``matmul``).
+    ``mode`` "always" forces the custom call for every product it can compute, "prefer" for
+    every tall-and-skinny one. Only where the CUDA targets exist."""
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"kernel mode {mode!r}: one of {', '.join(KERNEL_MODES)}")
     try:
         import jax_tsm2
 
@@ -91,9 +100,9 @@ def _forced_kernel_impls() -> list[Impl]:
         Impl(
             "tsm2_kernel",
             "jax",
-            'jax_tsm2.matmul(a, b) with custom-call mode "always" (the kernels, unrouted)',
+            f'jax_tsm2.matmul(a, b) with custom-call mode "{mode}" (the kernels, unrouted)',
             _tsm2_matmul,
-            custom_call_mode="always",
+            custom_call_mode=mode,
         )
     ]
 
@@ -118,10 +127,12 @@ def torch_impl(torch: ModuleType) -> Impl:
 
 
 def tolerance(impl: Impl, dtype: str, k: int) -> float:
-    """Largest relative Frobenius error accepted for ``impl`` on a case of this dtype and k.
+    """Largest relative Frobenius error accepted for ``impl`` on a case of this dtype whose
+    sums are ``k`` long (``Family.contraction``: k for NN/NT/S, m for TN and the gradient).
 
-    f64 1e-12; f32 1e-5 (or 2 u sqrt(k) for long sums) and 1e-2 for TF32-capable peers;
-    bf16/f16 1e-2 (their output rounding alone is ~1e-3).
+    f64 1e-12; f32 1e-5 (or 2 u sqrt(k) for long sums: rounding errors of a sum of k random
+    terms grow like sqrt(k)) and 1e-2 for TF32-capable peers; bf16/f16 1e-2 (their output
+    rounding alone is ~1e-3).
     """
     if dtype == "f64":
         return 1e-12

@@ -23,6 +23,7 @@ class Options:
     impls: Sequence[str] | None = None  # None: every available implementation
     torch: bool = True
     torch_graph: bool = True
+    kernel_mode: str = "always"  # custom-call mode of the tsm2_kernel column
     repeats: int = 5
     warmup: int = 1
     per_sample: int | None = None  # None: adaptive (see timing.make_plan)

@@ -106,7 +106,7 @@ def _run(opts: Options, log: Log) -> dict[str, Any]:
     wanted = set(opts.impls) if opts.impls is not None else None
     impls, skipped = [], {}
     tsm2_reason = tsm2_available()
-    all_impls = jax_impls() + ([torch_impl(torch)] if torch is not None else [])
+    all_impls = jax_impls(opts.kernel_mode) + ([torch_impl(torch)] if torch is not None else [])
     for impl in all_impls:
         if wanted is not None and impl.name not in wanted:
             continue

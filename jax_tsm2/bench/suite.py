@@ -6,14 +6,16 @@ an implementation must move, the flop count, how to apply a ``matmul``-like call
 operands (one definition serves ``jax_tsm2.matmul``, ``jnp.matmul``, ``torch.matmul`` and
 ``np.matmul``), and how to compute a cheap float64 reference.
 
-Families R and L are here. NT, TN and S are added by subclassing :class:`Family` (override
-``operand_shapes``/``output_shape``/``apply`` and, for TN, ``reference``) and listing the new
-family in :data:`FAMILIES`.
+Families R and L (issue 3), NT, TN and S (issue 4) are the suite of BENCH.md. GRAD is the
+gradient benchmark of issue 4: ``jax.grad`` of a least-squares loss, timed like a product (see
+:class:`GradFamily`). A family with another layout subclasses :class:`Family` (override
+``operand_shapes``/``output_shape``/``apply`` and, where rows of the output are not rows of the
+first operand, ``check_rows``/``reference``) and is listed in :data:`FAMILIES`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +91,20 @@ class Family:
         a, b = operands
         return matmul(a, b)
 
+    @property
+    def product(self) -> str:
+        """The product as a formula, for tables and the JSON (``records[i].product``)."""
+        return "A @ B"
+
+    def contraction(self, case: Case) -> int:
+        """Length of the sums in the product (what rounding errors grow with)."""
+        return case.k
+
+    def explain_operands(self, operands: Sequence[Any]) -> tuple[Any, ...] | None:
+        """The ``(a, b)`` that ``jax_tsm2.explain`` should be asked about, or None where the
+        product is not a plain ``a @ b`` of the operands as given."""
+        return tuple(operands[:2])
+
     # -- what it costs ----------------------------------------------------------------------
     def min_bytes(self, case: Case) -> int:
         """Fewest bytes moved: every operand read once, the output written once."""
@@ -131,6 +147,156 @@ class Family:
         return np.asarray(self.apply(np.matmul, first, *rest))
 
 
+def _row_blocks(rows: int, width: int, elems: int = 1 << 22) -> Iterator[tuple[int, int]]:
+    """``(lo, hi)`` blocks of rows of about ``elems`` elements each (for float64 references
+    that need every row but should not hold a float64 copy of a GB-sized operand)."""
+    step = max(1, elems // max(width, 1))
+    for lo in range(0, rows, step):
+        yield lo, min(rows, lo + step)
+
+
+@dataclass(frozen=True)
+class NTFamily(Family):
+    """``C = A @ B.T`` with ``B`` given as n x k (k-means distances). Rows of C are rows of A,
+    so the sampled-rows check of :class:`Family` applies as is."""
+
+    def operand_shapes(self, case: Case) -> tuple[Shape, ...]:
+        return ((case.m, case.k), (case.n, case.k))
+
+    def apply(self, matmul: Callable[..., Any], *operands: Any) -> Any:
+        a, b = operands
+        return matmul(a, b.T)  # .T is a view in numpy and torch, a transpose JAX may fold
+
+    @property
+    def product(self) -> str:
+        return "A @ B.T"
+
+    def explain_operands(self, operands: Sequence[Any]) -> tuple[Any, ...] | None:
+        return None  # explain(a, b) would describe a @ b, not a @ b.T
+
+
+@dataclass(frozen=True)
+class TNFamily(Family):
+    """``C = A.T @ B`` with ``A`` m x k, ``B`` m x n, ``m`` huge; C is k x n.
+
+    Every element of C is a sum over all m rows, so no sample of rows checks it: the check
+    compares the whole (small) output with a float64 reference of every row, computed on the
+    host in blocks of rows. The sums are m long, so the f32 tolerance grows with sqrt(m).
+    """
+
+    def operand_shapes(self, case: Case) -> tuple[Shape, ...]:
+        return ((case.m, case.k), (case.m, case.n))
+
+    def output_shape(self, case: Case) -> Shape:
+        return (case.k, case.n)
+
+    def apply(self, matmul: Callable[..., Any], *operands: Any) -> Any:
+        a, b = operands
+        return matmul(a.T, b)
+
+    @property
+    def product(self) -> str:
+        return "A.T @ B"
+
+    def contraction(self, case: Case) -> int:
+        return case.m
+
+    def explain_operands(self, operands: Sequence[Any]) -> tuple[Any, ...] | None:
+        return None  # explain(a, b) would describe a @ b, not a.T @ b
+
+    def check_rows(self, case: Case, rng: np.random.Generator) -> np.ndarray:
+        return np.arange(case.k)  # the whole k x n output
+
+    def reference(self, operands: Sequence[Any], rows: np.ndarray) -> np.ndarray:
+        a, b = (np.asarray(op) for op in operands)
+        out = np.zeros((a.shape[1], b.shape[1]))
+        for lo, hi in _row_blocks(a.shape[0], a.shape[1] + b.shape[1]):
+            out += a[lo:hi].astype(np.float64).T @ b[lo:hi].astype(np.float64)
+        return out[rows]
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _jax_grad(matmul: Callable[..., Any], a: Any, x: Any, y: Any) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    def loss(x: Any) -> Any:
+        r = matmul(a, x) - y
+        return jnp.sum(r * r)
+
+    return jax.grad(loss)(x)
+
+
+def _torch_grad(matmul: Callable[..., Any], a: Any, x: Any, y: Any) -> Any:
+    import torch
+
+    x = x.detach().requires_grad_(True)  # a leaf of its own: autograd stops here
+    with torch.enable_grad():
+        r = matmul(a, x) - y
+        (grad,) = torch.autograd.grad((r * r).sum(), x)
+    return grad
+
+
+@dataclass(frozen=True)
+class GradFamily(Family):
+    """The gradient benchmark of issue 4: ``grad_x sum((A @ x - y)**2) = 2 A.T (A x - y)``.
+
+    Operands ``A`` (m x k), ``x`` (k x n), ``y`` (m x n); the output is the gradient, k x n.
+    JAX implementations are ``jax.grad`` of the loss written with their ``matmul`` (so
+    ``jax_tsm2.matmul``'s own transpose rule computes ``A.T @ r``), torch is autograd
+    (``torch.autograd.grad``) of the same loss, numpy (the reference) the closed form.
+    Bytes are what a two-pass gradient must move: ``A`` read twice (the forward product and
+    the backward ``A.T @ r``), ``y`` read once, ``x`` read and the gradient written once; the
+    m x n residual (written and read back between the passes) is not counted.
+    """
+
+    def operand_shapes(self, case: Case) -> tuple[Shape, ...]:
+        return ((case.m, case.k), (case.k, case.n), (case.m, case.n))
+
+    def output_shape(self, case: Case) -> Shape:
+        return (case.k, case.n)
+
+    def apply(self, matmul: Callable[..., Any], *operands: Any) -> Any:
+        a, x, y = operands
+        if isinstance(a, np.ndarray):
+            return 2.0 * matmul(a.T, matmul(a, x) - y)
+        if _is_torch(a):
+            return _torch_grad(matmul, a, x, y)
+        return _jax_grad(matmul, a, x, y)
+
+    @property
+    def product(self) -> str:
+        return "grad_x sum((A @ x - y)**2) = 2 A.T (A @ x - y)"
+
+    def min_bytes(self, case: Case) -> int:
+        m, k, n = case.m, case.k, case.n
+        return (2 * m * k + m * n + 2 * k * n) * itemsize(case.dtype)
+
+    def flops(self, case: Case) -> int:
+        return 4 * case.m * case.k * case.n  # A @ x and A.T @ r
+
+    def contraction(self, case: Case) -> int:
+        return max(case.m, case.k)  # A.T @ r sums over m
+
+    def explain_operands(self, operands: Sequence[Any]) -> tuple[Any, ...] | None:
+        return tuple(operands[:2])  # the forward product A @ x
+
+    def check_rows(self, case: Case, rng: np.random.Generator) -> np.ndarray:
+        return np.arange(case.k)  # the whole k x n gradient
+
+    def reference(self, operands: Sequence[Any], rows: np.ndarray) -> np.ndarray:
+        a, x, y = (np.asarray(op) for op in operands)
+        x = x.astype(np.float64)
+        grad = np.zeros(x.shape)
+        for lo, hi in _row_blocks(a.shape[0], a.shape[1] + y.shape[1]):
+            block = a[lo:hi].astype(np.float64)
+            grad += block.T @ (block @ x - y[lo:hi].astype(np.float64))
+        return 2.0 * grad[rows]
+
+
 # The suite of BENCH.md. m = 1e4 .. 1e7 are written out so that the JSON holds plain integers.
 _R_SHAPES = tuple(
     (s, s, n) for s in (10240, 20480, 30720) for n in (1, 2, 4, 8, 16, 32, 64)
@@ -138,6 +304,16 @@ _R_SHAPES = tuple(
 _L_SHAPES = tuple(
     (m, kn, kn) for m in (10_000, 100_000, 1_000_000, 10_000_000) for kn in (8, 16, 32, 64)
 )
+_NT_SHAPES = (
+    (1_000_000, 256, 16),
+    (1_000_000, 256, 64),
+    (100_000, 4096, 16),
+    (250_000, 4096, 16),
+)
+_S_SHAPES = tuple((m, k, n) for k, n in ((4096, 4096), (8192, 14336)) for m in (1, 2, 4, 8, 16))
+_TN_SHAPES = ((10_000_000, 16, 16), (1_000_000, 16, 256), (1_000_000, 64, 64))
+#: Issue 4's gradient benchmark: A 1e6 x 512, x 512 x 8.
+GRAD_SHAPE = (1_000_000, 512, 8)
 
 FAMILIES: dict[str, Family] = {
     "R": Family(
@@ -154,12 +330,48 @@ FAMILIES: dict[str, Family] = {
         quick_shapes=((1_000_000, 16, 16), (10_000_000, 16, 16)),
         tiny_shapes=((1000, 8, 8), (4099, 16, 16)),
     ),
+    "NT": NTFamily(
+        name="NT",
+        title="NT: A @ B.T, A m x k, B given as n x k (k-means distances)",
+        shapes=_NT_SHAPES,
+        quick_shapes=((1_000_000, 256, 16), (100_000, 4096, 16)),
+        tiny_shapes=((1000, 64, 8), (300, 96, 16)),
+        dtypes=("f32", "bf16", "f16"),
+    ),
+    "S": Family(
+        name="S",
+        title="S: small-left, A m x k with m small, B k x n large",
+        shapes=_S_SHAPES,
+        quick_shapes=((4, 4096, 4096), (16, 8192, 14336)),
+        tiny_shapes=((1, 256, 512), (8, 320, 96)),
+        dtypes=("f32", "bf16", "f16"),
+        notes="m <= 16: every output row is checked (B comes back to the host whole)",
+    ),
+    "TN": TNFamily(
+        name="TN",
+        title="TN: A.T @ B, A m x k, B m x n, m huge; C k x n",
+        shapes=_TN_SHAPES,
+        quick_shapes=((10_000_000, 16, 16), (1_000_000, 64, 64)),
+        tiny_shapes=((5000, 8, 8), (2000, 16, 32)),
+        dtypes=("f32", "f64"),
+    ),
+    "GRAD": GradFamily(
+        name="GRAD",
+        title="GRAD: jax.grad of sum((A @ x - y)**2) in x, A m x k, x k x n, y m x n",
+        shapes=(GRAD_SHAPE,),
+        quick_shapes=(GRAD_SHAPE,),
+        tiny_shapes=((2000, 64, 8), (513, 32, 3)),
+    ),
 }
+
 
 #: dtypes run when ``--dtype`` is not given (f16 is optional in BENCH.md).
 DEFAULT_DTYPES: tuple[str, ...] = ("f32", "f64", "bf16")
-#: families run when ``--family`` is not given.
+#: families run when ``--family`` is not given (issue 3's; ``--family all`` runs every one).
 DEFAULT_FAMILIES: tuple[str, ...] = ("R", "L")
+#: the families of issue 4: their bars are reported apart from issue 3's (report.py).
+LAYOUT_FAMILIES: tuple[str, ...] = ("NT", "TN", "S")
+GRAD_FAMILY = "GRAD"
 
 
 def parse_int(text: str) -> int:
@@ -200,7 +412,9 @@ def select_cases(
 
     ``mode`` is ``"full"`` (BENCH.md), ``"quick"`` or ``"tiny"`` (CPU smoke tests). Explicit
     ``FAMILY:MxKxN`` cases replace the suite's shapes (and imply their families). ``m``, ``k``,
-    ``n`` keep only shapes whose sizes are listed.
+    ``n`` keep only shapes whose sizes are listed. Family ``"ALL"`` stands for every family.
+    A family runs only the dtypes it lists (BENCH.md's, plus f16 where it makes sense); a
+    selection that leaves no case is an error that says why.
     """
     if mode not in ("full", "quick", "tiny"):
         raise ValueError(f"unknown mode {mode!r}")
@@ -215,8 +429,10 @@ def select_cases(
             fam, shape = parse_case(text)
             shapes.setdefault(fam, []).append(shape)
     else:
+        families = [f.strip().upper() for f in families]
+        if "ALL" in families:
+            families = list(FAMILIES)
         for fam in families:
-            fam = fam.strip().upper()
             if fam not in FAMILIES:
                 raise ValueError(f"unknown family {fam!r}; known: {', '.join(FAMILIES)}")
             f = FAMILIES[fam]
@@ -237,4 +453,8 @@ def select_cases(
     order = {d: i for i, d in enumerate(DTYPES)}
     fam_order = {name: i for i, name in enumerate(FAMILIES)}
     cases.sort(key=lambda c: (fam_order[c.family], order[c.dtype], c.m, c.k, c.n))
+    if not cases:
+        runs = "; ".join(f"{f} runs {', '.join(FAMILIES[f].dtypes)}" for f in shapes)
+        filters = " and the m/k/n filters" if any(v is not None for v in (m, k, n)) else ""
+        raise ValueError(f"no cases selected by dtypes {', '.join(dtypes)}{filters} ({runs})")
     return cases
