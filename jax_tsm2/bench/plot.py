@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-_MARKERS = {"R": "o", "L": "s", "NT": "^", "TN": "v", "S": "D"}
+_MARKERS = {"R": "o", "L": "s", "NT": "^", "TN": "v", "S": "D", "GRAD": "P"}
 
 
 def roofline(doc: dict[str, Any], path: str | Path) -> Path:

@@ -1,4 +1,4 @@
-"""Turns records into speedups, a summary (with issue 3's bars), tables and files."""
+"""Turns records into speedups, a summary (with the bars of issues 3 and 4), tables and files."""
 
 from __future__ import annotations
 
@@ -53,6 +53,17 @@ BAR3_MIN_GEOMEAN = 1.5
 # Two runs of one XLA program differ by up to ~2% here; bar-2 misses within
 # this margin are flagged as such (strict counts are reported too).
 BAR2_NOISE = 0.02
+#: Issue 3's families (bars 1-3).
+ISSUE3_FAMILIES = ("R", "L")
+#: Issue 4: NT, TN and S cases at least this large (decimal bytes) ...
+LAYOUT_FAMILIES = ("NT", "TN", "S")
+LAYOUT_MIN_BYTES = 256_000_000
+#: ... reach this % of the read ceiling; and every NT/TN/S case is no slower than the
+#: fastest peer.
+LAYOUT_MIN_PCT = 85.0
+#: Issue 4's gradient benchmark: faster through jax_tsm2.matmul than through jnp.matmul.
+GRAD_FAMILY = "GRAD"
+GRAD_PEER = "jnp"
 
 
 def add_speedups(case_records: list[dict[str, Any]]) -> None:
@@ -73,15 +84,18 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
 
-def _by_case(records: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
-    cases: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+Cases = dict[tuple[str, str], dict[str, dict[str, Any]]]
+
+
+def _by_case(records: list[dict[str, Any]]) -> Cases:
+    cases: Cases = {}
     for rec in records:
         cases.setdefault((rec["case"], rec["dtype"]), {})[rec["impl"]] = rec
     return cases
 
 
 def summarize(doc: dict[str, Any]) -> dict[str, Any]:
-    """Status counts, geometric-mean speedups of tsm2 per peer, and issue 3's bars."""
+    """Status counts, geometric-mean speedups of tsm2 per peer, and the bars of issues 3, 4."""
     records = doc["records"]
     statuses: dict[str, int] = {}
     for rec in records:
@@ -97,47 +111,106 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     return {"statuses": statuses, "geomean_tsm2_speedup": speedups, "bars": bars(records)}
 
 
-def bars(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Issue 3's bars, evaluated on the R and L records; misses listed with the reason."""
-    bar1, bar1_kernel, bar2 = [], [], []
-    n1 = n2 = 0
-    for (case, dtype), recs in _by_case(records).items():
+def _bandwidth_bar(
+    cases: Cases,
+    families: tuple[str, ...],
+    min_bytes: int,
+    min_pct: float,
+    max_n: dict[str, int] | None = None,
+) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(cases judged, misses of the routed tsm2 column, misses of the forced-kernel column):
+    cases of ``families`` with at least ``min_bytes`` (and n <= ``max_n[dtype]``) must reach
+    ``min_pct`` % of the read ceiling."""
+    count, misses, kernel_misses = 0, [], []
+    for (case, dtype), recs in cases.items():
         ours = recs.get(OURS)
-        if ours is None or ours["family"] not in ("R", "L"):
+        if ours is None or ours["family"] not in families or ours["bytes"] < min_bytes:
+            continue
+        if max_n is not None and ours["n"] > max_n.get(dtype, 0):
+            continue
+        count += 1
+        ok = ours["status"] == "ok"
+        pct = ours["pct_of_ceiling"]
+        if not ok or pct is None or pct < min_pct:
+            why = ours["status"] if not ok else f"{pct:.1f}% of ceiling" if pct else "no ceiling"
+            misses.append({"case": case, "dtype": dtype, "pct_of_ceiling": pct, "why": why})
+        kern = recs.get("tsm2_kernel")
+        kpct = kern["pct_of_ceiling"] if kern and kern["status"] == "ok" else None
+        if kpct is None or kpct < min_pct:
+            kernel_misses.append({"case": case, "dtype": dtype, "pct_of_ceiling": kpct})
+    return count, misses, kernel_misses
+
+
+def _peer_bar(cases: Cases, families: tuple[str, ...]) -> tuple[int, list[dict[str, Any]]]:
+    """(cases judged, misses): tsm2 no slower than the fastest peer timed on the case."""
+    count, misses = 0, []
+    for (case, dtype), recs in cases.items():
+        ours = recs.get(OURS)
+        if ours is None or ours["family"] not in families:
             continue
         ok = ours["status"] == "ok"
-        if ours["bytes"] >= BAR1_MIN_BYTES and ours["n"] <= BAR1_MAX_N.get(dtype, 0):
-            n1 += 1
-            pct = ours["pct_of_ceiling"]
-            if not ok or pct is None or pct < BAR1_MIN_PCT:
-                why = (
-                    ours["status"] if not ok else f"{pct:.1f}% of ceiling" if pct else "no ceiling"
-                )
-                bar1.append({"case": case, "dtype": dtype, "pct_of_ceiling": pct, "why": why})
-            kern = recs.get("tsm2_kernel")
-            kpct = kern["pct_of_ceiling"] if kern and kern["status"] == "ok" else None
-            if kpct is None or kpct < BAR1_MIN_PCT:
-                bar1_kernel.append({"case": case, "dtype": dtype, "pct_of_ceiling": kpct})
         timed = {k: r["seconds"] for k, r in recs.items() if is_peer(k) and r["status"] == "ok"}
-        if timed:
-            n2 += 1
-            best = min(timed, key=timed.__getitem__)
-            if not ok or ours["seconds"] > timed[best]:
-                why = (
-                    ours["status"] if not ok else f"{timed[best] / ours['seconds']:.3f}x of {best}"
-                )
-                noise = ok and ours["seconds"] <= timed[best] * (1 + BAR2_NOISE)
-                bar2.append(
-                    {
-                        "case": case,
-                        "dtype": dtype,
-                        "fastest_peer": best,
-                        "why": why,
-                        "within_noise": noise,
-                    }
-                )
+        if not timed:
+            continue
+        count += 1
+        best = min(timed, key=timed.__getitem__)
+        if not ok or ours["seconds"] > timed[best]:
+            why = ours["status"] if not ok else f"{timed[best] / ours['seconds']:.3f}x of {best}"
+            noise = ok and ours["seconds"] <= timed[best] * (1 + BAR2_NOISE)
+            misses.append(
+                {
+                    "case": case,
+                    "dtype": dtype,
+                    "fastest_peer": best,
+                    "why": why,
+                    "within_noise": noise,
+                }
+            )
+    return count, misses
+
+
+def _grad_bar(cases: Cases) -> dict[str, Any]:
+    """Issue 4's gradient benchmark: tsm2 (jax.grad through jax_tsm2.matmul) against jnp
+    (through jnp.matmul), per GRAD case and dtype, with every other peer's speedup beside."""
+    results = []
+    for (case, dtype), recs in cases.items():
+        ours = recs.get(OURS)
+        if ours is None or ours["family"] != GRAD_FAMILY:
+            continue
+        peer = recs.get(GRAD_PEER)
+        ok = ours["status"] == "ok" and peer is not None and peer["status"] == "ok"
+        speedup = peer["seconds"] / ours["seconds"] if ok else None
+        results.append(
+            {
+                "case": case,
+                "dtype": dtype,
+                "tsm2_seconds": ours["seconds"],
+                "jnp_seconds": peer["seconds"] if peer else None,
+                "speedup": speedup,
+                "speedup_over": ours.get("speedup_over"),
+                "pass": speedup is not None and speedup > 1.0,
+                "why": None if ok else (ours["status"] if ours["status"] != "ok" else "no jnp"),
+            }
+        )
+    return {
+        "rule": "jax.grad through jax_tsm2.matmul faster than through jnp.matmul",
+        "results": results,
+        "pass": all(r["pass"] for r in results) if results else None,
+    }
+
+
+def bars(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Issue 3's bars (bar1-bar3, on the R and L records) and issue 4's (``issue4``: NT, TN
+    and S bandwidth and peers, and the gradient benchmark); misses listed with the reason."""
+    cases = _by_case(records)
+    n1, bar1, bar1_kernel = _bandwidth_bar(
+        cases, ISSUE3_FAMILIES, BAR1_MIN_BYTES, BAR1_MIN_PCT, BAR1_MAX_N
+    )
+    n2, bar2 = _peer_bar(cases, ISSUE3_FAMILIES)
+    n4, bw4, bw4_kernel = _bandwidth_bar(cases, LAYOUT_FAMILIES, LAYOUT_MIN_BYTES, LAYOUT_MIN_PCT)
+    n4p, peers4 = _peer_bar(cases, LAYOUT_FAMILIES)
     g = geomean(
-        r["tsm2_speedup"] for r in records if r["impl"] == "jnp" and r["family"] in ("R", "L")
+        r["tsm2_speedup"] for r in records if r["impl"] == "jnp" and r["family"] in ISSUE3_FAMILIES
     )
     return {
         "bar1": {
@@ -152,6 +225,21 @@ def bars(records: list[dict[str, Any]]) -> dict[str, Any]:
             "rule": f"geomean speedup over jnp >= {BAR3_MIN_GEOMEAN}",
             "geomean": g,
             "pass": g is not None and g >= BAR3_MIN_GEOMEAN,
+        },
+        "issue4": {
+            "bandwidth": {
+                "rule": f"{'/'.join(LAYOUT_FAMILIES)}, bytes >= {LAYOUT_MIN_BYTES}: "
+                f">= {LAYOUT_MIN_PCT}% of read ceiling",
+                "cases": n4,
+                "misses": bw4,
+                "kernel_misses": bw4_kernel,
+            },
+            "peers": {
+                "rule": f"{'/'.join(LAYOUT_FAMILIES)}: tsm2 no slower than the fastest peer",
+                "cases": n4p,
+                "misses": peers4,
+            },
+            "grad": _grad_bar(cases),
         },
     }
 
@@ -256,6 +344,43 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
             f"bar 3 (geomean vs jnp >= {BAR3_MIN_GEOMEAN}): "
             + (f"{g3:.2f}x {'pass' if b['bar3']['pass'] else 'MISS'}" if g3 else "n/a")
         )
+    out += _issue4_lines((b or {}).get("issue4"))
+    return out
+
+
+def _issue4_lines(b4: dict[str, Any] | None) -> list[str]:
+    """Issue 4's bars, where the run has NT/TN/S or GRAD cases."""
+    if not b4:
+        return []
+    out = []
+    fams = "/".join(LAYOUT_FAMILIES)
+    bw, peers = b4["bandwidth"], b4["peers"]
+    if bw["cases"] or peers["cases"]:
+        n, k_miss = bw["cases"], bw.get("kernel_misses")
+        out.append(
+            f"issue 4 bandwidth ({fams} >= {LAYOUT_MIN_BYTES / 1e6:.0f} MB at "
+            f">= {LAYOUT_MIN_PCT:.0f}% of read ceiling): {n - len(bw['misses'])}/{n} cases routed"
+            + (f", {n - len(k_miss)}/{n} with the kernels forced" if k_miss is not None else "")
+        )
+        n, misses = peers["cases"], peers["misses"]
+        noisy = sum(1 for x in misses if x.get("within_noise"))
+        out.append(
+            f"issue 4 peers ({fams} no slower than fastest peer): {n - len(misses)}/{n} cases "
+            f"strictly, {n - len(misses) + noisy}/{n} within {BAR2_NOISE:.0%}"
+        )
+    for r in b4["grad"]["results"]:
+        head = f"issue 4 grad (jax.grad of ||A x - y||^2, {r['case']} {r['dtype']}): "
+        if r["speedup"] is None:
+            out.append(head + f"n/a ({r['why']})")
+            continue
+        others = ", ".join(
+            f"vs {p} {v:.2f}x" for p, v in (r["speedup_over"] or {}).items() if p != GRAD_PEER
+        )
+        out.append(
+            head + f"tsm2 {r['tsm2_seconds'] * 1e3:.3f} ms, jnp {r['jnp_seconds'] * 1e3:.3f} ms: "
+            f"{r['speedup']:.2f}x {'pass' if r['pass'] else 'MISS'}"
+            + (f" ({others})" if others else "")
+        )
     return out
 
 
@@ -270,9 +395,11 @@ def markdown(doc: dict[str, Any]) -> str:
         f"(CUDA {v.get('torch_cuda')}), driver {v.get('driver')}, jax_tsm2 {v.get('jax_tsm2')}",
         f"- build_info: `{json.dumps(doc.get('build_info'))}`",
         f"- command: `{doc.get('command_line')}`",
-        "- GB/s over the minimal bytes `(m*k + k*n + m*n) * itemsize`; `% ceil` is of the read "
-        "ceiling; `x peer` is peer time / tsm2 time (> 1: tsm2 faster). FAIL: output failed the "
-        "float64 check (not timed); skip/ERR: see the JSON.",
+        "- GB/s over the minimal bytes (every operand read once, the output written once: "
+        "`(m*k + k*n + m*n) * itemsize` for R, L, NT, S; `(m*k + m*n + k*n)` for TN; GRAD reads "
+        "A twice: `(2*m*k + m*n + 2*k*n)`); `% ceil` is of the read ceiling; `x peer` is peer "
+        "time / tsm2 time (> 1: tsm2 faster). FAIL: output failed the float64 check (not "
+        "timed); skip/ERR: see the JSON.",
         "",
     ]
     header, rows = table_rows(doc)
@@ -280,15 +407,27 @@ def markdown(doc: dict[str, Any]) -> str:
     lines.append("|" + "|".join("---" for _ in header) + "|")
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += ["", *(f"- {s}" for s in summary_lines(doc))]
-    b = (doc.get("summary") or {}).get("bars")
-    if b and (b["bar1"]["misses"] or b["bar2"]["misses"]):
+    b = (doc.get("summary") or {}).get("bars") or {}
+    b4 = b.get("issue4") or {}
+    groups = [
+        ("1", (b.get("bar1") or {}).get("misses")),
+        ("2", (b.get("bar2") or {}).get("misses")),
+        ("4 bandwidth", (b4.get("bandwidth") or {}).get("misses")),
+        ("4 peers", (b4.get("peers") or {}).get("misses")),
+        ("4 grad", [r for r in (b4.get("grad") or {}).get("results", []) if not r["pass"]]),
+    ]
+    if any(misses for _, misses in groups):
         lines += ["", "## Bar misses", "", "| bar | case | dtype | why |", "|---|---|---|---|"]
-        for name in ("bar1", "bar2"):
+        for name, misses in groups:
             lines += [
-                f"| {name[-1]} | {x['case']} | {x['dtype']} | {x['why']} |"
-                for x in b[name]["misses"]
+                f"| {name} | {x['case']} | {x['dtype']} | {x.get('why') or _grad_why(x)} |"
+                for x in misses or []
             ]
     return "\n".join(lines) + "\n"
+
+
+def _grad_why(result: dict[str, Any]) -> str:
+    return f"{result['speedup']:.3f}x of {GRAD_PEER}" if result.get("speedup") else "n/a"
 
 
 # -- files ----------------------------------------------------------------------------------
