@@ -260,3 +260,209 @@ def test_gpu_ceiling_and_torch_peer():
     assert doc["ceilings"]["read_bytes_per_s"] > 1e11
     assert doc["ceilings"]["read_method"] == "ffi:tsm2_stream_read"
     assert all(r["status"] == "ok" for r in doc["records"] if not r["status"].startswith("skip"))
+
+
+# -- issue 4: NT, TN, S and the gradient benchmark -------------------------------------------
+
+LAYOUT_RECORD_FIELDS = {"product": str, "operand_shapes": list, "output_shape": list}
+
+
+def _expected_bytes(rec) -> int:
+    m, k, n = rec["m"], rec["k"], rec["n"]
+    size = suite.itemsize(rec["dtype"])
+    if rec["family"] == "GRAD":  # A read twice, y once, x and the gradient once
+        return (2 * m * k + m * n + 2 * k * n) * size
+    return (m * k + k * n + m * n) * size  # every layout: the same three matrices
+
+
+def test_layout_families_and_grad_end_to_end_cpu(tmp_path, capsys, ensure_matmul):
+    cases = "NT:300x96x16,S:8x320x96,TN:20000x8x8,GRAD:513x32x3"
+    argv = ["--tiny", "--case", cases, "--dtype", "f32,f64,bf16", "--repeats", "2"]
+    assert cli.main([*argv, "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "issue 4 peers (NT/TN/S" in printed and "issue 4 grad (jax.grad" in printed
+
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    got = {(r["case"], r["dtype"]) for r in doc["records"]}
+    want = {("NT:300x96x16", d) for d in ("f32", "bf16")}
+    want |= {("S:8x320x96", d) for d in ("f32", "bf16")}
+    want |= {("TN:20000x8x8", d) for d in ("f32", "f64")}  # BENCH.md: TN is f32 and f64
+    want |= {("GRAD:513x32x3", d) for d in ("f32", "f64", "bf16")}
+    assert got == want
+    shapes = {
+        "NT": ([[300, 96], [16, 96]], [300, 16], "A @ B.T"),
+        "S": ([[8, 320], [320, 96]], [8, 96], "A @ B"),
+        "TN": ([[20000, 8], [20000, 8]], [8, 8], "A.T @ B"),
+        "GRAD": ([[513, 32], [32, 3], [513, 3]], [32, 3], None),
+    }
+    for rec in doc["records"]:
+        for key, kind in {**RECORD_REQUIRED, **LAYOUT_RECORD_FIELDS}.items():
+            assert isinstance(rec[key], kind), (key, rec)
+        ops, out, product = shapes[rec["family"]]
+        assert rec["operand_shapes"] == ops and rec["output_shape"] == out
+        assert product is None or rec["product"] == product
+        assert rec["bytes"] == _expected_bytes(rec)
+        if rec["impl"] in ("tsm2", "jnp", "jnp_highest"):
+            assert rec["status"] == "ok", rec
+            assert rec["seconds"] > 0 and rec["rel_error"] <= rec["tolerance"], rec
+    # TN sums over m = 20000: its f32 tolerance grows with sqrt(m), not sqrt(k)
+    tn = next(
+        r
+        for r in doc["records"]
+        if r["case"] == "TN:20000x8x8" and r["impl"] == "jnp_highest" and r["dtype"] == "f32"
+    )
+    assert tn["tolerance"] == pytest.approx(2 * 2.0**-24 * 20000**0.5)
+
+    issue4 = doc["summary"]["bars"]["issue4"]
+    assert issue4["peers"]["cases"] == 6 and issue4["bandwidth"]["cases"] == 0  # tiny: < 256 MB
+    grads = {r["dtype"]: r for r in issue4["grad"]["results"]}
+    assert set(grads) == {"f32", "f64", "bf16"}
+    assert all(r["speedup"] > 0 and r["tsm2_seconds"] > 0 for r in grads.values())
+    md = (tmp_path / "bench.md").read_text()
+    assert "| GRAD | 513x32x3 |" in md and "| TN | 20000x8x8 |" in md
+
+
+def _small_blocks(monkeypatch):
+    """Float64 references in blocks of a few rows, so the blocked sums are exercised."""
+    blocks = suite._row_blocks
+    monkeypatch.setattr(suite, "_row_blocks", lambda rows, width: blocks(rows, width, elems=100))
+
+
+@pytest.mark.parametrize("fam", ["NT", "S", "TN", "GRAD"])
+def test_layout_references_are_float64_products(fam, monkeypatch):
+    _small_blocks(monkeypatch)
+    family = suite.FAMILIES[fam]
+    c = suite.Case(fam, "f32", *{"NT": (301, 40, 7), "S": (3, 200, 50)}.get(fam, (507, 24, 5)))
+    rng = np.random.default_rng(1)
+    ops = [rng.standard_normal(s, dtype=np.float32) for s in family.operand_shapes(c)]
+    ops64 = [x.astype(np.float64) for x in ops]
+    want = {
+        "NT": lambda a, b: a @ b.T,
+        "S": lambda a, b: a @ b,
+        "TN": lambda a, b: a.T @ b,
+        "GRAD": lambda a, x, y: 2 * a.T @ (a @ x - y),
+    }[fam](*ops64)
+    assert want.shape == family.output_shape(c)
+    rows = family.check_rows(c, rng)
+    if fam in ("TN", "GRAD", "S"):  # small outputs: every row is checked
+        assert np.array_equal(rows, np.arange(want.shape[0]))
+    else:  # NT: rows of C are rows of A; first and last always among them
+        assert rows[0] == 0 and rows[-1] == c.m - 1
+    ref = family.reference([jnp.asarray(x) for x in ops], rows)
+    np.testing.assert_allclose(ref, want[rows], rtol=1e-12, atol=1e-10)
+    # the product as each JAX implementation writes it (jit, as the harness runs it)
+    got = jax.jit(lambda *o: family.apply(partial(jnp.matmul, precision="highest"), *o))(*ops)
+    err = np.linalg.norm(np.asarray(got, np.float64) - want) / np.linalg.norm(want)
+    assert err < 1e-5, err
+
+
+def test_grad_apply_is_jax_grad_of_the_loss():
+    """GRAD's JAX apply is jax.grad of sum((A x - y)^2) through the given matmul: its jaxpr
+    holds the forward product and the transpose of it."""
+    family = suite.FAMILIES["GRAD"]
+    a, x, y = (jnp.ones(s, jnp.float32) for s in ((64, 8), (8, 2), (64, 2)))
+    calls = []
+
+    def matmul(p, q):
+        calls.append((p.shape, q.shape))
+        return jnp.matmul(p, q)
+
+    jaxpr = jax.make_jaxpr(lambda *o: family.apply(matmul, *o))(a, x, y)
+    assert calls == [((64, 8), (8, 2))]  # traced once; the backward is its transpose
+    assert str(jaxpr).count("dot_general") == 2
+
+
+def test_torch_applies_match_numpy():
+    """The torch forms of each family (views, autograd) on CPU tensors, where torch exists."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    for fam in ("NT", "S", "TN", "GRAD"):
+        family = suite.FAMILIES[fam]
+        c = suite.Case(fam, "f64", 33, 12, 5)
+        ops = [rng.standard_normal(s) for s in family.operand_shapes(c)]
+        got = family.apply(torch.matmul, *(torch.from_numpy(x) for x in ops))
+        want = family.apply(np.matmul, *ops)
+        np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-10)
+
+
+def test_wrong_tn_result_fails_the_full_check(monkeypatch):
+    """TN's check covers the whole k x n output: one wrong row is caught."""
+    monkeypatch.setattr(
+        jax_tsm2, "matmul", lambda a, b: jnp.matmul(a, b).at[-1].multiply(1.5), raising=False
+    )
+    doc = run_suite(_tiny_opts(cases=["TN:20000x8x8"], impls=["tsm2", "jnp"]), log=lambda _: None)
+    recs = {r["impl"]: r for r in doc["records"]}
+    assert recs["tsm2"]["status"] == "failed-check" and recs["jnp"]["status"] == "ok"
+    assert [m["case"] for m in doc["summary"]["bars"]["issue4"]["peers"]["misses"]] == [
+        "TN:20000x8x8"
+    ]
+
+
+def test_layout_suite_matches_bench_md():
+    cases = suite.select_cases(["NT", "S", "TN", "GRAD"])
+    count = lambda fam: sum(1 for c in cases if c.family == fam)
+    assert count("NT") == 4 * 2 and count("S") == 10 * 2 and count("TN") == 3 * 2
+    assert {(c.m, c.k, c.n) for c in cases if c.family == "GRAD"} == {(1_000_000, 512, 8)}
+    assert suite.Case("NT", "bf16", 250_000, 4096, 16) in cases
+    assert suite.Case("S", "f32", 16, 8192, 14336) in cases
+    assert suite.Case("TN", "f64", 10_000_000, 16, 16) in cases
+    assert {c.dtype for c in cases if c.family == "TN"} == {"f32", "f64"}
+    assert {c.dtype for c in cases if c.family in ("NT", "S")} == {"f32", "bf16"}
+    every = suite.select_cases(["all"], ["f32"], mode="quick")
+    assert {c.family for c in every} == set(suite.FAMILIES)
+    tn = suite.FAMILIES["TN"]
+    c = suite.Case("TN", "f32", 10_000_000, 16, 16)
+    assert tn.min_bytes(c) == (2 * 10_000_000 * 16 + 256) * 4 and tn.contraction(c) == 10**7
+    g = suite.FAMILIES["GRAD"]
+    c = suite.Case("GRAD", "f32", 1_000_000, 512, 8)
+    assert g.min_bytes(c) == (2 * 512 + 8) * 10**6 * 4 + 2 * 512 * 8 * 4
+    assert g.flops(c) == 4 * 10**6 * 512 * 8
+    with pytest.raises(ValueError, match="TN runs f32, f64"):
+        suite.select_cases(["TN"], ["bf16"])
+    with pytest.raises(SystemExit):
+        cli.main(["--tiny", "--family", "TN", "--dtype", "bf16"])
+
+
+def test_issue4_bars():
+    def rec(impl, case, seconds, nbytes=10**9, pct=90.0, fam="NT", dtype="f32", status="ok"):
+        return {
+            "impl": impl,
+            "case": case,
+            "family": fam,
+            "dtype": dtype,
+            "n": 16,
+            "bytes": nbytes,
+            "status": status,
+            "seconds": seconds,
+            "pct_of_ceiling": pct,
+            "tsm2_speedup": None,
+            "speedup_over": None,
+        }
+
+    groups = [
+        [rec("tsm2", "NT:a", 1.0), rec("jnp", "NT:a", 2.0), rec("tsm2_kernel", "NT:a", 1.0)],
+        [rec("tsm2", "TN:b", 1.0, pct=80.0, fam="TN"), rec("torch", "TN:b", 0.9, fam="TN")],
+        [rec("tsm2", "S:c", 1.0, nbytes=10**8, pct=10.0, fam="S"), rec("jnp", "S:c", 1.5, fam="S")],
+        [rec("tsm2", "R:d", 1.0, pct=10.0, fam="R")],  # issue 3's: not judged here
+        [rec("tsm2", "GRAD:g", 1.0, fam="GRAD"), rec("jnp", "GRAD:g", 1.25, fam="GRAD")],
+        [
+            rec("tsm2", "GRAD:g", 1.0, fam="GRAD", dtype="bf16"),
+            rec("jnp", "GRAD:g", 0.5, fam="GRAD", dtype="bf16"),
+        ],
+    ]
+    for group in groups:
+        report.add_speedups(group)
+    b4 = report.bars([r for g in groups for r in g])["issue4"]
+    bw = b4["bandwidth"]
+    assert bw["cases"] == 2  # NT:a and TN:b; S:c is under 256 MB
+    assert [m["case"] for m in bw["misses"]] == ["TN:b"]
+    assert [m["case"] for m in bw["kernel_misses"]] == ["TN:b"]  # no forced-kernel record
+    assert b4["peers"]["cases"] == 3
+    assert [(m["case"], m["fastest_peer"]) for m in b4["peers"]["misses"]] == [("TN:b", "torch")]
+    grads = {r["dtype"]: r for r in b4["grad"]["results"]}
+    assert grads["f32"]["speedup"] == pytest.approx(1.25) and grads["f32"]["pass"]
+    assert not grads["bf16"]["pass"] and b4["grad"]["pass"] is False
+    doc = {"ceilings": {}, "summary": {"bars": report.bars([r for g in groups for r in g])}}
+    lines = report.summary_lines(doc)
+    assert any(s.startswith("issue 4 bandwidth") and "1/2 cases routed" in s for s in lines)
+    assert any("GRAD:g f32" in s and "1.25x pass" in s for s in lines)

@@ -352,7 +352,7 @@ FAMILIES: dict[str, Family] = {
         title="TN: A.T @ B, A m x k, B m x n, m huge; C k x n",
         shapes=_TN_SHAPES,
         quick_shapes=((10_000_000, 16, 16), (1_000_000, 64, 64)),
-        tiny_shapes=((5000, 8, 8), (2000, 16, 32)),
+        tiny_shapes=((20000, 8, 8), (2000, 16, 32)),
         dtypes=("f32", "f64"),
     ),
     "GRAD": GradFamily(
