@@ -58,7 +58,8 @@ def parser() -> argparse.ArgumentParser:
         "--impl",
         type=_names,
         default=None,
-        help="implementations among tsm2,jnp,jnp_highest,torch (default: all available)",
+        help="implementations among tsm2,jnp,jnp_highest,torch,tsm2_kernel "
+        "(default: all available)",
     )
     sel.add_argument("--no-torch", action="store_true", help="do not time torch.matmul")
     sel.add_argument(
