@@ -23,6 +23,11 @@
 
 #include "ffi/launch_matmul.cuh"
 
+// TryLib runs the library's launchers (normally compiled in launch_<dtype>.cu).
+template struct tsm2::TypedLauncher<float>;
+template struct tsm2::TypedLauncher<double>;
+template struct tsm2::TypedLauncher<__nv_bfloat16>;
+
 namespace {
 
 using tsm2::DeviceMatmul;
@@ -66,16 +71,19 @@ __device__ double AsDouble(T x) {
   return static_cast<double>(static_cast<float>(x));
 }
 
-// ref[r, j] = sum_k A[r, k] B[k, j] in float64, and the sum of |products|.
+// ref[r, j] = sum_k op(A)[r, k] op(B)[k, j] in float64, and the sum of
+// |products|; op() transposes A for layout TN and B for NT.
 template <typename T>
 __global__ void ReferenceKernel(const T* a, const T* b, double* ref, double* mag, int64_t m,
-                                int64_t k, int64_t n) {
+                                int64_t k, int64_t n, tsm2::Layout layout) {
   const int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (o >= m * n) return;
   const int64_t r = o / n, j = o % n;
+  const bool a_t = layout == tsm2::Layout::kTN, b_t = layout == tsm2::Layout::kNT;
   double s = 0, s_abs = 0;
   for (int64_t kk = 0; kk < k; ++kk) {
-    const double prod = AsDouble(a[r * k + kk]) * AsDouble(b[kk * n + j]);
+    const double prod =
+        AsDouble(a[a_t ? kk * m + r : r * k + kk]) * AsDouble(b[b_t ? j * k + kk : kk * n + j]);
     s += prod;
     s_abs += std::fabs(prod);
   }
@@ -109,6 +117,8 @@ struct Case {
   const char* name;
   bool family_l;
   int64_t m, k, n;
+  tsm2::Kernel kernel = tsm2::Kernel::kTsm2r;  // TryLib only (Try takes family_l)
+  tsm2::Layout layout = tsm2::Layout::kNN;
 };
 
 double ceiling_gbs = 0;
@@ -128,7 +138,7 @@ void Prepare(const Case& cs, Buffers& buf) {
   const int64_t outs = cs.m * cs.n;
   ReferenceKernel<T><<<static_cast<unsigned>((outs + 255) / 256), 256>>>(
       static_cast<const T*>(buf.a), static_cast<const T*>(buf.b), buf.ref, buf.mag, cs.m, cs.k,
-      cs.n);
+      cs.n, cs.layout);
   CHECK(cudaDeviceSynchronize());
 }
 
@@ -143,6 +153,29 @@ bool Same(const Case& cs) {
                              : tsm2::RTile(itemsize, nt);
   return lib.rows == t.rows && lib.rows_per_thread == t.rows_per_thread &&
          lib.k_groups == t.k_groups && lib.vec_per_thr == t.vec_per_thr && lib.stages == t.stages;
+}
+
+// Median over 5 rounds of 5 back-to-back launches (after one warm-up round).
+template <typename F>
+double TimeLaunches(const F& launch) {
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  constexpr int kLaunches = 5, kRepeats = 5;
+  std::vector<float> ms;
+  for (int r = 0; r < kRepeats + 1; ++r) {
+    CHECK(cudaEventRecord(e0));
+    for (int i = 0; i < kLaunches; ++i) launch();
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float t_ms = 0;
+    CHECK(cudaEventElapsedTime(&t_ms, e0, e1));
+    if (r > 0) ms.push_back(t_ms / kLaunches);  // the first round warms up
+  }
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e-3;
 }
 
 template <typename T, int NT, template <typename, int> class C>
@@ -173,22 +206,7 @@ void Try(const Case& cs, Buffers& buf) {
   double err;
   std::memcpy(&err, &bits, sizeof err);
 
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  constexpr int kLaunches = 5, kRepeats = 5;
-  std::vector<float> ms;
-  for (int r = 0; r < kRepeats + 1; ++r) {
-    CHECK(cudaEventRecord(e0));
-    for (int i = 0; i < kLaunches; ++i) CHECK(V::Launch(p, plan, buf.ws, nullptr));
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float t_ms = 0;
-    CHECK(cudaEventElapsedTime(&t_ms, e0, e1));
-    if (r > 0) ms.push_back(t_ms / kLaunches);  // the first round warms up
-  }
-  std::sort(ms.begin(), ms.end());
-  const double sec = ms[ms.size() / 2] * 1e-3;
+  const double sec = TimeLaunches([&] { CHECK(V::Launch(p, plan, buf.ws, nullptr)); });
   const double bytes = static_cast<double>(cs.m * cs.k + cs.k * cs.n + cs.m * cs.n) * sizeof(T);
   const double gbs = bytes / sec * 1e-9;
   std::printf(
@@ -198,8 +216,41 @@ void Try(const Case& cs, Buffers& buf) {
       t.stages, V::Cfg::kThreads, V::Cfg::kSmemBytes, per_sm, sec * 1e6, gbs,
       100 * gbs / ceiling_gbs, err);
   std::fflush(stdout);
-  CHECK(cudaEventDestroy(e0));
-  CHECK(cudaEventDestroy(e1));
+}
+
+// Times the library's own plan for a case (any kernel and layout), as the
+// FFI handler would run it: TypedLauncher<T> picks the variant.
+template <typename T>
+void TryLib(const Case& cs, Buffers& buf) {
+  DeviceMatmul p;
+  p.a = buf.a;
+  p.b = buf.b;
+  p.c = buf.c;
+  p.m = cs.m;
+  p.k = cs.k;
+  p.n = cs.n;
+  p.type = TypeOf<T>();
+  p.layout = cs.layout;
+  MatmulPlan plan;
+  CHECK(tsm2::TypedLauncher<T>::Plan(p, cs.kernel, buf.ws_bytes, &plan));
+  auto launch = [&] { CHECK(tsm2::TypedLauncher<T>::Launch(p, plan, buf.ws, nullptr)); };
+  CHECK(cudaMemset(buf.c, 0xff, cs.m * cs.n * sizeof(T)));
+  launch();
+  CHECK(cudaMemset(buf.worst, 0, sizeof(unsigned long long)));
+  const int64_t outs = cs.m * cs.n;
+  ErrorKernel<T><<<static_cast<unsigned>((outs + 255) / 256), 256>>>(
+      static_cast<const T*>(buf.c), buf.ref, buf.mag, outs, buf.worst);
+  unsigned long long bits = 0;
+  CHECK(cudaMemcpy(&bits, buf.worst, sizeof bits, cudaMemcpyDeviceToHost));
+  double err;
+  std::memcpy(&err, &bits, sizeof err);
+  const double sec = TimeLaunches(launch);
+  const double bytes = static_cast<double>(cs.m * cs.k + cs.k * cs.n + cs.m * cs.n) * sizeof(T);
+  const double gbs = bytes / sec * 1e-9;
+  std::printf("%-26s * blocks=%6d splits=%4lld ws=%8zu  %8.1f us %7.0f GB/s %5.1f%%  err=%.1e\n",
+              cs.name, plan.blocks, static_cast<long long>(plan.splits), plan.workspace_bytes,
+              sec * 1e6, gbs, 100 * gbs / ceiling_gbs, err);
+  std::fflush(stdout);
 }
 
 // Each case and the shapes tried on it. Shape<rows, rows/thread, k-groups,
@@ -267,6 +318,42 @@ void RunAll(Buffers& buf, const char* f) {
   if (Case cs{"L f64 1e7 8x8", true, 10000000, 8, 8}; Start<double>(cs, buf, f)) {
     Try<double, 8, Shape<256, 1, 1, 4, 4>::C>(cs, buf);
   }
+  // Layouts, through the library's plan (names as BENCH.md's cases: m x k x n
+  // of the stored operands; for TN the result is k x n, here m x n).
+  using tsm2::Kernel, tsm2::Layout;
+  const struct {
+    const char* name;
+    int dtype;  // 0 f32, 1 f64, 2 bf16
+    int64_t m, k, n;
+    Kernel kernel;
+    Layout layout;
+  } lib_cases[] = {
+      {"NT f32 1e6x256x16", 0, 1000000, 256, 16, Kernel::kTsm2r, Layout::kNT},
+      {"NT f32 1e6x256x64", 0, 1000000, 256, 64, Kernel::kTsm2r, Layout::kNT},
+      {"NT f32 1e5x4096x16", 0, 100000, 4096, 16, Kernel::kTsm2r, Layout::kNT},
+      {"NT bf16 1e6x256x16", 2, 1000000, 256, 16, Kernel::kTsm2r, Layout::kNT},
+      {"NN f32 1e6x256x16", 0, 1000000, 256, 16, Kernel::kTsm2r, Layout::kNN},
+      {"S f32 1x8192x14336", 0, 1, 8192, 14336, Kernel::kTsm2s, Layout::kNN},
+      {"S f32 4x8192x14336", 0, 4, 8192, 14336, Kernel::kTsm2s, Layout::kNN},
+      {"S f32 8x8192x14336", 0, 8, 8192, 14336, Kernel::kTsm2s, Layout::kNN},
+      {"S f32 16x8192x14336", 0, 16, 8192, 14336, Kernel::kTsm2s, Layout::kNN},
+      {"S f32 8x4096x4096", 0, 8, 4096, 4096, Kernel::kTsm2s, Layout::kNN},
+      {"S bf16 8x8192x14336", 2, 8, 8192, 14336, Kernel::kTsm2s, Layout::kNN},
+      {"S f64 7x1001x3001", 1, 7, 1001, 3001, Kernel::kTsm2s, Layout::kNN},
+      {"TN f32 1e7x16x16", 0, 16, 10000000, 16, Kernel::kTsm2t, Layout::kTN},
+      {"TN f32 1e6x16x256", 0, 16, 1000000, 256, Kernel::kTsm2t, Layout::kTN},
+      {"TN f32 1e6x64x64", 0, 64, 1000000, 64, Kernel::kTsm2t, Layout::kTN},
+      {"TN f32 1e6x512x8", 0, 512, 1000000, 8, Kernel::kTsm2t, Layout::kTN},
+      {"TN f64 1e7x16x16", 1, 16, 10000000, 16, Kernel::kTsm2t, Layout::kTN},
+      {"TN f64 1e6x64x64", 1, 64, 1000000, 64, Kernel::kTsm2t, Layout::kTN},
+      {"TN bf16 99991x13x7", 2, 13, 99991, 7, Kernel::kTsm2t, Layout::kTN},
+  };
+  for (const auto& lc : lib_cases) {
+    Case cs{lc.name, false, lc.m, lc.k, lc.n, lc.kernel, lc.layout};
+    if (lc.dtype == 0 && Start<float>(cs, buf, f)) TryLib<float>(cs, buf);
+    if (lc.dtype == 1 && Start<double>(cs, buf, f)) TryLib<double>(cs, buf);
+    if (lc.dtype == 2 && Start<bf16>(cs, buf, f)) TryLib<bf16>(cs, buf);
+  }
 }
 
 }  // namespace
@@ -276,7 +363,7 @@ int main(int argc, char** argv) {
   Buffers buf;
   const size_t a_bytes = size_t{7} << 29;  // 3.5 GiB: R f64 20480^2 is 3.36 GB
   CHECK(cudaMalloc(&buf.a, a_bytes));
-  CHECK(cudaMalloc(&buf.b, size_t{64} << 20));
+  CHECK(cudaMalloc(&buf.b, size_t{1} << 30));  // S's B is the large operand
   CHECK(cudaMalloc(&buf.c, size_t{1400} << 20));
   CHECK(cudaMalloc(&buf.ref, size_t{1400} << 20));
   CHECK(cudaMalloc(&buf.mag, size_t{1400} << 20));

@@ -33,8 +33,10 @@ struct DeviceMatmul {
 struct MatmulPlan {
   Kernel family = Kernel::kTsm2r;  // as chosen by the router
   int n_tile = 0;                  // R, L: t2, columns of B and C per block (power of two <= 64)
-  int blocks = 0;                  // persistent grid size
-  int64_t units = 0;               // (tile, k-chunk) work units split evenly among the blocks
+  int blocks = 0;                  // grid size (R, L: persistent)
+  int64_t units = 0;               // R, L: (tile, k-chunk) work units split evenly among blocks
+  int64_t splits = 1;              // S, T: contraction ranges per output tile (split_plans.h)
+  int64_t split_len = 0;           // S, T: contraction rows per split
   size_t workspace_bytes = 0;      // partial sums of tiles split between blocks
 };
 

@@ -1,4 +1,5 @@
-// Plans and launches Tsm2Kernel for one element type. Included by one .cu
+// Plans and launches the kernels for one element type (Tsm2Kernel for R and L
+// here, the split kernels S and T through launch_split.cuh). Included by one .cu
 // file per dtype (launch_f32.cu, ...) so the instantiations compile in
 // parallel.
 #pragma once
@@ -6,12 +7,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <utility>
 
 #include "ffi/kernels/tsm2.cuh"
 #include "ffi/launch.h"
+#include "ffi/launch_split.cuh"
+#include "ffi/occupancy.h"
 #include "ffi/tile_configs.h"
 #include "ffi/typed_launcher.h"
 
@@ -30,34 +30,6 @@ struct LConfig {
     static constexpr TileConfig kT = LTile(sizeof(T), NT, kVpt);
   };
 };
-
-// Occupancy and the shared-memory opt-in, once per kernel and device.
-inline cudaError_t BlocksPerSm(const void* kernel, int threads, int smem, int* out) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> cache;
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find({kernel, dev});
-  if (it != cache.end()) {
-    *out = it->second;
-    return cudaSuccess;
-  }
-  if (cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      e != cudaSuccess) {
-    return e;
-  }
-  int blocks = 0;
-  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem);
-      e != cudaSuccess) {
-    return e;
-  }
-  if (blocks < 1) return cudaErrorInvalidConfiguration;
-  cache[{kernel, dev}] = blocks;
-  *out = blocks;
-  return cudaSuccess;
-}
 
 template <typename T, int NT, template <typename, int> class C>
 struct Tsm2Variant {
@@ -200,13 +172,16 @@ struct LaunchOp {
 template <typename T>
 cudaError_t TypedLauncher<T>::Plan(const DeviceMatmul& p, Kernel f, size_t ws, MatmulPlan* plan) {
   plan->family = f;
-  if (f == Kernel::kTsm2s || f == Kernel::kTsm2t) return cudaErrorNotSupported;
+  if (f == Kernel::kTsm2s || f == Kernel::kTsm2t) return SplitLauncher<T>::Plan(p, f, ws, plan);
   return WithVariant<T>(p, f, NTileFor(p.n), PlanOp{p, ws, plan});
 }
 
 template <typename T>
 cudaError_t TypedLauncher<T>::Launch(const DeviceMatmul& p, const MatmulPlan& plan, void* ws,
                                      cudaStream_t stream) {
+  if (plan.family == Kernel::kTsm2s || plan.family == Kernel::kTsm2t) {
+    return SplitLauncher<T>::Launch(p, plan, ws, stream);
+  }
   return WithVariant<T>(p, plan.family, plan.n_tile, LaunchOp{p, plan, ws, stream});
 }
 

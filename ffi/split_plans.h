@@ -32,6 +32,7 @@ struct SplitPlan {
   int64_t tile_m = 0, tile_n = 0;    // output tile of one block
   int64_t tiles_m = 0, tiles_n = 0;  // output tiles per batch entry
   int64_t step = 0;                  // contraction rows staged per pipeline step
+  int64_t thread_edge = 4;           // T: each thread holds a thread_edge^2 block of the tile
   int64_t splits = 1;                // contraction ranges per output tile
   int64_t split_len = 0;             // rows per split (a multiple of step)
   int64_t Blocks(int64_t batch) const { return batch * tiles_m * tiles_n * splits; }
@@ -48,10 +49,12 @@ inline void ChooseSplits(int64_t tiles, int64_t k, int sm_count, int64_t max_spl
 }
 
 // T: C[m, n] = sum_r A[r, :m]^T B[r, :n]. Each of the 256 threads of a block
-// holds a 4 x 4 block of the output tile; when the tile has fewer than 256
-// such blocks, groups of threads take interleaved rows of each stage and are
-// added at the end. Tiles cover the whole output when m * n <= 4096, so that
-// A and B are read once.
+// holds an e x e block of the output tile (e = 8 where both tile edges are
+// 32 or more and the type is at most 4 bytes: there FMAs dominate and 8 x 8
+// halves the shared-memory reads per FMA; measured slower for 512 x 8, and
+// f64 would need 128 accumulator registers; else 4); when the tile has fewer than 256 such blocks,
+// groups of threads take interleaved rows of each stage and are added at the end. Tiles cover the
+// whole output when m * n <= 4096, so that A and B are read once.
 constexpr int kTThreads = 256;
 constexpr int kTStageBytes = 16 * 1024;
 inline SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
@@ -60,7 +63,9 @@ inline SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_
   s.tile_m = std::min<int64_t>(Pow2AtLeast(std::max<int64_t>(m, 4)), 4096 / s.tile_n);
   s.tiles_m = CeilDiv(m, s.tile_m);
   s.tiles_n = CeilDiv(n, s.tile_n);
-  const int64_t groups = kTThreads / ((s.tile_m / 4) * (s.tile_n / 4));
+  s.thread_edge = itemsize <= 4 && s.tile_m >= 32 && s.tile_n >= 32 ? 8 : 4;
+  const int64_t e = s.thread_edge;
+  const int64_t groups = kTThreads / ((s.tile_m / e) * (s.tile_n / e));
   const int64_t row_bytes = (s.tile_m + s.tile_n) * itemsize;
   s.step = std::max<int64_t>(groups, kTStageBytes / row_bytes / groups * groups);
   ChooseSplits(batch * s.tiles_m * s.tiles_n, k, sm_count, int64_t{1} << 40, &s);

@@ -1,0 +1,157 @@
+// Plans and launches the split-contraction kernels, TSM2S and TSM2T, for one
+// element type (included by launch_matmul.cuh). The split plan itself is
+// plain C++ (split_plans.h), so Python sizes the workspace from the same
+// numbers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "ffi/kernels/small_left.cuh"
+#include "ffi/kernels/split_reduce.cuh"
+#include "ffi/kernels/tn.cuh"
+#include "ffi/launch.h"
+#include "ffi/occupancy.h"
+#include "ffi/split_plans.h"
+
+namespace tsm2 {
+
+// Shared memory the T kernel may ask for (TSmemBytes stays below this).
+constexpr int kTMaxSmem = 96 * 1024;
+
+inline cudaError_t SmCount(int* sms) {
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+}
+
+template <typename T>
+struct SplitLauncher {
+  static SplitPlan MakePlan(const DeviceMatmul& p, Kernel f, int sms) {
+    return f == Kernel::kTsm2t ? TPlan(sizeof(T), p.batch, p.m, p.k, p.n, sms)
+                               : SPlan(sizeof(T), p.batch, p.m, p.k, p.n, sms);
+  }
+
+  static cudaError_t Plan(const DeviceMatmul& p, Kernel f, size_t workspace_capacity,
+                          MatmulPlan* plan) {
+    if (f == Kernel::kTsm2s && p.m > kSMaxM) return cudaErrorInvalidValue;
+    int sms = 0;
+    if (cudaError_t e = SmCount(&sms); e != cudaSuccess) return e;
+    SplitPlan s = MakePlan(p, f, sms);
+    size_t need = SplitWorkspaceBytes(s, sizeof(T), p.batch, p.m, p.n);
+    if (need > workspace_capacity) {  // one split needs no workspace and is always correct
+      s.splits = 1;
+      s.split_len = CeilDiv(std::max<int64_t>(p.k, 1), s.step) * s.step;
+      need = 0;
+    }
+    if (s.Blocks(p.batch) > int64_t{1} << 31) return cudaErrorInvalidConfiguration;
+    plan->blocks = static_cast<int>(s.Blocks(p.batch));
+    plan->splits = s.splits;
+    plan->split_len = s.split_len;
+    plan->workspace_bytes = need;
+    return cudaSuccess;
+  }
+
+  static SplitArgs Args(const DeviceMatmul& p, const MatmulPlan& plan, const SplitPlan& s,
+                        void* workspace) {
+    SplitArgs a{};
+    a.a = p.a;
+    a.b = p.b;
+    a.c = p.c;
+    a.partials = workspace;
+    a.m = p.m;
+    a.k = p.k;
+    a.n = p.n;
+    a.a_batch_stride = p.a_batch_stride;
+    a.b_batch_stride = p.b_batch_stride;
+    a.tile_m = s.tile_m;
+    a.tile_n = s.tile_n;
+    a.tiles_m = s.tiles_m;
+    a.tiles_n = s.tiles_n;
+    a.step = s.step;
+    a.splits = plan.splits;
+    a.split_len = plan.split_len;
+    a.out_f32 = p.out_f32;
+    return a;
+  }
+
+  template <int MT>
+  static cudaError_t LaunchSWith(const SplitArgs& a, int blocks, cudaStream_t stream) {
+    constexpr int kSmem = SSmem<T, MT>::kBytes;
+    const void* kernel = reinterpret_cast<const void*>(&Tsm2SKernel<T, MT>);
+    int per_sm = 0;  // also opts the kernel in to kSmem bytes of shared memory
+    if (cudaError_t e = BlocksPerSm(kernel, kSThreads, kSmem, &per_sm); e != cudaSuccess) return e;
+    Tsm2SKernel<T, MT><<<blocks, kSThreads, kSmem, stream>>>(a);
+    return cudaGetLastError();
+  }
+
+  static cudaError_t LaunchS(const DeviceMatmul& p, SplitArgs a, cudaStream_t stream) {
+    constexpr int kCpt = SCols<T>::kCpt;
+    a.vec_ok = p.n % kCpt == 0 && reinterpret_cast<uintptr_t>(p.b) % SCols<T>::kBytes == 0;
+    const int64_t mt = Pow2AtLeast(p.m);
+    const int blocks = static_cast<int>(a.splits * a.tiles_n * p.batch);
+    switch (mt) {
+      case 1:
+        return LaunchSWith<1>(a, blocks, stream);
+      case 2:
+        return LaunchSWith<2>(a, blocks, stream);
+      case 4:
+        return LaunchSWith<4>(a, blocks, stream);
+      case 8:
+        return LaunchSWith<8>(a, blocks, stream);
+      case 16:
+        return LaunchSWith<16>(a, blocks, stream);
+      default:
+        return cudaErrorInvalidValue;
+    }
+  }
+
+  static cudaError_t LaunchT(const DeviceMatmul& p, SplitArgs a, const SplitPlan& s,
+                             cudaStream_t stream) {
+    constexpr int kV = kVec<T>;
+    a.vec_ok = p.m % kV == 0 && p.n % kV == 0 && s.tile_m % kV == 0 && s.tile_n % kV == 0 &&
+               reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
+               reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
+    const void* kernel = s.thread_edge == 8 ? reinterpret_cast<const void*>(&Tsm2TKernel<T, 8>)
+                                            : reinterpret_cast<const void*>(&Tsm2TKernel<T, 4>);
+    int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
+    if (cudaError_t e = BlocksPerSm(kernel, kTThreads, kTMaxSmem, &per_sm); e != cudaSuccess) {
+      return e;
+    }
+    const int smem = TSmemBytes(s, sizeof(T));
+    if (smem > kTMaxSmem) return cudaErrorInvalidConfiguration;
+    const int blocks = static_cast<int>(a.splits * a.tiles_m * a.tiles_n * p.batch);
+    if (s.thread_edge == 8) {
+      Tsm2TKernel<T, 8><<<blocks, kTThreads, smem, stream>>>(a);
+    } else {
+      Tsm2TKernel<T, 4><<<blocks, kTThreads, smem, stream>>>(a);
+    }
+    return cudaGetLastError();
+  }
+
+  static cudaError_t Launch(const DeviceMatmul& p, const MatmulPlan& plan, void* workspace,
+                            cudaStream_t stream) {
+    int sms = 0;
+    if (cudaError_t e = SmCount(&sms); e != cudaSuccess) return e;
+    const SplitPlan s = MakePlan(p, plan.family, sms);
+    if (plan.workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
+    const SplitArgs a = Args(p, plan, s, workspace);
+    cudaError_t e =
+        plan.family == Kernel::kTsm2t ? LaunchT(p, a, s, stream) : LaunchS(p, a, stream);
+    if (e != cudaSuccess || plan.splits <= 1) return e;
+    // Many splits of few outputs (T): a warp per output; else a thread per output.
+    const int64_t outputs = p.batch * p.m * p.n;
+    const bool warp_each = plan.splits >= 32;
+    const int64_t workers = warp_each ? outputs * 32 : outputs;
+    const int reduce_blocks = static_cast<int>(std::min<int64_t>(CeilDiv(workers, 256), 16 * sms));
+    if (warp_each) {
+      Tsm2SplitReduceKernel<T, true><<<reduce_blocks, 256, 0, stream>>>(a, p.batch);
+    } else {
+      Tsm2SplitReduceKernel<T, false><<<reduce_blocks, 256, 0, stream>>>(a, p.batch);
+    }
+    return cudaGetLastError();
+  }
+};
+
+}  // namespace tsm2

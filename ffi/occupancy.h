@@ -1,0 +1,41 @@
+// Blocks per SM of a kernel, with the dynamic shared-memory opt-in, cached
+// per kernel and device (the CUDA calls are not free at every launch).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace tsm2 {
+
+// Occupancy and the shared-memory opt-in, once per kernel and device.
+inline cudaError_t BlocksPerSm(const void* kernel, int threads, int smem, int* out) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({kernel, dev});
+  if (it != cache.end()) {
+    *out = it->second;
+    return cudaSuccess;
+  }
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      e != cudaSuccess) {
+    return e;
+  }
+  int blocks = 0;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem);
+      e != cudaSuccess) {
+    return e;
+  }
+  if (blocks < 1) return cudaErrorInvalidConfiguration;
+  cache[{kernel, dev}] = blocks;
+  *out = blocks;
+  return cudaSuccess;
+}
+
+}  // namespace tsm2

@@ -1,0 +1,153 @@
+"""GPU numerics of the layouts: NT through TSM2R/TSM2L, the small-left S kernel
+and the TN (A^T @ B) kernel, against a float64 NumPy reference.
+
+Each case calls the FFI target directly with an explicit kernel id and
+layout, so every kernel is tested on the shapes it accepts whatever routing
+would choose. Skipped without a CUDA device and a CUDA build (conftest.py).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _helpers import FLOAT_DTYPES, HALF_DTYPES, assert_close_to_reference, rand
+
+from jax_tsm2 import _ffi
+
+pytestmark = pytest.mark.gpu
+dtype_ids = lambda d: jnp.dtype(d).name
+
+NN, NT, TN = 0, 1, 2
+TSM2R, TSM2L, TSM2S, TSM2T = 0, 1, 2, 3
+
+
+def ffi_product(a, b, kernel: int, layout: int, out_dtype=None):
+    """op(a) @ op(b) through the tsm2_matmul target (layout 0 nn, 1 nt, 2 tn)."""
+    a_t, b_t = layout == TN, layout == NT
+    m = a.shape[-1] if a_t else a.shape[-2]
+    k = a.shape[-2] if a_t else a.shape[-1]
+    n = b.shape[-2] if b_t else b.shape[-1]
+    batch = [x.shape[0] for x in (a, b) if x.ndim == 3]
+    shape = (max(batch), m, n) if batch else (m, n)
+    nbytes = _ffi.matmul_workspace_bytes(a.dtype, kernel, max(batch, default=1), m, k, n)
+    out = jax.ShapeDtypeStruct(shape, out_dtype or a.dtype)
+    ws = jax.ShapeDtypeStruct((nbytes,), jnp.uint8)
+    call = jax.ffi.ffi_call("tsm2_matmul", (out, ws))
+    return call(a, b, kernel=np.int32(kernel), layout=np.int32(layout))[0]
+
+
+_run = jax.jit(ffi_product, static_argnums=(2, 3, 4))
+
+
+def check(c, a, b, layout):
+    """Compares with the NumPy product of the logical operands op(a), op(b)."""
+    sw = lambda x: jnp.swapaxes(x, -1, -2)
+    a_l = sw(a) if layout == TN else a
+    b_l = sw(b) if layout == NT else b
+    assert_close_to_reference(c, a_l, b_l)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(
+    ("m", "k", "n", "kernel"),
+    [
+        (1025, 1000, 16, TSM2R),
+        (257, 31, 7, TSM2R),
+        (1025, 4097, 64, TSM2R),
+        (4099, 16, 16, TSM2L),
+        (1000, 13, 5, TSM2L),
+        (1, 64, 64, TSM2L),
+    ],
+)
+def test_nt_through_the_streaming_kernels(dtype, m, k, n, kernel):
+    rng = np.random.default_rng(m + k + n)
+    a, b = rand(rng, (m, k), dtype), rand(rng, (n, k), dtype)
+    check(_run(a, b, kernel, NT), a, b, NT)
+
+
+# S: every m the kernel instantiates (1, 2, 4, 8, 16) and the m between them;
+# n past a column tile (128 f32 columns) and not a multiple of the vector;
+# k past several splits and not a multiple of a step (32 rows).
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 13, 16])
+@pytest.mark.parametrize(("k", "n"), [(4097, 129), (33, 1031), (1, 7), (8192, 256)])
+def test_small_left_kernel(dtype, m, k, n):
+    rng = np.random.default_rng(m * 7 + k + n)
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    check(_run(a, b, TSM2S, NN), a, b, NN)
+
+
+# T: tiles from 4 x 4 (16 row groups) to 8 x 8 blocks of 512 x 8 and 64 x 64,
+# outputs past a tile (m or n > 256 or 4096 / tile), unaligned m and n
+# (element-wise staging), a contraction of 1 and one spanning many splits.
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(
+    ("k", "m", "n"),
+    [
+        (100_003, 16, 16),
+        (20_011, 64, 64),
+        (20_011, 512, 8),
+        (5_003, 13, 7),
+        (5_003, 1, 1),
+        (1, 16, 16),
+        (3_001, 600, 9),
+        (3_001, 16, 300),
+        (777, 100, 100),
+    ],
+)
+def test_tn_kernel(dtype, k, m, n):
+    rng = np.random.default_rng(k + m + n)
+    a, b = rand(rng, (k, m), dtype), rand(rng, (k, n), dtype)
+    check(_run(a, b, TSM2T, TN), a, b, TN)
+
+
+@pytest.mark.parametrize(("kernel", "layout"), [(TSM2T, TN), (TSM2S, NN), (TSM2R, NT)])
+def test_split_reductions_are_bitwise_reproducible(kernel, layout):
+    """Partial sums are added in a fixed order: two runs give identical bits."""
+    rng = np.random.default_rng(5)
+    shapes = {TN: ((200_003, 16), (200_003, 16)), NN: ((8, 50_000), (50_000, 257))}
+    shapes[NT] = ((4099, 20_000), (16, 20_000))
+    a_shape, b_shape = shapes[layout]
+    a, b = rand(rng, a_shape, jnp.float32), rand(rng, b_shape, jnp.float32)
+    c1 = np.asarray(_run(a, b, kernel, layout))
+    c2 = np.asarray(_run(a, b, kernel, layout))
+    assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(
+    ("kernel", "layout", "a_shape", "b_shape"),
+    [
+        (TSM2S, NN, (5, 3001), (3001, 301)),
+        (TSM2T, TN, (9001, 33), (9001, 17)),
+        (TSM2R, NT, (1000, 257), (7, 257)),
+    ],
+)
+def test_half_inputs_write_f32(dtype, kernel, layout, a_shape, b_shape):
+    rng = np.random.default_rng(3)
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+    c = _run(a, b, kernel, layout, jnp.float32)
+    assert c.dtype == jnp.float32
+    check(c, a, b, layout)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64], ids=dtype_ids)
+@pytest.mark.parametrize(
+    ("kernel", "layout", "a_shape", "b_shape"),
+    [
+        (TSM2S, NN, (3, 4, 999), (3, 999, 130)),  # both batched
+        (TSM2S, NN, (4, 999), (3, 999, 130)),  # a shared
+        (TSM2T, TN, (3, 5001, 16), (3, 5001, 9)),
+        (TSM2T, TN, (5001, 16), (3, 5001, 9)),  # a shared
+        (TSM2T, TN, (3, 5001, 16), (5001, 9)),  # b shared
+        (TSM2R, NT, (3, 257, 129), (3, 5, 129)),
+        (TSM2L, NT, (3, 1000, 16), (16, 16)),
+    ],
+    ids=str,
+)
+def test_batched_layouts(dtype, kernel, layout, a_shape, b_shape):
+    rng = np.random.default_rng(4)
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+    check(_run(a, b, kernel, layout), a, b, layout)
