@@ -553,12 +553,7 @@ def _tsm2_tile_prediction(
     }
     ratio = _per_row_ratio(p)
     what = f"n = {p.n}" if p.k > 4 * p.n else f"k*n/(k+n) = {ratio:.3g}"
-    if bound == "launch":
-        reason = (
-            f"launch-bound: {dram / 1e6:.3g} MB moves in {body * 1e6:.3g} us, under the "
-            f"{cal.t_floor * 1e6:.3g} us per-call floor"
-        )
-    elif ratio < t2:
+    if ratio < t2:
         reason = f"memory-bound: {what} below the t2 threshold of {t2:.0f} on this GPU"
         if bound == "compute":
             reason = (
@@ -568,6 +563,11 @@ def _tsm2_tile_prediction(
             )
     else:
         reason = f"compute-bound: {what} at or above the t2 threshold of {t2:.0f} on this GPU"
+    if bound == "launch":
+        reason = (
+            f"launch-bound: {dram / 1e6:.3g} MB moves in {body * 1e6:.3g} us, under the "
+            f"{cal.t_floor * 1e6:.3g} us per-call floor (the work alone: {reason})"
+        )
     return Prediction(
         kernel,
         dtype,
