@@ -122,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("bench_json")
     ap.add_argument("--preset", default="h100-sxm", help="device preset (model.PRESETS)")
-    ap.add_argument("--theoretical", action="store_true", help="ignore the file's read ceiling")
+    ap.add_argument(
+        "--theoretical", action="store_true", help="no measured bandwidth: the driver's figure"
+    )
     ap.add_argument("--bar", type=float, default=0.20)
     ap.add_argument("--json", help="write the per-case table here")
     ap.add_argument("--quiet", action="store_true", help="summary only")
@@ -131,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         doc = json.load(f)
     dev = model.PRESETS[args.preset]
     ceiling = (doc.get("ceilings") or {}).get("read_bytes_per_s")
-    if ceiling and not args.theoretical:
+    if args.theoretical:
+        dev = dev.with_bandwidth(None)  # theoretical DRAM bandwidth * stream_fraction
+    elif ceiling:
         dev = dev.with_bandwidth(float(ceiling))
     if doc.get("gpu") and doc["gpu"] != dev.name:
         print(f"note: file's GPU is {doc['gpu']!r}, model device {dev.name!r}", file=sys.stderr)
