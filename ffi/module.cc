@@ -3,7 +3,12 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+#include <stdexcept>
 #include <string>
+
+#ifdef TSM2_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "ffi/handlers.h"
 #include "ffi/matmul_problem.h"
@@ -88,6 +93,132 @@ int64_t WorkspaceBytes(const std::string& dtype, int32_t kernel, int64_t batch, 
   throw nb::value_error(("unknown kernel id " + std::to_string(kernel)).c_str());
 }
 
+int ItemsizeOf(const std::string& dtype) {
+  if (dtype == "float32") return 4;
+  if (dtype == "float64") return 8;
+  if (dtype == "bfloat16" || dtype == "float16") return 2;
+  throw nb::value_error(("unsupported dtype " + dtype).c_str());
+}
+
+nb::dict TileDict(const tsm2::TileConfig& t, int itemsize, int nt, bool l_tile) {
+  const tsm2::TileFootprint f = tsm2::Footprint(t, itemsize, nt);
+  nb::dict d;
+  d["l_tile"] = l_tile;
+  d["n_tile"] = nt;
+  d["rows"] = t.rows;
+  d["rows_per_thread"] = t.rows_per_thread;
+  d["k_groups"] = t.k_groups;
+  d["vec_per_thr"] = t.vec_per_thr;
+  d["stages"] = t.stages;
+  d["threads"] = f.threads;
+  d["chunk_k"] = f.chunk_k;
+  d["a_stage_bytes"] = f.a_stage_bytes;
+  d["b_stage_bytes"] = f.b_stage_bytes;
+  d["red_bytes"] = f.red_bytes;
+  d["smem_bytes"] = f.smem_bytes;
+  d["min_blocks"] = f.min_blocks;
+  return d;
+}
+
+// The tile (t1 = chunk_k, t2 = n_tile, t3 = vec_per_thr, ...) that a TSM2R
+// (kernel 0) or TSM2L (kernel 1) call of this shape runs, with its on-chip
+// footprint: what the launcher instantiates, read from tile_configs.h.
+nb::dict TileConfigFor(const std::string& dtype, int32_t kernel, int64_t k, int64_t n) {
+  const int itemsize = ItemsizeOf(dtype);
+  if (kernel != 0 && kernel != 1) throw nb::value_error("tile_config: kernel must be 0 or 1");
+  if (k < 1 || n < 1) throw nb::value_error("tile_config: k and n must be >= 1");
+  const bool l_tile = tsm2::UsesLTile(kernel == 1, k, itemsize);
+  return TileDict(tsm2::TileFor(kernel == 1, k, n, itemsize), itemsize, tsm2::NTileFor(n), l_tile);
+}
+
+// Every R and L tile the launcher can instantiate for one dtype, keyed
+// "R/nt" and "L/nt/vpt".
+nb::dict TileConfigs(const std::string& dtype) {
+  const int itemsize = ItemsizeOf(dtype);
+  nb::dict out;
+  for (int nt = 1; nt <= 64; nt *= 2) {
+    out[("R/" + std::to_string(nt)).c_str()] =
+        TileDict(tsm2::RTile(itemsize, nt), itemsize, nt, false);
+    for (int vpt = 1; vpt <= 8; vpt *= 2) {
+      if (vpt * 16 > tsm2::kLMaxRowBytes) break;
+      out[("L/" + std::to_string(nt) + "/" + std::to_string(vpt)).c_str()] =
+          TileDict(tsm2::LTile(itemsize, nt, vpt), itemsize, nt, true);
+    }
+  }
+  return out;
+}
+
+// How the S (kernel 2) or T (kernel 3) kernel cuts a problem (split_plans.h).
+nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, int64_t m, int64_t k,
+                      int64_t n, int sm_count) {
+  const int itemsize = ItemsizeOf(dtype);
+  if (sm_count < 1) throw nb::value_error("sm_count must be >= 1");
+  if (batch < 1 || m < 1 || k < 1 || n < 1) throw nb::value_error("sizes must be >= 1");
+  tsm2::SplitPlan s;
+  int threads = 0;
+  if (kernel == 2) {
+    s = tsm2::SPlan(itemsize, batch, m, k, n, sm_count);
+    threads = tsm2::kSThreads;
+  } else if (kernel == 3) {
+    s = tsm2::TPlan(itemsize, batch, m, k, n, sm_count);
+    threads = tsm2::kTThreads;
+  } else {
+    throw nb::value_error("split_plan: kernel must be 2 (S) or 3 (T)");
+  }
+  nb::dict d;
+  d["tile_m"] = s.tile_m;
+  d["tile_n"] = s.tile_n;
+  d["tiles_m"] = s.tiles_m;
+  d["tiles_n"] = s.tiles_n;
+  d["step"] = s.step;
+  d["splits"] = s.splits;
+  d["split_len"] = s.split_len;
+  d["blocks"] = s.Blocks(batch);
+  d["threads"] = threads;
+  d["workspace_bytes"] = tsm2::SplitWorkspaceBytes(s, itemsize, batch, m, n);
+  return d;
+}
+
+// What the CUDA driver reports about one device, for the performance model
+// (jax_tsm2/model.py). Clocks in kHz, as the driver gives them.
+nb::dict DeviceProperties(int device) {
+#ifdef TSM2_WITH_CUDA
+  cudaDeviceProp prop;
+  if (cudaError_t e = cudaGetDeviceProperties(&prop, device); e != cudaSuccess) {
+    throw std::runtime_error(std::string("cudaGetDeviceProperties: ") + cudaGetErrorString(e));
+  }
+  auto attr = [device](cudaDeviceAttr a) {
+    int v = 0;
+    if (cudaError_t e = cudaDeviceGetAttribute(&v, a, device); e != cudaSuccess) {
+      throw std::runtime_error(std::string("cudaDeviceGetAttribute: ") + cudaGetErrorString(e));
+    }
+    return v;
+  };
+  nb::dict d;
+  d["name"] = std::string(prop.name);
+  d["cc_major"] = prop.major;
+  d["cc_minor"] = prop.minor;
+  d["sm_count"] = prop.multiProcessorCount;
+  d["regs_per_sm"] = prop.regsPerMultiprocessor;
+  d["smem_per_sm"] = static_cast<int64_t>(prop.sharedMemPerMultiprocessor);
+  d["smem_per_block_optin"] = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+  d["smem_reserved_per_block"] = static_cast<int64_t>(prop.reservedSharedMemPerBlock);
+  d["max_threads_per_sm"] = prop.maxThreadsPerMultiProcessor;
+  d["max_blocks_per_sm"] = prop.maxBlocksPerMultiProcessor;
+  d["l2_bytes"] = prop.l2CacheSize;
+  d["total_memory_bytes"] = static_cast<int64_t>(prop.totalGlobalMem);
+  // clockRate and memoryClockRate left cudaDeviceProp in CUDA 13; the
+  // attributes remain.
+  d["clock_khz"] = attr(cudaDevAttrClockRate);
+  d["memory_clock_khz"] = attr(cudaDevAttrMemoryClockRate);
+  d["memory_bus_width_bits"] = attr(cudaDevAttrGlobalMemoryBusWidth);
+  return d;
+#else
+  (void)device;
+  throw std::runtime_error("device_properties: this build of jax_tsm2 has no CUDA (TSM2_CUDA=OFF)");
+#endif
+}
+
 }  // namespace
 
 NB_MODULE(_tsm2_ext, m) {
@@ -98,4 +229,13 @@ NB_MODULE(_tsm2_ext, m) {
   m.def("workspace_bytes", &WorkspaceBytes, nb::arg("dtype"), nb::arg("kernel"), nb::arg("batch"),
         nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),
         "Bytes of the `workspace` result of a tsm2_matmul call on a GPU with sm_count SMs.");
+  m.def("tile_config", &TileConfigFor, nb::arg("dtype"), nb::arg("kernel"), nb::arg("k"),
+        nb::arg("n"), "The R or L tile (and its on-chip footprint) a call of this shape runs.");
+  m.def("tile_configs", &TileConfigs, nb::arg("dtype"),
+        "Every R and L tile the launcher instantiates for dtype, keyed 'R/nt' and 'L/nt/vpt'.");
+  m.def("split_plan", &SplitPlanFor, nb::arg("dtype"), nb::arg("kernel"), nb::arg("batch"),
+        nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),
+        "How the S (2) or T (3) kernel splits a problem into blocks (split_plans.h).");
+  m.def("device_properties", &DeviceProperties, nb::arg("device") = 0,
+        "What the CUDA driver reports about a device (RuntimeError without CUDA).");
 }

@@ -69,13 +69,50 @@ inline int NTileFor(int64_t n) {
   return nt;
 }
 
+// What a tile shape costs on chip, for one block of Tsm2Kernel with an n-tile
+// of nt columns: the same arithmetic as Tsm2Config (ffi/kernels/tsm2.cuh,
+// which static_asserts that the two agree), here so that the Python model can
+// compute occupancy without CUDA. Accumulators are f64 for itemsize 8 and f32
+// otherwise.
+struct TileFootprint {
+  int threads;        // rows / rows_per_thread * k_groups
+  int chunk_k;        // t1: k per stage
+  int a_stage_bytes;  // one ring stage of A in shared memory (rows padded)
+  int b_stage_bytes;  // one ring stage of B (as accumulators)
+  int red_bytes;      // k-group reduction / output staging buffer
+  int smem_bytes;     // dynamic shared memory per block
+  int min_blocks;     // __launch_bounds__ minimum blocks per SM (caps registers)
+};
+constexpr TileFootprint Footprint(const TileConfig& t, int itemsize, int nt) {
+  const int acc = itemsize == 8 ? 8 : 4;
+  const int vec = 16 / itemsize;
+  const int threads = t.rows / t.rows_per_thread * t.k_groups;
+  const int chunk_k = t.k_groups * t.vec_per_thr * vec;
+  const int row_bytes = chunk_k * itemsize;
+  const int row_stride = (row_bytes / 16) % 2 ? row_bytes : row_bytes + 16;
+  const int a_stage = t.rows * row_stride;
+  const int b_stage = chunk_k * nt * acc;
+  const int slice_cap = 4096 / (t.k_groups * t.rows) > 0 ? 4096 / (t.k_groups * t.rows) : 1;
+  const int slice = nt < slice_cap ? nt : slice_cap;
+  const int out_stride = nt * acc % 32 == 0 ? nt * acc + 16 : nt * acc;
+  const int red = t.k_groups > 1 ? t.k_groups * t.rows * (slice + 1) * acc : t.rows * out_stride;
+  const int min_blocks = nt < 32 && threads <= 512 ? 512 / threads : 1;
+  return {threads,   chunk_k, a_stage, b_stage, red, t.stages * (a_stage + b_stage) + red,
+          min_blocks};
+}
+
+// The tile a TSM2R (family_l false) or TSM2L call of this shape runs.
+inline TileConfig TileFor(bool family_l, int64_t k, int64_t n, int itemsize) {
+  const int nt = NTileFor(n);
+  return UsesLTile(family_l, k, itemsize) ? LTile(itemsize, nt, LVecsPerThread(k, itemsize))
+                                          : RTile(itemsize, nt);
+}
+
 // Bytes of partial sums one block may leave for the fix-up pass (a head and
 // a tail tile), or 0 when every tile is one chunk and nothing is ever split.
 inline int64_t PartialBytesPerBlock(int itemsize, int64_t k, int64_t n, bool family_l) {
   const int nt = NTileFor(n);
-  const TileConfig t = UsesLTile(family_l, k, itemsize)
-                           ? LTile(itemsize, nt, LVecsPerThread(k, itemsize))
-                           : RTile(itemsize, nt);
+  const TileConfig t = TileFor(family_l, k, n, itemsize);
   if (k <= ChunkK(t, itemsize)) return 0;
   const int acc_bytes = itemsize == 8 ? 8 : 4;
   return int64_t{2} * t.rows * nt * acc_bytes;

@@ -10,6 +10,7 @@ from jax_tsm2 import abft
 from jax_tsm2._ffi import build_info
 from jax_tsm2.api import matmul
 from jax_tsm2.config import custom_call_mode, get_custom_call_mode, set_custom_call_mode
+from jax_tsm2.explain import explain
 from jax_tsm2.kmeans import KMeans, kmeans
 
 try:
@@ -23,6 +24,7 @@ __all__ = [
     "abft",
     "build_info",
     "custom_call_mode",
+    "explain",
     "get_custom_call_mode",
     "kmeans",
     "matmul",

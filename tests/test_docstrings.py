@@ -15,6 +15,10 @@ MODULES = [
     "jax_tsm2.sharding",
     "jax_tsm2._ffi",
     "jax_tsm2.demo",
+    "jax_tsm2.model",
+    "jax_tsm2.explain",
+    "jax_tsm2.tune.cache",
+    "jax_tsm2.tune.cli",
 ]
 
 

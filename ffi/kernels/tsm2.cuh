@@ -39,6 +39,7 @@
 #include <cstdint>
 
 #include "ffi/kernels/common.cuh"
+#include "ffi/tile_configs.h"
 
 namespace tsm2 {
 
@@ -109,6 +110,10 @@ struct Tsm2Config {
   static_assert(kRowThreads % 32 == 0, "a warp must share one k-group (B broadcast)");
   static_assert(NT % kSlice == 0, "reduction slices must tile NT");
   static_assert(kStages >= 2, "need at least double buffering");
+  static_assert(kSmemBytes == Footprint(TileConfig{Rows, Rpt, KGroups, Vpt, Stages},
+                                        static_cast<int>(sizeof(T)), NT)
+                                  .smem_bytes,
+                "tile_configs.h's Footprint (the Python model's occupancy) must match");
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in an SM's shared memory");
 };
 

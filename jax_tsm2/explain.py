@@ -1,0 +1,227 @@
+"""``jax_tsm2.explain(a, b)``: which path a product takes, with which parameters, and why.
+
+It asks the router (``routing.route``, the decision the lowering will make)
+and the performance model (``model.choose``: every candidate kernel's tile,
+occupancy and predicted time, and XLA's dot's), looks the shape up in the
+autotuner's cache for this GPU (``tune.cache``), and puts it all in one
+``Explanation``, whose ``str()`` is a short report.
+
+Operands may be arrays, ``jax.ShapeDtypeStruct``s, or shapes (then give
+``dtype``). ``layout`` says how they are stored: ``"nn"`` (``a[.., m, k] @
+b[.., k, n]``), ``"nt"`` (b given ``n x k``) or ``"tn"`` (a given ``k x m``).
+
+Example:
+    >>> import jax, jax.numpy as jnp, jax_tsm2
+    >>> from jax_tsm2 import model
+    >>> a = jax.ShapeDtypeStruct((10_000_000, 8), jnp.bfloat16)
+    >>> b = jax.ShapeDtypeStruct((8, 8), jnp.bfloat16)
+    >>> e = jax_tsm2.explain(a, b, mode="auto", device=model.H100_SXM, show=False)
+    >>> e.path, e.kernel.kernel, e.kernel.params["t2 (n_tile)"]
+    ('tsm2l', 'tsm2l', 8)
+    >>> e.kernel.reason
+    'memory-bound: k*n/(k+n) = 4 below the t2 threshold of 22 on this GPU'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import jax
+import numpy as np
+from jax import numpy as jnp
+
+from jax_tsm2 import _ffi, config, model, routing
+from jax_tsm2.tune import cache
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """What ``explain`` found. ``str()`` gives the report."""
+
+    path: str  # what the lowering emits: "tsm2r", "tsm2l", "tsm2s", "tsm2t" or "xla"
+    route_reason: str  # the router's sentence
+    mode: str
+    platform: str
+    layout: str
+    dtype: str
+    problem: routing.Problem
+    device: model.Device
+    kernel: model.Prediction | None  # the path's kernel, else the model's best kernel
+    xla: model.Prediction
+    model_choice: model.Choice
+    tuned: str | None  # the autotuner's winner for this shape on this GPU, if cached
+    tuned_path: str
+
+    @property
+    def predicted(self) -> model.Prediction:
+        """The prediction for the path actually taken."""
+        return self.xla if self.path == "xla" or self.kernel is None else self.kernel
+
+    @property
+    def reason(self) -> str:
+        """Why, in one line: the route's reason and the model's bound."""
+        k = self.kernel
+        return self.route_reason + (f"; {k.reason}" if k is not None else "")
+
+    def __str__(self) -> str:
+        p, dev = self.problem, self.device
+        bw = dev.bandwidth()
+        shape = (
+            f"{'' if p.batch is None else f'{p.batch} x '}"
+            f"[{p.m} x {p.k}] @ [{p.k} x {p.n}] {self.dtype}, layout {self.layout}"
+        )
+
+        def timing(q: model.Prediction) -> str:
+            return (
+                f"{q.seconds * 1e6:.1f} us, {q.bandwidth / 1e9:.0f} GB/s "
+                f"({q.bandwidth / bw:.0%} of {bw / 1e9:.0f})"
+            )
+
+        lines = [
+            f"jax_tsm2.explain: {shape}",
+            f"  device:    {dev.name} ({dev.source}; {dev.sm_count} SMs, "
+            f"{dev.clock_hz / 1e9:.2f} GHz, {bw / 1e9:.0f} GB/s)",
+            f"  path:      {self.path}  [mode {self.mode!r}, platform {self.platform!r}]",
+            f"  why:       {self.route_reason}",
+            f"  predicted: {self.predicted.kernel} {timing(self.predicted)}",
+        ]
+        k = self.kernel
+        if k is not None:
+            q = k.params
+            if "t1 (chunk_k)" in q:
+                lines.append(
+                    f"  kernel:    {k.kernel}, {q['tile']} tile: t1 (k per stage) = "
+                    f"{q['t1 (chunk_k)']}, t2 (n per block) = {q['t2 (n_tile)']}, t3 (16-byte "
+                    f"vectors per thread) = {q['t3 (vec_per_thr)']}; {q['rows']} rows, "
+                    f"{q['rows_per_thread']} per thread, {q['k_groups']} k-groups, "
+                    f"{q['stages']} stages, {q['threads']} threads, "
+                    f"{q['smem_bytes'] / 1024:.0f} KB shared"
+                )
+            else:
+                lines.append(f"  kernel:    {k.kernel}, {q}")
+            if k.occupancy is not None:
+                o = k.occupancy
+                lines.append(
+                    f"  occupancy: {o.blocks_per_sm} blocks/SM ({o.warps_per_sm} warps), "
+                    f"limited by {o.limiter}"
+                    + (
+                        f"; {q['blocks']} blocks over {q['units']} work units"
+                        if "units" in q
+                        else ""
+                    )
+                    + (
+                        f"; {q['inflight_bytes_per_sm'] / 1024:.0f} KB in flight per SM"
+                        if "inflight_bytes_per_sm" in q
+                        else ""
+                    )
+                )
+            lines.append(
+                f"  bound:     {k.reason} (stream {k.t_mem * 1e6:.1f} us, "
+                f"compute {k.t_cmp * 1e6:.1f} us at {q.get('fma_per_clk_per_sm', '?')} "
+                "FMA/clk/SM)"
+            )
+        lines.append(f"  xla:       {timing(self.xla)}; {self.xla.reason}")
+        cands = " | ".join(
+            f"{c.kernel} {c.seconds * 1e6:.1f} us" if c.supported else f"{c.kernel} n/a"
+            for c in (*self.model_choice.candidates, self.xla)
+        )
+        lines.append(f"  model:     picks {self.model_choice.target}: {cands}")
+        lines.append(
+            f"  tuned:     {self.tuned}"
+            if self.tuned
+            else f"  tuned:     no entry in {self.tuned_path} (optional)"
+        )
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython
+        printer.text(str(self))
+
+
+def _as_struct(x: Any, dtype: Any) -> Any:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return x
+    if dtype is None:
+        raise TypeError("explain: give dtype= when the operands are shapes")
+    return jax.ShapeDtypeStruct(tuple(int(s) for s in x), jnp.dtype(dtype))
+
+
+def _canonical(a: Any, b: Any, layout: str) -> tuple[Any, Any]:
+    """The operands as the nn problem they compute (for a route without layouts)."""
+    if layout == "nn":
+        return a, b
+    sw = lambda s: (*s[:-2], s[-1], s[-2])
+    if layout == "nt":
+        return a, jax.ShapeDtypeStruct(sw(b.shape), b.dtype)
+    return jax.ShapeDtypeStruct(sw(a.shape), a.dtype), b
+
+
+def explain(
+    a: Any,
+    b: Any,
+    out_dtype: Any = None,
+    *,
+    dtype: Any = None,
+    layout: str = "nn",
+    platform: str = "cuda",
+    mode: str | None = None,
+    precision: Any = None,
+    device: model.Device | str | None = None,
+    show: bool = True,
+) -> Explanation:
+    """Explains how ``a @ b`` (in ``layout``) is computed; prints the report if ``show``.
+
+    ``mode`` defaults to the current custom-call mode, ``device`` to this
+    process's GPU (the H100 preset without one), ``platform`` to ``"cuda"``.
+    """
+    a, b = _as_struct(a, dtype), _as_struct(b, dtype)
+    if np.dtype(a.dtype) != np.dtype(b.dtype):
+        raise TypeError(f"explain: operand dtypes differ: {a.dtype} and {b.dtype}")
+    out_dtype = a.dtype if out_dtype is None else out_dtype
+    mode = config.get_custom_call_mode() if mode is None else mode
+    dev = model.resolve_device(device)
+    p = model.problem_from((a, b), layout)
+    cuda_targets = platform != "cuda" or (
+        _ffi.cuda_targets_available() or not _ffi.cuda_backend_present()
+    )
+    kwargs: dict[str, Any] = {"platform": platform, "mode": mode, "precision": precision}
+    params = inspect.signature(routing.route).parameters
+    if "cuda_targets" in params:
+        kwargs["cuda_targets"] = cuda_targets
+    if "layout" in params:
+        r = routing.route(a, b, out_dtype, layout=layout, **kwargs)
+    elif layout == "nn":
+        r = routing.route(a, b, out_dtype, **kwargs)
+    else:
+        ca, cb = _canonical(a, b, layout)
+        r = routing.route(ca, cb, out_dtype, **kwargs)
+    name = jnp.dtype(a.dtype).name
+    xla_precision = (
+        "highest" if precision is not None and "HIGHEST" in str(precision) else "default"
+    )
+    choice = model.choose(p, name, layout, device=dev, xla_precision=xla_precision)
+    path = r.target
+    if path != "xla":
+        kernel = model.predict(p, name, layout, path, device=dev, xla_precision=xla_precision)
+    else:
+        kernel = choice.best
+    tuned = cache.lookup(dev.key, name, layout, p.batch, p.m, p.k, p.n)
+    e = Explanation(
+        path=path,
+        route_reason=r.reason,
+        mode=mode,
+        platform=platform,
+        layout=layout,
+        dtype=name,
+        problem=p,
+        device=dev,
+        kernel=kernel,
+        xla=choice.xla,
+        model_choice=choice,
+        tuned=tuned,
+        tuned_path=str(cache.cache_path(dev.key)),
+    )
+    if show:
+        print(e)
+    return e

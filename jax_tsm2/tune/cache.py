@@ -1,0 +1,215 @@
+"""The autotuner's per-GPU cache: which path measured fastest for a shape, on this GPU.
+
+One JSON file per GPU model, ``tune-<device key>.json`` (``model.Device.key``:
+name, compute capability, SM count), in the cache directory:
+
+1. ``$JAX_TSM2_CACHE_DIR`` when set;
+2. else ``$XDG_CACHE_HOME/jax_tsm2``;
+3. else ``~/.cache/jax_tsm2``.
+
+Layout of a file (``SCHEMA``, version ``VERSION``)::
+
+    {"schema": "jax_tsm2.tune", "version": 1,
+     "device": {"key": ..., "name": ..., "cc": [9, 0], "sm_count": 132},
+     "measured_read_bytes_per_s": 3.07e12 or null,
+     "entries": {"float32/nn/1/20480/20480/8":
+                   {"target": "xla", "seconds": {"tsm2r": 6.3e-4, "xla": 5.9e-4},
+                    "date": "...", "jax_tsm2": "0.1.0", "jax": "0.11.2"}}}
+
+Routing never needs a file: ``lookup`` answers None when there is no file, no
+entry, or the file cannot be trusted. A file that is not valid JSON, has
+another schema or version, belongs to another GPU (its ``device.key``
+differs from the one asked for), or holds malformed entries is ignored with a
+``RuntimeWarning`` naming the file and the reason (malformed entries alone
+are skipped); it never raises.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import tempfile
+import threading
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+SCHEMA = "jax_tsm2.tune"
+VERSION = 1
+ENV_DIR = "JAX_TSM2_CACHE_DIR"
+TARGETS = ("tsm2r", "tsm2l", "tsm2s", "tsm2t", "xla")
+_LAYOUT_TARGETS = {
+    "nn": ("tsm2r", "tsm2l", "tsm2s", "xla"),
+    "nt": ("tsm2r", "tsm2l", "xla"),
+    "tn": ("tsm2t", "xla"),
+}
+
+_lock = threading.Lock()
+# path -> (mtime_ns, size, parsed file or None); reloaded when the file changes.
+_memo: dict[str, tuple[int, int, dict[str, Any] | None]] = {}
+
+
+def cache_dir() -> pathlib.Path:
+    """The directory holding the tune files (see the module docstring)."""
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return pathlib.Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = pathlib.Path(xdg).expanduser() if xdg else pathlib.Path.home() / ".cache"
+    return base / "jax_tsm2"
+
+
+def cache_path(device_key: str) -> pathlib.Path:
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in device_key)
+    return cache_dir() / f"tune-{safe}.json"
+
+
+def entry_key(dtype: str, layout: str, batch: int | None, m: int, k: int, n: int) -> str:
+    """``dtype/layout/batch/m/k/n`` with a rank-2 problem's batch written as 1."""
+    return f"{dtype}/{layout}/{int(batch or 1)}/{int(m)}/{int(k)}/{int(n)}"
+
+
+def _warn(path: pathlib.Path, why: str) -> None:
+    warnings.warn(
+        f"jax_tsm2: ignoring tune cache {path}: {why}. Routing uses the model; "
+        "re-run `python -m jax_tsm2.tune` to rebuild it.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+
+
+def _valid_entry(key: str, value: Any) -> bool:
+    parts = key.split("/")
+    if len(parts) != 6 or not isinstance(value, Mapping):
+        return False
+    _, layout, *sizes = parts
+    if layout not in _LAYOUT_TARGETS or not all(s.isdigit() for s in sizes):
+        return False
+    return value.get("target") in _LAYOUT_TARGETS[layout]
+
+
+def _parse(path: pathlib.Path, device_key: str) -> dict[str, Any] | None:
+    """The file's contents if they can be trusted for device_key; warns and returns None if not."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        _warn(path, f"unreadable ({err})")
+        return None
+    except json.JSONDecodeError as err:
+        _warn(path, f"not valid JSON ({err})")
+        return None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        _warn(path, f"not a {SCHEMA} file")
+        return None
+    if doc.get("version") != VERSION:
+        _warn(path, f"version {doc.get('version')!r}, this jax_tsm2 reads version {VERSION}")
+        return None
+    dev = doc.get("device")
+    if not isinstance(dev, dict) or dev.get("key") != device_key:
+        other = dev.get("key") if isinstance(dev, dict) else None
+        _warn(path, f"written for GPU {other!r}, not this one ({device_key!r})")
+        return None
+    entries = doc.get("entries")
+    if not isinstance(entries, dict):
+        _warn(path, "no 'entries' object")
+        return None
+    good = {k: v for k, v in entries.items() if _valid_entry(k, v)}
+    if len(good) != len(entries):
+        _warn(path, f"{len(entries) - len(good)} malformed entries skipped")
+        # The rest are still used: only the offending entries are dropped.
+    doc = dict(doc, entries=good)
+    bw = doc.get("measured_read_bytes_per_s")
+    if bw is not None and not (isinstance(bw, (int, float)) and bw > 0):
+        doc["measured_read_bytes_per_s"] = None
+    return doc
+
+
+def load(device_key: str) -> dict[str, Any] | None:
+    """The trusted contents of this GPU's cache file, or None (memoized per file version)."""
+    path = cache_path(device_key)
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    memo_key = f"{path}|{device_key}"
+    with _lock:
+        hit = _memo.get(memo_key)
+        if hit is not None and hit[:2] == (st.st_mtime_ns, st.st_size):
+            return hit[2]
+    doc = _parse(path, device_key)
+    with _lock:
+        _memo[memo_key] = (st.st_mtime_ns, st.st_size, doc)
+    return doc
+
+
+def lookup(
+    device_key: str, dtype: Any, layout: str, batch: int | None, m: int, k: int, n: int
+) -> str | None:
+    """The tuned target ("tsm2r", ..., or "xla") for this problem on this GPU, or None.
+
+    Example:
+        >>> lookup("no-such-gpu", "float32", "nn", None, 10, 10, 10) is None
+        True
+    """
+    doc = load(device_key)
+    if doc is None:
+        return None
+    entry = doc["entries"].get(entry_key(_dtype_name(dtype), layout, batch, m, k, n))
+    return None if entry is None else entry["target"]
+
+
+def measured_bandwidth(device_key: str) -> float | None:
+    """The streaming-read bandwidth (bytes/s) the tuner measured on this GPU, if any."""
+    doc = load(device_key)
+    return None if doc is None else doc.get("measured_read_bytes_per_s")
+
+
+def store(
+    device: Mapping[str, Any],
+    entries: Mapping[str, Mapping[str, Any]],
+    measured_read_bytes_per_s: float | None = None,
+) -> pathlib.Path:
+    """Merges ``entries`` (``entry_key`` -> {"target", "seconds", ...}) into the GPU's file.
+
+    ``device`` needs ``key``; ``name``, ``cc`` and ``sm_count`` are recorded
+    too. An untrusted existing file is replaced, not merged. The write is
+    atomic (a temporary file renamed over the old one).
+    """
+    key = device["key"]
+    for k, v in entries.items():
+        if not _valid_entry(k, v):
+            raise ValueError(f"tune cache entry {k!r}: {v!r} is malformed")
+    old = load(key) or {}
+    merged = dict(old.get("entries", {}))
+    merged.update({k: dict(v) for k, v in entries.items()})
+    bw = measured_read_bytes_per_s or old.get("measured_read_bytes_per_s")
+    doc = {
+        "schema": SCHEMA,
+        "version": VERSION,
+        "device": {k: device[k] for k in ("key", "name", "cc", "sm_count") if k in device},
+        "measured_read_bytes_per_s": bw,
+        "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "entries": dict(sorted(merged.items())),
+    }
+    path = cache_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _dtype_name(dtype: Any) -> str:
+    if isinstance(dtype, str):
+        return dtype
+    from jax import numpy as jnp
+
+    return jnp.dtype(dtype).name

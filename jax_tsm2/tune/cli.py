@@ -1,0 +1,264 @@
+"""``python -m jax_tsm2.tune``: time every candidate for some shapes on this GPU, cache the winners.
+
+    python -m jax_tsm2.tune --shapes 20480x20480x8,1e7x8x8 --dtype f32,bf16 [--layout nn]
+        [--measure-bandwidth] [--dry-run] [--cache-dir DIR]
+
+For each (shape, dtype, layout) the candidates are the kernels that take the
+layout and can run the shape (``model.KERNELS_FOR_LAYOUT``) and XLA's dot. Each
+is timed in steady state (``GpuTimer``: a jitted function of ``reps`` products
+on distinct buffers, called back to back; median over samples), the fastest
+is the entry's ``target``, and the entries are merged into this GPU's cache
+file (``jax_tsm2.tune.cache``), which routing consults before the model.
+A candidate that fails (a kernel this build does not have) is reported and
+left out. ``--measure-bandwidth`` also stores the streaming-read ceiling,
+which then replaces the theoretical bandwidth in the model on this GPU.
+
+``tune()`` takes the timer as an argument (any ``(target, problem, dtype,
+layout) -> seconds``), so it runs on a machine without a GPU with a fake one
+(tests/test_tune.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from jax_tsm2 import model
+from jax_tsm2.routing import Problem
+from jax_tsm2.tune import cache
+
+Timer = Callable[[str, Problem, str, str], float]
+DTYPES = {"f32": "float32", "f64": "float64", "bf16": "bfloat16", "f16": "float16"}
+
+
+def parse_shape(text: str) -> Problem:
+    """``"MxKxN"`` or ``"BxMxKxN"``; sizes may be written ``1e7``.
+
+    Example:
+        >>> parse_shape("1e7x8x8")
+        Problem(batch=None, m=10000000, k=8, n=8)
+    """
+    try:
+        sizes = [int(float(s)) for s in text.lower().split("x")]
+    except ValueError:
+        raise ValueError(f"shape {text!r}: expected MxKxN or BxMxKxN") from None
+    if len(sizes) not in (3, 4) or min(sizes) < 1:
+        raise ValueError(f"shape {text!r}: expected MxKxN or BxMxKxN with sizes >= 1")
+    return model.problem_from(tuple(sizes))
+
+
+def candidates(p: Problem, dtype: str, layout: str, device: model.Device) -> list[str]:
+    """Kernels the model says can run this problem in this layout, then "xla".
+
+    TSM2L on a k too long for its L tile runs TSM2R's tile, so it is not a
+    candidate of its own there.
+    """
+    out = []
+    for k in model.KERNELS_FOR_LAYOUT[layout]:
+        pred = model.predict(p, dtype, layout, k, device=device)
+        if not pred.supported or (k == "tsm2l" and pred.params.get("tile") == "R"):
+            continue
+        out.append(k)
+    return [*out, "xla"]
+
+
+def tune(
+    problems: Iterable[Problem],
+    dtypes: Sequence[str],
+    layouts: Sequence[str],
+    *,
+    timer: Timer,
+    device: model.Device,
+    write: bool = True,
+    bandwidth: float | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, dict[str, Any]]:
+    """Times the candidates of every problem; returns (and unless ``write`` is False
+    stores) ``{cache.entry_key: {"target", "seconds", "predicted", ...}}``."""
+    import jax
+
+    from jax_tsm2 import __version__
+
+    entries: dict[str, dict[str, Any]] = {}
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    for p in problems:
+        for dtype in dtypes:
+            for layout in layouts:
+                times: dict[str, float] = {}
+                failed: dict[str, str] = {}
+                for target in candidates(p, dtype, layout, device):
+                    try:
+                        t = float(timer(target, p, dtype, layout))
+                    except Exception as err:  # a candidate this build cannot run
+                        failed[target] = f"{type(err).__name__}: {err}"
+                        continue
+                    if not (t > 0 and np.isfinite(t)):
+                        failed[target] = f"timer returned {t!r}"
+                        continue
+                    times[target] = t
+                key = cache.entry_key(dtype, layout, p.batch, p.m, p.k, p.n)
+                if not times:
+                    log(f"{key}: every candidate failed: {failed}")
+                    continue
+                winner = min(times, key=times.__getitem__)
+                predicted = {
+                    t: model.predict(p, dtype, layout, t, device=device).seconds for t in times
+                }
+                entries[key] = {
+                    "target": winner,
+                    "seconds": times,
+                    "predicted_seconds": predicted,
+                    "failed": failed,
+                    "date": date,
+                    "jax_tsm2": __version__,
+                    "jax": jax.__version__,
+                }
+                cells = ", ".join(
+                    f"{t} {s * 1e6:.1f} us (model {predicted[t] * 1e6:.1f})"
+                    for t, s in sorted(times.items(), key=lambda kv: kv[1])
+                )
+                log(f"{key}: {winner} wins; {cells}" + (f"; failed: {failed}" if failed else ""))
+    if write and (entries or bandwidth):
+        dev = {"key": device.key, "name": device.name, "cc": list(device.cc)}
+        dev["sm_count"] = device.sm_count
+        path = cache.store(dev, entries, bandwidth)
+        log(f"wrote {len(entries)} entries to {path}")
+    return entries
+
+
+class GpuTimer:
+    """Steady-state time of one product per candidate on the current GPU.
+
+    ``reps`` products on distinct operand buffers (so L2 cannot serve them)
+    in one jitted call; ``calls`` calls back to back after a warm-up; a
+    sample is the wall time of the calls divided by ``calls * reps``; the
+    result is the median of ``samples``. Kernels are called through the FFI
+    target directly with their ``kernel`` attribute, so each one is timed
+    whatever routing would pick.
+    """
+
+    def __init__(self, reps: int = 4, calls: int = 10, samples: int = 5, seed: int = 0):
+        self.reps, self.calls, self.samples, self.seed = reps, calls, samples, seed
+
+    def _operands(self, p: Problem, dtype: str, layout: str) -> list[tuple[Any, Any]]:
+        import jax
+        from jax import numpy as jnp
+
+        bsz = () if p.batch is None else (p.batch,)
+        a_shape = (*bsz, p.k, p.m) if layout == "tn" else (*bsz, p.m, p.k)
+        b_shape = (*bsz, p.n, p.k) if layout == "nt" else (*bsz, p.k, p.n)
+        keys = jax.random.split(jax.random.key(self.seed), 2 * self.reps)
+        return [
+            (
+                jax.random.normal(keys[2 * i], a_shape, jnp.dtype(dtype)),
+                jax.random.normal(keys[2 * i + 1], b_shape, jnp.dtype(dtype)),
+            )
+            for i in range(self.reps)
+        ]
+
+    def _product(self, target: str, p: Problem, dtype: str, layout: str) -> Callable:
+        import jax
+        from jax import numpy as jnp
+
+        from jax_tsm2 import _ffi
+
+        if target == "xla":
+            spec = {
+                "nn": "...mk,...kn->...mn",
+                "nt": "...mk,...nk->...mn",
+                "tn": "...km,...kn->...mn",
+            }
+            return lambda a, b: jnp.einsum(spec[layout], a, b)
+        kid = model.KERNEL_IDS[target]
+        lid = model.LAYOUTS.index(layout)
+        ws = _ffi.matmul_workspace_bytes(dtype, kid, p.batch or 1, p.m, p.k, p.n)
+        out = (p.m, p.n) if p.batch is None else (p.batch, p.m, p.n)
+        call = jax.ffi.ffi_call(
+            _ffi.MATMUL_TARGET,
+            (jax.ShapeDtypeStruct(out, jnp.dtype(dtype)), jax.ShapeDtypeStruct((ws,), jnp.uint8)),
+        )
+        return lambda a, b: call(a, b, kernel=np.int32(kid), layout=np.int32(lid))[0]
+
+    def __call__(self, target: str, p: Problem, dtype: str, layout: str) -> float:
+        import jax
+
+        ops = self._operands(p, dtype, layout)
+        one = self._product(target, p, dtype, layout)
+        fn = jax.jit(lambda ops: [one(a, b) for a, b in ops])
+        jax.block_until_ready(fn(ops))  # compile and warm up
+        samples = []
+        for _ in range(self.samples):
+            t0 = time.perf_counter()
+            for _ in range(self.calls):
+                out = fn(ops)
+            jax.block_until_ready(out)
+            samples.append((time.perf_counter() - t0) / (self.calls * self.reps))
+        return statistics.median(samples)
+
+
+def measure_read_bandwidth(nbytes: int = 1 << 30, samples: int = 5) -> float:
+    """Bytes/s of a streaming read of ``nbytes`` (XLA's reduction of a u32 array)."""
+    import jax
+    from jax import numpy as jnp
+
+    x = jnp.ones((nbytes // 4,), jnp.uint32)
+    f = jax.jit(lambda x: jnp.bitwise_xor.reduce(x))
+    jax.block_until_ready(f(x))
+    best = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        for _ in range(10):
+            r = f(x)
+        jax.block_until_ready(r)
+        best.append((time.perf_counter() - t0) / 10)
+    return x.nbytes / statistics.median(best)
+
+
+def main(argv: Sequence[str] | None = None, timer: Timer | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m jax_tsm2.tune", description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", required=True, help="comma-separated MxKxN or BxMxKxN")
+    ap.add_argument("--dtype", default="f32", help="comma-separated: f32, f64, bf16, f16")
+    ap.add_argument("--layout", default="nn", help="comma-separated: nn, nt, tn")
+    ap.add_argument("--measure-bandwidth", action="store_true")
+    ap.add_argument("--dry-run", action="store_true", help="time and print, write nothing")
+    ap.add_argument("--cache-dir", help=f"overrides ${cache.ENV_DIR} for this run")
+    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--samples", type=int, default=5)
+    args = ap.parse_args(argv)
+
+    import os
+
+    if args.cache_dir:
+        os.environ[cache.ENV_DIR] = args.cache_dir
+    problems = [parse_shape(s) for s in args.shapes.split(",") if s]
+    dtypes = [DTYPES.get(d, d) for d in args.dtype.split(",") if d]
+    layouts = [x for x in args.layout.split(",") if x]
+    for x in layouts:
+        if x not in model.LAYOUTS:
+            ap.error(f"layout {x!r}: one of {model.LAYOUTS}")
+    if timer is None:
+        from jax_tsm2 import _ffi
+
+        if not (_ffi.cuda_backend_present() and _ffi.cuda_targets_available()):
+            print("jax_tsm2.tune: needs a CUDA GPU and a CUDA build of jax_tsm2", file=sys.stderr)
+            return 2
+        timer = GpuTimer(reps=args.reps, samples=args.samples)
+        device = model.device_from_driver(0)
+    else:
+        device = model.current_device()
+    bw = measure_read_bandwidth() if args.measure_bandwidth else None
+    if bw:
+        print(f"streaming read: {bw / 1e9:.0f} GB/s")
+        device = device.with_bandwidth(bw)
+    print(f"device {device.key} ({device.source}); cache {cache.cache_path(device.key)}")
+    tune(
+        problems, dtypes, layouts, timer=timer, device=device, write=not args.dry_run, bandwidth=bw
+    )
+    return 0

@@ -1,0 +1,226 @@
+"""The performance model (jax_tsm2.model), explain(), and the model's error on committed results."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jax_tsm2
+from jax_tsm2 import _tsm2_ext, model, routing
+from jax_tsm2.explain import Explanation
+
+H100 = model.H100_SXM
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks" / "results" / "h100-2026-11-22b" / "bench.json"
+
+
+def test_h100_preset_bandwidth_and_thresholds():
+    assert H100.theoretical_bandwidth == pytest.approx(3.352e12, rel=1e-3)
+    assert H100.bandwidth() == 3.070e12
+    assert H100.with_bandwidth(None).bandwidth() == pytest.approx(3.07e12, rel=0.01)
+    # The paper's t2: peak FMA rate * itemsize / bandwidth.
+    assert model.t2_threshold(H100, "float32") == pytest.approx(43.6, abs=0.5)
+    assert model.t2_threshold(H100, "float64") == pytest.approx(43.6, abs=0.5)
+    assert model.t2_threshold(H100, "bfloat16") == pytest.approx(21.8, abs=0.5)
+
+
+def test_device_from_driver_properties():
+    props = {
+        "name": "Some GPU", "cc_major": 8, "cc_minor": 7, "sm_count": 16, "regs_per_sm": 65536,
+        "smem_per_sm": 167936, "smem_reserved_per_block": 1024, "max_threads_per_sm": 1536,
+        "max_blocks_per_sm": 16, "l2_bytes": 4 << 20, "clock_khz": 1300000,
+        "memory_clock_khz": 1600000, "memory_bus_width_bits": 256,
+    }  # fmt: skip
+    dev = model.Device.from_properties(props)
+    assert dev.clock_hz == 1.3e9 and dev.cc == (8, 7)
+    assert dev.theoretical_bandwidth == pytest.approx(2 * 1.6e9 * 32)
+    assert dev.fma_lanes("f32") == 128  # (8, 7) is not tabulated: (8, 6)'s entry
+    assert "sm87" in dev.key
+    p = model.predict((10**6, 16, 16), "float32", "nn", "tsm2l", device=dev)
+    assert p.supported and p.seconds > 0 and p.occupancy.blocks_per_sm >= 1
+
+
+def test_device_properties_binding():
+    if _tsm2_ext.build_info()["cuda"]:
+        pytest.skip("CUDA build: device_properties needs a device (covered by GPU runs)")
+    with pytest.raises(RuntimeError, match="no CUDA"):
+        _tsm2_ext.device_properties()
+
+
+def test_tile_parameters_come_from_the_extension():
+    for dtype in ("float32", "float64", "bfloat16", "float16"):
+        for kernel, k, n in [
+            ("tsm2r", 20480, 8),
+            ("tsm2l", 8, 8),
+            ("tsm2l", 32, 64),
+            ("tsm2r", 100, 3),
+        ]:
+            t = _tsm2_ext.tile_config(dtype, model.KERNEL_IDS[kernel], k, n)
+            p = model.predict((1000, k, n), dtype, "nn", kernel, device=H100)
+            assert p.params["t1 (chunk_k)"] == t["chunk_k"]
+            assert p.params["t2 (n_tile)"] == t["n_tile"]
+            assert p.params["t3 (vec_per_thr)"] == t["vec_per_thr"]
+            assert p.params["smem_bytes"] == t["smem_bytes"]
+        for name, t in _tsm2_ext.tile_configs(dtype).items():
+            assert t["smem_bytes"] + H100.smem_reserved_per_block <= H100.smem_per_sm, name
+            assert t["threads"] % 32 == 0
+
+
+def test_occupancy_matches_hand_count():
+    # R f32 n=8: 85 KB of shared memory per 256-thread block -> 2 blocks per SM.
+    p = model.predict((20480, 20480, 8), "float32", "nn", "tsm2r", device=H100)
+    assert (p.occupancy.blocks_per_sm, p.occupancy.limiter) == (2, "shared memory")
+    # bf16 L 64x64: 170 KB -> one 128-thread block, 4 warps.
+    p = model.predict((10**7, 64, 64), "bfloat16", "nn", "tsm2l", device=H100)
+    assert (p.occupancy.blocks_per_sm, p.occupancy.warps_per_sm) == (1, 4)
+
+
+def test_bounds_and_reasons():
+    p = model.predict((20480, 20480, 8), "float32", "nn", "tsm2r", device=H100)
+    assert p.bound == "memory"
+    assert p.reason == "memory-bound: n = 8 below the t2 threshold of 44 on this GPU"
+    p = model.predict((20480, 20480, 64), "float32", "nn", "tsm2r", device=H100)
+    assert p.bound == "compute" and "at or above the t2 threshold" in p.reason
+    p = model.predict((1000, 8, 8), "float32", "nn", "tsm2l", device=H100)
+    assert p.bound == "launch" and p.reason.startswith("launch-bound")
+    assert p.bandwidth == pytest.approx(p.bytes / p.seconds)
+
+
+def test_time_grows_with_size_and_bandwidth_matters():
+    ts = [model.predict((m, 16, 16), "float32", "nn", "tsm2l", device=H100).seconds
+          for m in (10**5, 10**6, 10**7, 10**8)]  # fmt: skip
+    assert ts == sorted(ts)
+    slow = H100.with_bandwidth(H100.bandwidth() / 2)
+    a = model.predict((10**8, 8, 8), "float32", "nn", "tsm2l", device=H100)
+    b = model.predict((10**8, 8, 8), "float32", "nn", "tsm2l", device=slow)
+    # Half the bandwidth: twice the time, less what fewer bytes in flight now suffice for.
+    assert 1.5 * a.t_mem < b.t_mem <= 2 * a.t_mem * (1 + 1e-9)
+
+
+def test_layouts_and_unsupported_kernels():
+    assert model.problem_from(((3, 50, 7), (7, 2)), "nn") == routing.Problem(3, 50, 7, 2)
+    assert model.problem_from(((50, 7), (2, 7)), "nt") == routing.Problem(None, 50, 7, 2)
+    assert model.problem_from(((7, 50), (7, 2)), "tn") == routing.Problem(None, 50, 7, 2)
+    with pytest.raises(TypeError, match="contracting"):
+        model.problem_from(((50, 7), (8, 2)), "nn")
+    bad = model.predict((100, 8, 8), "float32", "tn", "tsm2r", device=H100)
+    assert not bad.supported and math.isinf(bad.seconds) and "layout tn" in bad.reason
+    assert not model.predict((100, 8, 8), "float32", "nn", "tsm2s", device=H100).supported
+    assert model.predict((8, 4096, 4096), "float32", "nn", "tsm2s", device=H100).supported
+    assert not model.predict((100, 8, 8), "int32", "nn", "tsm2r", device=H100).supported
+    c = model.choose((10**6, 8, 16), "float32", "tn", device=H100)
+    assert [q.kernel for q in c.candidates] == ["tsm2t"]
+    with pytest.raises(ValueError):
+        model.predict((10, 10, 10), "float32", "nn", "nope", device=H100)
+
+
+def test_choose_prefers_xla_within_margin():
+    c = model.choose((10**7, 8, 8), "bfloat16", device=H100)
+    assert c.target == "tsm2l" and c.chosen is c.best
+    c = model.choose((20480, 20480, 16), "float32", device=H100)
+    assert c.target == "xla" and c.chosen is c.xla
+    c = model.choose((10**7, 8, 8), "bfloat16", device=H100, margin=10.0)
+    assert c.target == "xla" and "margin" in c.reason
+
+
+def _model_check():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "model_check", ROOT / "benchmarks" / "model_check.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bar1_median_error_on_committed_h100_results():
+    mc = _model_check()
+    doc = json.loads(BENCH.read_text())
+    dev = H100.with_bandwidth(doc["ceilings"]["read_bytes_per_s"])
+    summary = mc.summarize(mc.check(doc, dev))
+    assert summary["kernel"]["cases"] >= 57
+    assert summary["kernel"]["median_abs_rel_error"] <= 0.20
+    assert summary["xla"]["median_abs_rel_error"] <= 0.20
+    routes = mc.routing_check(doc, dev)
+    assert len(routes) >= 57
+    assert max(r["slowdown"] for r in routes) <= 0.10
+
+
+def test_model_check_cli(capsys):
+    assert _model_check().main([str(BENCH), "--quiet"]) == 0
+    assert "median |error|" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- explain
+
+
+def _sds(shape, dtype=jnp.float32):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+@pytest.mark.parametrize("mode", ["auto", "prefer", "never"])
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        ((20480, 20480), (20480, 8)),
+        ((10**7, 8), (8, 8)),
+        ((512, 512), (512, 512)),
+        ((4, 100, 16), (16, 16)),
+    ],
+)
+def test_explain_follows_the_router(mode, a, b):
+    for dtype in (jnp.float32, jnp.bfloat16):
+        sa, sb = _sds(a, dtype), _sds(b, dtype)
+        e = jax_tsm2.explain(sa, sb, mode=mode, device=H100, show=False)
+        r = routing.route(sa, sb, dtype, platform="cuda", mode=mode)
+        assert isinstance(e, Explanation)
+        assert e.path == r.target and e.route_reason == r.reason
+        assert e.predicted.seconds > 0 and e.xla.kernel == "xla"
+        text = str(e)
+        assert f"path:      {r.target}" in text and "t2 threshold" in text
+
+
+def test_explain_takes_shapes_and_prints(capsys):
+    e = jax_tsm2.explain((20480, 20480), (20480, 8), dtype="float32", mode="prefer", device=H100)
+    out = capsys.readouterr().out
+    assert e.path == "tsm2r" and out.strip() == str(e)
+    assert "memory-bound: n = 8 below the t2 threshold of 44 on this GPU" in out
+    assert "t1 (k per stage) = 64" in out and "occupancy: 2 blocks/SM" in out
+    with pytest.raises(TypeError, match="dtype"):
+        jax_tsm2.explain((4, 4), (4, 4))
+
+
+def test_explain_passes_layout_when_route_takes_it(monkeypatch):
+    seen = {}
+
+    def route(a, b, out_dtype, *, platform, mode, precision=None, cuda_targets=True, layout="nn"):
+        seen["layout"], seen["shapes"] = layout, (a.shape, b.shape)
+        return routing.Route("xla", "stub", routing.Problem(None, 1, 1, 1))
+
+    monkeypatch.setattr(routing, "route", route)
+    e = jax_tsm2.explain(_sds((100, 8)), _sds((16, 8)), layout="nt", device=H100, show=False)
+    assert seen == {"layout": "nt", "shapes": ((100, 8), (16, 8))}
+    assert e.problem == routing.Problem(None, 100, 8, 16)
+
+
+def test_explain_without_layout_in_route_canonicalizes():
+    # The current route() has no layout: explain hands it the nn problem.
+    e = jax_tsm2.explain(_sds((8, 10**6)), _sds((8, 16)), layout="tn", device=H100, show=False)
+    assert e.problem == routing.Problem(None, 10**6, 8, 16)
+    assert e.model_choice.candidates[0].kernel == "tsm2t"
+
+
+def test_explain_reports_a_tuned_entry(tmp_path, monkeypatch):
+    from jax_tsm2.tune import cache
+
+    monkeypatch.setenv(cache.ENV_DIR, str(tmp_path))
+    dev = {"key": H100.key, "name": H100.name, "cc": [9, 0], "sm_count": 132}
+    cache.store(dev, {cache.entry_key("float32", "nn", None, 10**6, 8, 8): {"target": "tsm2l"}})
+    e = jax_tsm2.explain(_sds((10**6, 8)), _sds((8, 8)), device=H100, show=False)
+    assert e.tuned == "tsm2l" and "tuned:     tsm2l" in str(e)

@@ -1,0 +1,184 @@
+"""The autotuner (python -m jax_tsm2.tune) with a fake timer, and its per-GPU cache."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from jax_tsm2 import model
+from jax_tsm2.routing import Problem
+from jax_tsm2.tune import cache, cli
+
+H100 = model.H100_SXM
+KEY = H100.key
+DEV = {"key": KEY, "name": H100.name, "cc": [9, 0], "sm_count": 132}
+
+
+@pytest.fixture(autouse=True)
+def cache_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.ENV_DIR, str(tmp_path))
+    return tmp_path
+
+
+def fake_timer(times):
+    calls = []
+
+    def timer(target, p, dtype, layout):
+        calls.append((target, p, dtype, layout))
+        t = times[target]
+        if isinstance(t, Exception):
+            raise t
+        return t
+
+    timer.calls = calls
+    return timer
+
+
+def test_cache_dir_precedence(monkeypatch, tmp_path):
+    assert cache.cache_dir() == tmp_path
+    monkeypatch.delenv(cache.ENV_DIR)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_dir() == tmp_path / "xdg" / "jax_tsm2"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache.cache_dir().parts[-2:] == (".cache", "jax_tsm2")
+
+
+def test_parse_shape():
+    assert cli.parse_shape("1e7x8x8") == Problem(None, 10**7, 8, 8)
+    assert cli.parse_shape("4x100x16x16") == Problem(4, 100, 16, 16)
+    for bad in ("10x10", "axbxc", "0x1x1"):
+        with pytest.raises(ValueError):
+            cli.parse_shape(bad)
+
+
+def test_tune_stores_winners_and_lookup_finds_them():
+    timer = fake_timer({"tsm2r": 3e-3, "tsm2l": 1e-3, "tsm2s": 9e-3, "xla": 2e-3})
+    logs = []
+    out = cli.tune(
+        [Problem(None, 10**6, 8, 8), Problem(None, 20480, 20480, 8)],
+        ["float32"], ["nn"], timer=timer, device=H100, log=logs.append,
+    )  # fmt: skip
+    assert out["float32/nn/1/1000000/8/8"]["target"] == "tsm2l"
+    # k = 20480: TSM2L would run TSM2R's tile, so it is not timed separately.
+    assert "tsm2l" not in out["float32/nn/1/20480/20480/8"]["seconds"]
+    assert out["float32/nn/1/20480/20480/8"]["target"] == "xla"
+    assert cache.lookup(KEY, "float32", "nn", None, 10**6, 8, 8) == "tsm2l"
+    assert cache.lookup(KEY, "float32", "nn", 1, 10**6, 8, 8) == "tsm2l"  # batch None == 1
+    assert cache.lookup(KEY, "float32", "nt", None, 10**6, 8, 8) is None
+    assert cache.lookup("other-gpu", "float32", "nn", None, 10**6, 8, 8) is None
+    assert any("wrote 2 entries" in line for line in logs)
+    assert {c[0] for c in timer.calls} == {"tsm2r", "tsm2l", "xla"}
+
+
+def test_failing_candidate_is_left_out():
+    timer = fake_timer(
+        {"tsm2r": 3e-3, "tsm2l": 1e-3, "tsm2s": RuntimeError("not built"), "xla": 2e-3}
+    )
+    out = cli.tune([Problem(None, 8, 4096, 4096)], ["float32"], ["nn"], timer=timer,
+                   device=H100, log=lambda s: None)  # fmt: skip
+    e = out["float32/nn/1/8/4096/4096"]
+    assert "tsm2s" in e["failed"] and "tsm2s" not in e["seconds"]
+    timer = fake_timer(
+        {"xla": float("nan"), "tsm2r": RuntimeError("x"), "tsm2l": RuntimeError("y")}
+    )
+    out = cli.tune([Problem(None, 10**6, 8, 8)], ["float32"], ["nn"], timer=timer,
+                   device=H100, log=lambda s: None)  # fmt: skip
+    assert out == {}
+
+
+def test_cli_main_with_fake_timer(cache_in_tmp, capsys):
+    timer = fake_timer({"tsm2r": 3e-3, "tsm2l": 1e-3, "tsm2s": 9e-3, "xla": 2e-3})
+    assert cli.main(["--shapes", "1e6x8x8", "--dtype", "f32,bf16", "--dry-run"], timer=timer) == 0
+    assert not list(cache_in_tmp.iterdir())
+    assert cli.main(["--shapes", "1e6x8x8", "--dtype", "bf16", "--layout", "nt"], timer=timer) == 0
+    assert cache.lookup(KEY, "bfloat16", "nt", None, 10**6, 8, 8) == "tsm2l"
+    assert "tsm2l wins" in capsys.readouterr().out
+
+
+def _write(text):
+    path = cache.cache_path(KEY)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _valid_doc(**over):
+    doc = {
+        "schema": cache.SCHEMA, "version": cache.VERSION, "device": dict(DEV),
+        "measured_read_bytes_per_s": 3.0e12,
+        "entries": {"float32/nn/1/1000/8/8": {"target": "tsm2l"}},
+    }  # fmt: skip
+    doc.update(over)
+    return doc
+
+
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        ("{not json", "not valid JSON"),
+        ("", "not valid JSON"),
+        ("[1, 2]", "not a jax_tsm2.tune file"),
+        (json.dumps(_valid_doc(schema="other")), "not a jax_tsm2.tune file"),
+        (json.dumps(_valid_doc(version=99)), "version 99"),
+        (json.dumps(_valid_doc(device={"key": "NVIDIA-A100-sm80-108sm"})), "written for GPU"),
+        (json.dumps(_valid_doc(device="h100")), "written for GPU"),
+        (json.dumps(_valid_doc(entries=[1])), "no 'entries'"),
+    ],
+)
+def test_corrupt_or_foreign_file_is_ignored_with_a_warning(text, why):
+    _write(text)
+    with pytest.warns(RuntimeWarning, match=why):
+        assert cache.lookup(KEY, "float32", "nn", None, 1000, 8, 8) is None
+    assert cache.measured_bandwidth(KEY) is None
+    # The model and explain() still work.
+    assert model.choose((1000, 8, 8), "float32", device=H100).xla.seconds > 0
+
+
+def test_binary_garbage_is_ignored():
+    path = cache.cache_path(KEY)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.warns(RuntimeWarning, match="ignoring tune cache"):
+        assert cache.lookup(KEY, "float32", "nn", None, 1000, 8, 8) is None
+
+
+def test_malformed_entries_are_skipped_not_the_file():
+    doc = _valid_doc()
+    doc["entries"].update({
+        "float32/nn/1/1000/8/16": {"target": "tsm2t"},  # tsm2t does not take nn
+        "float32/xx/1/1000/8/16": {"target": "xla"},
+        "garbage": 3,
+        "float32/nn/1/1000/8/32": "xla",
+    })  # fmt: skip
+    _write(json.dumps(doc))
+    with pytest.warns(RuntimeWarning, match="4 malformed entries skipped"):
+        assert cache.lookup(KEY, "float32", "nn", None, 1000, 8, 8) == "tsm2l"
+    assert cache.lookup(KEY, "float32", "nn", None, 1000, 8, 16) is None
+    assert cache.measured_bandwidth(KEY) == 3.0e12
+
+
+def test_warns_once_per_file_version_and_rereads_on_change():
+    path = _write("{bad")
+    with pytest.warns(RuntimeWarning):
+        cache.lookup(KEY, "float32", "nn", None, 1000, 8, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cache.lookup(KEY, "float32", "nn", None, 1000, 8, 8) is None
+    path.write_text(json.dumps(_valid_doc()) + " " * 7)  # a new size: re-read
+    assert cache.lookup(KEY, "float32", "nn", None, 1000, 8, 8) == "tsm2l"
+
+
+def test_store_replaces_an_untrusted_file_and_merges_a_trusted_one():
+    _write(json.dumps(_valid_doc(device={"key": "someone-else"})))
+    with pytest.warns(RuntimeWarning):
+        cache.store(DEV, {"float32/nn/1/5/5/5": {"target": "xla"}})
+    assert cache.lookup(KEY, "float32", "nn", None, 5, 5, 5) == "xla"
+    cache.store(DEV, {"float32/nn/1/6/6/6": {"target": "tsm2r"}}, measured_read_bytes_per_s=2e12)
+    assert cache.lookup(KEY, "float32", "nn", None, 5, 5, 5) == "xla"
+    assert cache.lookup(KEY, "float32", "nn", None, 6, 6, 6) == "tsm2r"
+    assert cache.measured_bandwidth(KEY) == 2e12
+    with pytest.raises(ValueError, match="malformed"):
+        cache.store(DEV, {"float32/nn/1/6/6/6": {"target": "tsm2t"}})
+    assert not list(cache.cache_dir().glob("*.tmp"))
