@@ -126,7 +126,8 @@ def _xla_product(
     """The primitive's semantics in terms of ``lax.dot_general`` (XLA's dot).
 
     The layout is expressed in the contracting dimensions, so no operand is
-    transposed; only when ``b`` alone is batched is the (small) result.
+    transposed; only when ``b`` alone is batched is the result transposed
+    (dot_general puts ``a``'s free dimension first).
     """
     p = routing.problem_of(a.shape, b.shape, layout)
     a_t, b_t = _FLAGS[layout]

@@ -64,7 +64,16 @@ def logical(x, transposed: bool) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # the primitive in each layout vs a float64 reference
 
-SIZES = [(0, 3, 5), (4, 0, 3), (1, 1, 1), (13, 5, 1), (3, 31, 7), (17, 2, 33), (5, 67, 3)]
+SIZES = [
+    (0, 3, 5),
+    (4, 0, 3),
+    (1, 1, 1),
+    (13, 5, 1),
+    (3, 31, 7),
+    (17, 2, 33),
+    (5, 67, 3),
+    (5, 9, 67),  # nn: S (m <= 16, n > 64)
+]
 # (a batch, b batch): None = rank 2
 BATCHES = [(None, None), (3, 3), (3, None), (None, 3), (1, 3), (3, 1)]
 
@@ -90,6 +99,20 @@ def test_layout_matches_float64_reference(layout, dtype, mode):
             assert layouts_of(text) == [routing.LAYOUT_IDS[layout]]
         assert c.dtype == dtype
         assert_close_to_reference(c, logical(a, a_t), logical(b, b_t), k=k)
+
+
+@pytest.mark.parametrize(("layout", "kernel"), [("nn", 2), ("nt", 0), ("tn", 3)])
+def test_cpu_reference_target_runs_each_kernel_id(layout, kernel):
+    """Mode "always" on CPU passes the routed kernel id to the reference target, which checks
+    that the kernel takes the layout (ffi/matmul_problem.h CheckKernel)."""
+    rng = np.random.default_rng(11)
+    sa, sb = stored(layout, (5, 9), (9, 67))
+    a, b = rand(rng, sa, jnp.float64), rand(rng, sb, jnp.float64)
+    fn = jax.jit(lambda x, y: tsm2_matmul(x, y, layout=layout))
+    with jax_tsm2.custom_call_mode("always"):
+        assert kernels_of(lowered_text(fn, a, b)) == [kernel]
+        c = fn(a, b)
+    assert_close_to_reference(c, logical(a, layout == "tn"), logical(b, layout == "nt"))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
