@@ -1,4 +1,4 @@
-"""jax_tsm2: tall-and-skinny matrix products for JAX (TSM2R / TSM2L CUDA kernels).
+"""jax_tsm2: tall-and-skinny matrix products for JAX (TSM2R / L / S / T CUDA kernels).
 
 Public API only; see README.md. Importing the package loads the compiled
 extension and registers its XLA FFI targets (``jax_tsm2._ffi``).
@@ -8,7 +8,7 @@ from importlib import metadata as _metadata
 
 from jax_tsm2 import abft
 from jax_tsm2._ffi import build_info
-from jax_tsm2.api import matmul
+from jax_tsm2.api import dot_general, matmul
 from jax_tsm2.config import custom_call_mode, get_custom_call_mode, set_custom_call_mode
 from jax_tsm2.explain import explain
 from jax_tsm2.kmeans import KMeans, kmeans
@@ -24,6 +24,7 @@ __all__ = [
     "abft",
     "build_info",
     "custom_call_mode",
+    "dot_general",
     "explain",
     "get_custom_call_mode",
     "kmeans",

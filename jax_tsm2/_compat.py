@@ -36,9 +36,11 @@ __all__ = [
     "is_dot_algorithm",
     "match_varying",
     "mlir",
+    "register_inline_lowering",
     "require_devices_during_lowering",
     "result_type_and_weak",
     "shaped_array",
+    "transpose_source",
     "varying_axes",
     "with_weak_type",
 ]
@@ -179,3 +181,60 @@ def require_devices_during_lowering(prim: Any) -> None:
     registry = getattr(_dispatch, "prim_requires_devices_during_lowering", None)
     if registry is not None:  # without it, lowering takes the direct path (no devices)
         registry.add(prim)
+
+
+# ----------------------------------------------------------------------------
+# lowering: rules that look at how their operands were produced
+
+
+def register_inline_lowering(prim: Any, rules: dict[str | None, Any]) -> None:
+    """Registers ``prim``'s lowering ``rules`` ({platform or None: rule}) to run inline.
+
+    jax lowers a cacheable primitive into an out-of-line function whose
+    operands are block arguments, so a rule cannot see which op produced an
+    operand. Uncached (``cacheable=False``), the rule runs inline, where
+    ``transpose_source`` can find a transpose that feeds it.
+
+    jax 0.10's uncached path breaks multi-platform lowering of a primitive
+    with several platform rules (``lower_per_platform`` concatenates a list
+    and the tuple ``avals_out``), so one default rule is registered that calls
+    ``lower_per_platform`` itself with the per-platform rules. Where either
+    piece is missing (a future jax), the rules are registered normally and
+    simply find nothing to fold.
+    """
+    import inspect
+
+    from jax._src.interpreters import mlir as _mlir
+
+    per_platform = getattr(_mlir, "lower_per_platform", None)
+    can_uncache = "cacheable" in inspect.signature(mlir.register_lowering).parameters
+    if per_platform is None or not can_uncache:
+        for platform, rule in rules.items():
+            mlir.register_lowering(prim, rule, platform=platform)
+        return
+    default = rules.get(None)
+    platform_rules = {p: r for p, r in rules.items() if p is not None}
+
+    def dispatch(ctx, *args, **params):
+        ctx = ctx.replace(avals_out=list(ctx.avals_out))
+        return per_platform(ctx, prim.name, platform_rules, default, frozenset(), *args, **params)
+
+    mlir.register_lowering(prim, dispatch, platform=None, cacheable=False)
+
+
+def transpose_source(value: Any) -> Any:
+    """The input of the ``stablehlo.transpose`` that produced ``value``, if that transpose
+    swaps exactly the last two dimensions (any leading ones fixed); else None."""
+    ir = mlir.ir
+    owner = getattr(value, "owner", None)
+    op = getattr(owner, "operation", owner)
+    if not isinstance(op, ir.Operation) or op.name != "stablehlo.transpose":
+        return None
+    try:
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+    except (KeyError, ValueError, TypeError):
+        return None
+    r = len(perm)
+    if r < 2 or perm != [*range(r - 2), r - 1, r - 2]:
+        return None
+    return op.operands[0]

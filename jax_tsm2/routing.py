@@ -1,23 +1,37 @@
-"""Which implementation runs a product: the TSM2R kernel, the TSM2L kernel, or XLA's dot.
+"""Which implementation runs a product: a TSM2 kernel (R, L, S, T) or XLA's dot.
 
 ``route`` is a pure function of static facts (operand shapes and dtypes, the
-output dtype, precision, platform, the custom-call mode, and whether the CUDA
-targets were built). The lowerings in ``primitive.py`` call it; tests and the
-coming ``explain()`` call it directly. It returns a ``Route``: the decision and
-a sentence saying why.
+operand layout, the output dtype, precision, platform, the custom-call mode,
+and whether the CUDA targets were built). The lowerings in ``primitive.py``
+call it; tests and the coming ``explain()`` call it directly. It returns a
+``Route``: the decision and a sentence saying why.
 
-The problem is the canonical one of the ``tsm2_matmul`` primitive:
-``a[batch?, m, k] @ b[batch?, k, n]``, row-major.
+The problem is the canonical one of the ``tsm2_matmul`` primitive, in one of
+three layouts (all row-major; the result is always ``c[batch?, m, n]`` and the
+contraction has length ``k``):
+
+- ``"nn"``: ``a[batch?, m, k] @ b[batch?, k, n]``;
+- ``"nt"``: ``a[batch?, m, k] @ b[batch?, n, k]^T`` (k-means' ``X @ C.T``);
+- ``"tn"``: ``a[batch?, k, m]^T @ b[batch?, k, n]`` (Gram matrices, ``dL/dB``).
 
 Two layers decide. Eligibility (the thresholds below, from the paper's
-reasoning: TSM2L wants k and n small enough for B to sit on chip, TSM2R a
-skinny B and a contraction long enough to stream A) says which kernel could
-run a shape. In mode "auto" a kernel must also have measured faster than
-XLA's dot for that kind of shape (``MEASURED_WINS``); on an H100 with jax
-0.11.2, XLA's dot streamed most of the R and L suites at 90-99% of the read
-ceiling and our kernels at 25-91% (benchmarks/results/h100-2026-11-22b), so
-that list is short: bf16 TSM2L with k, n <= 8, where XLA's dot reached only
-50-55%. Mode "prefer" skips the second layer.
+reasoning) says which kernel could run a shape:
+
+- TSM2L (nn, nt): k and n small enough for B to sit on chip;
+- TSM2R (nn, nt): a skinny B (n small) and a contraction long enough to stream A;
+- TSM2S (nn only): a few rows of A (m <= 16) times a large B (n past TSM2R's range);
+- TSM2T (tn only): both output dimensions small (m, n <= 512), the contraction
+  k the huge one; deterministic (no float atomics).
+
+Other shapes, and layouts a kernel does not take (``ffi/matmul_problem.h``
+CheckKernel), go to XLA's dot. In mode "auto" a kernel must also have
+measured faster than XLA's dot for that kind of shape and layout
+(``MEASURED_WINS``); on an H100 with jax 0.11.2, XLA's dot streamed most of
+the R and L suites at 90-99% of the read ceiling and our kernels at 25-91%
+(benchmarks/results/h100-2026-11-22b), so that list is short: bf16 TSM2L with
+k, n <= 8 in layout nn, where XLA's dot reached only 50-55%. The S and T
+kernels and the nt/tn layouts have no measurement yet, so "auto" never picks
+them. Mode "prefer" skips the second layer.
 """
 
 from __future__ import annotations
@@ -36,13 +50,31 @@ TSM2L_MAX_K = 64
 TSM2L_MAX_N = 64
 # TSM2R: large A times a skinny B; used when k is past TSM2L's range.
 TSM2R_MAX_N = 64
+# TSM2S: a few rows of A times a large B (ffi/split_plans.h kSMaxM).
+TSM2S_MAX_M = 16
+# TSM2T: A^T @ B with a small result (both m and n) and a huge contraction.
+TSM2T_MAX_M = 512
+TSM2T_MAX_N = 512
 
-KERNEL_IDS: dict[str, int] = {"tsm2r": 0, "tsm2l": 1}  # the FFI attribute `kernel`
+# The FFI attributes `kernel` and `layout` (ffi/matmul_kinds.h).
+KERNEL_IDS: dict[str, int] = {"tsm2r": 0, "tsm2l": 1, "tsm2s": 2, "tsm2t": 3}
+LAYOUT_IDS: dict[str, int] = {"nn": 0, "nt": 1, "tn": 2}
+LAYOUTS: tuple[str, ...] = tuple(LAYOUT_IDS)
+# Which layouts each kernel reads (ffi/matmul_problem.h CheckKernel).
+KERNEL_LAYOUTS: dict[str, frozenset[str]] = {
+    "tsm2r": frozenset({"nn", "nt"}),
+    "tsm2l": frozenset({"nn", "nt"}),
+    "tsm2s": frozenset({"nn"}),
+    "tsm2t": frozenset({"tn"}),
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class MeasuredWin:
-    """A region of shapes where a kernel measured faster than XLA's dot (``rows`` = batch * m)."""
+    """A region of shapes where a kernel measured faster than XLA's dot (``rows`` = batch * m).
+
+    ``layout`` is the operand layout the measurement was taken in.
+    """
 
     target: str
     dtypes: frozenset[str]
@@ -51,11 +83,13 @@ class MeasuredWin:
     max_n: int
     evidence: str
     min_rows: int = 0
+    layout: str = "nn"
 
-    def covers(self, target: str, dtype: np.dtype, p: Problem) -> bool:
+    def covers(self, target: str, dtype: np.dtype, p: Problem, layout: str = "nn") -> bool:
         rows = (p.batch or 1) * p.m
         return (
             target == self.target
+            and layout == self.layout
             and dtype.name in self.dtypes
             and self.min_rows <= rows <= self.max_rows
             and p.k <= self.max_k
@@ -82,12 +116,17 @@ SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
 _HALF_DTYPES = frozenset(np.dtype(t) for t in (jnp.bfloat16, jnp.float16))
 _PLATFORMS_WITH_TARGETS = ("cpu", "cuda")
 
-Target = Literal["tsm2r", "tsm2l", "xla"]
+Target = Literal["tsm2r", "tsm2l", "tsm2s", "tsm2t", "xla"]
+Layout = Literal["nn", "nt", "tn"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """Sizes of ``a[batch?, m, k] @ b[batch?, k, n]``; ``batch`` is None for rank 2."""
+    """Sizes of a product with result ``c[batch?, m, n]`` and contraction length ``k``.
+
+    ``batch`` is None when both operands have rank 2. The sizes do not depend
+    on the layout (``problem_of`` reads them from the operands by layout).
+    """
 
     batch: int | None
     m: int
@@ -101,43 +140,63 @@ class Problem:
 
 @dataclasses.dataclass(frozen=True)
 class Route:
-    """A routing decision: ``target`` and a human-readable ``reason``."""
+    """A routing decision: ``target`` and a human-readable ``reason``, for one ``layout``."""
 
     target: Target
     reason: str
     problem: Problem | None = None
+    layout: Layout = "nn"
 
     @property
     def kernel(self) -> int | None:
-        """The FFI ``kernel`` attribute (0 = TSM2R, 1 = TSM2L), or None for XLA."""
+        """The FFI ``kernel`` attribute (0 = R, 1 = L, 2 = S, 3 = T), or None for XLA."""
         return KERNEL_IDS.get(self.target)
+
+    @property
+    def layout_id(self) -> int:
+        """The FFI ``layout`` attribute (0 = nn, 1 = nt, 2 = tn)."""
+        return LAYOUT_IDS[self.layout]
 
     @property
     def custom_call(self) -> bool:
         return self.target != "xla"
 
 
-def problem_of(a_shape: Sequence[int], b_shape: Sequence[int]) -> Problem:
-    """Checks a canonical operand pair and returns its sizes.
+def check_layout(layout: Any) -> str:
+    """Returns ``layout`` if it is one of ``LAYOUTS``, else raises ValueError."""
+    if layout not in LAYOUT_IDS:
+        raise ValueError(f"tsm2_matmul: layout must be one of {LAYOUTS}, got {layout!r}")
+    return layout
+
+
+def problem_of(a_shape: Sequence[int], b_shape: Sequence[int], layout: str = "nn") -> Problem:
+    """Checks a canonical operand pair in ``layout`` and returns its sizes.
 
     Each operand has rank 2 or 3; a rank-3 operand's batch equals the result's
-    or is 1 (shared by every batch entry). Raises TypeError naming the shapes.
+    or is 1 (shared by every batch entry). ``layout`` says how the last two
+    dimensions are stored: nn ``a[m, k], b[k, n]``, nt ``a[m, k], b[n, k]``,
+    tn ``a[k, m], b[k, n]``. Raises TypeError naming the shapes.
 
     Example:
         >>> problem_of((4, 10, 3), (3, 2))
         Problem(batch=4, m=10, k=3, n=2)
+        >>> problem_of((3, 10), (2, 10), "nt")
+        Problem(batch=None, m=3, k=10, n=2)
+        >>> problem_of((1000, 3), (1000, 2), "tn")
+        Problem(batch=None, m=3, k=1000, n=2)
     """
     a_shape, b_shape = tuple(a_shape), tuple(b_shape)
+    check_layout(layout)
     if len(a_shape) not in (2, 3) or len(b_shape) not in (2, 3):
         raise TypeError(
             f"tsm2_matmul: operands must have rank 2 or 3, got shapes {a_shape} and {b_shape}"
         )
-    m, k = a_shape[-2:]
-    kb, n = b_shape[-2:]
+    m, k = a_shape[-2:] if layout != "tn" else a_shape[:-3:-1]
+    kb, n = b_shape[-2:] if layout != "nt" else b_shape[:-3:-1]
     if k != kb:
         raise TypeError(
-            f"tsm2_matmul: contracting dimensions differ: a{list(a_shape)} has k={k}, "
-            f"b{list(b_shape)} has k={kb}"
+            f"tsm2_matmul: contracting dimensions differ (layout {layout}): "
+            f"a{list(a_shape)} has k={k}, b{list(b_shape)} has k={kb}"
         )
     if len(a_shape) == 2 and len(b_shape) == 2:
         return Problem(None, m, k, n)
@@ -157,15 +216,26 @@ def kernel_can_write(dtype: Any, out_dtype: Any) -> bool:
     return out_dtype == dtype or (dtype in _HALF_DTYPES and out_dtype == np.float32)
 
 
-def _choose_kernel(p: Problem, mode: str) -> tuple[Target, str]:
-    small_b = p.k <= TSM2L_MAX_K and p.n <= TSM2L_MAX_N
-    if small_b:
-        return "tsm2l", f"k={p.k} <= {TSM2L_MAX_K} and n={p.n} <= {TSM2L_MAX_N}: TSM2L"
+def _choose_kernel(p: Problem, layout: str, mode: str) -> tuple[Target, str]:
+    """Eligibility: the kernel that takes this shape in this layout, or XLA's dot."""
+    if layout == "tn":
+        if p.m <= TSM2T_MAX_M and p.n <= TSM2T_MAX_N:
+            why = f"m={p.m} <= {TSM2T_MAX_M} and n={p.n} <= {TSM2T_MAX_N}"
+            return "tsm2t", f"tn: {why}, contraction k={p.k}: TSM2T"
+        if mode == "always":
+            return "tsm2t", f"tn: m={p.m}, n={p.n}, forced by mode 'always': TSM2T"
+        return "xla", (
+            f"tn: m={p.m} or n={p.n} > {TSM2T_MAX_M}: the result is not small, XLA's dot"
+        )
+    if p.k <= TSM2L_MAX_K and p.n <= TSM2L_MAX_N:
+        return "tsm2l", f"{layout}: k={p.k} <= {TSM2L_MAX_K} and n={p.n} <= {TSM2L_MAX_N}: TSM2L"
     if p.n <= TSM2R_MAX_N:
-        return "tsm2r", f"n={p.n} <= {TSM2R_MAX_N} and k={p.k} > {TSM2L_MAX_K}: TSM2R"
+        return "tsm2r", f"{layout}: n={p.n} <= {TSM2R_MAX_N} and k={p.k} > {TSM2L_MAX_K}: TSM2R"
+    if layout == "nn" and p.m <= TSM2S_MAX_M:
+        return "tsm2s", f"nn: m={p.m} <= {TSM2S_MAX_M} and n={p.n} > {TSM2R_MAX_N}: TSM2S"
     if mode == "always":
-        return "tsm2r", f"n={p.n} > {TSM2R_MAX_N}, forced by mode 'always': TSM2R"
-    return "xla", f"n={p.n} > {TSM2R_MAX_N}: not tall-and-skinny, XLA's dot"
+        return "tsm2r", f"{layout}: n={p.n} > {TSM2R_MAX_N}, forced by mode 'always': TSM2R"
+    return "xla", f"{layout}: n={p.n} > {TSM2R_MAX_N}: not tall-and-skinny, XLA's dot"
 
 
 def route(
@@ -177,11 +247,13 @@ def route(
     mode: str,
     precision: Any = None,
     cuda_targets: bool = True,
+    layout: str = "nn",
 ) -> Route:
-    """Decides how ``a @ b`` (canonical rank-2/3 operands) is computed.
+    """Decides how the product of canonical rank-2/3 operands ``a``, ``b`` is computed.
 
     Args:
-      a, b: anything with ``.shape`` and ``.dtype`` (avals, ShapeDtypeStructs, arrays).
+      a, b: anything with ``.shape`` and ``.dtype`` (avals, ShapeDtypeStructs, arrays),
+        stored in ``layout``.
       out_dtype: dtype of the result.
       platform: the lowering platform, e.g. ``"cuda"`` or ``"cpu"``.
       mode: ``"auto"``, ``"prefer"``, ``"always"`` or ``"never"`` (see ``jax_tsm2.config``).
@@ -190,6 +262,7 @@ def route(
         TF32), which satisfies every ``Precision`` value; dot algorithms ask
         for specific arithmetic and go to XLA.
       cuda_targets: whether this build has the CUDA kernels.
+      layout: ``"nn"``, ``"nt"`` or ``"tn"`` (module docstring).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -199,10 +272,13 @@ def route(
         'tsm2r'
         >>> route(a, b, jnp.float32, platform="cuda", mode="auto").target  # XLA measured faster
         'xla'
+        >>> g = jax.ShapeDtypeStruct((1_000_000, 16), jnp.float32)  # A^T @ A: a Gram matrix
+        >>> route(g, g, jnp.float32, platform="cuda", mode="prefer", layout="tn").target
+        'tsm2t'
     """
     dtype, out = np.dtype(a.dtype), np.dtype(out_dtype)
-    p = problem_of(a.shape, b.shape)
-    xla = lambda why: Route("xla", why, p)
+    p = problem_of(a.shape, b.shape, layout)
+    xla = lambda why: Route("xla", f"{layout}: {why}", p, layout)
     if platform not in _PLATFORMS_WITH_TARGETS:
         return xla(f"no tsm2 target for platform {platform!r}")
     if mode == "never":
@@ -218,17 +294,21 @@ def route(
     if platform == "cpu":
         if mode != "always":
             return xla("on CPU XLA's dot is used (mode 'always' forces the reference target)")
-        target, why = _choose_kernel(p, mode)
-        return Route(target, f"mode 'always' on CPU: reference target ({why})", p)
+        target, why = _choose_kernel(p, layout, mode)
+        return Route(target, f"mode 'always' on CPU: reference target ({why})", p, layout)
     if not cuda_targets:
         return xla("this build of jax_tsm2 has no CUDA targets (built with TSM2_CUDA=OFF?)")
-    target, why = _choose_kernel(p, mode)
+    target, why = _choose_kernel(p, layout, mode)
     if mode == "auto" and target != "xla":
-        win = next((w for w in MEASURED_WINS if w.covers(target, dtype, p)), None)
+        win = next((w for w in MEASURED_WINS if w.covers(target, dtype, p, layout)), None)
         if win is None:
-            return xla(
-                f"{why}, but XLA's dot measured faster for such shapes "
-                "(routing.MEASURED_WINS; mode 'prefer' runs the kernel anyway)"
+            return Route(
+                "xla",
+                f"{why}, but XLA's dot measured faster for such shapes, or no measurement "
+                "covers them (routing.MEASURED_WINS; mode 'prefer' runs the kernel anyway)",
+                p,
+                layout,
             )
         why = f"{why}; measured faster than XLA's dot ({win.evidence})"
-    return Route(target, why, p)
+    assert layout in KERNEL_LAYOUTS.get(target, LAYOUTS), (target, layout)
+    return Route(target, why, p, layout)

@@ -5,9 +5,11 @@ as an opaque op and replicates its operands, so a row-sharded ``A`` would be
 all-gathered onto every device before the product. This module gives the
 partitioner a rule instead, with ``jax.experimental.custom_partitioning``:
 
-- a Shardy ``sharding_rule`` in einsum notation, ``"m k, k n -> m n"`` (with a
-  batch factor ``b`` for rank-3 operands), ``k`` a reduction factor, so
-  propagation knows which operand dimensions the result's dimensions follow;
+- a Shardy ``sharding_rule`` in einsum notation, one per operand layout:
+  ``"m k, k n -> m n"`` (nn), ``"m k, n k -> m n"`` (nt), ``"k m, k n -> m n"``
+  (tn), with a batch factor ``b`` for rank-3 operands and ``k`` a reduction
+  factor, so propagation knows which operand dimensions the result's
+  dimensions follow;
 - ``infer_sharding_from_operands`` for the older GSPMD propagation
   (``jax_use_shardy_partitioner=False``);
 - ``partition``: given the shardings the partitioner settled on, each device
@@ -61,8 +63,11 @@ _HALF = (np.dtype(jax.numpy.bfloat16), np.dtype(np.float16))
 # the einsum-style factor rule of a canonical operand pair
 
 
-def factor_rule(a_shape: Sequence[int], b_shape: Sequence[int]) -> tuple[str, ...]:
-    """The Shardy factor rule of canonical operands ``a[batch?, m, k] @ b[batch?, k, n]``.
+def factor_rule(
+    a_shape: Sequence[int], b_shape: Sequence[int], layout: str = "nn"
+) -> tuple[str, ...]:
+    """The Shardy factor rule of canonical operands in ``layout`` (nn ``a[batch?, m, k]``,
+    ``b[batch?, k, n]``; nt ``b[batch?, n, k]``; tn ``a[batch?, k, m]``).
 
     Returns ``(rule, *unshared)``: the einsum-style rule string and the
     factors that must stay replicated (the size-1 batch axis of an operand
@@ -73,24 +78,30 @@ def factor_rule(a_shape: Sequence[int], b_shape: Sequence[int]) -> tuple[str, ..
         ('m k, k n -> m n',)
         >>> factor_rule((3, 6, 4), (1, 4, 2))
         ('b m k, p k n -> b m n', 'p')
+        >>> factor_rule((6, 4), (2, 4), "nt")
+        ('m k, n k -> m n',)
+        >>> factor_rule((4, 6), (4, 2), "tn")
+        ('k m, k n -> m n',)
     """
-    a_dims, b_dims, out_dims = _factor_dims(a_shape, b_shape)
+    a_dims, b_dims, out_dims = _factor_dims(a_shape, b_shape, layout)
     rule = f"{' '.join(a_dims)}, {' '.join(b_dims)} -> {' '.join(out_dims)}"
     unshared = tuple(f for f in (*a_dims, *b_dims) if f in ("o", "p"))
     return (rule, *unshared)
 
 
-def _factor_dims(a_shape, b_shape):
+def _factor_dims(a_shape, b_shape, layout="nn"):
     """Factor names of each dimension of a, b and the result."""
     a3, b3 = len(a_shape) == 3, len(b_shape) == 3
+    a_mat = ("k", "m") if layout == "tn" else ("m", "k")
+    b_mat = ("n", "k") if layout == "nt" else ("k", "n")
     if not (a3 or b3):
-        return ("m", "k"), ("k", "n"), ("m", "n")
+        return a_mat, b_mat, ("m", "n")
     batch = max(a_shape[0] if a3 else 1, b_shape[0] if b3 else 1)
     # A rank-3 operand of batch 1 next to a batched one is shared, not batched.
     a_b = "b" if a3 and a_shape[0] == batch else "o"
     b_b = "b" if b3 and b_shape[0] == batch else "p"
-    a_dims = (a_b, "m", "k") if a3 else ("m", "k")
-    b_dims = (b_b, "k", "n") if b3 else ("k", "n")
+    a_dims = (a_b, *a_mat) if a3 else a_mat
+    b_dims = (b_b, *b_mat) if b3 else b_mat
     return a_dims, b_dims, ("b", "m", "n")
 
 
@@ -134,7 +145,7 @@ def _spec_of(dims, axes) -> P:
 # the result type (abstract eval): varying axes and Explicit shardings
 
 
-def result_aval(a: Any, b: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+def result_aval(a: Any, b: Any, shape: tuple[int, ...], dtype: np.dtype, layout: str = "nn") -> Any:
     """The primitive's result aval: shape and dtype plus the sharding-related parts of its type.
 
     Outside ``shard_map`` and Explicit meshes that is a plain ``ShapedArray``.
@@ -164,7 +175,7 @@ def result_aval(a: Any, b: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
     )
     if mesh is None:
         return _compat.shaped_array(shape, dtype, None, varying)
-    a_dims, b_dims, out_dims = _factor_dims(a.shape, b.shape)
+    a_dims, b_dims, out_dims = _factor_dims(a.shape, b.shape, layout)
     specs = [_spec_axes(x.sharding.spec, x.ndim) for x in (a, b)]
     axes = _factor_axes((a_dims, b_dims), specs)
     axes.pop("k", None)  # summed over: the result is replicated along those axes
@@ -211,21 +222,21 @@ def register_local_lowerings(
 # custom_partitioning
 
 
-def _local_product(rule, out_dtype, precision, mode, a, b):
+def _local_product(rule, out_dtype, precision, mode, layout, a, b):
     """The product of the local blocks (the unpartitioned body, too)."""
-    return _local_p.bind(a, b, out_dtype=out_dtype, precision=precision, mode=mode)
+    return _local_p.bind(a, b, out_dtype=out_dtype, precision=precision, mode=mode, layout=layout)
 
 
-def _shardy_rule(rule, out_dtype, precision, mode, mesh, operand_types, result_types):
-    del out_dtype, precision, mode, mesh, operand_types, result_types
+def _shardy_rule(rule, out_dtype, precision, mode, layout, mesh, operand_types, result_types):
+    del out_dtype, precision, mode, layout, mesh, operand_types, result_types
     rule_str, *unshared = rule
     return rule_str, {"reduction_factors": ("k",), "need_replication_factors": tuple(unshared)}
 
 
-def _plan(rule, arg_shapes):
+def _plan(rule, layout, arg_shapes):
     """Operand, result and contraction axes from the shardings the partitioner proposes."""
     a, b = arg_shapes
-    a_dims, b_dims, out_dims = _factor_dims(a.shape, b.shape)
+    a_dims, b_dims, out_dims = _factor_dims(a.shape, b.shape, layout)
     specs = []
     for x in (a, b):
         s = x.sharding
@@ -234,15 +245,15 @@ def _plan(rule, arg_shapes):
     return a_dims, b_dims, out_dims, axes
 
 
-def _infer_sharding(rule, out_dtype, precision, mode, mesh, arg_shapes, result_shape):
+def _infer_sharding(rule, out_dtype, precision, mode, layout, mesh, arg_shapes, result_shape):
     del out_dtype, precision, mode
-    _, _, out_dims, axes = _plan(rule, arg_shapes)
+    _, _, out_dims, axes = _plan(rule, layout, arg_shapes)
     axes.pop("k", None)
     return NamedSharding(mesh, _spec_of(out_dims[-result_shape.ndim :], axes))
 
 
-def _partition(rule, out_dtype, precision, mode, mesh, arg_shapes, result_shape):
-    a_dims, b_dims, out_dims, axes = _plan(rule, arg_shapes)
+def _partition(rule, out_dtype, precision, mode, layout, mesh, arg_shapes, result_shape):
+    a_dims, b_dims, out_dims, axes = _plan(rule, layout, arg_shapes)
     k_axes = axes.get("k", ())
     out_spec = _spec_of(out_dims[-result_shape.ndim :], {f: x for f, x in axes.items() if f != "k"})
     arg_shardings = (
@@ -253,7 +264,7 @@ def _partition(rule, out_dtype, precision, mode, mesh, arg_shapes, result_shape)
     acc = np.dtype(np.float32) if k_axes and np.dtype(out_dtype) in _HALF else out_dtype
 
     def lower_fn(a, b):
-        c = _local_p.bind(a, b, out_dtype=acc, precision=precision, mode=mode)
+        c = _local_p.bind(a, b, out_dtype=acc, precision=precision, mode=mode, layout=layout)
         if k_axes:
             c = lax.psum(c, k_axes).astype(out_dtype)
         return c
@@ -261,7 +272,7 @@ def _partition(rule, out_dtype, precision, mode, mesh, arg_shapes, result_shape)
     return mesh, lower_fn, NamedSharding(mesh, out_spec), arg_shardings
 
 
-_partitioned = custom_partitioning(_local_product, static_argnums=(0, 1, 2, 3))
+_partitioned = custom_partitioning(_local_product, static_argnums=(0, 1, 2, 3, 4))
 _partitioned.def_partition(
     partition=_partition,
     infer_sharding_from_operands=_infer_sharding,
@@ -269,7 +280,9 @@ _partitioned.def_partition(
 )
 
 
-def lower_partitioned(ctx: Any, a: Any, b: Any, *, out_dtype: np.dtype, precision: Any) -> Any:
+def lower_partitioned(
+    ctx: Any, a: Any, b: Any, *, out_dtype: np.dtype, precision: Any, layout: str = "nn"
+) -> Any:
     """The primitive's lowering in a program XLA will partition, or ``None`` for the direct one.
 
     Returns ``None`` unless the program is a ``jit`` over several devices (see
@@ -285,7 +298,7 @@ def lower_partitioned(ctx: Any, a: Any, b: Any, *, out_dtype: np.dtype, precisio
     if _compat.axis_context_kind(ctx) != "spmd":
         return None
     a_aval, b_aval = ctx.avals_in
-    rule = factor_rule(a_aval.shape, b_aval.shape)
+    rule = factor_rule(a_aval.shape, b_aval.shape, layout)
     mode = config.get_custom_call_mode()
-    fn = functools.partial(_partitioned, rule, np.dtype(out_dtype), precision, mode)
+    fn = functools.partial(_partitioned, rule, np.dtype(out_dtype), precision, mode, layout)
     return _compat.mlir.lower_fun(fn, multiple_results=False)(ctx, a, b)

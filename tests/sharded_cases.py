@@ -182,9 +182,10 @@ def test_grad_wrt_replicated_b_under_jit(mesh, mode):
         gb = g(*args)
         hlo = _hlo(g, *args)
     np.testing.assert_allclose(np.asarray(gb), a.T @ np.cos(a @ b), rtol=1e-11, atol=1e-11)
-    # dL/dB = A^T ct: a product contracted over the sharded rows, one all-reduce.
+    # dL/dB = A^T ct: a tn product contracted over the sharded rows (A read as stored),
+    # one all-reduce.
     assert _count(hlo, "all-gather") == 0 and _count(hlo, "all-reduce") == 1, hlo
-    _check_custom_call(hlo, mode, [f"f64[{K},{ROWS}]", f"f64[{ROWS},{N}]"])
+    _check_custom_call(hlo, mode, [f"f64[{ROWS},{K}]", f"f64[{ROWS},{N}]"])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -261,3 +262,126 @@ def test_vmap_over_sharded_rows(mesh):
     np.testing.assert_allclose(np.asarray(c), a @ b, rtol=1e-12, atol=1e-12)
     assert _count(hlo, "all-gather") == 0, hlo
     _check_custom_call(hlo, "always", [f"f64[3,{ROWS},{K}]", f"f64[3,{K},{N}]"])
+
+
+# ---------------------------------------------------------------- layouts nt and tn
+
+_NT = (((1,), (1,)), ((), ()))
+_TN = (((0,), (0,)), ((), ()))
+
+
+def _layouts(hlo: str) -> list[int]:
+    return [int(x) for x in re.findall(r"layout = (\d+) : i32", hlo)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_nt_rows_sharded_stays_local(mesh, mode):
+    """k-means' X @ C.T with X row-sharded and C replicated: local products, no collective."""
+    x, cent = _rand(30, 4 * ROWS, K), _rand(31, N, K)
+    f = jax.jit(lambda x, c: jax_tsm2.dot_general(x, c, _NT))
+    args = _put(mesh, x, P("x")), _put(mesh, cent, P())
+    with jax_tsm2.custom_call_mode(mode):
+        c = f(*args)
+        hlo = _hlo(f, *args)
+    np.testing.assert_allclose(np.asarray(c), x @ cent.T, rtol=1e-12, atol=1e-12)
+    assert c.sharding.spec == P("x")
+    for op in ("all-gather", "all-reduce", "all-to-all", "collective-permute"):
+        assert _count(hlo, op) == 0, (op, hlo)
+    _check_custom_call(hlo, mode, [f"f64[{ROWS},{K}]", f"f64[{N},{K}]"])
+    if mode == "always":
+        assert _layouts(hlo) == [1], hlo
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_nt_contraction_sharded_one_all_reduce(mesh, mode):
+    x, cent = _rand(32, 4 * ROWS, K), _rand(33, N, K)
+    f = jax.jit(lambda x, c: jax_tsm2.dot_general(x, c, _NT))
+    args = _put(mesh, x, P(None, "x")), _put(mesh, cent, P(None, "x"))
+    with jax_tsm2.custom_call_mode(mode):
+        c = f(*args)
+        hlo = _hlo(f, *args)
+    np.testing.assert_allclose(np.asarray(c), x @ cent.T, rtol=1e-12, atol=1e-12)
+    assert _count(hlo, "all-reduce") == 1 and _count(hlo, "all-gather") == 0, hlo
+    _check_custom_call(hlo, mode, [f"f64[{4 * ROWS},{K // 4}]", f"f64[{N},{K // 4}]"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tn_over_sharded_rows_one_all_reduce(mesh, mode):
+    """A Gram-like A.T @ B with the huge m sharded: local tn products, one all-reduce."""
+    a, b = _rand(34, 4 * ROWS, K), _rand(35, 4 * ROWS, N)
+    f = jax.jit(lambda a, b: jax_tsm2.dot_general(a, b, _TN))
+    args = _put(mesh, a, P("x")), _put(mesh, b, P("x"))
+    with jax_tsm2.custom_call_mode(mode):
+        c = f(*args)
+        hlo = _hlo(f, *args)
+    np.testing.assert_allclose(np.asarray(c), a.T @ b, rtol=1e-11, atol=1e-11)
+    assert _count(hlo, "all-reduce") == 1 and _count(hlo, "all-gather") == 0, hlo
+    _check_custom_call(hlo, mode, [f"f64[{ROWS},{K}]", f"f64[{ROWS},{N}]"])
+    if mode == "always":
+        assert _layouts(hlo) == [2], hlo
+
+
+def test_tn_output_columns_sharded_stay_local(mesh):
+    a, b = _rand(36, 4 * ROWS, K), _rand(37, 4 * ROWS, 8)
+    f = jax.jit(lambda a, b: jax_tsm2.dot_general(a, b, _TN))
+    args = _put(mesh, a, P()), _put(mesh, b, P(None, "x"))
+    with jax_tsm2.custom_call_mode("always"):
+        c = f(*args)
+        hlo = _hlo(f, *args)
+    np.testing.assert_allclose(np.asarray(c), a.T @ b, rtol=1e-11, atol=1e-11)
+    assert c.sharding.spec == P(None, "x")
+    assert _count(hlo, "all-gather") + _count(hlo, "all-reduce") == 0, hlo
+    _check_custom_call(hlo, "always", [f"f64[{4 * ROWS},{K}]", f"f64[{4 * ROWS},2]"])
+
+
+def test_matmul_of_a_transpose_folds_under_partitioning(mesh):
+    """matmul(x, c.T) in a partitioned program: the transpose folds into nt before the
+    partitioner sees the product, so c is read as stored on every device."""
+    x, cent = _rand(38, 4 * ROWS, K), _rand(39, N, K)
+    f = jax.jit(lambda x, c: jax_tsm2.matmul(x, c.T))
+    args = _put(mesh, x, P("x")), _put(mesh, cent, P())
+    with jax_tsm2.custom_call_mode("always"):
+        c = f(*args)
+        hlo = _hlo(f, *args)
+    np.testing.assert_allclose(np.asarray(c), x @ cent.T, rtol=1e-12, atol=1e-12)
+    assert _count(hlo, "all-gather") == 0, hlo
+    assert not re.search(r"\btranspose\(", hlo), hlo
+    _check_custom_call(hlo, "always", [f"f64[{ROWS},{K}]", f"f64[{N},{K}]"])
+    assert _layouts(hlo) == [1], hlo
+
+
+def test_tn_gspmd_propagation_without_shardy(mesh):
+    a, b = _rand(40, 4 * ROWS, K), _rand(41, 4 * ROWS, N)
+    args = _put(mesh, a, P("x")), _put(mesh, b, P("x"))
+    before = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        f = jax.jit(lambda a, b: jax_tsm2.dot_general(a, b, _TN))
+        with jax_tsm2.custom_call_mode("always"):
+            c = f(*args)
+            hlo = _hlo(f, *args)
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", before)
+    np.testing.assert_allclose(np.asarray(c), a.T @ b, rtol=1e-11, atol=1e-11)
+    assert _count(hlo, "all-gather") == 0 and _count(hlo, "all-reduce") == 1, hlo
+    _check_custom_call(hlo, "always", [f"f64[{ROWS},{K}]", f"f64[{ROWS},{N}]"])
+
+
+def test_explicit_axes_nt_and_tn_types():
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(AxisType.Explicit,))
+    x, cent, b = _rand(42, 4 * ROWS, K), _rand(43, N, K), _rand(44, 4 * ROWS, 8)
+    with jax.set_mesh(mesh), jax_tsm2.custom_call_mode("always"):
+        X, C = jax.device_put(x, P("x")), jax.device_put(cent, P())
+        d = jax.jit(lambda x, c: jax_tsm2.dot_general(x, c, _NT))(X, C)
+        assert jax.typeof(d).sharding.spec == P("x", None)
+        A, B = jax.device_put(x, P()), jax.device_put(b, P(None, "x"))
+        g = jax.jit(lambda a, b: jax_tsm2.dot_general(a, b, _TN))(A, B)
+        assert jax.typeof(g).sharding.spec == P(None, "x")
+        # A sharded contraction needs lax's out_sharding, which dot_general (like
+        # lax.dot_general without it) refuses the same way.
+        with pytest.raises(Exception) as want:
+            jax.jit(lambda x: jax.lax.dot_general(x, x, _TN))(X)
+        with pytest.raises(want.type):
+            jax.jit(lambda x: jax_tsm2.dot_general(x, x, _TN))(X)
+    np.testing.assert_allclose(np.asarray(d), x @ cent.T, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(g), x.T @ b, rtol=1e-11, atol=1e-11)

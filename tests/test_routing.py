@@ -225,3 +225,88 @@ def test_kernel_attribute_is_i32():
     text = cuda_text(jax_tsm2.matmul, S((8192, 512), F32), S((512, 8), F32))
     assert "kernel = 0 : i32" in text
     assert np.int32(routing.KERNEL_IDS["tsm2l"]) == 1
+
+
+# ---------------------------------------------------------------------------
+# layouts and the S and T kernels
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape", "layout", "target"),
+    [
+        ((100_000, 16), (16, 16), "nt", "tsm2l"),  # X @ C.T, centroids small
+        ((100_000, 512), (8, 512), "nt", "tsm2r"),
+        ((100_000, 512), (65, 512), "nt", "xla"),
+        ((8, 512), (4096, 512), "nt", "xla"),  # S takes nn only
+        ((routing.TSM2S_MAX_M, 4096), (4096, 4096), "nn", "tsm2s"),  # small left
+        ((routing.TSM2S_MAX_M + 1, 4096), (4096, 4096), "nn", "xla"),
+        ((1, 64), (64, 65), "nn", "tsm2s"),
+        ((1, 64), (64, 64), "nn", "tsm2l"),  # L first where B is small
+        ((1_000_000, 16), (1_000_000, 16), "tn", "tsm2t"),  # Gram matrix
+        ((1_000_000, 512), (1_000_000, 512), "tn", "tsm2t"),
+        ((1_000_000, 513), (1_000_000, 8), "tn", "xla"),
+        ((1_000_000, 8), (1_000_000, 513), "tn", "xla"),
+        ((3, 1000, 16), (3, 1000, 4), "tn", "tsm2t"),
+    ],
+)
+def test_route_layouts(a_shape, b_shape, layout, target):
+    r = route(a_shape, b_shape, layout=layout)
+    assert r.target == target, r
+    assert r.layout == layout and r.reason.startswith(f"{layout}:"), r.reason
+    assert r.layout_id == routing.LAYOUT_IDS[layout]
+    if r.custom_call:
+        assert layout in routing.KERNEL_LAYOUTS[target]
+
+
+def test_always_forces_a_kernel_that_takes_the_layout():
+    assert route((1000, 600), (1000, 600), layout="tn", mode="always").target == "tsm2t"
+    assert route((1000, 600), (700, 600), layout="nt", mode="always").target == "tsm2r"
+    assert route((100, 600), (600, 700), layout="nn", mode="always").target == "tsm2r"
+    for a, b, layout in [((64, 64), (64, 64), "nt"), ((64, 64), (64, 64), "tn")]:
+        r = route(a, b, layout=layout, platform="cpu", mode="always")
+        assert r.custom_call and layout in routing.KERNEL_LAYOUTS[r.target]
+
+
+def test_auto_has_no_measured_win_for_new_layouts_and_kernels():
+    """The bf16 TSM2L win was measured in nn only; S, T, nt and tn have no measurement."""
+    bf16 = jnp.bfloat16
+    assert route((1_000_000, 8), (8, 8), dtype=bf16, mode="auto").target == "tsm2l"
+    assert route((1_000_000, 8), (8, 8), dtype=bf16, mode="auto", layout="nt").target == "xla"
+    assert route((8, 4096), (4096, 4096), mode="auto").target == "xla"
+    r = route((1_000_000, 8), (1_000_000, 8), dtype=bf16, mode="auto", layout="tn")
+    assert r.target == "xla" and "MEASURED_WINS" in r.reason
+    assert all(w.layout == "nn" for w in routing.MEASURED_WINS)
+    win = routing.MeasuredWin("tsm2t", frozenset({"float32"}), 2**62, 2**62, 512, "test", 0, "tn")
+    p = routing.problem_of((1000, 8), (1000, 8), "tn")
+    assert win.covers("tsm2t", np.dtype("float32"), p, "tn")
+    assert not win.covers("tsm2t", np.dtype("float32"), p, "nn")
+
+
+def test_problem_of_reads_the_layout():
+    assert routing.problem_of((3, 10), (2, 10), "nt") == routing.Problem(None, 3, 10, 2)
+    assert routing.problem_of((4, 10, 3), (1, 10, 2), "tn") == routing.Problem(4, 3, 10, 2)
+    with pytest.raises(TypeError, match="layout nt"):
+        routing.problem_of((3, 10), (10, 2), "nt")
+    with pytest.raises(ValueError, match="layout"):
+        routing.problem_of((3, 10), (10, 2), "tt")
+
+
+@pytest.mark.parametrize(
+    ("f", "a", "b", "kernel", "layout"),
+    [
+        (lambda x, c: jax_tsm2.matmul(x, c.T), S((100_000, 16), F32), S((8, 16), F32), 1, 1),
+        (lambda x, y: jax_tsm2.matmul(x.T, y), S((100_000, 16), F32), S((100_000, 4), F32), 3, 2),
+        (jax_tsm2.matmul, S((8, 4096), F32), S((4096, 4096), F32), 2, 0),  # small left: S
+        (
+            lambda x, c: jax_tsm2.dot_general(x, c, (((1,), (1,)), ((), ()))),
+            S((100_000, 512), jnp.bfloat16),
+            S((8, 512), jnp.bfloat16),
+            0,
+            1,
+        ),
+    ],
+)
+def test_layouts_on_cuda(f, a, b, kernel, layout):
+    text = cuda_text(f, a, b)
+    assert kernel_ids(text) == [kernel]
+    assert [int(x) for x in re.findall(r"layout = (\d+) : i32", text)] == [layout]

@@ -58,6 +58,21 @@ def test_factor_rule(a_shape, b_shape, rule):
     assert sharding.factor_rule(a_shape, b_shape) == rule
 
 
+@pytest.mark.parametrize(
+    "a_shape, b_shape, layout, rule",
+    [
+        ((6, 4), (2, 4), "nt", ("m k, n k -> m n",)),
+        ((4, 6), (4, 2), "tn", ("k m, k n -> m n",)),
+        ((3, 6, 4), (3, 2, 4), "nt", ("b m k, b n k -> b m n",)),
+        ((3, 4, 6), (4, 2), "tn", ("b k m, k n -> b m n",)),
+        ((1, 4, 6), (3, 4, 2), "tn", ("o k m, b k n -> b m n", "o")),
+        ((3, 6, 4), (1, 2, 4), "nt", ("b m k, p n k -> b m n", "p")),
+    ],
+)
+def test_factor_rule_of_layouts(a_shape, b_shape, layout, rule):
+    assert sharding.factor_rule(a_shape, b_shape, layout) == rule
+
+
 def test_result_aval_without_mesh_is_plain():
     out = sharding.result_aval(ShapedArray((6, 4), F64), ShapedArray((4, 2), F64), (6, 2), F64)
     assert out == ShapedArray((6, 2), F64)
@@ -75,7 +90,8 @@ def test_one_device_lowers_directly():
 
 def test_sharded_cases_on_4_cpu_devices():
     """Runs tests/sharded_cases.py (row, contraction, batch, column, 2-D mesh, grad, shard_map,
-    GSPMD, Explicit axes, vmap) with 4 host devices; its report is printed on failure."""
+    GSPMD, Explicit axes, vmap; layouts nt and tn) with 4 host devices; its report is printed
+    on failure."""
     r = subprocess.run(
         [
             sys.executable,
