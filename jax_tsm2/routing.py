@@ -84,6 +84,7 @@ class MeasuredWin:
     evidence: str
     min_rows: int = 0
     layout: str = "nn"
+    min_k: int = 0
 
     def covers(self, target: str, dtype: np.dtype, p: Problem, layout: str = "nn") -> bool:
         rows = (p.batch or 1) * p.m
@@ -92,7 +93,7 @@ class MeasuredWin:
             and layout == self.layout
             and dtype.name in self.dtypes
             and self.min_rows <= rows <= self.max_rows
-            and p.k <= self.max_k
+            and self.min_k <= p.k <= self.max_k
             and p.n <= self.max_n
         )
 
@@ -108,6 +109,19 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         max_n=8,
         evidence="H100: L bf16 1e7x8x8 1.47x, 1e6x8x8 1.34x, 1e5x8x8 1.01-1.19x over "
         "jnp.matmul (h100-2026-11-22b); measured at k = n = 8 only",
+    ),
+    # A^T @ B over a long contraction: XLA's dot streamed every TN case at
+    # about 32% of the read ceiling, TSM2T at 54-80%.
+    MeasuredWin(
+        "tsm2t",
+        frozenset({"float32", "float64"}),
+        max_rows=512,
+        max_k=2**62,
+        max_n=256,
+        min_k=1_000_000,
+        layout="tn",
+        evidence="H100: TN f32 1e7x16x16 2.25x, 1e6x16x256 1.85x, 1e6x64x64 1.19x; f64 "
+        "2.48x, 2.20x, 1.38x over jnp.matmul (h100-2026-11-22c); measured at k >= 1e6",
     ),
 )
 SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
