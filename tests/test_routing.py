@@ -267,15 +267,19 @@ def test_always_forces_a_kernel_that_takes_the_layout():
         assert r.custom_call and layout in routing.KERNEL_LAYOUTS[r.target]
 
 
-def test_auto_has_no_measured_win_for_new_layouts_and_kernels():
-    """The bf16 TSM2L win was measured in nn only; S, T, nt and tn have no measurement."""
+def test_auto_follows_the_measured_wins_of_each_layout():
+    """bf16 TSM2L was measured in nn only; TSM2T in tn for f32/f64 with k >= 1e6; S and nt not."""
     bf16 = jnp.bfloat16
     assert route((1_000_000, 8), (8, 8), dtype=bf16, mode="auto").target == "tsm2l"
     assert route((1_000_000, 8), (8, 8), dtype=bf16, mode="auto", layout="nt").target == "xla"
     assert route((8, 4096), (4096, 4096), mode="auto").target == "xla"
     r = route((1_000_000, 8), (1_000_000, 8), dtype=bf16, mode="auto", layout="tn")
     assert r.target == "xla" and "MEASURED_WINS" in r.reason
-    assert all(w.layout == "nn" for w in routing.MEASURED_WINS)
+    for dtype in (jnp.float32, jnp.float64):
+        r = route((1_000_000, 512), (1_000_000, 8), dtype=dtype, mode="auto", layout="tn")
+        assert r.target == "tsm2t" and "measured faster" in r.reason
+    # Below the measured contraction length XLA's dot keeps it.
+    assert route((999_999, 16), (999_999, 16), mode="auto", layout="tn").target == "xla"
     win = routing.MeasuredWin("tsm2t", frozenset({"float32"}), 2**62, 2**62, 512, "test", 0, "tn")
     p = routing.problem_of((1000, 8), (1000, 8), "tn")
     assert win.covers("tsm2t", np.dtype("float32"), p, "tn")
