@@ -178,10 +178,9 @@ double TimeLaunches(const F& launch) {
   return ms[ms.size() / 2] * 1e-3;
 }
 
-template <typename T, int NT, template <typename, int> class C>
-void Try(const Case& cs, Buffers& buf) {
-  using V = tsm2::Tsm2Variant<T, NT, C>;
-  constexpr TileConfig t = C<T, NT>::kT;
+// The case as the launchers take it.
+template <typename T>
+DeviceMatmul ProblemOf(const Case& cs, const Buffers& buf) {
   DeviceMatmul p;
   p.a = buf.a;
   p.b = buf.b;
@@ -190,13 +189,16 @@ void Try(const Case& cs, Buffers& buf) {
   p.k = cs.k;
   p.n = cs.n;
   p.type = TypeOf<T>();
-  MatmulPlan plan;
-  plan.family = cs.family_l ? tsm2::Kernel::kTsm2l : tsm2::Kernel::kTsm2r;
-  CHECK(V::Plan(p, buf.ws_bytes, &plan));
-  int per_sm = 0;
-  CHECK(tsm2::BlocksPerSm(V::Kernel(), V::Cfg::kThreads, V::Cfg::kSmemBytes, &per_sm));
+  p.layout = cs.layout;
+  return p;
+}
+
+// Fills C with garbage, runs one launch and returns the largest relative
+// error against the float64 reference of Prepare.
+template <typename T, typename F>
+double WorstError(const Case& cs, Buffers& buf, const F& launch) {
   CHECK(cudaMemset(buf.c, 0xff, cs.m * cs.n * sizeof(T)));  // NaN-ish garbage
-  CHECK(V::Launch(p, plan, buf.ws, nullptr));
+  launch();
   CHECK(cudaMemset(buf.worst, 0, sizeof(unsigned long long)));
   const int64_t outs = cs.m * cs.n;
   ErrorKernel<T><<<static_cast<unsigned>((outs + 255) / 256), 256>>>(
@@ -205,10 +207,29 @@ void Try(const Case& cs, Buffers& buf) {
   CHECK(cudaMemcpy(&bits, buf.worst, sizeof bits, cudaMemcpyDeviceToHost));
   double err;
   std::memcpy(&err, &bits, sizeof err);
+  return err;
+}
 
-  const double sec = TimeLaunches([&] { CHECK(V::Launch(p, plan, buf.ws, nullptr)); });
-  const double bytes = static_cast<double>(cs.m * cs.k + cs.k * cs.n + cs.m * cs.n) * sizeof(T);
-  const double gbs = bytes / sec * 1e-9;
+// GB/s over the minimal bytes (every operand read once, C written once).
+template <typename T>
+double GbPerS(const Case& cs, double sec) {
+  return static_cast<double>(cs.m * cs.k + cs.k * cs.n + cs.m * cs.n) * sizeof(T) / sec * 1e-9;
+}
+
+template <typename T, int NT, template <typename, int> class C>
+void Try(const Case& cs, Buffers& buf) {
+  using V = tsm2::Tsm2Variant<T, NT, C>;
+  constexpr TileConfig t = C<T, NT>::kT;
+  const DeviceMatmul p = ProblemOf<T>(cs, buf);
+  MatmulPlan plan;
+  plan.family = cs.family_l ? tsm2::Kernel::kTsm2l : tsm2::Kernel::kTsm2r;
+  CHECK(V::Plan(p, buf.ws_bytes, &plan));
+  int per_sm = 0;
+  CHECK(tsm2::BlocksPerSm(V::Kernel(), V::Cfg::kThreads, V::Cfg::kSmemBytes, &per_sm));
+  auto launch = [&] { CHECK(V::Launch(p, plan, buf.ws, nullptr)); };
+  const double err = WorstError<T>(cs, buf, launch);
+  const double sec = TimeLaunches(launch);
+  const double gbs = GbPerS<T>(cs, sec);
   std::printf(
       "%-22s %s rows=%4d rpt=%d kg=%d vpt=%d st=%d thr=%4d smem=%6d blk/SM=%d  %8.1f us %7.0f GB/s "
       "%5.1f%%  err=%.1e\n",
@@ -222,31 +243,13 @@ void Try(const Case& cs, Buffers& buf) {
 // FFI handler would run it: TypedLauncher<T> picks the variant.
 template <typename T>
 void TryLib(const Case& cs, Buffers& buf) {
-  DeviceMatmul p;
-  p.a = buf.a;
-  p.b = buf.b;
-  p.c = buf.c;
-  p.m = cs.m;
-  p.k = cs.k;
-  p.n = cs.n;
-  p.type = TypeOf<T>();
-  p.layout = cs.layout;
+  const DeviceMatmul p = ProblemOf<T>(cs, buf);
   MatmulPlan plan;
   CHECK(tsm2::TypedLauncher<T>::Plan(p, cs.kernel, buf.ws_bytes, &plan));
   auto launch = [&] { CHECK(tsm2::TypedLauncher<T>::Launch(p, plan, buf.ws, nullptr)); };
-  CHECK(cudaMemset(buf.c, 0xff, cs.m * cs.n * sizeof(T)));
-  launch();
-  CHECK(cudaMemset(buf.worst, 0, sizeof(unsigned long long)));
-  const int64_t outs = cs.m * cs.n;
-  ErrorKernel<T><<<static_cast<unsigned>((outs + 255) / 256), 256>>>(
-      static_cast<const T*>(buf.c), buf.ref, buf.mag, outs, buf.worst);
-  unsigned long long bits = 0;
-  CHECK(cudaMemcpy(&bits, buf.worst, sizeof bits, cudaMemcpyDeviceToHost));
-  double err;
-  std::memcpy(&err, &bits, sizeof err);
+  const double err = WorstError<T>(cs, buf, launch);
   const double sec = TimeLaunches(launch);
-  const double bytes = static_cast<double>(cs.m * cs.k + cs.k * cs.n + cs.m * cs.n) * sizeof(T);
-  const double gbs = bytes / sec * 1e-9;
+  const double gbs = GbPerS<T>(cs, sec);
   std::printf("%-26s * blocks=%6d splits=%4lld ws=%8zu  %8.1f us %7.0f GB/s %5.1f%%  err=%.1e\n",
               cs.name, plan.blocks, static_cast<long long>(plan.splits), plan.workspace_bytes,
               sec * 1e6, gbs, 100 * gbs / ceiling_gbs, err);
