@@ -148,6 +148,7 @@ bool Same(const Case& cs) {
   constexpr TileConfig t = Cfg::kT;
   const int itemsize = static_cast<int>(Cfg::kItemsize);
   const int nt = tsm2::NTileFor(cs.n);
+  if (tsm2::UsesRowKernel(cs.family_l, cs.k, cs.n, itemsize)) return false;  // TryRow's kernel
   const TileConfig lib = tsm2::UsesLTile(cs.family_l, cs.k, itemsize)
                              ? tsm2::LTile(itemsize, nt, tsm2::LVecsPerThread(cs.k, itemsize))
                              : tsm2::RTile(itemsize, nt);
@@ -256,6 +257,22 @@ void TryLib(const Case& cs, Buffers& buf) {
   std::fflush(stdout);
 }
 
+// Times TSM2L's row-per-thread kernel with U rows per thread per step.
+template <typename T, int NT, int KV, int U, int MinBlocks>
+void TryRow(const Case& cs, Buffers& buf) {
+  using V = tsm2::RowVariant<T, NT, KV, U, MinBlocks>;
+  const DeviceMatmul p = ProblemOf<T>(cs, buf);
+  MatmulPlan plan;
+  CHECK(V::Plan(p, buf.ws_bytes, &plan));
+  auto launch = [&] { CHECK(V::Launch(p, plan, buf.ws, nullptr)); };
+  const double err = WorstError<T>(cs, buf, launch);
+  const double sec = TimeLaunches(launch);
+  const double gbs = GbPerS<T>(cs, sec);
+  std::printf("%-26s row U=%d minblk=%d blocks=%6d  %8.1f us %7.0f GB/s %5.1f%%  err=%.1e\n",
+              cs.name, U, MinBlocks, plan.blocks, sec * 1e6, gbs, 100 * gbs / ceiling_gbs, err);
+  std::fflush(stdout);
+}
+
 // Each case and the shapes tried on it. Shape<rows, rows/thread, k-groups,
 // 16-byte vectors/thread, stages>.
 template <typename T>
@@ -315,15 +332,41 @@ void RunAll(Buffers& buf, const char* f) {
   if (Case cs{"L bf16 1e7 8x8", true, 10000000, 8, 8}; Start<bf16>(cs, buf, f)) {
     Try<bf16, 8, Shape<512, 2, 1, 1, 4>::C>(cs, buf);
   }
+  if (Case cs{"L bf16 1e7 8x5", true, 10000000, 8, 5}; Start<bf16>(cs, buf, f)) {
+    Try<bf16, 8, Shape<512, 2, 1, 1, 4>::C>(cs, buf);
+  }
   if (Case cs{"L f64 1e7 16x16", true, 10000000, 16, 16}; Start<double>(cs, buf, f)) {
     Try<double, 16, Shape<128, 1, 1, 8, 4>::C>(cs, buf);
   }
   if (Case cs{"L f64 1e7 8x8", true, 10000000, 8, 8}; Start<double>(cs, buf, f)) {
     Try<double, 8, Shape<256, 1, 1, 4, 4>::C>(cs, buf);
   }
+  // TSM2L's row-per-thread kernel: U sweep on the rows it takes.
+  using tsm2::Kernel, tsm2::Layout;
+  if (Case cs{"Lrow bf16 1e7 8x8", true, 10000000, 8, 8, Kernel::kTsm2l}; Start<bf16>(cs, buf, f)) {
+    TryRow<bf16, 8, 1, 1, 8>(cs, buf);
+    TryRow<bf16, 8, 1, 1, 4>(cs, buf);
+    TryRow<bf16, 8, 1, 2, 4>(cs, buf);
+    TryRow<bf16, 8, 1, 4, 2>(cs, buf);
+  }
+  if (Case cs{"Lrow f32 1e7 8x8", true, 10000000, 8, 8, Kernel::kTsm2l}; Start<float>(cs, buf, f)) {
+    TryRow<float, 8, 2, 1, 8>(cs, buf);
+    TryRow<float, 8, 2, 1, 4>(cs, buf);
+    TryRow<float, 8, 2, 2, 4>(cs, buf);
+    TryRow<float, 8, 2, 4, 2>(cs, buf);
+  }
+  if (Case cs{"Lrow f32 1e7 4x4", true, 10000000, 4, 4, Kernel::kTsm2l}; Start<float>(cs, buf, f)) {
+    TryRow<float, 4, 1, 1, 8>(cs, buf);
+    TryRow<float, 4, 1, 2, 4>(cs, buf);
+  }
+  if (Case cs{"Lrow f64 1e7 4x4", true, 10000000, 4, 4, Kernel::kTsm2l};
+      Start<double>(cs, buf, f)) {
+    TryRow<double, 4, 2, 1, 8>(cs, buf);
+    TryRow<double, 4, 2, 2, 4>(cs, buf);
+    TryRow<double, 4, 2, 4, 2>(cs, buf);
+  }
   // Layouts, through the library's plan (names as BENCH.md's cases: m x k x n
   // of the stored operands; for TN the result is k x n, here m x n).
-  using tsm2::Kernel, tsm2::Layout;
   const struct {
     const char* name;
     int dtype;  // 0 f32, 1 f64, 2 bf16
@@ -343,6 +386,17 @@ void RunAll(Buffers& buf, const char* f) {
       {"S f32 8x4096x4096", 0, 8, 4096, 4096, Kernel::kTsm2s, Layout::kNN},
       {"S bf16 8x8192x14336", 2, 8, 8192, 14336, Kernel::kTsm2s, Layout::kNN},
       {"S f64 7x1001x3001", 1, 7, 1001, 3001, Kernel::kTsm2s, Layout::kNN},
+      {"L bf16 1e7x8x8", 2, 10000000, 8, 8, Kernel::kTsm2l, Layout::kNN},
+      {"L bf16 1e6x8x8", 2, 1000000, 8, 8, Kernel::kTsm2l, Layout::kNN},
+      {"L bf16 1e7x8x8 nt", 2, 10000000, 8, 8, Kernel::kTsm2l, Layout::kNT},
+      {"L bf16 1e7x16x16", 2, 10000000, 16, 16, Kernel::kTsm2l, Layout::kNN},
+      {"L bf16 1e7x8x5", 2, 10000000, 8, 5, Kernel::kTsm2l, Layout::kNN},
+      {"L f32 1e7x8x8", 0, 10000000, 8, 8, Kernel::kTsm2l, Layout::kNN},
+      {"L f32 1e7x4x4", 0, 10000000, 4, 4, Kernel::kTsm2l, Layout::kNN},
+      {"L f32 1e7x8x16", 0, 10000000, 8, 16, Kernel::kTsm2l, Layout::kNN},
+      {"L f64 1e7x4x4", 1, 10000000, 4, 4, Kernel::kTsm2l, Layout::kNN},
+      {"L f64 1e7x2x2", 1, 10000000, 2, 2, Kernel::kTsm2l, Layout::kNN},
+      {"L f32 1e7x16x16", 0, 10000000, 16, 16, Kernel::kTsm2l, Layout::kNN},
       {"TN f32 1e7x16x16", 0, 16, 10000000, 16, Kernel::kTsm2t, Layout::kTN},
       {"TN f32 1e6x16x256", 0, 16, 1000000, 256, Kernel::kTsm2t, Layout::kTN},
       {"TN f32 1e6x64x64", 0, 64, 1000000, 64, Kernel::kTsm2t, Layout::kTN},

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "ffi/kernels/row_per_thread.cuh"
 #include "ffi/kernels/tsm2.cuh"
 #include "ffi/launch.h"
 #include "ffi/launch_split.cuh"
@@ -107,12 +108,78 @@ struct Tsm2Variant {
   }
 };
 
+// TSM2L's row-per-thread kernel for rows of KV 16-byte vectors. U = 4 rows
+// per lane per step at 2 blocks per SM (128 registers) was the best of the
+// kernel lab's sweep (benchmarks/NOTES.md): 91-93% of the read ceiling.
+template <typename T, int NT, int KV, int U = 4, int MinBlocks = 2>
+struct RowVariant {
+  using Cfg = RowConfig<T, KV, NT, U, MinBlocks>;
+  static constexpr auto kKernel = &Tsm2LRowKernel<T, KV, NT, U, MinBlocks>;
+
+  // Conditions beyond UsesRowKernel's shape test, checked on the actual buffers.
+  static bool Takes(const DeviceMatmul& p) {
+    const bool batch_ok = p.batch == 1 || (p.b_batch_stride == 0 && p.a_batch_stride == p.m * p.k);
+    return batch_ok && p.k == Cfg::kK && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
+  }
+
+  static RowArgs Args(const DeviceMatmul& p) {
+    RowArgs a{};
+    a.a = p.a;
+    a.b = p.b;
+    a.c = p.c;
+    a.rows = p.batch * p.m;
+    a.n = p.n;
+    a.out_f32 = p.out_f32;
+    a.b_trans = p.layout == Layout::kNT;
+    const int osize = p.out_f32 ? 4 : static_cast<int>(sizeof(T));
+    a.c_vec = p.n == NT && Cfg::kOutPerLane * osize % 16 == 0 &&
+              reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
+    return a;
+  }
+
+  static cudaError_t Plan(const DeviceMatmul& p, size_t, MatmulPlan* plan) {
+    int per_sm = 0, sms = 0, dev = 0;
+    const void* kernel = reinterpret_cast<const void*>(kKernel);
+    if (cudaError_t e = BlocksPerSm(kernel, Cfg::kThreads, 0, &per_sm); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        e != cudaSuccess) {
+      return e;
+    }
+    const int64_t rows = p.batch * p.m;
+    const int64_t steps = (rows + Cfg::kRowsPerStep - 1) / Cfg::kRowsPerStep;
+    plan->n_tile = NT;
+    plan->blocks = static_cast<int>(std::min<int64_t>(steps, int64_t{per_sm} * sms));
+    plan->units = rows;
+    plan->workspace_bytes = 0;
+    return cudaSuccess;
+  }
+
+  static cudaError_t Launch(const DeviceMatmul& p, const MatmulPlan& plan, void*,
+                            cudaStream_t stream) {
+    const RowArgs a = Args(p);
+    if (a.rows != plan.units || plan.blocks < 1) return cudaErrorInvalidValue;
+    kKernel<<<plan.blocks, Cfg::kThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  }
+};
+
 // Calls op.Run<V>() with the Tsm2Variant V that serves problem p: the n-tile
 // (t2) from n, then the R tile or the L tile for this k.
 template <typename T, int NT, typename Op>
 cudaError_t WithTile(const DeviceMatmul& p, Kernel f, const Op& op) {
   if (!UsesLTile(f == Kernel::kTsm2l, p.k, sizeof(T))) {
     return op.template Run<Tsm2Variant<T, NT, RConfig>>();
+  }
+  if constexpr (NT <= 8) {
+    if (UsesRowKernel(true, p.k, p.n, sizeof(T))) {
+      if (p.k * static_cast<int64_t>(sizeof(T)) == 16 && RowVariant<T, NT, 1>::Takes(p)) {
+        return op.template Run<RowVariant<T, NT, 1>>();
+      }
+      if (p.k * static_cast<int64_t>(sizeof(T)) == 32 && RowVariant<T, NT, 2>::Takes(p)) {
+        return op.template Run<RowVariant<T, NT, 2>>();
+      }
+    }
   }
   switch (LVecsPerThread(p.k, sizeof(T))) {
     case 1:

@@ -128,7 +128,11 @@ nb::dict TileConfigFor(const std::string& dtype, int32_t kernel, int64_t k, int6
   if (kernel != 0 && kernel != 1) throw nb::value_error("tile_config: kernel must be 0 or 1");
   if (k < 1 || n < 1) throw nb::value_error("tile_config: k and n must be >= 1");
   const bool l_tile = tsm2::UsesLTile(kernel == 1, k, itemsize);
-  return TileDict(tsm2::TileFor(kernel == 1, k, n, itemsize), itemsize, tsm2::NTileFor(n), l_tile);
+  nb::dict d =
+      TileDict(tsm2::TileFor(kernel == 1, k, n, itemsize), itemsize, tsm2::NTileFor(n), l_tile);
+  // Shapes the row-per-thread kernel takes (when B is shared across a batch).
+  d["row_kernel"] = tsm2::UsesRowKernel(kernel == 1, k, n, itemsize);
+  return d;
 }
 
 // Every R and L tile the launcher can instantiate for one dtype, keyed

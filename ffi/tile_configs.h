@@ -53,6 +53,15 @@ inline int LVecsPerThread(int64_t k, int itemsize) {
   return v;
 }
 
+// TSM2L's row-per-thread kernel (kernels/row_per_thread.cuh) takes rows of
+// exactly one or two 16-byte vectors and n up to 8 (wider B measured slower
+// than the L tile: the FMAs per row outgrow a thread); the launcher also
+// needs B shared across the batch and A 16-byte aligned, else the L tile runs.
+inline bool UsesRowKernel(bool family_l, int64_t k, int64_t n, int itemsize) {
+  const int64_t row_bytes = k * itemsize;
+  return family_l && (row_bytes == 16 || row_bytes == 32) && n <= 8;
+}
+
 // k covered by one stage of a tile (t1).
 constexpr int64_t ChunkK(const TileConfig& t, int itemsize) {
   return static_cast<int64_t>(t.k_groups) * t.vec_per_thr * (16 / itemsize);

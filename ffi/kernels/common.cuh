@@ -64,6 +64,28 @@ __device__ __forceinline__ void LoadSmemRow(const Acc* p, Acc (&out)[N]) {
   }
 }
 
+// Writes NT consecutive outputs with 16-byte stores; false (nothing written)
+// when NT values of U are not whole 16-byte vectors or dst is misaligned.
+template <typename U, int NT, typename Acc>
+__device__ __forceinline__ bool StoreRowVec(U* dst, const Acc (&v)[NT]) {
+  constexpr int kW = 16 / static_cast<int>(sizeof(U));
+  if constexpr (NT % kW != 0) {
+    return false;
+  } else {
+    if (reinterpret_cast<uintptr_t>(dst) % 16 != 0) return false;
+#pragma unroll
+    for (int j = 0; j < NT; j += kW) {
+      U packed[kW];
+#pragma unroll
+      for (int e = 0; e < kW; ++e) FromAcc(v[j + e], &packed[e]);
+      uint4 raw;
+      memcpy(&raw, packed, 16);
+      *reinterpret_cast<uint4*>(dst + j) = raw;
+    }
+    return true;
+  }
+}
+
 // Asynchronous 16-byte global -> shared copy (sm_80+). With valid == false
 // the destination is zero-filled and nothing is read.
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {

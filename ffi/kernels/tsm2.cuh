@@ -233,28 +233,6 @@ __device__ __forceinline__ void StoreOut(const Tsm2Args& p, int64_t idx, AccType
   }
 }
 
-// Writes NT consecutive outputs with 16-byte stores; false (nothing written)
-// when NT values of U are not whole 16-byte vectors or dst is misaligned.
-template <typename U, int NT, typename Acc>
-__device__ __forceinline__ bool StoreRowVec(U* dst, const Acc (&v)[NT]) {
-  constexpr int kW = 16 / static_cast<int>(sizeof(U));
-  if constexpr (NT % kW != 0) {
-    return false;
-  } else {
-    if (reinterpret_cast<uintptr_t>(dst) % 16 != 0) return false;
-#pragma unroll
-    for (int j = 0; j < NT; j += kW) {
-      U packed[kW];
-#pragma unroll
-      for (int e = 0; e < kW; ++e) FromAcc(v[j + e], &packed[e]);
-      uint4 raw;
-      memcpy(&raw, packed, 16);
-      *reinterpret_cast<uint4*>(dst + j) = raw;
-    }
-    return true;
-  }
-}
-
 // C[batch, row, n0 : n0 + NT] = v, clipped to the matrix.
 template <typename T, int NT>
 __device__ __forceinline__ void StoreRow(const Tsm2Args& p, int64_t batch, int64_t row, int64_t n0,
