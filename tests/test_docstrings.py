@@ -17,6 +17,8 @@ MODULES = [
     "jax_tsm2.demo",
     "jax_tsm2.model",
     "jax_tsm2.explain",
+    "jax_tsm2.kernel_call",
+    "jax_tsm2.bench.grid",
     "jax_tsm2.tune.cache",
     "jax_tsm2.tune.cli",
 ]

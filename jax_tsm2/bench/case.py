@@ -104,7 +104,12 @@ def _explain(operands: Sequence[Any] | None) -> str | None:
         import jax_tsm2
 
         fn = getattr(jax_tsm2, "explain", None)
-        return None if fn is None else str(fn(*operands))
+        if fn is None:
+            return None
+        try:
+            return str(fn(*operands, show=False))  # stdout keeps only the final table
+        except TypeError:  # an explain without ``show``
+            return str(fn(*operands))
     except Exception:
         return None
 
@@ -136,7 +141,10 @@ def _check(
 class CaseRun:
     """Runs one case: plan, operands, reference, then each implementation."""
 
-    def __init__(self, case: Case, ctx: dict[str, Any], opts: Options):
+    def __init__(
+        self, case: Case, ctx: dict[str, Any], opts: Options, extra: dict[str, Any] | None = None
+    ):
+        """``extra``: fields every record of this case carries (the grid's ``grid: true``)."""
         self.case, self.ctx, self.opts = case, ctx, opts
         self.family = FAMILIES[case.family]
         fam, c = self.family, case
@@ -157,11 +165,14 @@ class CaseRun:
             "ceiling_bytes_per_s": ceiling,
             "gpu": ctx["gpu"],
             "date": ctx["date"],
+            **(extra or {}),
         }
 
     def record(self, impl: Impl, status: str, **fields: Any) -> dict[str, Any]:
         rec = dict(self.base, impl=impl.name, framework=impl.framework, status=status)
         rec.update({key: None for key in report.RECORD_OPTIONAL})
+        if impl.kernel is not None or self.base.get("grid"):
+            rec["kernel"] = impl.kernel
         rec.update(fields)
         seconds = rec.get("seconds")
         if seconds:
@@ -231,9 +242,7 @@ class CaseRun:
         route = detail = None
         try:
             with _mode(impl.custom_call_mode):
-                compiled, text = timing.compile_jax(
-                    lambda *ops: fam.apply(impl.matmul, *ops), copies
-                )
+                compiled, text = timing.compile_jax(lambda *ops: impl.apply(fam, *ops), copies)
             route = route_of(text)
             if impl.name == "tsm2":
                 detail = _explain(fam.explain_operands([c[0] for c in copies]))

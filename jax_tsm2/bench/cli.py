@@ -9,10 +9,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jax_tsm2.bench import report
+from jax_tsm2.bench import grid, report
 from jax_tsm2.bench.impls import KERNEL_MODES
 from jax_tsm2.bench.runner import Options, run_suite, stderr_log
 from jax_tsm2.bench.suite import DEFAULT_DTYPES, DEFAULT_FAMILIES, parse_int, select_cases
+
+#: --grid's default time budget: the grid (~5 min on an H100 at N = 120) and the install
+#: must fit in one 10-minute GPU command (benchmarks/gpu_session.sh).
+GRID_TIME_BUDGET_S = 420.0
 
 
 def _names(text: str) -> list[str]:
@@ -33,15 +37,17 @@ def parser() -> argparse.ArgumentParser:
     sel.add_argument(
         "--family",
         type=_names,
-        default=list(DEFAULT_FAMILIES),
-        help="families, comma-separated, among R,L,NT,S,TN,GRAD or all (default: R,L); "
+        default=None,
+        help="families, comma-separated, among R,L,NT,S,TN,GRAD or all (default: R,L; "
+        "--grid: R,L,NT,TN,S); "
         "GRAD is the gradient benchmark (jax.grad of ||A x - y||^2, A 1e6 x 512, x 512 x 8)",
     )
     sel.add_argument(
         "--dtype",
         type=_names,
         default=None,
-        help="dtypes among f32,f64,bf16,f16 (default: f32,f64,bf16; --quick: f32,bf16)",
+        help="dtypes among f32,f64,bf16,f16 (default: f32,f64,bf16; --quick: f32,bf16; "
+        "--grid: all four)",
     )
     sel.add_argument("--m", type=_ints, default=None, help="keep suite shapes with these m")
     sel.add_argument("--k", type=_ints, default=None, help="keep suite shapes with these k")
@@ -59,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
         type=_names,
         default=None,
         help="implementations among tsm2,jnp,jnp_highest,torch,tsm2_kernel "
-        "(default: all available)",
+        "(--grid: tsm2,jnp,tsm2r,tsm2l,tsm2s,tsm2t; default: all available)",
     )
     sel.add_argument("--no-torch", action="store_true", help="do not time torch.matmul")
     sel.add_argument(
@@ -67,6 +73,32 @@ def parser() -> argparse.ArgumentParser:
         choices=KERNEL_MODES,
         default="always",
         help="custom-call mode of the tsm2_kernel column (GPU; default always)",
+    )
+    sel.add_argument(
+        "--grid",
+        type=int,
+        nargs="?",
+        const=120,
+        default=0,
+        metavar="N",
+        help="issue 5 bar 2's validation grid: N random shapes (default 120) instead of the "
+        "suite, each timed routed (mode auto), with XLA's dot and with every TSM2 kernel that "
+        "takes it; --tiny draws tiny shapes",
+    )
+    sel.add_argument(
+        "--grid-seed", type=int, default=0, metavar="S", help="seed of the grid (default 0)"
+    )
+    sel.add_argument(
+        "--grid-start",
+        type=int,
+        default=0,
+        metavar="I",
+        help="run the grid's shapes I..N-1 only (split a grid over two runs, then --merge)",
+    )
+    sel.add_argument(
+        "--model",
+        action="store_true",
+        help="add jax_tsm2.model's prediction beside every measured time (issue 5 bar 1)",
     )
     mode = sel.add_mutually_exclusive_group()
     mode.add_argument(
@@ -94,10 +126,21 @@ def parser() -> argparse.ArgumentParser:
         "--max-calls",
         type=int,
         default=None,
-        help="most products per call, each on its own buffers (default 256; --tiny 4)",
+        help="most products per call, each on its own buffers (default 256; --grid 64; --tiny 4)",
     )
     tim.add_argument(
-        "--target-ms", type=float, default=5.0, help="device time aimed at per call (default 5)"
+        "--target-ms",
+        type=float,
+        default=None,
+        help="device time aimed at per call (default 5; --grid 2); a sample is 4 calls' worth",
+    )
+    tim.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="start no case after this many seconds; what ran is reported (default: none; "
+        f"--grid without --tiny: {GRID_TIME_BUDGET_S:.0f}, 0 for none)",
     )
     tim.add_argument(
         "--mem-fraction",
@@ -134,9 +177,21 @@ def parser() -> argparse.ArgumentParser:
 
 def options(args: argparse.Namespace, argv: Sequence[str]) -> Options:
     mode = "tiny" if args.tiny else "quick" if args.quick else "full"
-    dtypes = args.dtype or (["f32", "bf16"] if mode == "quick" else list(DEFAULT_DTYPES))
+    if args.grid:
+        if args.case or args.m or args.k or args.n or args.quick:
+            raise ValueError("--grid draws its own shapes: drop --case, --m, --k, --n, --quick")
+        families = args.family or list(grid.GRID_FAMILIES)
+        dtypes = args.dtype or list(grid.GRID_DTYPES)
+    else:
+        families = args.family or list(DEFAULT_FAMILIES)
+        dtypes = args.dtype or (["f32", "bf16"] if mode == "quick" else list(DEFAULT_DTYPES))
+    target_ms = args.target_ms or (2.0 if args.grid else 5.0)
+    max_calls = args.max_calls or (4 if mode == "tiny" else 64 if args.grid else 256)
+    budget = args.time_budget
+    if budget is None and args.grid and mode != "tiny":
+        budget = GRID_TIME_BUDGET_S
     return Options(
-        families=args.family,
+        families=families,
         dtypes=dtypes,
         mode=mode,
         m=args.m,
@@ -150,13 +205,18 @@ def options(args: argparse.Namespace, argv: Sequence[str]) -> Options:
         repeats=args.repeats or (3 if mode == "tiny" else 5),
         warmup=args.warmup,
         per_sample=args.per_sample,
-        target_call_s=args.target_ms / 1e3,
-        target_sample_s=4 * args.target_ms / 1e3,
-        max_calls=args.max_calls or (4 if mode == "tiny" else 256),
+        target_call_s=target_ms / 1e3,
+        target_sample_s=4 * target_ms / 1e3,
+        max_calls=max_calls,
         mem_fraction=args.mem_fraction,
         ceiling_buffer_bytes=int(args.ceiling_gb * 2**30),
         compute_size=(4096 if mode != "full" else 8192) if args.plot else 0,
         command_line=shlex.join(["python", "-m", "jax_tsm2.bench", *argv]),
+        model=args.model,
+        grid=args.grid or 0,
+        grid_seed=args.grid_seed,
+        grid_start=args.grid_start,
+        time_budget_s=budget or None,
     )
 
 
@@ -169,7 +229,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--plot needs --out DIR")
     try:
         opts = options(args, argv)
-        if not args.merge:  # a bad or empty selection is a usage error, not a traceback
+        if args.grid and not args.merge:  # the same for a bad grid
+            grid.draw(
+                opts.grid, opts.grid_seed, grid.spec_for(opts.mode), opts.families, opts.dtypes
+            )
+            if not 0 <= opts.grid_start < opts.grid:
+                raise ValueError(f"--grid-start {opts.grid_start}: between 0 and {opts.grid - 1}")
+        elif not args.merge:  # a bad or empty selection is a usage error, not a traceback
             select_cases(opts.families, opts.dtypes, opts.mode, opts.m, opts.k, opts.n, opts.cases)
     except ValueError as err:
         p.error(str(err))
@@ -178,7 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc = report.merge(docs)
         doc["command_line"] = opts.command_line
     else:
-        doc = run_suite(opts, stderr_log)
+        partial = (lambda d: report.write_partial(d, args.out)) if args.out else None
+        doc = run_suite(opts, stderr_log, checkpoint=partial)
     print(report.text_table(doc), flush=True)
     if args.out:
         for path in report.write(doc, args.out, plot=args.plot):

@@ -32,6 +32,17 @@ class Impl:
     reduced_f32: bool = False
     #: jax_tsm2 custom-call mode to compile under ("always" forces our kernels), or None.
     custom_call_mode: str | None = None
+    #: The TSM2 kernel this implementation forces through the FFI target (the grid), or None.
+    kernel: str | None = None
+    #: ``matmul`` takes the family's operands as stored (a kernel called in the family's
+    #: layout) instead of being composed into the product by ``Family.apply``.
+    stored: bool = False
+
+    def apply(self, family: Any, *operands: Any) -> Any:
+        """This implementation's product of one family's operands."""
+        if self.stored:
+            return self.matmul(*operands)
+        return family.apply(self.matmul, *operands)
 
 
 def _tsm2_matmul(a: Any, b: Any) -> Any:

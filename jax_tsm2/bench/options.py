@@ -13,6 +13,7 @@ from jax_tsm2.bench.suite import DEFAULT_DTYPES, DEFAULT_FAMILIES
 class Options:
     """Everything that selects and tunes a run (the command-line flags, as data)."""
 
+    # The grid draws from these too (the command line gives it every grid family and dtype).
     families: Sequence[str] = DEFAULT_FAMILIES
     dtypes: Sequence[str] = DEFAULT_DTYPES
     mode: str = "full"  # "full", "quick" or "tiny"
@@ -34,5 +35,10 @@ class Options:
     ceiling_buffer_bytes: int = 2**30
     compute_size: int = 8192  # N of the GEMM-rate ceiling (plot only); 0: not measured
     seed: int = 0
+    model: bool = False  # --model: the performance model's prediction beside each time
+    grid: int = 0  # --grid N: N random shapes (issue 5, bar 2) instead of the suite
+    grid_seed: int = 0
+    grid_start: int = 0  # run the grid's shapes from this index on (to split a grid in two)
+    time_budget_s: float | None = None  # start no case after this many seconds of the run
     command_line: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

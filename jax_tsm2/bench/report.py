@@ -1,4 +1,9 @@
-"""Turns records into speedups, a summary (with the bars of issues 3 and 4), tables and files."""
+"""Turns records into speedups, a summary (with the bars of issues 3, 4 and 5), tables and files.
+
+Issue 5's bars have modules of their own: the model's error (``predict.py``, ``--model``) and
+the validation grid (``grid_report.py``, ``--grid``); the grid's records are kept out of the
+suite's table and of issues 3 and 4's bars.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from jax_tsm2.bench import grid_report, predict
 
 #: Record keys that are always present, ``None`` where they do not apply.
 RECORD_OPTIONAL = (
@@ -104,11 +111,16 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     peers = sorted({r["impl"] for r in records if r["impl"] != OURS})
     speedups: dict[str, Any] = {}
     for peer in peers:
-        vals = [r for r in records if r["impl"] == peer and r["tsm2_speedup"]]
+        vals = [r for r in records if r["impl"] == peer and r.get("tsm2_speedup")]
         speedups[peer] = {"all": geomean(r["tsm2_speedup"] for r in vals), "cases": len(vals)}
         for fam in sorted({r["family"] for r in vals}):
             speedups[peer][fam] = geomean(r["tsm2_speedup"] for r in vals if r["family"] == fam)
-    return {"statuses": statuses, "geomean_tsm2_speedup": speedups, "bars": bars(records)}
+    out = {"statuses": statuses, "geomean_tsm2_speedup": speedups}
+    out["bars"] = bars([r for r in records if not r.get("grid")])
+    issue5 = {"bar1": predict.bar1(records), "bar2": grid_report.bar2(records)}
+    if any(issue5.values()):
+        out["bars"]["issue5"] = issue5
+    return out
 
 
 def _bandwidth_bar(
@@ -258,19 +270,26 @@ def _cell(rec: dict[str, Any] | None, value: str) -> str:
     return "skip" if status.startswith("skipped") else "ERR"
 
 
+def _suite_records(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in doc.get("records", ()) if not r.get("grid")]
+
+
 def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows (strings) of the results table, one row per case."""
-    impls = list(doc["impls"])
+    """Header and rows (strings) of the results table, one row per case (the grid's records
+    have their own table, ``grid_report.table_rows``)."""
+    records = _suite_records(doc)
+    impls = [i for i in doc["impls"] if any(r["impl"] == i for r in records)] or list(doc["impls"])
     peers = [i for i in impls if i != OURS]
     has_ours = OURS in impls
+    model = any("predicted_seconds" in r for r in records)
     header = ["family", "case", "dtype", "MB"]
     if has_ours:
-        header += ["tsm2 us", "tsm2 GB/s", "% ceil"]
+        header += ["tsm2 us"] + (["model us", "err %"] if model else []) + ["tsm2 GB/s", "% ceil"]
     header += [f"{p} GB/s" for p in peers]
     if has_ours:
         header += [f"x {p}" for p in peers] + ["route"]
     rows = []
-    for (_, dtype), recs in _by_case(doc["records"]).items():
+    for (_, dtype), recs in _by_case(records).items():
         any_rec = next(iter(recs.values()))
         m, k, n = any_rec["m"], any_rec["k"], any_rec["n"]
         row = [any_rec["family"], f"{m}x{k}x{n}", dtype, f"{any_rec['bytes'] / 1e6:.1f}"]
@@ -278,6 +297,11 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         if has_ours:
             ok = ours is not None and ours["status"] == "ok"
             row.append(_cell(ours, f"{ours['seconds'] * 1e6:.1f}" if ok else ""))
+            if model:
+                pred = (ours or {}).get("predicted_seconds")
+                err = (ours or {}).get("model_error")
+                row.append(f"{pred * 1e6:.1f}" if pred else "-")
+                row.append(f"{100 * err:+.0f}" if err is not None else "-")
             row.append(_cell(ours, f"{ours['gbps']:.0f}" if ok else ""))
             pct = ours["pct_of_ceiling"] if ok else None
             row.append(f"{pct:.1f}" if pct is not None else "-")
@@ -294,15 +318,27 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def text_table(doc: dict[str, Any]) -> str:
-    """The results as an aligned plain-text table plus the summary lines."""
-    header, rows = table_rows(doc)
+def _tables(doc: dict[str, Any]) -> list[tuple[list[str], list[list[str]]]]:
+    """The suite's table (where the run has suite records) and the grid's (where it has a grid)."""
+    grid = [r for r in doc["records"] if r.get("grid")]
+    tables = [table_rows(doc)] if _suite_records(doc) or not grid else []
+    return tables + ([grid_report.table_rows(grid)] if grid else [])
+
+
+def _aligned(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
     lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join([*lines, "", *summary_lines(doc)])
+    return lines + ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+
+
+def text_table(doc: dict[str, Any]) -> str:
+    """The results as aligned plain-text tables plus the summary lines."""
+    lines = []
+    for header, rows in _tables(doc):
+        lines += [*_aligned(header, rows), ""]
+    return "\n".join([*lines, *summary_lines(doc)])
 
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:
@@ -324,8 +360,15 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
                 f"{f} {v:.2f}x" for f, v in g.items() if f not in ("all", "cases") and v
             )
             out.append(f"tsm2 vs {peer}: geomean {g['all']:.2f}x over {g['cases']} cases ({fams})")
+    stopped = doc.get("stopped_early")
+    if stopped:
+        out.append(
+            f"stopped early: {stopped['cases_run']} of {stopped['cases_planned']} cases "
+            f"({stopped['why']})"
+        )
     b = summary.get("bars")
-    if b:
+    grid_only = not _suite_records(doc) and any(r.get("grid") for r in doc.get("records", ()))
+    if b and not grid_only:
         n1, n2 = b["bar1"]["cases"], b["bar2"]["cases"]
         k_miss = b["bar1"].get("kernel_misses")
         out.append(
@@ -345,6 +388,9 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
             + (f"{g3:.2f}x {'pass' if b['bar3']['pass'] else 'MISS'}" if g3 else "n/a")
         )
     out += _issue4_lines((b or {}).get("issue4"))
+    issue5 = (b or {}).get("issue5") or {}
+    out += predict.summary_lines(issue5.get("bar1"))
+    out += grid_report.summary_lines(issue5.get("bar2"))
     return out
 
 
@@ -402,11 +448,17 @@ def markdown(doc: dict[str, Any]) -> str:
         "timed); skip/ERR: see the JSON.",
         "",
     ]
-    header, rows = table_rows(doc)
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "|".join("---" for _ in header) + "|")
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    lines += ["", *(f"- {s}" for s in summary_lines(doc))]
+    if any("predicted_seconds" in r for r in doc["records"]):
+        lines[-1:-1] = [
+            "- `model us`: `jax_tsm2.model`'s prediction for what the routed tsm2 ran "
+            "(`predicted_target` in the JSON); `err %` is (predicted - measured) / measured."
+        ]
+    for header, rows in _tables(doc):
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "|".join("---" for _ in header) + "|")
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        lines.append("")
+    lines += [*(f"- {s}" for s in summary_lines(doc))]
     b = (doc.get("summary") or {}).get("bars") or {}
     b4 = b.get("issue4") or {}
     groups = [
@@ -423,6 +475,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 f"| {name} | {x['case']} | {x['dtype']} | {x.get('why') or _grad_why(x)} |"
                 for x in misses or []
             ]
+    lines += grid_report.misses_markdown((b.get("issue5") or {}).get("bar2"))
     return "\n".join(lines) + "\n"
 
 
@@ -473,6 +526,19 @@ def _clean(obj: Any) -> Any:
         return str(obj)
 
 
+PARTIAL = "bench.partial.json"
+
+
+def write_partial(doc: dict[str, Any], out_dir: str | Path) -> Path:
+    """Write the records so far to ``bench.partial.json`` (replaced after every case; removed
+    by ``write``): a run killed by a time limit leaves them, and ``--merge`` summarizes them."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (PARTIAL + ".tmp")
+    tmp.write_text(json.dumps(_clean(doc), allow_nan=False) + "\n")
+    return tmp.replace(out / PARTIAL)  # atomic: a kill mid-write leaves the previous file
+
+
 def write(doc: dict[str, Any], out_dir: str | Path, plot: bool = False) -> list[Path]:
     """Write ``bench.json``, ``bench.md`` and, with ``plot``, ``roofline.png``; return paths."""
     out = Path(out_dir)
@@ -480,6 +546,7 @@ def write(doc: dict[str, Any], out_dir: str | Path, plot: bool = False) -> list[
     paths = [out / "bench.json", out / "bench.md"]
     paths[0].write_text(json.dumps(_clean(doc), indent=1, allow_nan=False) + "\n")
     paths[1].write_text(markdown(doc))
+    (out / PARTIAL).unlink(missing_ok=True)
     if plot:
         from jax_tsm2.bench.plot import roofline
 

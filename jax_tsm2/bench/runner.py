@@ -1,7 +1,10 @@
 """Runs the suite: ceilings first, then every case with every implementation, into records.
 
 The result is one JSON-ready dict (format in README.md next to this file): metadata at the top
-level and ``records``, one per (case, implementation).
+level and ``records``, one per (case, implementation). With ``Options.grid`` the cases are the
+validation grid's random shapes (``grid.py``) and each runs its own implementations (routed,
+XLA's dot, each kernel that takes it); with ``Options.model`` every record gets the model's
+prediction (``predict.py``).
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime, timezone
+from types import ModuleType
 from typing import Any
 
 import jax
 
-from jax_tsm2.bench import ceilings, env, report, timing
+from jax_tsm2.bench import ceilings, env, grid, grid_report, predict, report, timing
 from jax_tsm2.bench.case import CaseRun
 from jax_tsm2.bench.impls import Impl, jax_impls, load_torch, torch_impl, tsm2_available
 from jax_tsm2.bench.options import Options
@@ -25,6 +29,7 @@ SCHEMA = "jax_tsm2.bench"
 SCHEMA_VERSION = 1
 
 Log = Callable[[str], None]
+Checkpoint = Callable[[dict[str, Any]], None]
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "Options", "run_suite", "stderr_log"]
 
@@ -79,33 +84,40 @@ def _measure_ceilings(
     return ceil
 
 
-def run_suite(opts: Options, log: Log = stderr_log) -> dict[str, Any]:
-    """Run the selected cases and return the result document (see README.md)."""
+def run_suite(
+    opts: Options, log: Log = stderr_log, checkpoint: Checkpoint | None = None
+) -> dict[str, Any]:
+    """Run the selected cases and return the result document (see README.md).
+
+    ``checkpoint``, if given, is called with the document (records so far, no summary) after
+    every case, so that a run killed by a time limit leaves what it measured.
+    """
     prev_x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)  # f64 operands; restored on the way out
     try:
-        return _run(opts, log)
+        return _run(opts, log, checkpoint)
     finally:
         jax.config.update("jax_enable_x64", prev_x64)
 
 
-def _run(opts: Options, log: Log) -> dict[str, Any]:
-    started = time.perf_counter()
-    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    platform = jax.devices()[0].platform
-    torch, torch_reason = None, "disabled (--no-torch)"
-    if opts.torch:
-        if platform == "gpu":
-            torch, torch_reason = load_torch()
-        else:
-            torch_reason = f"not run on {platform}: torch is timed on CUDA only"
-    device = env.device_info(torch)
-    budget = env.case_budget(device, opts.mem_fraction)
-    cases = select_cases(opts.families, opts.dtypes, opts.mode, opts.m, opts.k, opts.n, opts.cases)
+def _cases(opts: Options) -> list[Case]:
+    if opts.grid:
+        spec = grid.spec_for(opts.mode)
+        drawn = grid.draw(opts.grid, opts.grid_seed, spec, opts.families, opts.dtypes)
+        return drawn[opts.grid_start :]
+    return select_cases(opts.families, opts.dtypes, opts.mode, opts.m, opts.k, opts.n, opts.cases)
 
+
+def _impls(
+    opts: Options, torch: ModuleType | None, torch_reason: str | None
+) -> tuple[list[Impl], dict[Impl, str]]:
+    """The implementations every case runs, and those skipped with the reason (the grid's
+    cases choose their own: ``grid.impls_for``)."""
     wanted = set(opts.impls) if opts.impls is not None else None
     impls, skipped = [], {}
     tsm2_reason = tsm2_available()
+    if opts.grid and tsm2_reason:
+        raise RuntimeError(f"--grid needs jax_tsm2.matmul: {tsm2_reason}")
     all_impls = jax_impls(opts.kernel_mode) + ([torch_impl(torch)] if torch is not None else [])
     for impl in all_impls:
         if wanted is not None and impl.name not in wanted:
@@ -116,16 +128,38 @@ def _run(opts: Options, log: Log) -> dict[str, Any]:
             impls.append(impl)
     if torch is None and (wanted is None or "torch" in wanted):
         skipped[Impl("torch", "torch", "torch.matmul", lambda a, b: None)] = torch_reason
+    return impls, skipped
 
-    log(
-        f"jax_tsm2.bench: {len(cases)} cases on {device.name} ({platform}), "
-        f"implementations: {', '.join(i.name for i in impls)}"
-        + (
-            f"; skipped: {', '.join(f'{i.name} ({r})' for i, r in skipped.items())}"
-            if skipped
-            else ""
-        )
-    )
+
+def _run(opts: Options, log: Log, checkpoint: Checkpoint | None) -> dict[str, Any]:
+    started = time.perf_counter()
+    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    platform = jax.devices()[0].platform
+    torch, torch_reason = None, "disabled (--no-torch)"
+    if opts.grid:  # bar 2 compares the routed path with XLA's dot and our kernels only
+        torch_reason = "not timed on the grid (issue 5 bar 2 compares with XLA's dot and kernels)"
+    elif opts.torch:
+        if platform == "gpu":
+            torch, torch_reason = load_torch()
+        else:
+            torch_reason = f"not run on {platform}: torch is timed on CUDA only"
+    device = env.device_info(torch)
+    budget = env.case_budget(device, opts.mem_fraction)
+    cases = _cases(opts)
+    model_dev = predict.model_device() if (opts.model or opts.grid) else None
+    wanted = set(opts.impls) if opts.impls is not None else None
+    impls, skipped = _impls(opts, torch, torch_reason)
+    impls_skipped = {i.name: why for i, why in skipped.items()}
+    if opts.grid:
+        impls, skipped = [], {}  # each grid case runs its own list, skipped ones get no records
+        what = f"grid of {len(cases)} random shapes (seed {opts.grid_seed}"
+        what += f", from shape {opts.grid_start})" if opts.grid_start else ")"
+        what += ", implementations: tsm2 (auto), jnp and each TSM2 kernel that takes the shape"
+    else:
+        what = f"{len(cases)} cases, implementations: {', '.join(i.name for i in impls)}"
+    head = f"jax_tsm2.bench: {what} on {device.name} ({platform})"
+    skips = ", ".join(f"{name} ({why})" for name, why in impls_skipped.items())
+    log(f"{head}; skipped: {skips}" if skips else head)
     if platform == "gpu":
         ceil = _measure_ceilings(opts, device, budget, sorted({c.dtype for c in cases}), log)
     else:
@@ -140,14 +174,6 @@ def _run(opts: Options, log: Log) -> dict[str, Any]:
         "date": date,
         "torch": torch,
     }
-    records: list[dict[str, Any]] = []
-    for index, case in enumerate(cases, 1):
-        t0 = time.perf_counter()
-        case_records = CaseRun(case, ctx, opts).run(impls, skipped)
-        report.add_speedups(case_records)
-        records.extend(case_records)
-        log(_progress(index, len(cases), case, case_records, time.perf_counter() - t0))
-
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -161,12 +187,48 @@ def _run(opts: Options, log: Log) -> dict[str, Any]:
         "device": device.to_json(),
         "ceilings": ceil,
         "impls": {i.name: i.description for i in impls},
-        "impls_skipped": {i.name: why for i, why in skipped.items()},
+        "impls_skipped": impls_skipped,
         "options": {k: v for k, v in asdict(opts).items() if k != "command_line"},
         "case_budget_bytes": budget,
         "elapsed_seconds": None,
-        "records": records,
+        "records": [],
     }
+    if opts.model:
+        doc["model"] = predict.device_info(model_dev)
+    if opts.grid:
+        doc["grid"] = {
+            "shapes": opts.grid,
+            "start": opts.grid_start,
+            "seed": opts.grid_seed,
+            "families": list(opts.families),
+            "dtypes": list(opts.dtypes),
+            **grid.spec_for(opts.mode).to_json(),
+        }
+    for index, case in enumerate(cases, 1):
+        t0 = time.perf_counter()
+        if opts.time_budget_s and t0 - started > opts.time_budget_s:
+            doc["stopped_early"] = {
+                "cases_run": index - 1,
+                "cases_planned": len(cases),
+                "why": f"time budget of {opts.time_budget_s:.0f} s reached",
+            }
+            log(f"stopping: time budget reached after {index - 1} of {len(cases)} cases")
+            break
+        extra, case_impls = None, impls
+        if opts.grid:
+            case_impls = grid.impls_for(case, model_dev, wanted)
+            extra = {"grid": True, "grid_index": opts.grid_start + index - 1}
+            doc["impls"].update({i.name: i.description for i in case_impls})
+        case_records = CaseRun(case, ctx, opts, extra).run(case_impls, skipped)
+        report.add_speedups(case_records)
+        if opts.model:
+            predict.annotate(case_records, case_impls, model_dev, platform, opts.kernel_mode)
+        doc["records"].extend(case_records)
+        line = _progress(index, len(cases), case, case_records, time.perf_counter() - t0)
+        log(line + (grid_report.progress(case_records) if opts.grid else ""))
+        if checkpoint is not None:
+            doc["elapsed_seconds"] = time.perf_counter() - started
+            checkpoint(doc)
     doc["summary"] = report.summarize(doc)
     doc["elapsed_seconds"] = time.perf_counter() - started
     return doc

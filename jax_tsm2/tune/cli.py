@@ -151,9 +151,9 @@ class GpuTimer:
         import jax
         from jax import numpy as jnp
 
-        bsz = () if p.batch is None else (p.batch,)
-        a_shape = (*bsz, p.k, p.m) if layout == "tn" else (*bsz, p.m, p.k)
-        b_shape = (*bsz, p.n, p.k) if layout == "nt" else (*bsz, p.k, p.n)
+        from jax_tsm2.kernel_call import stored_shapes
+
+        a_shape, b_shape = stored_shapes(p, layout)
         keys = jax.random.split(jax.random.key(self.seed), 2 * self.reps)
         return [
             (
@@ -164,27 +164,11 @@ class GpuTimer:
         ]
 
     def _product(self, target: str, p: Problem, dtype: str, layout: str) -> Callable:
-        import jax
-        from jax import numpy as jnp
-
-        from jax_tsm2 import _ffi
+        from jax_tsm2 import kernel_call
 
         if target == "xla":
-            spec = {
-                "nn": "...mk,...kn->...mn",
-                "nt": "...mk,...nk->...mn",
-                "tn": "...km,...kn->...mn",
-            }
-            return lambda a, b: jnp.einsum(spec[layout], a, b)
-        kid = model.KERNEL_IDS[target]
-        lid = model.LAYOUTS.index(layout)
-        ws = _ffi.matmul_workspace_bytes(dtype, kid, p.batch or 1, p.m, p.k, p.n)
-        out = (p.m, p.n) if p.batch is None else (p.batch, p.m, p.n)
-        call = jax.ffi.ffi_call(
-            _ffi.MATMUL_TARGET,
-            (jax.ShapeDtypeStruct(out, jnp.dtype(dtype)), jax.ShapeDtypeStruct((ws,), jnp.uint8)),
-        )
-        return lambda a, b: call(a, b, kernel=np.int32(kid), layout=np.int32(lid))[0]
+            return kernel_call.xla_product(layout)
+        return kernel_call.kernel_product(target, p, dtype, layout)
 
     def __call__(self, target: str, p: Problem, dtype: str, layout: str) -> float:
         import jax
