@@ -348,12 +348,17 @@ void RunAll(Buffers& buf, const char* f) {
     TryRow<bf16, 8, 1, 1, 4>(cs, buf);
     TryRow<bf16, 8, 1, 2, 4>(cs, buf);
     TryRow<bf16, 8, 1, 4, 2>(cs, buf);
+    TryRow<bf16, 8, 1, 4, 3>(cs, buf);
+    TryRow<bf16, 8, 1, 8, 2>(cs, buf);
+    TryRow<bf16, 8, 1, 8, 1>(cs, buf);
   }
   if (Case cs{"Lrow f32 1e7 8x8", true, 10000000, 8, 8, Kernel::kTsm2l}; Start<float>(cs, buf, f)) {
     TryRow<float, 8, 2, 1, 8>(cs, buf);
     TryRow<float, 8, 2, 1, 4>(cs, buf);
     TryRow<float, 8, 2, 2, 4>(cs, buf);
     TryRow<float, 8, 2, 4, 2>(cs, buf);
+    TryRow<float, 8, 2, 4, 3>(cs, buf);
+    TryRow<float, 8, 2, 8, 2>(cs, buf);
   }
   if (Case cs{"Lrow f32 1e7 4x4", true, 10000000, 4, 4, Kernel::kTsm2l}; Start<float>(cs, buf, f)) {
     TryRow<float, 4, 1, 1, 8>(cs, buf);
