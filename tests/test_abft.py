@@ -371,8 +371,10 @@ def test_each_matrix_is_read_by_one_fused_pass(dtype, repair, monkeypatch):
     """encode reads A once and B once, verify reads C once; in abft_matmul A and B are also
     read by the product and the repair (a conditional, or a second reduction over A when it
     always runs), C also by column slices (the in-place update), and by nothing else: no
-    copy, no second reduction. (bf16 is left out: XLA's CPU dot converts its operands first.)"""
+    copy, no second reduction. (bf16 is left out: XLA's CPU dot converts its operands first.
+    The passes are pinned to the variadic reduce: sibling sums fuse on GPU only.)"""
     monkeypatch.setattr(abft, "_REPAIR", repair)
+    monkeypatch.setattr(abft, "_SUMS", "variadic")
     m, k, n = 96, 80, 48
     a, b = jnp.ones((m, k), dtype), jnp.ones((k, n), dtype)
     text = compiled(lambda x, y: abft.encode(x, y), a, b)
