@@ -3,9 +3,25 @@
 Times ``jax.jit(jax_tsm2.abft.abft_matmul)`` against ``jax.jit(jax_tsm2.matmul)``
 on the same operands (8192 x 8192 x 8192 f32, default precision, unless told
 otherwise): each sample queues ``--calls`` calls back to back and syncs once;
-the median of ``--repeats`` samples is reported. The bar is an overhead of at
-most 10%, detection and correction included (``abft_matmul`` always runs its
-verification and its repair path's selects; no fault is injected).
+plain and checked samples alternate, and the median of ``--repeats`` samples
+of each is reported. The bar is an overhead of at most 10%, detection and
+correction included (``abft_matmul`` always runs its verification, the
+``lax.cond`` on the flagged-column count and the in-place column update; no
+fault is injected, so the repair branch itself is not taken).
+
+It also times the pieces, so the floor is visible in the same run: one plain
+``jnp.sum(a, 0)`` pass over an operand (three of them, over A, B and C, are
+the least any checksum scheme reads), ``encode`` (the passes over A and B) and
+``verify`` (the pass over C); and it lists the kinds of the kernels that read
+A, B and C in the compiled ``abft_matmul`` (``jax_tsm2._hlo``): the target is
+one ``reduce`` each, besides the product itself, the ``conditional`` (repair
+branch) and column ``slice``s of C. The compiled HLO is written next to the
+JSON. Three formulations are timed (``--configs``), the library default first:
+each fused pass as one variadic ``lax.reduce`` or as sibling ``jnp.sum`` calls
+left to XLA's GPU multi-output fusion, and the repair as a ``lax.cond`` (on
+GPUs XLA copies its predicate to the host and waits: one host sync per call)
+or a select (no sync, but the column recomputation, a pass over A, always
+runs).
 
 Usage (GPU machine, after ``pip install --no-build-isolation -e .``)::
 
@@ -24,27 +40,108 @@ import jax
 import jax.numpy as jnp
 
 import jax_tsm2
-from jax_tsm2.abft import abft_matmul
+from jax_tsm2 import _hlo, abft
+from jax_tsm2.abft import abft_matmul, encode, verify
 
 
-def _seconds_per_call(fn, args, repeats: int, calls: int) -> list[float]:
-    jax.block_until_ready(fn(*args))  # compile and warm up
-    out = []
+def _sample(fn, args, calls: int) -> float:
+    t0 = time.perf_counter()
+    res = [fn(*args) for _ in range(calls)]
+    jax.block_until_ready(res)
+    return (time.perf_counter() - t0) / calls
+
+
+def _interleaved(fns: dict, args: dict, repeats: int, calls: int) -> dict[str, list[float]]:
+    """Seconds per call of each function, samples taken in turn (clock drift hits all alike)."""
+    for name, fn in fns.items():
+        jax.block_until_ready(fn(*args[name]))  # compile and warm up
+    out: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        res = [fn(*args) for _ in range(calls)]
-        jax.block_until_ready(res)
-        out.append((time.perf_counter() - t0) / calls)
-        del res
+        for name, fn in fns.items():
+            out[name].append(_sample(fn, args[name], calls))
     return out
+
+
+def _hlo_readers(compiled_text: str, n: int, dtype: jnp.dtype) -> dict[str, list[str]]:
+    short = {"float32": "f32", "float64": "f64", "bfloat16": "bf16", "float16": "f16"}
+    try:
+        return {
+            "A": _hlo.reader_kinds(compiled_text, parameter=0),
+            "B": _hlo.reader_kinds(compiled_text, parameter=1),
+            "C": _hlo.reader_kinds(compiled_text, shape=f"{short[dtype.name]}[{n},{n}]"),
+        }
+    except (ValueError, KeyError) as err:  # an HLO text the parser does not know: say so
+        return {"error": [repr(err)]}
+
+
+def _measure(a, b, args) -> dict:
+    """One configuration (the current ``abft._SUMS``, ``abft._REPAIR``): timings, kernels, HLO."""
+    n, dtype = args.size, a.dtype
+    plain = jax.jit(jax_tsm2.matmul)
+    # Fresh wrappers: jit caches traces per function, and the configuration is read when tracing.
+    checked = jax.jit(lambda x, y: abft_matmul(x, y))
+    c, verdict = checked(a, b)
+    checksums = jax.jit(lambda x, y: encode(x, y))(a, b)
+    fns = {
+        "matmul": plain,
+        "abft_matmul": checked,
+        "sum_pass": jax.jit(lambda x: jnp.sum(x, axis=0)),
+        "encode": jax.jit(lambda x, y: encode(x, y)),
+        "verify": jax.jit(lambda x, cs: verify(x, cs)),
+    }
+    fargs = {
+        "matmul": (a, b),
+        "abft_matmul": (a, b),
+        "sum_pass": (a,),
+        "encode": (a, b),
+        "verify": (c, checksums),
+    }
+    t = _interleaved(fns, fargs, args.repeats, args.calls)
+    med = {name: statistics.median(s) for name, s in t.items()}
+    mp, ma = med["matmul"], med["abft_matmul"]
+    overhead = ma / mp - 1
+    hlo_text = checked.lower(a, b).compile().as_text()
+    readers = _hlo_readers(hlo_text, n, dtype)
+    line = (
+        f"{n}^3 {dtype.name} [{abft._SUMS}/{abft._REPAIR}]: matmul {mp * 1e3:.3f} ms, "
+        f"abft_matmul {ma * 1e3:.3f} ms, overhead {overhead:+.1%} "
+        f"(bar <= +10%: {'PASS' if overhead <= 0.10 else 'FAIL'}); "
+        f"clean verdict: {int(verdict.errors_detected)} errors detected"
+    )
+    pieces = (
+        f"  pieces: one jnp.sum(a, 0) pass {med['sum_pass'] * 1e3:.3f} ms "
+        f"(x3 = {3 * med['sum_pass'] / mp:+.1%} of matmul: the floor), "
+        f"encode {med['encode'] * 1e3:.3f} ms (A and B), verify {med['verify'] * 1e3:.3f} ms (C)"
+    )
+    kernels = "  kernels reading " + "; ".join(f"{k}: {v}" for k, v in readers.items())
+    print(line, pieces, kernels, sep="\n", flush=True)
+    return {
+        "config": f"{abft._SUMS}/{abft._REPAIR}",
+        "matmul_s": t["matmul"],
+        "abft_matmul_s": t["abft_matmul"],
+        "sum_pass_s": t["sum_pass"],
+        "encode_s": t["encode"],
+        "verify_s": t["verify"],
+        "overhead": overhead,
+        "errors_detected_on_clean_product": int(verdict.errors_detected),
+        "readers": readers,
+        "summary": line,
+        "pieces": pieces,
+        "hlo": hlo_text,
+    }
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=8192)
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--repeats", type=int, default=11)
     p.add_argument("--calls", type=int, default=10)
+    p.add_argument(
+        "--configs",
+        default="variadic/cond,siblings/cond,variadic/select",
+        help="SUMS/REPAIR formulations to time (comma list; the library default is first)",
+    )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
 
@@ -52,31 +149,28 @@ def main() -> None:
     ka, kb = jax.random.split(jax.random.key(0))
     a = jax.random.uniform(ka, (n, n), dtype, -1, 1)
     b = jax.random.uniform(kb, (n, n), dtype, -1, 1)
-    plain = jax.jit(jax_tsm2.matmul)
-    checked = jax.jit(abft_matmul)
-    _, verdict = checked(a, b)
-    t_plain = _seconds_per_call(plain, (a, b), args.repeats, args.calls)
-    t_abft = _seconds_per_call(checked, (a, b), args.repeats, args.calls)
-    mp, ma = statistics.median(t_plain), statistics.median(t_abft)
-    overhead = ma / mp - 1
-    line = (
-        f"{n}^3 {dtype.name}: matmul {mp * 1e3:.3f} ms, abft_matmul {ma * 1e3:.3f} ms, "
-        f"overhead {overhead:+.1%} (bar <= +10%: {'PASS' if overhead <= 0.10 else 'FAIL'}); "
-        f"clean verdict: {int(verdict.errors_detected)} errors detected"
-    )
-    print(line)
+    default = abft._SUMS, abft._REPAIR
+    runs = []
+    for config in args.configs.split(","):
+        abft._SUMS, abft._REPAIR = config.split("/")
+        try:
+            runs.append(_measure(a, b, args))
+        finally:
+            abft._SUMS, abft._REPAIR = default
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
+        for run in runs:
+            name = run["config"].replace("/", "-")
+            (args.out / f"abft_matmul.{name}.hlo.txt").write_text(run.pop("hlo"))
+        first = runs[0]
         doc = {
             "gpu": jax.devices()[0].device_kind,
             "jax": jax.__version__,
             "size": n,
             "dtype": dtype.name,
-            "matmul_s": t_plain,
-            "abft_matmul_s": t_abft,
-            "overhead": overhead,
-            "errors_detected_on_clean_product": int(verdict.errors_detected),
-            "summary": line,
+            **{k: first[k] for k in ("matmul_s", "abft_matmul_s", "overhead", "summary")},
+            "errors_detected_on_clean_product": first["errors_detected_on_clean_product"],
+            "runs": runs,
         }
         (args.out / "abft_overhead.json").write_text(json.dumps(doc, indent=1))
 
