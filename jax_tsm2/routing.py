@@ -44,6 +44,7 @@ import numpy as np
 from jax import numpy as jnp
 
 from jax_tsm2 import _compat
+from jax_tsm2.problem import Problem
 
 # TSM2L: tall-and-skinny A (k small) times a small B (k x n).
 TSM2L_MAX_K = 64
@@ -132,24 +133,6 @@ _PLATFORMS_WITH_TARGETS = ("cpu", "cuda")
 
 Target = Literal["tsm2r", "tsm2l", "tsm2s", "tsm2t", "xla"]
 Layout = Literal["nn", "nt", "tn"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """Sizes of a product with result ``c[batch?, m, n]`` and contraction length ``k``.
-
-    ``batch`` is None when both operands have rank 2. The sizes do not depend
-    on the layout (``problem_of`` reads them from the operands by layout).
-    """
-
-    batch: int | None
-    m: int
-    k: int
-    n: int
-
-    @property
-    def empty(self) -> bool:
-        return 0 in (self.m, self.k, self.n) or self.batch == 0
 
 
 @dataclasses.dataclass(frozen=True)
