@@ -14,11 +14,12 @@ re-derived here):
   compute-bound (the paper's t2 threshold);
 - a predicted time, and XLA's dot's predicted time beside it.
 
-The equations (seconds; ``BW`` is the device's streaming-read bandwidth)::
+The equations for the row-tile kernels TSM2R and TSM2L (seconds; ``BW`` is
+the device's streaming-read bandwidth)::
 
     t_mem  = bytes / (BW * eta_stream * min(1, inflight / (BW * latency)))
     t_cmp  = (FMAs_padded / (SMs_active * clock * rate) + epilogue cycles / clock)
-    rate   = min(fma_lanes, smem_bytes_per_clk * rows_per_thread / acc_bytes)
+    rate   = min(fma_lanes, smem_bytes_per_clk * rows_per_thread**0.5 / acc_bytes)
              * min(1, warps_per_SM / warps_to_hide_latency) * eta_tile
     t      = max(t_floor, t_launch + (t_mem**P + t_cmp**P) ** (1 / P))
 
@@ -26,17 +27,25 @@ The equations (seconds; ``BW`` is the device's streaming-read bandwidth)::
 shared memory as 16-byte broadcasts and feeds ``rows_per_thread`` rows' FMAs
 with each, so a tile with one row per thread is bounded by the shared-memory
 pipe (32 f32 FMA per clock per SM on an H100, measured 31-33) well below the
-FMA pipe (128); register blocking raises the bound. The soft maximum with
-``P`` = 4 models the partial overlap of streaming and computing near the
-threshold. XLA's dot is modelled as a stream at a measured fraction of the
-read ceiling (``XLA_STREAM_EFFICIENCY``), or the dtype's dot peak when that is
-slower.
+FMA pipe (128); register blocking raises the bound, by the square root of
+the rows per thread as measured (``Calibration.rpt_exponent``). The soft
+maximum with ``P`` = 4 models the partial overlap of streaming and computing
+near the threshold.
+
+The split kernels TSM2S and TSM2T (``split.py``) stream at a measured
+fraction of the ceiling and compute at a measured fraction of the FMA lanes,
+joined the same way. XLA's dot (``xla.py``) is a stream at a measured
+fraction of the read ceiling (``XLA_STREAM_EFFICIENCY``) that, in layout tn,
+reads its operands three times over (``Calibration.xla_tn_passes``), or the
+dtype's dot peak when that is slower.
 
 Only what the driver does not report is tabulated: FMA lanes per SM per
 architecture (``FMA_LANES``) and dense dot throughput. The calibration
 constants (``Calibration``) were fitted to the H100 runs in
-``benchmarks/results/h100-2026-11-22b`` and are checked by
-``benchmarks/model_check.py``.
+``benchmarks/results/h100-2026-11-22b`` (R, L) and ``h100-2026-11-22c`` (S,
+TN) and are checked by ``benchmarks/model_check.py``, which reports the
+error per family and marks which figures are in-sample (NT and the gradient
+benchmark were fitted to nothing: they test the model).
 
 The package's files: ``device.py`` (the GPU, presets, the driver query),
 ``calibration.py`` (the fitted constants), ``prediction.py`` (``Prediction``,
@@ -145,7 +154,7 @@ def predict(
     Example:
         >>> p = predict((10**7, 8, 8), "bfloat16", "nn", "tsm2l", device=H100_SXM)  # 0.129 measured
         >>> p.params["tile"], p.params["t2 (n_tile)"], round(p.seconds * 1e3, 3)
-        ('L', 8, 0.125)
+        ('L', 8, 0.127)
     """
     dev = resolve_device(device)
     p = problem_from(problem_or_shapes, layout)

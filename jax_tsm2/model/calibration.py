@@ -17,7 +17,10 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class Calibration:
-    """Constants the driver cannot give, fitted to benchmarks/results/h100-2026-11-22b.
+    """Constants the driver cannot give, each fitted to one committed H100 run.
+
+    Row-tile kernels (TSM2R, TSM2L), fitted to benchmarks/results/h100-2026-11-22b
+    (families R and L):
 
     - ``stream_fraction``: measured read ceiling / theoretical DRAM bandwidth
       (3070 / 3352 GB/s on the H100); used when no bandwidth was measured.
@@ -31,6 +34,11 @@ class Calibration:
       broadcast read costs a full 128-byte wavefront per quarter-warp.
     - ``warps_to_hide``: resident warps per SM at which a tile issues at its
       full rate (bf16 L 64x64, 4 warps per SM, reached 66%).
+    - ``rpt_exponent``: register blocking over ``rows_per_thread`` rows raises
+      the shared-memory bound by ``rows_per_thread ** rpt_exponent``, not
+      linearly: R f32 n = 16 (2 rows per thread) sustained ~43 FMA/clk/SM
+      against 32 at one row, bf16 n = 8 and 16 (4 rows) 30-35 against 19.
+      0.5 fits both (R median error 4% -> 3%, bf16 n = 16 -47% -> -5%).
     - ``eta_tile``: achieved fraction of ``rate`` per (accumulator, tile
       kind); the half types on R tiles measured at 55-60% of the f32 rate.
     - ``epilogue_cycles_per_byte``: SM cycles per byte of accumulators a tile
@@ -43,6 +51,28 @@ class Calibration:
       each call: ~3.5 us; XLA's dot ~1.5 us).
     - ``fixup_s``: the second launch that adds split tiles' partial sums.
     - ``P``: the soft-maximum exponent joining t_mem and t_cmp.
+
+    Split kernels (TSM2S, TSM2T), fitted to
+    benchmarks/results/h100-2026-11-22c/layouts-before-routing (families S, TN):
+
+    - ``split_eta_stream``: the fraction of the read ceiling each streams at.
+      TSM2S keeps ``eta_stream`` (its m = 1 cases reached 89-91%); TSM2T
+      reached 71-85% where it is memory-bound (3 stages of 16 KB, whole rows
+      of both operands): 0.80.
+    - ``split_eta_fma``: the fraction of the FMA lanes each sustains. TSM2S
+      (one block of 8 warps per SM at m = 16, a barrier per 32 rows) sustained
+      about 19-26 FMA/clk/SM of 128 at m = 8 and 16 (inferred through the same
+      soft maximum): 0.17. TSM2T at least 36 (f32, 64 x 64) and 21 (f64, of
+      64): 0.30.
+
+    XLA's dot (jax 0.11.2), fitted to the same file (family TN):
+
+    - ``xla_tn_passes``: in layout tn (``A^T @ B`` on row-major operands)
+      XLA's dot ran every case at 31-35% of the read ceiling, whatever the
+      dtype and shape: as if it read its operands three times (consistent
+      with a transposed copy written and read back). It is the one layout
+      that differs: nt ran at 97-100%, like nn.
+    - ``xla_t_floor``, ``xla_t_launch``: as ``t_floor``, ``t_launch`` above.
     """
 
     stream_fraction: float = 0.916
@@ -50,6 +80,7 @@ class Calibration:
     latency_s: float = 3.6e-6
     smem_bytes_per_clk: float = 128.0
     warps_to_hide: float = 6.0
+    rpt_exponent: float = 0.5
     eta_tile: tuple[tuple[str, float], ...] = (
         ("f32/R", 1.0),
         ("f32/L", 1.0),
@@ -64,11 +95,18 @@ class Calibration:
     t_launch: float = 3.5e-6
     fixup_s: float = 1.5e-6
     P: float = 4.0
+    split_eta_stream: tuple[tuple[str, float], ...] = (("tsm2s", 0.92), ("tsm2t", 0.80))
+    split_eta_fma: tuple[tuple[str, float], ...] = (("tsm2s", 0.17), ("tsm2t", 0.30))
+    xla_tn_passes: float = 3.0
     xla_t_floor: float = 10.0e-6
     xla_t_launch: float = 1.5e-6
 
     def eta(self, key: str) -> float:
         return dict(self.eta_tile)[key]
+
+    def split_eta(self, kernel: str) -> tuple[float, float]:
+        """(stream, FMA-rate) efficiencies of a split kernel ("tsm2s" or "tsm2t")."""
+        return dict(self.split_eta_stream)[kernel], dict(self.split_eta_fma)[kernel]
 
 
 CALIBRATION = Calibration()

@@ -3,7 +3,14 @@
 Both cut a long contraction into splits, one output tile per block, and add
 the splits' partial sums in a second launch. The plan (tiles, splits,
 blocks, workspace) comes from the extension (``_tsm2_ext.split_plan``), the
-same code the launcher runs.
+same code the launcher runs. Each kernel streams at a measured fraction of
+the read ceiling and computes at a measured fraction of the FMA lanes
+(``Calibration.split_eta``), and the two join in the soft maximum the row
+tiles use (``tiles.py``)::
+
+    t_mem = bytes / (BW * eta_stream * SMs_active / SMs)
+    t_cmp = FMAs / (eta_fma * fma_lanes * SMs_active * clock)
+    t     = max(t_floor, t_launch (+ fixup) + (t_mem**P + t_cmp**P) ** (1 / P))
 
 Example:
     >>> from jax_tsm2.model.device import H100_SXM
@@ -36,10 +43,9 @@ from jax_tsm2.problem import Problem
 def split_prediction(
     p: Problem, dtype: str, layout: str, kernel: str, dev: Device, cal: Calibration
 ) -> Prediction:
-    """S and T: not yet measured; a stream at eta_stream plus a compute bound (see docs)."""
+    """The prediction for TSM2S or TSM2T (``kernel``) on a supported problem."""
     isz = itemsize(dtype)
     acc = acc_of(dtype)
-    acc_b = 8 if acc == "f64" else 4
     batch = p.batch or 1
     # T contracts over its operands' long dimension (stored k x m and k x n).
     plan = _tsm2_ext.split_plan(dtype, KERNEL_IDS[kernel], batch, p.m, p.k, p.n, dev.sm_count)
@@ -56,12 +62,9 @@ def split_prediction(
     blocks = plan["blocks"]
     active = min(dev.sm_count, blocks)
     bw = dev.bandwidth(cal)
-    t_mem = dram / (bw * cal.eta_stream * active / dev.sm_count)
-    fma_lanes = dev.fma_lanes(acc)
-    if kernel == "tsm2t":  # 4x4 register blocks: 2 non-broadcast 16-byte reads per 16 FMAs
-        rate = min(fma_lanes, cal.smem_bytes_per_clk * 16 / (2 * 4 * acc_b))
-    else:  # S: m accumulators per B vector, A broadcast from shared memory
-        rate = min(fma_lanes, cal.smem_bytes_per_clk * 4 / acc_b)
+    eta_stream, eta_fma = cal.split_eta(kernel)
+    t_mem = dram / (bw * eta_stream * active / dev.sm_count)
+    rate = eta_fma * dev.fma_lanes(acc)
     fmas = batch * p.m * p.k * p.n
     t_cmp = fmas / (rate * active * dev.clock_hz)
     body = soft_max(t_mem, t_cmp, cal.P)
@@ -85,6 +88,6 @@ def split_prediction(
         params=params,
         t2_threshold=t2,
         tile_threshold=None,
-        reason=f"{bound}-bound ({kernel} split plan: {plan['splits']} splits of "
-        f"{plan['split_len']}; modelled, not yet measured)",
+        reason=f"{bound}-bound ({kernel}: {plan['splits']} splits of {plan['split_len']}, "
+        f"streaming at {eta_stream:.0%} of the read ceiling, {rate:.0f} FMA/clk/SM)",
     )

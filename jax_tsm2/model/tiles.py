@@ -86,7 +86,7 @@ def tile_prediction(
     t_mem = dram / (bw * stream)
 
     fma_lanes = dev.fma_lanes(acc)
-    smem_bound = cal.smem_bytes_per_clk * rpt / acc_b
+    smem_bound = cal.smem_bytes_per_clk * rpt**cal.rpt_exponent / acc_b
     kind = "L" if kg == 1 else "R"
     dclass = "half" if isz == 2 else acc
     rate = (

@@ -29,7 +29,9 @@ def xla_prediction(
     """XLA's dot on ``p``: a stream at a measured efficiency, or its dot peak if slower."""
     isz = itemsize(dtype)
     batch = p.batch or 1
-    dram = (batch * p.m * p.k + (p.batch or 1) * p.k * p.n + batch * p.m * p.n) * isz
+    operands = (batch * p.m * p.k + (p.batch or 1) * p.k * p.n) * isz
+    passes = cal.xla_tn_passes if layout == "tn" else 1.0
+    dram = round(operands * passes) + batch * p.m * p.n * isz
     small_half = isz == 2 and p.k <= 8 and p.n <= 8
     eff = XLA_SMALL_HALF_EFFICIENCY if small_half else XLA_STREAM_EFFICIENCY
     bw = dev.bandwidth(cal)
@@ -44,6 +46,11 @@ def xla_prediction(
     why = (
         f"XLA's dot modelled as a stream at {eff:.0%} of the read ceiling"
         + (" (bf16/f16 with k, n <= 8, as measured)" if small_half else "")
+        + (
+            f", reading its operands {passes:g} times over (layout tn, as measured)"
+            if passes != 1
+            else ""
+        )
         + (f"; compute-bound at {XLA_DOT_EFFICIENCY:.0%} of the dot peak" if t_cmp > t_mem else "")
     )
     return Prediction(
@@ -58,7 +65,7 @@ def xla_prediction(
         t_cmp=t_cmp,
         t_overhead=seconds - body,
         occupancy=None,
-        params={"stream_efficiency": eff, "precision": precision},
+        params={"stream_efficiency": eff, "operand_passes": passes, "precision": precision},
         t2_threshold=t2_threshold(dev, dtype, cal),
         tile_threshold=None,
         reason=why,
