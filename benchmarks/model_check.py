@@ -199,9 +199,10 @@ def routing_check(doc: dict[str, Any], device: model.Device) -> list[dict[str, A
     """Per case with a forced kernel and ``jnp`` measured: what ``routing.route`` picks in
     mode "auto" on ``device`` for each product, and how the choice measured.
 
-    ``slowdown`` is the chosen path's measured time over the better of the two,
-    minus one; None where routing picked a kernel other than the one measured
-    (``unmeasured``)."""
+    ``slowdown`` is the chosen path's measured time (``jnp``, the forced kernel,
+    or the routed ``tsm2`` record where it ran the same targets) over the better
+    of the forced kernel and ``jnp``, minus one; None where that combination was
+    not measured in the file."""
     by_case: dict[tuple, dict[str, dict[str, Any]]] = {}
     for rec in doc.get("records", []):
         if rec.get("status") == "ok" and rec.get("seconds"):
@@ -220,15 +221,17 @@ def routing_check(doc: dict[str, Any], device: model.Device) -> list[dict[str, A
         for lay, shape in prods:
             p = model.problem_from(shape)
             a, b = _operands(p, lay, dtype)
-            r = routing.route(a, b, dtype, platform="cuda", mode="auto", layout=lay)
+            r = routing.route(a, b, dtype, platform="cuda", mode="auto", layout=lay, device=device)
             picked.append(r.target)
             reasons.append(r.reason)
+        chosen = None  # routing picked a combination not measured in this run
         if all(t == "xla" for t in picked):
             chosen = xla["seconds"]
         elif picked == measured:
             chosen = kern["seconds"]
-        else:
-            chosen = None  # a mix, or another kernel: not measured in this run
+        elif "tsm2" in recs:  # the routed path, timed as it routed then
+            routed = _targets(recs["tsm2"].get("route"), [lay for lay, _ in prods])
+            chosen = recs["tsm2"]["seconds"] if routed == picked else None
         best = min(kern["seconds"], xla["seconds"])
         out.append(
             {
@@ -317,18 +320,30 @@ def main(argv: list[str] | None = None) -> int:
         )
     if routes:
         print(f"routing (mode auto, {args.preset} preset) on {len(routes)} measured cases:")
+        slow, missed, unmeasured = [], [], []
         for r in routes:
             tag = ""
             if r["slowdown"] is None:
-                tag = "  (routed to an unmeasured kernel)"
+                unmeasured.append(r)
+                tag = "  (this combination was not measured in this run)"
             elif r["slowdown"] > 0.10:
+                slow.append(r)
                 tag = f"  ** {r['slowdown']:+.0%} slower than the better **"
-            elif r["target"] == "xla" and r["kernel_over_xla"] < 1 / 1.1:
+            elif r["target"].replace("+", "").replace("xla", "") == "" and (
+                r["kernel_over_xla"] < 1 / 1.1
+            ):
+                missed.append(r)
                 tag = "  (missed: the kernel measured >10% faster)"
-            print(
-                f"  {r['case']:24} {r['dtype']:5} kernel/jnp {r['kernel_over_xla']:5.2f}  "
-                f"-> {r['target']}{tag}"
-            )
+            if tag or not args.quiet:
+                print(
+                    f"  {r['file']}: {r['case']} {r['dtype']} kernel/jnp "
+                    f"{r['kernel_over_xla']:.2f} -> {r['target']}{tag}"
+                )
+        print(
+            f"routing: {len(slow)} of {len(routes)} picked a path >10% slower than the better "
+            f"of kernel and jnp; {len(missed)} missed a kernel >10% faster; "
+            f"{len(unmeasured)} picked a combination not measured"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(

@@ -226,12 +226,13 @@ def test_explain_follows_the_router(mode, a, b):
     for dtype in (jnp.float32, jnp.bfloat16):
         sa, sb = _sds(a, dtype), _sds(b, dtype)
         e = jax_tsm2.explain(sa, sb, mode=mode, device=H100, show=False)
-        r = routing.route(sa, sb, dtype, platform="cuda", mode=mode)
+        r = routing.route(sa, sb, dtype, platform="cuda", mode=mode, device=H100)
         assert isinstance(e, Explanation)
-        assert e.path == r.target and e.route_reason == r.reason
+        assert e.path == r.target and e.route_reason == r.reason and e.layer == r.layer
         assert e.predicted.seconds > 0 and e.xla.kernel == "xla"
         text = str(e)
         assert f"path:      {r.target}" in text and "t2 threshold" in text
+        assert f"decided by: {r.layer}" in text and e.tuned_path in text
 
 
 def test_explain_takes_shapes_and_prints(capsys):
@@ -270,5 +271,10 @@ def test_explain_reports_a_tuned_entry(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.ENV_DIR, str(tmp_path))
     dev = {"key": H100.key, "name": H100.name, "cc": [9, 0], "sm_count": 132}
     cache.store(dev, {cache.entry_key("float32", "nn", None, 10**6, 8, 8): {"target": "tsm2l"}})
-    e = jax_tsm2.explain(_sds((10**6, 8)), _sds((8, 8)), device=H100, show=False)
+    e = jax_tsm2.explain(_sds((10**6, 8)), _sds((8, 8)), mode="auto", device=H100, show=False)
     assert e.tuned == "tsm2l" and "tuned:     tsm2l" in str(e)
+    # Routing takes the entry (the model alone would pick XLA's dot here).
+    assert e.path == "tsm2l" and e.layer == "tune cache" and e.tuned_path in e.route_reason
+    assert "decided by: tune cache" in str(e)
+    plain = jax_tsm2.explain(_sds((10**6, 8)), _sds((8, 4)), mode="auto", device=H100, show=False)
+    assert plain.layer == "model" and "no entry in" in str(plain)

@@ -32,7 +32,6 @@ from jax_tsm2.model.prediction import (
     Prediction,
     acc_of,
     itemsize,
-    occupancy,
     soft_max,
     t2_threshold,
     total,
@@ -57,8 +56,6 @@ def split_prediction(
         dram = a_bytes + b_bytes + c_bytes + ws
     else:  # every (m, n) tile reads its columns of A and B
         dram = a_bytes * plan["tiles_n"] + b_bytes * plan["tiles_m"] + c_bytes + ws
-    threads = plan["threads"]
-    occ = occupancy(dev, threads, 2 * 16 * 1024, 64, 1)
     blocks = plan["blocks"]
     active = min(dev.sm_count, blocks)
     bw = dev.bandwidth(cal)
@@ -84,7 +81,7 @@ def split_prediction(
         t_mem=t_mem,
         t_cmp=t_cmp,
         t_overhead=seconds - body,
-        occupancy=occ,
+        occupancy=None,  # not modelled: the time depends on the measured efficiencies
         params=params,
         t2_threshold=t2,
         tile_threshold=None,
