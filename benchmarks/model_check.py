@@ -4,7 +4,8 @@
     python benchmarks/model_check.py path/to/bench.json [more.json ...] [--quiet]
 
 For every record of a forced kernel (impl ``tsm2_kernel``, or ``tsm2[...]``
-names such as ``tsm2[prefer]``: the kernel comes from the record's ``route``),
+names such as ``tsm2[prefer]``: the kernel comes from the record's ``route``;
+or the validation grid's ``tsm2r`` ... ``tsm2t``, one impl per kernel),
 of XLA's dot (``jnp``; ``jnp_highest`` apart) and of the routed path
 (``tsm2``), prints the model's time (``jax_tsm2.model``) beside the measured
 median and the relative error, then the median |error| per family and
@@ -113,6 +114,8 @@ def _impl_group(rec: dict[str, Any]) -> str | None:
     impl = rec.get("impl", "")
     if impl == "tsm2_kernel" or (impl.startswith("tsm2[") and impl.endswith("]")):
         return "kernel"
+    if impl in model.KERNEL_IDS:  # the validation grid's forced kernels, one impl each
+        return "kernel"
     if impl == "jnp":
         return "xla"
     if impl == "jnp_highest":
@@ -134,6 +137,8 @@ def check(
         prods = products(rec)
         layouts = [lay for lay, _ in prods]
         targets = ["xla"] * len(prods) if group.startswith("xla") else None
+        if rec["impl"] in model.KERNEL_IDS:
+            targets = [rec["impl"]] * len(prods)
         targets = targets or _targets(rec.get("route"), layouts)
         if targets is None or (group == "kernel" and "xla" in targets):
             continue
@@ -195,26 +200,45 @@ def by_family(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _forced_times(recs: dict[str, dict[str, Any]], layouts: list[str]) -> dict[tuple, float]:
+    """Measured seconds per forced kernel combination: ``tsm2_kernel`` (by its route), and
+    the grid's per-kernel records (impl ``tsm2r`` ... ``tsm2t``) for one-product cases."""
+    out = {}
+    kern = recs.get("tsm2_kernel")
+    if kern is not None:
+        targets = _targets(kern.get("route"), layouts)
+        if targets is not None and "xla" not in targets:
+            out[tuple(targets)] = kern["seconds"]
+    if len(layouts) == 1:
+        for name in model.KERNEL_IDS:
+            if name in recs:
+                out[(name,)] = recs[name]["seconds"]
+    return out
+
+
 def routing_check(doc: dict[str, Any], device: model.Device) -> list[dict[str, Any]]:
     """Per case with a forced kernel and ``jnp`` measured: what ``routing.route`` picks in
     mode "auto" on ``device`` for each product, and how the choice measured.
 
-    ``slowdown`` is the chosen path's measured time (``jnp``, the forced kernel,
-    or the routed ``tsm2`` record where it ran the same targets) over the better
-    of the forced kernel and ``jnp``, minus one; None where that combination was
-    not measured in the file."""
+    ``kernel`` is the fastest forced kernel measured (``kernel_over_xla`` its time
+    over ``jnp``'s); ``slow_kernels`` every forced one that measured more than 10%
+    slower than ``jnp``. ``slowdown`` is the chosen path's measured time (``jnp``,
+    a forced kernel, or the routed ``tsm2`` record where it ran the same targets)
+    over the best of the forced kernels and ``jnp``, minus one; None where that
+    combination was not measured in the file."""
     by_case: dict[tuple, dict[str, dict[str, Any]]] = {}
     for rec in doc.get("records", []):
         if rec.get("status") == "ok" and rec.get("seconds"):
             by_case.setdefault((rec["case"], rec["dtype"]), {})[rec["impl"]] = rec
     out = []
     for (case, dt), recs in sorted(by_case.items()):
-        kern, xla = recs.get("tsm2_kernel"), recs.get("jnp")
-        if kern is None or xla is None:
+        xla = recs.get("jnp")
+        if xla is None:
             continue
-        prods = products(kern)
-        measured = _targets(kern.get("route"), [lay for lay, _ in prods])
-        if measured is None or "xla" in measured:
+        prods = products(xla)
+        layouts = [lay for lay, _ in prods]
+        forced = _forced_times(recs, layouts)
+        if not forced:
             continue
         dtype = _DTYPES.get(dt, dt)
         picked, reasons = [], []
@@ -224,23 +248,25 @@ def routing_check(doc: dict[str, Any], device: model.Device) -> list[dict[str, A
             r = routing.route(a, b, dtype, platform="cuda", mode="auto", layout=lay, device=device)
             picked.append(r.target)
             reasons.append(r.reason)
-        chosen = None  # routing picked a combination not measured in this run
+        chosen = forced.get(tuple(picked))  # None: a combination not measured in this run
         if all(t == "xla" for t in picked):
             chosen = xla["seconds"]
-        elif picked == measured:
-            chosen = kern["seconds"]
-        elif "tsm2" in recs:  # the routed path, timed as it routed then
-            routed = _targets(recs["tsm2"].get("route"), [lay for lay, _ in prods])
+        elif chosen is None and "tsm2" in recs:  # the routed path, timed as it routed then
+            routed = _targets(recs["tsm2"].get("route"), layouts)
             chosen = recs["tsm2"]["seconds"] if routed == picked else None
-        best = min(kern["seconds"], xla["seconds"])
+        fastest = min(forced, key=forced.get)
+        best = min(forced[fastest], xla["seconds"])
         out.append(
             {
                 "case": case,
                 "dtype": dt,
-                "family": kern.get("family"),
-                "kernel": "+".join(measured),
+                "family": xla.get("family"),
+                "kernel": "+".join(fastest),
                 "target": "+".join(picked),
-                "kernel_over_xla": kern["seconds"] / xla["seconds"],
+                "kernel_over_xla": forced[fastest] / xla["seconds"],
+                "slow_kernels": [
+                    "+".join(k) for k, t in forced.items() if t > 1.10 * xla["seconds"]
+                ],
                 "slowdown": None if chosen is None else chosen / best - 1.0,
                 "reason": " | ".join(reasons),
             }

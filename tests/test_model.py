@@ -180,6 +180,20 @@ def test_model_check_reads_layouts_from_families():
     assert mc.products(dict(rec, family="X", layout="nt", batch=3)) == [("nt", (3, 10**6, 16, 256))]
 
 
+def test_model_check_reads_the_grids_per_kernel_records():
+    """The validation grid times each kernel as its own impl (tsm2r, tsm2l, ...)."""
+    mc = _model_check()
+    base = {"family": "L", "case": "L:1000000x8x8", "dtype": "f32", "m": 10**6, "k": 8, "n": 8}
+    base["status"] = "ok"
+    times = {"jnp": 22.5e-6, "tsm2l": 30.2e-6, "tsm2r": 92e-6, "tsm2": 22.9e-6}
+    doc = {"records": [dict(base, impl=i, seconds=t, route="xla") for i, t in times.items()]}
+    rows = mc.check(doc, H100)
+    assert {r["kernel"] for r in rows if r["group"] == "kernel"} == {"tsm2l", "tsm2r"}
+    (r,) = mc.routing_check(doc, H100)
+    assert r["kernel"] == "tsm2l" and sorted(r["slow_kernels"]) == ["tsm2l", "tsm2r"]
+    assert r["target"] == "xla" and r["slowdown"] == 0.0
+
+
 def test_xla_reads_tn_operands_three_times():
     nn = model.predict((16, 10**7, 16), "float32", "nn", "xla", device=H100)
     tn = model.predict((16, 10**7, 16), "float32", "tn", "xla", device=H100)

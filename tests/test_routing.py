@@ -121,6 +121,8 @@ def test_vmap_over_b_is_one_batched_call_with_shared_a():
 
 
 def route(a_shape, b_shape, *, dtype=F32, out=None, platform="cuda", mode="prefer", **kw):
+    # The H100 preset unless a test says otherwise: the same decisions on any machine.
+    kw.setdefault("device", model.H100_SXM)
     return routing.route(
         S(a_shape, dtype),
         S(b_shape, dtype),
@@ -180,11 +182,12 @@ def test_auto_takes_measured_wins_then_the_model():
     assert not has_custom_call(cuda_text(jax_tsm2.matmul, *tall, mode="auto"))
 
 
+@pytest.mark.skipif(_ffi.cuda_backend_present(), reason="this process has a GPU")
 def test_auto_without_a_gpu_reasons_about_the_h100_preset():
     """Cross-platform lowering on a CPU-only machine: deterministic, and the reason says so."""
-    r = route((20480, 20480), (20480, 8), mode="auto")
+    r = route((20480, 20480), (20480, 8), mode="auto", device=None)
     assert "[device: H100 preset (no CUDA device in this process)]" in r.reason
-    same = route((20480, 20480), (20480, 8), mode="auto", device=model.H100_SXM)
+    same = route((20480, 20480), (20480, 8), mode="auto")
     assert same.target == r.target and "preset" not in same.reason
 
 
@@ -197,7 +200,7 @@ def test_auto_survives_a_failing_driver_query(monkeypatch):
     monkeypatch.setattr(model_device, "device_from_driver", broken)
     model.current_device.cache_clear()
     try:
-        r = route((1_000_000, 16), (1_000_000, 16), mode="auto", layout="tn")
+        r = route((1_000_000, 16), (1_000_000, 16), mode="auto", layout="tn", device=None)
         assert r.target == "tsm2t"
         assert "H100 preset (the driver query failed: OSError: driver gone)" in r.reason
     finally:
@@ -244,7 +247,7 @@ def test_the_model_picks_among_eligible_kernels():
 def test_model_decisions_are_cached():
     routing._model_choice.cache_clear()
     for _ in range(3):
-        route((777_777, 24), (24, 24), mode="auto", device=model.H100_SXM)
+        route((777_777, 24), (24, 24), mode="auto")
     info = routing._model_choice.cache_info()
     assert (info.misses, info.hits) == (1, 2)
 
@@ -432,12 +435,12 @@ def test_auto_never_picks_a_kernel_that_measured_slower_than_xla():
     assert len(routes) >= 103
     slower = [r for r in routes if r["kernel_over_xla"] > 1.10]
     assert len(slower) >= 70  # most of the R, L, NT and S suites
-    bad = [r for r in slower if any(t != "xla" for t in r["target"].split("+"))]
+    bad = [r for r in routes if r["target"] in r["slow_kernels"]]
     assert not bad, [(r["file"], r["case"], r["dtype"], r["target"]) for r in bad]
     assert all(r["slowdown"] is None or r["slowdown"] <= 0.10 for r in routes)
     faster = [r for r in routes if r["kernel_over_xla"] < 1 / 1.10]
     missed = [r for r in faster if r["target"].replace("+", "").replace("xla", "") == ""]
-    assert len(faster) >= 16  # TN, GRAD, bf16 L 8 x 8
+    assert len(faster) >= 20  # TN, GRAD, bf16 L 8 x 8
     assert not missed, [(r["file"], r["case"], r["dtype"]) for r in missed]
 
 
