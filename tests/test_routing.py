@@ -452,3 +452,21 @@ def test_the_safety_check_can_fail(monkeypatch):
     routes = _committed_routes(mc)
     slow = [r for r in routes if r["slowdown"] is not None and r["slowdown"] > 0.10]
     assert len(slow) >= 70
+
+
+@pytest.mark.gpu
+def test_auto_on_this_h100_decides_as_on_the_preset():
+    """On a real H100 the model reasons about the driver's description of it (and a
+    tuned bandwidth, if any): every committed case must route as on the preset."""
+    dev = model.current_device()
+    assert dev.source == "driver", dev.source
+    if "H100" not in dev.name:
+        pytest.skip(f"not an H100: {dev.name}")
+    mc = _model_check()
+    import json
+
+    for f in mc.committed_files():
+        doc = json.loads(f.read_text())
+        here = [r["target"] for r in mc.routing_check(doc, dev)]
+        preset = [r["target"] for r in mc.routing_check(doc, model.H100_SXM)]
+        assert here == preset, f

@@ -216,6 +216,10 @@ def choose(
 ) -> Choice:
     """Predicts every kernel that takes ``layout`` (or ``kernels``) and XLA's dot; picks.
 
+    The best kernel is the fastest predicted; of equal predictions (TSM2L on a
+    long k runs TSM2R's tile, and launch-bound calls all cost the floor), the
+    first in ``kernels``. It runs if predicted faster than XLA's dot by ``margin``.
+
     Example:
         >>> c = choose((10**7, 8, 8), "bfloat16", device=H100_SXM)
         >>> c.target, c.best.kernel
