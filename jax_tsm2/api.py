@@ -96,7 +96,7 @@ def matmul(
     Whether a call runs the TSM2 kernels or XLA's dot is decided when it is
     lowered, from its static shapes and dtypes (``jax_tsm2.routing``) and the
     custom-call mode (``jax_tsm2.custom_call_mode``): by default a kernel runs
-    only where it measured faster than XLA's dot.
+    only where it is measured or predicted faster than XLA's dot.
 
     Example:
         >>> import jax, jax.numpy as jnp, jax_tsm2

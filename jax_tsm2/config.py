@@ -3,9 +3,11 @@
 Three modes:
 
 - ``"auto"`` (default): routing decides (``jax_tsm2.routing``). On CUDA, a
-  tall-and-skinny product runs a TSM2 kernel where that kernel measured
-  faster than XLA's dot (``routing.MEASURED_WINS``), and XLA's dot otherwise,
-  so calling ``jax_tsm2.matmul`` never costs speed. On CPU, XLA's dot.
+  tall-and-skinny product runs a TSM2 kernel where this GPU's tune cache, a
+  committed measurement (``routing.MEASURED_WINS``) or the performance model
+  (``jax_tsm2.model``) says it is faster than XLA's dot, and XLA's dot
+  otherwise, so calling ``jax_tsm2.matmul`` is not meant to cost speed. On
+  CPU, XLA's dot.
 - ``"prefer"``: every tall-and-skinny product runs a TSM2 kernel on CUDA,
   measured faster or not (other shapes still use XLA's dot).
 - ``"always"``: force the custom call for every product it can compute (the

@@ -1,8 +1,8 @@
 """``python -m jax_tsm2.demo``: one tall-and-skinny product, the path it takes, its error.
 
 Runs on CPU and GPU. In the default mode "auto" the router picks a TSM2 kernel
-only where one measured faster than XLA's dot, so on a GPU this shape usually
-goes to XLA; the demo then runs it again in mode "prefer" to show the TSM2R
+only where one is measured or predicted faster than XLA's dot, so on a GPU this
+shape usually goes to XLA; the demo then runs it again in mode "prefer" to show the TSM2R
 kernel. On CPU it runs XLA's dot, then once more with the custom call forced
 (the CPU reference target) to show the FFI path working end to end. Each line prints
 the routing decision, whether the lowered program contains the custom call,

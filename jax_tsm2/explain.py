@@ -1,10 +1,12 @@
 """``jax_tsm2.explain(a, b)``: which path a product takes, with which parameters, and why.
 
-It asks the router (``routing.route``, the decision the lowering will make)
-and the performance model (``model.choose``: every candidate kernel's tile,
-occupancy and predicted time, and XLA's dot's), looks the shape up in the
-autotuner's cache for this GPU (``tune.cache``), and puts it all in one
-``Explanation``, whose ``str()`` is a short report.
+It asks the router (``routing.route``, the decision the lowering will make,
+on the same device) and the performance model (``model.choose``: every
+candidate kernel's tile, occupancy and predicted time, and XLA's dot's),
+looks the shape up in the autotuner's cache for this GPU (``tune.cache``),
+and puts it all in one ``Explanation``, whose ``str()`` is a short report:
+the path, which routing layer decided it (the rules, the tune cache, a
+measured win, or the model), why, and where the tune cache lives.
 
 Operands may be arrays, ``jax.ShapeDtypeStruct``s, or shapes (then give
 ``dtype``). ``layout`` says how they are stored: ``"nn"`` (``a[.., m, k] @
@@ -16,8 +18,8 @@ Example:
     >>> a = jax.ShapeDtypeStruct((10_000_000, 8), jnp.bfloat16)
     >>> b = jax.ShapeDtypeStruct((8, 8), jnp.bfloat16)
     >>> e = jax_tsm2.explain(a, b, mode="auto", device=model.H100_SXM, show=False)
-    >>> e.path, e.kernel.kernel, e.kernel.params["t2 (n_tile)"]
-    ('tsm2l', 'tsm2l', 8)
+    >>> e.path, e.layer, e.kernel.kernel, e.kernel.params["t2 (n_tile)"]
+    ('tsm2l', 'measured', 'tsm2l', 8)
     >>> e.kernel.reason
     'memory-bound: k*n/(k+n) = 4 below the t2 threshold of 22 on this GPU'
 """
@@ -42,6 +44,7 @@ class Explanation:
 
     path: str  # what the lowering emits: "tsm2r", "tsm2l", "tsm2s", "tsm2t" or "xla"
     route_reason: str  # the router's sentence
+    layer: str  # which routing layer decided: "rules", "tune cache", "measured" or "model"
     mode: str
     platform: str
     layout: str
@@ -73,17 +76,24 @@ class Explanation:
             f"[{p.m} x {p.k}] @ [{p.k} x {p.n}] {self.dtype}, layout {self.layout}"
         )
 
+        # Over the fewest bytes the product must move (as the benchmark reports it),
+        # not the DRAM traffic the model counts (re-reads, XLA's tn passes).
+        isz = np.dtype(jnp.dtype(self.dtype)).itemsize
+        batch = p.batch or 1
+        least = (batch * p.m * p.k + (p.batch or 1) * p.k * p.n + batch * p.m * p.n) * isz
+
         def timing(q: model.Prediction) -> str:
+            gbs = least / q.seconds
             return (
-                f"{q.seconds * 1e6:.1f} us, {q.bandwidth / 1e9:.0f} GB/s "
-                f"({q.bandwidth / bw:.0%} of {bw / 1e9:.0f})"
+                f"{q.seconds * 1e6:.1f} us, {gbs / 1e9:.0f} GB/s ({gbs / bw:.0%} of {bw / 1e9:.0f})"
             )
 
         lines = [
             f"jax_tsm2.explain: {shape}",
             f"  device:    {dev.name} ({dev.source}; {dev.sm_count} SMs, "
             f"{dev.clock_hz / 1e9:.2f} GHz, {bw / 1e9:.0f} GB/s)",
-            f"  path:      {self.path}  [mode {self.mode!r}, platform {self.platform!r}]",
+            f"  path:      {self.path}  [mode {self.mode!r}, platform {self.platform!r}; "
+            f"decided by: {self.layer}]",
             f"  why:       {self.route_reason}",
             f"  predicted: {self.predicted.kernel} {timing(self.predicted)}",
         ]
@@ -129,7 +139,7 @@ class Explanation:
         )
         lines.append(f"  model:     picks {self.model_choice.target}: {cands}")
         lines.append(
-            f"  tuned:     {self.tuned}"
+            f"  tuned:     {self.tuned} (entry in {self.tuned_path})"
             if self.tuned
             else f"  tuned:     no entry in {self.tuned_path} (optional)"
         )
@@ -189,6 +199,8 @@ def explain(
     params = inspect.signature(routing.route).parameters
     if "cuda_targets" in params:
         kwargs["cuda_targets"] = cuda_targets
+    if "device" in params:
+        kwargs["device"] = dev
     if "layout" in params:
         r = routing.route(a, b, out_dtype, layout=layout, **kwargs)
     elif layout == "nn":
@@ -197,9 +209,7 @@ def explain(
         ca, cb = _canonical(a, b, layout)
         r = routing.route(ca, cb, out_dtype, **kwargs)
     name = jnp.dtype(a.dtype).name
-    xla_precision = (
-        "highest" if precision is not None and "HIGHEST" in str(precision) else "default"
-    )
+    xla_precision = routing._xla_precision(precision)
     choice = model.choose(p, name, layout, device=dev, xla_precision=xla_precision)
     path = r.target
     if path != "xla":
@@ -210,6 +220,7 @@ def explain(
     e = Explanation(
         path=path,
         route_reason=r.reason,
+        layer=getattr(r, "layer", "rules"),
         mode=mode,
         platform=platform,
         layout=layout,

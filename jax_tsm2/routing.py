@@ -1,10 +1,11 @@
 """Which implementation runs a product: a TSM2 kernel (R, L, S, T) or XLA's dot.
 
-``route`` is a pure function of static facts (operand shapes and dtypes, the
-operand layout, the output dtype, precision, platform, the custom-call mode,
-and whether the CUDA targets were built). The lowerings in ``primitive.py``
-call it; tests and the coming ``explain()`` call it directly. It returns a
-``Route``: the decision and a sentence saying why.
+``route`` decides from static facts (operand shapes and dtypes, the operand
+layout, the output dtype, precision, platform, the custom-call mode, whether
+the CUDA targets were built, and the GPU: ``model.current_device()``, or the
+H100 preset where there is none). The lowerings in ``primitive.py`` call it;
+tests and ``jax_tsm2.explain`` call it directly. It returns a ``Route``: the
+decision, the layer that made it, and a sentence saying why.
 
 The problem is the canonical one of the ``tsm2_matmul`` primitive, in one of
 three layouts (all row-major; the result is always ``c[batch?, m, n]`` and the
@@ -14,36 +15,54 @@ contraction has length ``k``):
 - ``"nt"``: ``a[batch?, m, k] @ b[batch?, n, k]^T`` (k-means' ``X @ C.T``);
 - ``"tn"``: ``a[batch?, k, m]^T @ b[batch?, k, n]`` (Gram matrices, ``dL/dB``).
 
-Two layers decide. Eligibility (the thresholds below, from the paper's
-reasoning) says which kernel could run a shape:
+Eligibility (the thresholds below, from the paper's reasoning) says which
+kernels could run a shape (``candidates``):
 
 - TSM2L (nn, nt): k and n small enough for B to sit on chip;
-- TSM2R (nn, nt): a skinny B (n small) and a contraction long enough to stream A;
-- TSM2S (nn only): a few rows of A (m <= 16) times a large B (n past TSM2R's range);
+- TSM2R (nn, nt): a skinny B (n small), any contraction;
+- TSM2S (nn only): a few rows of A (m <= 16) times any B;
 - TSM2T (tn only): both output dimensions small (m, n <= 512), the contraction
   k the huge one; deterministic (no float atomics).
 
 Other shapes, and layouts a kernel does not take (``ffi/matmul_problem.h``
-CheckKernel), go to XLA's dot. In mode "auto" a kernel must also have
-measured faster than XLA's dot for that kind of shape and layout
-(``MEASURED_WINS``); on an H100 with jax 0.11.2, XLA's dot streamed most of
-the R and L suites at 90-99% of the read ceiling and our kernels at 25-91%
-(benchmarks/results/h100-2026-11-22b), so that list is short: bf16 TSM2L with
-k, n <= 8 in layout nn, where XLA's dot reached only 50-55%. The S and T
-kernels and the nt/tn layouts have no measurement yet, so "auto" never picks
-them. Mode "prefer" skips the second layer.
+CheckKernel), go to XLA's dot. Where several kernels take a shape, the
+performance model (``jax_tsm2.model``) picks the one it predicts fastest
+(ties go to the order above). Modes "prefer" and "always" stop there. Mode
+"auto" on a GPU with the CUDA targets then asks, in this order, and the first
+layer that answers decides (``Route.layer``):
+
+1. ``"tune cache"``: an entry for this GPU and shape written by ``python -m
+   jax_tsm2.tune`` (``jax_tsm2.tune.cache``), if its target takes the layout;
+2. ``"measured"``: a committed measurement where a candidate kernel beat XLA's
+   dot for such shapes (``MEASURED_WINS``);
+3. ``"model"``: ``model.choose``: the best candidate if it is predicted faster
+   than XLA's dot by ``model.ROUTE_MARGIN``, else XLA's dot.
+
+On an H100 with jax 0.11.2 (benchmarks/results/h100-2026-11-22b, -22c) that
+sends A^T @ B (TSM2T: XLA's dot read its operands three times over) and bf16
+products with k, n <= 8 (TSM2L) to our kernels, and everything else to XLA's
+dot, which streamed the R, L, NT and S suites at 90-100% of the read ceiling.
+The model's decisions are cached per (problem, dtype, layout, candidates,
+XLA precision, device); the tune cache is read on every call (a stat of its
+file, parsed once per change), so a tuning run takes effect at the next
+lowering. Without a GPU in the process (cross-platform lowering, tests) the
+model reasons about the H100 preset, so decisions are deterministic; where
+the driver query fails, the same preset stands in and the reason says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 from jax import numpy as jnp
 
-from jax_tsm2 import _compat
+from jax_tsm2 import _compat, model
+from jax_tsm2.problem import Problem
+from jax_tsm2.tune import cache
 
 # TSM2L: tall-and-skinny A (k small) times a small B (k x n).
 TSM2L_MAX_K = 64
@@ -135,31 +154,17 @@ Layout = Literal["nn", "nt", "tn"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Problem:
-    """Sizes of a product with result ``c[batch?, m, n]`` and contraction length ``k``.
-
-    ``batch`` is None when both operands have rank 2. The sizes do not depend
-    on the layout (``problem_of`` reads them from the operands by layout).
-    """
-
-    batch: int | None
-    m: int
-    k: int
-    n: int
-
-    @property
-    def empty(self) -> bool:
-        return 0 in (self.m, self.k, self.n) or self.batch == 0
-
-
-@dataclasses.dataclass(frozen=True)
 class Route:
-    """A routing decision: ``target`` and a human-readable ``reason``, for one ``layout``."""
+    """A routing decision for one ``layout``: ``target``, the ``layer`` that decided, and a
+    human-readable ``reason``."""
 
     target: Target
     reason: str
     problem: Problem | None = None
     layout: Layout = "nn"
+    # Which layer decided: "rules" (platform, mode, dtypes, eligibility),
+    # "tune cache", "measured" (MEASURED_WINS) or "model" (model.choose).
+    layer: str = "rules"
 
     @property
     def kernel(self) -> int | None:
@@ -230,26 +235,118 @@ def kernel_can_write(dtype: Any, out_dtype: Any) -> bool:
     return out_dtype == dtype or (dtype in _HALF_DTYPES and out_dtype == np.float32)
 
 
-def _choose_kernel(p: Problem, layout: str, mode: str) -> tuple[Target, str]:
-    """Eligibility: the kernel that takes this shape in this layout, or XLA's dot."""
+def candidates(p: Problem, layout: str) -> tuple[tuple[str, ...], str]:
+    """The kernels that take ``p`` in ``layout``, in order of preference on a tie, and why.
+
+    Example:
+        >>> candidates(Problem(None, 10**6, 16, 16), "nn")[0]
+        ('tsm2l', 'tsm2r')
+        >>> candidates(Problem(None, 8, 4096, 4096), "nn")
+        (('tsm2s',), 'nn: m=8 <= 16: TSM2S')
+    """
     if layout == "tn":
         if p.m <= TSM2T_MAX_M and p.n <= TSM2T_MAX_N:
             why = f"m={p.m} <= {TSM2T_MAX_M} and n={p.n} <= {TSM2T_MAX_N}"
-            return "tsm2t", f"tn: {why}, contraction k={p.k}: TSM2T"
-        if mode == "always":
-            return "tsm2t", f"tn: m={p.m}, n={p.n}, forced by mode 'always': TSM2T"
-        return "xla", (
-            f"tn: m={p.m} or n={p.n} > {TSM2T_MAX_M}: the result is not small, XLA's dot"
-        )
+            return ("tsm2t",), f"tn: {why}, contraction k={p.k}: TSM2T"
+        return (), f"tn: m={p.m} or n={p.n} > {TSM2T_MAX_M}: the result is not small"
+    names, whys = [], []
     if p.k <= TSM2L_MAX_K and p.n <= TSM2L_MAX_N:
-        return "tsm2l", f"{layout}: k={p.k} <= {TSM2L_MAX_K} and n={p.n} <= {TSM2L_MAX_N}: TSM2L"
+        names.append("tsm2l")
+        whys.append(f"k={p.k} <= {TSM2L_MAX_K} and n={p.n} <= {TSM2L_MAX_N}: TSM2L")
     if p.n <= TSM2R_MAX_N:
-        return "tsm2r", f"{layout}: n={p.n} <= {TSM2R_MAX_N} and k={p.k} > {TSM2L_MAX_K}: TSM2R"
+        names.append("tsm2r")
+        whys.append(f"n={p.n} <= {TSM2R_MAX_N}: TSM2R")
     if layout == "nn" and p.m <= TSM2S_MAX_M:
-        return "tsm2s", f"nn: m={p.m} <= {TSM2S_MAX_M} and n={p.n} > {TSM2R_MAX_N}: TSM2S"
-    if mode == "always":
-        return "tsm2r", f"{layout}: n={p.n} > {TSM2R_MAX_N}, forced by mode 'always': TSM2R"
-    return "xla", f"{layout}: n={p.n} > {TSM2R_MAX_N}: not tall-and-skinny, XLA's dot"
+        names.append("tsm2s")
+        whys.append(f"m={p.m} <= {TSM2S_MAX_M}: TSM2S")
+    if not names:
+        return (), f"{layout}: n={p.n} > {TSM2R_MAX_N} and m={p.m}: not tall-and-skinny"
+    return tuple(names), f"{layout}: " + ", ".join(whys)
+
+
+def _forced(p: Problem, layout: str) -> tuple[str, str]:
+    """Mode "always" where no kernel is eligible: the one that is correct for any size."""
+    kernel = "tsm2t" if layout == "tn" else "tsm2r"
+    return kernel, f"{layout}: m={p.m}, k={p.k}, n={p.n}, forced by mode 'always': {kernel}"
+
+
+def _xla_precision(precision: Any) -> str:  # explain() uses it too
+    """The model's name for the precision XLA's dot would run at ("highest" or "default")."""
+    return "highest" if precision is not None and "HIGHEST" in str(precision) else "default"
+
+
+@functools.lru_cache(maxsize=4096)
+def _best_kernel(
+    p: Problem, dtype: str, layout: str, names: tuple[str, ...], device: model.Device
+) -> tuple[str, str]:
+    """Of several eligible kernels, the one the model predicts fastest, and why."""
+    if len(names) == 1:
+        return names[0], ""
+    c = model.choose(p, dtype, layout, device=device, kernels=names)
+    if c.best is None:
+        return names[0], ""
+    others = ", ".join(
+        f"{q.kernel} {q.seconds * 1e6:.1f} us" for q in c.candidates if q is not c.best
+    )
+    return c.best.kernel, f"; model picks {c.best.kernel} ({c.best.seconds * 1e6:.1f} us; {others})"
+
+
+@functools.lru_cache(maxsize=4096)
+def _model_choice(
+    p: Problem,
+    dtype: str,
+    layout: str,
+    names: tuple[str, ...],
+    xla_precision: str,
+    device: model.Device,
+) -> model.Choice:
+    return model.choose(p, dtype, layout, device=device, kernels=names, xla_precision=xla_precision)
+
+
+def _tuned(
+    p: Problem, dtype: np.dtype, layout: str, device: model.Device, why: str
+) -> Route | None:
+    """Layer 1 of mode "auto": this GPU's tune cache, if it has a usable entry."""
+    target = cache.lookup(device.key, dtype.name, layout, p.batch, p.m, p.k, p.n)
+    if target is None:
+        return None
+    where = f"tune cache {cache.cache_path(device.key)}"
+    if target == "xla":
+        reason = f"{why}; XLA's dot measured fastest for this shape on this GPU ({where})"
+        return Route("xla", reason, p, layout, "tune cache")
+    if layout not in KERNEL_LAYOUTS.get(target, ()):
+        return None
+    if not model.predict(p, dtype, layout, target, device=device).supported:
+        return None  # e.g. TSM2S for m > 16: the kernel would reject the problem
+    reason = f"{why}; {target} measured fastest for this shape on this GPU ({where})"
+    return Route(target, reason, p, layout, "tune cache")
+
+
+def _auto(
+    p: Problem,
+    dtype: np.dtype,
+    layout: str,
+    names: tuple[str, ...],
+    why: str,
+    precision: Any,
+    device: model.Device,
+) -> Route:
+    """Mode "auto" on a GPU with the targets: tune cache, then measured wins, then the model."""
+    r = _tuned(p, dtype, layout, device, why)
+    if r is None and not names:
+        r = Route("xla", f"{why}, XLA's dot", p, layout)
+    for name in names if r is None else ():
+        win = next((w for w in MEASURED_WINS if w.covers(name, dtype, p, layout)), None)
+        if win is not None:
+            reason = f"{why}; measured faster than XLA's dot ({win.evidence})"
+            r = Route(name, reason, p, layout, "measured")
+            break
+    if r is None:
+        c = _model_choice(p, dtype.name, layout, names, _xla_precision(precision), device)
+        r = Route(c.target, f"{why}; model: {c.reason}", p, layout, "model")
+    if device.source.startswith("H100 preset"):
+        r = dataclasses.replace(r, reason=f"{r.reason} [device: {device.source}]")
+    return r
 
 
 def route(
@@ -262,8 +359,12 @@ def route(
     precision: Any = None,
     cuda_targets: bool = True,
     layout: str = "nn",
+    device: model.Device | None = None,
 ) -> Route:
     """Decides how the product of canonical rank-2/3 operands ``a``, ``b`` is computed.
+
+    Never raises for a supported call: a failing device query falls back to
+    the H100 preset (the reason says so), a corrupt tune cache is ignored.
 
     Args:
       a, b: anything with ``.shape`` and ``.dtype`` (avals, ShapeDtypeStructs, arrays),
@@ -274,9 +375,11 @@ def route(
       precision: canonical ``lax`` precision (None, a pair of ``lax.Precision``
         or a dot algorithm). The kernels compute at full precision (never
         TF32), which satisfies every ``Precision`` value; dot algorithms ask
-        for specific arithmetic and go to XLA.
+        for specific arithmetic and go to XLA. ``HIGHEST`` makes the model
+        weigh XLA's full-precision dot.
       cuda_targets: whether this build has the CUDA kernels.
       layout: ``"nn"``, ``"nt"`` or ``"tn"`` (module docstring).
+      device: the GPU the model reasons about; default ``model.current_device()``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -284,10 +387,11 @@ def route(
         >>> b = jax.ShapeDtypeStruct((20480, 8), jnp.float32)
         >>> route(a, b, jnp.float32, platform="cuda", mode="prefer").target
         'tsm2r'
-        >>> route(a, b, jnp.float32, platform="cuda", mode="auto").target  # XLA measured faster
-        'xla'
+        >>> r = route(a, b, jnp.float32, platform="cuda", mode="auto")  # XLA's dot streams faster
+        >>> r.target, r.layer
+        ('xla', 'model')
         >>> g = jax.ShapeDtypeStruct((1_000_000, 16), jnp.float32)  # A^T @ A: a Gram matrix
-        >>> route(g, g, jnp.float32, platform="cuda", mode="prefer", layout="tn").target
+        >>> route(g, g, jnp.float32, platform="cuda", mode="auto", layout="tn").target
         'tsm2t'
     """
     dtype, out = np.dtype(a.dtype), np.dtype(out_dtype)
@@ -305,24 +409,22 @@ def route(
         return xla(f"dot algorithm {precision} requested")
     if p.empty:
         return xla("empty problem (a zero dimension): XLA's dot returns the right zeros")
-    if platform == "cpu":
-        if mode != "always":
-            return xla("on CPU XLA's dot is used (mode 'always' forces the reference target)")
-        target, why = _choose_kernel(p, layout, mode)
-        return Route(target, f"mode 'always' on CPU: reference target ({why})", p, layout)
-    if not cuda_targets:
+    if platform == "cuda" and not cuda_targets:
         return xla("this build of jax_tsm2 has no CUDA targets (built with TSM2_CUDA=OFF?)")
-    target, why = _choose_kernel(p, layout, mode)
-    if mode == "auto" and target != "xla":
-        win = next((w for w in MEASURED_WINS if w.covers(target, dtype, p, layout)), None)
-        if win is None:
-            return Route(
-                "xla",
-                f"{why}, but XLA's dot measured faster for such shapes, or no measurement "
-                "covers them (routing.MEASURED_WINS; mode 'prefer' runs the kernel anyway)",
-                p,
-                layout,
-            )
-        why = f"{why}; measured faster than XLA's dot ({win.evidence})"
+    if platform == "cpu" and mode != "always":
+        return xla("on CPU XLA's dot is used (mode 'always' forces the reference target)")
+    dev = model.current_device() if device is None else device
+    names, why = candidates(p, layout)
+    if platform == "cuda" and mode == "auto":
+        return _auto(p, dtype, layout, names, why, precision, dev)
+    if not names:
+        if mode != "always":
+            return xla(f"{why.removeprefix(f'{layout}: ')}, XLA's dot")
+        target, why = _forced(p, layout)
+    else:
+        target, picked = _best_kernel(p, dtype.name, layout, names, dev)
+        why += picked
+    if platform == "cpu":
+        why = f"mode 'always' on CPU: reference target ({why})"
     assert layout in KERNEL_LAYOUTS.get(target, LAYOUTS), (target, layout)
     return Route(target, why, p, layout)

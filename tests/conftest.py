@@ -7,6 +7,8 @@
   HYPOTHESIS_PROFILE=dev locally for more, randomized examples.
 - Tests marked `gpu` are skipped unless this process has a CUDA device and the
   extension was built with the CUDA targets.
+- The autotuner's cache directory points at an empty temporary directory, so
+  that routing in mode "auto" never depends on the machine's own tune cache.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _empty_tune_cache(tmp_path_factory, monkeypatch):
+    from jax_tsm2.tune import cache
+
+    monkeypatch.setenv(cache.ENV_DIR, str(tmp_path_factory.mktemp("tune_cache")))
 
 
 @pytest.fixture(autouse=True)

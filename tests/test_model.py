@@ -139,22 +139,84 @@ def _model_check():
     return mod
 
 
-def test_bar1_median_error_on_committed_h100_results():
+def _committed_rows():
     mc = _model_check()
-    doc = json.loads(BENCH.read_text())
-    dev = H100.with_bandwidth(doc["ceilings"]["read_bytes_per_s"])
-    summary = mc.summarize(mc.check(doc, dev))
-    assert summary["kernel"]["cases"] >= 57
-    assert summary["kernel"]["median_abs_rel_error"] <= 0.20
-    assert summary["xla"]["median_abs_rel_error"] <= 0.20
-    routes = mc.routing_check(doc, dev)
-    assert len(routes) >= 57
-    assert max(r["slowdown"] for r in routes) <= 0.10
+    rows = []
+    for f in mc.committed_files():
+        doc = json.loads(f.read_text())
+        rows += mc.check(doc, mc.device_for(doc), mc.file_label(f))
+    return mc, rows
+
+
+def test_bar1_median_error_per_family_on_committed_h100_results():
+    """Issue 5's bar 1, per family and kernel, over every committed H100 file."""
+    mc, rows = _committed_rows()
+    fams = mc.by_family(rows)
+    kernel_rows = [r for r in rows if r["group"] == "kernel"]
+    assert len(kernel_rows) >= 103  # R 21, L 36, NT 8, S 20, TN 6 + 6, GRAD 3 + 3
+    seen = {(s["family"], s["group"]) for s in fams}
+    for fam in ("R", "L", "NT", "S", "TN", "GRAD"):
+        assert {(fam, "kernel"), (fam, "xla")} <= seen, fam
+    for s in fams:
+        if s["group"] in ("kernel", "xla"):
+            assert s["median_abs_rel_error"] <= 0.20, s
+    # NT and GRAD were fitted to nothing: their figures are out of sample.
+    marks = {(s["family"], s["group"]): s["sample"] for s in fams}
+    assert marks[("NT", "kernel")] == ["out"] and marks[("GRAD", "kernel")] == ["out"]
+    assert marks[("R", "kernel")] == ["in"] and marks[("TN", "kernel")] == ["in", "repeat"]
+
+
+def test_model_check_reads_layouts_from_families():
+    mc = _model_check()
+    rec = {"family": "TN", "m": 10**6, "k": 16, "n": 256}
+    assert mc.products(rec) == [("tn", (16, 10**6, 256))]
+    assert mc.products(dict(rec, family="NT")) == [("nt", (10**6, 16, 256))]
+    grad = mc.products(dict(rec, family="GRAD"))
+    assert grad == [("nn", (10**6, 16, 256)), ("tn", (16, 10**6, 256))]
+    assert mc._targets("tsm2r,tsm2t", ["nn", "tn"]) == ["tsm2r", "tsm2t"]
+    assert mc._targets("tsm2t", ["nn", "tn"]) == ["xla", "tsm2t"]
+    assert mc._targets("xla", ["nn", "tn"]) == ["xla", "xla"]
+    assert mc._targets("mystery", ["nn"]) is None
+    assert mc.products(dict(rec, family="X", layout="nt", batch=3)) == [("nt", (3, 10**6, 16, 256))]
+
+
+def test_model_check_reads_the_grids_per_kernel_records():
+    """The validation grid times each kernel as its own impl (tsm2r, tsm2l, ...)."""
+    mc = _model_check()
+    base = {"family": "L", "case": "L:1000000x8x8", "dtype": "f32", "m": 10**6, "k": 8, "n": 8}
+    base["status"] = "ok"
+    times = {"jnp": 22.5e-6, "tsm2l": 30.2e-6, "tsm2r": 92e-6, "tsm2": 22.9e-6}
+    doc = {"records": [dict(base, impl=i, seconds=t, route="xla") for i, t in times.items()]}
+    rows = mc.check(doc, H100)
+    assert {r["kernel"] for r in rows if r["group"] == "kernel"} == {"tsm2l", "tsm2r"}
+    (r,) = mc.routing_check(doc, H100)
+    assert r["kernel"] == "tsm2l" and sorted(r["slow_kernels"]) == ["tsm2l", "tsm2r"]
+    assert r["target"] == "xla" and r["slowdown"] == 0.0
+
+
+def test_xla_reads_tn_operands_three_times():
+    nn = model.predict((16, 10**7, 16), "float32", "nn", "xla", device=H100)
+    tn = model.predict((16, 10**7, 16), "float32", "tn", "xla", device=H100)
+    assert tn.params["operand_passes"] == 3.0 and "layout tn" in tn.reason
+    assert tn.seconds == pytest.approx(3 * nn.seconds, rel=0.01)
+    # Measured: TN f32 1e7 x 16 x 16 (model m, k, n = 16, 1e7, 16), jnp 1.317 ms.
+    assert tn.seconds == pytest.approx(1.317e-3, rel=0.1)
+
+
+def test_split_kernels_are_calibrated():
+    t = model.predict((16, 10**7, 16), "float64", "tn", "tsm2t", device=H100)
+    assert t.seconds == pytest.approx(1.044e-3, rel=0.1)  # measured, TN f64 1e7 x 16 x 16
+    s = model.predict((16, 8192, 14336), "bfloat16", "nn", "tsm2s", device=H100)
+    assert s.bound == "compute" and s.seconds == pytest.approx(351.6e-6, rel=0.1)
+    assert "FMA/clk/SM" in s.reason and "measured" not in s.reason
 
 
 def test_model_check_cli(capsys):
-    assert _model_check().main([str(BENCH), "--quiet"]) == 0
-    assert "median |error|" in capsys.readouterr().out
+    mc = _model_check()
+    assert mc.main([str(BENCH), "--quiet"]) == 0
+    assert mc.main(["--quiet"]) == 0  # every committed file
+    out = capsys.readouterr().out
+    assert "median |error|" in out and "[out]" in out and "[in]" in out
 
 
 # ----------------------------------------------------------------------------- explain
@@ -178,12 +240,13 @@ def test_explain_follows_the_router(mode, a, b):
     for dtype in (jnp.float32, jnp.bfloat16):
         sa, sb = _sds(a, dtype), _sds(b, dtype)
         e = jax_tsm2.explain(sa, sb, mode=mode, device=H100, show=False)
-        r = routing.route(sa, sb, dtype, platform="cuda", mode=mode)
+        r = routing.route(sa, sb, dtype, platform="cuda", mode=mode, device=H100)
         assert isinstance(e, Explanation)
-        assert e.path == r.target and e.route_reason == r.reason
+        assert e.path == r.target and e.route_reason == r.reason and e.layer == r.layer
         assert e.predicted.seconds > 0 and e.xla.kernel == "xla"
         text = str(e)
         assert f"path:      {r.target}" in text and "t2 threshold" in text
+        assert f"decided by: {r.layer}" in text and e.tuned_path in text
 
 
 def test_explain_takes_shapes_and_prints(capsys):
@@ -222,5 +285,10 @@ def test_explain_reports_a_tuned_entry(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.ENV_DIR, str(tmp_path))
     dev = {"key": H100.key, "name": H100.name, "cc": [9, 0], "sm_count": 132}
     cache.store(dev, {cache.entry_key("float32", "nn", None, 10**6, 8, 8): {"target": "tsm2l"}})
-    e = jax_tsm2.explain(_sds((10**6, 8)), _sds((8, 8)), device=H100, show=False)
+    e = jax_tsm2.explain(_sds((10**6, 8)), _sds((8, 8)), mode="auto", device=H100, show=False)
     assert e.tuned == "tsm2l" and "tuned:     tsm2l" in str(e)
+    # Routing takes the entry (the model alone would pick XLA's dot here).
+    assert e.path == "tsm2l" and e.layer == "tune cache" and e.tuned_path in e.route_reason
+    assert "decided by: tune cache" in str(e)
+    plain = jax_tsm2.explain(_sds((10**6, 8)), _sds((8, 4)), mode="auto", device=H100, show=False)
+    assert plain.layer == "model" and "no entry in" in str(plain)

@@ -7,6 +7,7 @@ machine can produce: `jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))`
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import jax
@@ -16,7 +17,9 @@ import pytest
 from _helpers import has_custom_call, lowered_text
 
 import jax_tsm2
-from jax_tsm2 import routing
+from jax_tsm2 import _ffi, model, routing
+from jax_tsm2.model import device as model_device
+from jax_tsm2.tune import cache
 
 S = jax.ShapeDtypeStruct
 F32 = jnp.float32
@@ -118,6 +121,8 @@ def test_vmap_over_b_is_one_batched_call_with_shared_a():
 
 
 def route(a_shape, b_shape, *, dtype=F32, out=None, platform="cuda", mode="prefer", **kw):
+    # The H100 preset unless a test says otherwise: the same decisions on any machine.
+    kw.setdefault("device", model.H100_SXM)
     return routing.route(
         S(a_shape, dtype),
         S(b_shape, dtype),
@@ -154,23 +159,97 @@ def test_route_is_xla_for_other_platforms_and_missing_targets():
     assert r.target == "xla" and "CUDA" in r.reason
 
 
-def test_auto_runs_a_kernel_only_where_it_measured_faster():
-    """Mode "auto" gates eligible shapes with routing.MEASURED_WINS; "prefer" does not."""
+def test_auto_takes_measured_wins_then_the_model():
+    """Mode "auto": a MEASURED_WINS region first, then the model with its margin."""
     bf16 = jnp.bfloat16
     win = route((1_000_000, 8), (8, 8), dtype=bf16, mode="auto")
-    assert win.target == "tsm2l" and "measured faster" in win.reason
+    assert win.target == "tsm2l" and win.layer == "measured" and "measured faster" in win.reason
     assert route((4, 1_000_000, 8), (8, 8), dtype=bf16, mode="auto").target == "tsm2l"
-    assert route((1_000_000, 8), (8, 8), mode="auto").target == "xla"  # f32: XLA's dot was as fast
-    assert route((1_000_000, 8), (8, 8), dtype=jnp.float64, mode="auto").target == "xla"
-    assert route((1_000_000, 16), (16, 16), dtype=bf16, mode="auto").target == "xla"  # past k, n
+    for a, b, dtype in [
+        ((1_000_000, 8), (8, 8), F32),  # measured: TSM2L 1.34x slower than XLA's dot
+        ((1_000_000, 8), (8, 8), jnp.float64),  # 1.23x slower
+        ((1_000_000, 16), (16, 16), bf16),  # past the bf16 win: 1.60x slower
+        ((20480, 20480), (20480, 8), F32),  # TSM2R 1.08x slower
+    ]:
+        r = route(a, b, dtype=dtype, mode="auto")
+        assert r.target == "xla" and r.layer == "model", r
+        assert "model: XLA's dot predicted" in r.reason
     assert route((1_000_000, 8), (8, 8), mode="prefer").target == "tsm2l"
-    lost = route((20480, 20480), (20480, 8), mode="auto")
-    assert lost.target == "xla" and "XLA's dot measured faster" in lost.reason
     assert route((20480, 20480), (20480, 8), mode="prefer").target == "tsm2r"
     text = cuda_text(jax_tsm2.matmul, S((100_000, 8), bf16), S((8, 8), bf16), mode="auto")
     assert kernel_ids(text) == [1]
     tall = (S((20480, 2048), F32), S((2048, 8), F32))
     assert not has_custom_call(cuda_text(jax_tsm2.matmul, *tall, mode="auto"))
+
+
+@pytest.mark.skipif(_ffi.cuda_backend_present(), reason="this process has a GPU")
+def test_auto_without_a_gpu_reasons_about_the_h100_preset():
+    """Cross-platform lowering on a CPU-only machine: deterministic, and the reason says so."""
+    r = route((20480, 20480), (20480, 8), mode="auto", device=None)
+    assert "[device: H100 preset (no CUDA device in this process)]" in r.reason
+    same = route((20480, 20480), (20480, 8), mode="auto")
+    assert same.target == r.target and "preset" not in same.reason
+
+
+def test_auto_survives_a_failing_driver_query(monkeypatch):
+    def broken(index=0, measured_bandwidth=None):
+        raise OSError("driver gone")
+
+    monkeypatch.setattr(_ffi, "cuda_backend_present", lambda: True)
+    monkeypatch.setattr(_ffi, "cuda_targets_available", lambda: True)
+    monkeypatch.setattr(model_device, "device_from_driver", broken)
+    model.current_device.cache_clear()
+    try:
+        r = route((1_000_000, 16), (1_000_000, 16), mode="auto", layout="tn", device=None)
+        assert r.target == "tsm2t"
+        assert "H100 preset (the driver query failed: OSError: driver gone)" in r.reason
+    finally:
+        model.current_device.cache_clear()
+
+
+def test_auto_uses_a_tune_cache_entry_first(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.ENV_DIR, str(tmp_path))
+    H = model.H100_SXM
+    dev = {"key": H.key, "name": H.name, "cc": [9, 0], "sm_count": 132}
+    entries = {
+        cache.entry_key("float32", "nn", None, 1_000_000, 8, 8): {"target": "tsm2l"},
+        cache.entry_key("bfloat16", "nn", None, 1_000_000, 8, 8): {"target": "xla"},
+        cache.entry_key("float32", "nn", None, 100, 4096, 4096): {"target": "tsm2s"},
+    }
+    path = cache.store(dev, entries)
+    r = route((1_000_000, 8), (8, 8), mode="auto", device=H)
+    assert r.target == "tsm2l" and r.layer == "tune cache" and str(path) in r.reason
+    r = route((1_000_000, 8), (8, 8), dtype=jnp.bfloat16, mode="auto", device=H)
+    assert r.target == "xla" and r.layer == "tune cache"  # over the measured win
+    # TSM2S cannot take m = 100: the entry is not used; no kernel is eligible.
+    r = route((100, 4096), (4096, 4096), mode="auto", device=H)
+    assert r.target == "xla" and r.layer == "rules" and "not tall-and-skinny" in r.reason
+    # Another GPU's key finds no entry.
+    other = dataclasses.replace(H, name="Another GPU")
+    assert route((1_000_000, 8), (8, 8), mode="auto", device=other).layer == "model"
+    # Modes other than auto do not read the cache.
+    assert route((1_000_000, 8), (8, 8), dtype=jnp.bfloat16, mode="prefer").target == "tsm2l"
+
+
+def test_the_model_picks_among_eligible_kernels():
+    """TSM2L and TSM2R both take k, n <= 64; the model decides, ties go to TSM2L."""
+    names, why = routing.candidates(routing.Problem(None, 10_000, 64, 64), "nn")
+    assert names == ("tsm2l", "tsm2r") and "TSM2L" in why and "TSM2R" in why
+    r = route((10_000, 64), (64, 64), dtype=jnp.bfloat16)  # the model: R 14 us, L 16 us
+    assert r.target == "tsm2r" and "model picks tsm2r" in r.reason
+    r = route((100_000, 16), (16, 16))  # L 11 us, R 22 us
+    assert r.target == "tsm2l" and "model picks tsm2l" in r.reason
+    # f32 k = 64: TSM2L runs TSM2R's tile, an exact tie: the first candidate.
+    assert route((100_000, 64), (64, 64)).target == "tsm2l"
+    assert routing.candidates(routing.Problem(None, 8, 64, 8), "nt")[0] == ("tsm2l", "tsm2r")
+
+
+def test_model_decisions_are_cached():
+    routing._model_choice.cache_clear()
+    for _ in range(3):
+        route((777_777, 24), (24, 24), mode="auto")
+    info = routing._model_choice.cache_info()
+    assert (info.misses, info.hits) == (1, 2)
 
 
 def test_route_cpu():
@@ -267,19 +346,25 @@ def test_always_forces_a_kernel_that_takes_the_layout():
         assert r.custom_call and layout in routing.KERNEL_LAYOUTS[r.target]
 
 
-def test_auto_follows_the_measured_wins_of_each_layout():
-    """bf16 TSM2L was measured in nn only; TSM2T in tn for f32/f64 with k >= 1e6; S and nt not."""
+def test_auto_in_each_layout():
+    """bf16 TSM2L was measured in nn, TSM2T in tn at k >= 1e6; elsewhere the model decides."""
     bf16 = jnp.bfloat16
-    assert route((1_000_000, 8), (8, 8), dtype=bf16, mode="auto").target == "tsm2l"
-    assert route((1_000_000, 8), (8, 8), dtype=bf16, mode="auto", layout="nt").target == "xla"
+    assert route((1_000_000, 8), (8, 8), dtype=bf16, mode="auto").layer == "measured"
+    # In nt the model carries the nn result over (an 8 x 8 B's layout matters to
+    # neither XLA's stream nor TSM2L): TSM2L 16 us against XLA's 20 us.
+    r = route((1_000_000, 8), (8, 8), dtype=bf16, mode="auto", layout="nt")
+    assert r.target == "tsm2l" and r.layer == "model"
     assert route((8, 4096), (4096, 4096), mode="auto").target == "xla"
-    r = route((1_000_000, 8), (1_000_000, 8), dtype=bf16, mode="auto", layout="tn")
-    assert r.target == "xla" and "MEASURED_WINS" in r.reason
     for dtype in (jnp.float32, jnp.float64):
         r = route((1_000_000, 512), (1_000_000, 8), dtype=dtype, mode="auto", layout="tn")
-        assert r.target == "tsm2t" and "measured faster" in r.reason
-    # Below the measured contraction length XLA's dot keeps it.
-    assert route((999_999, 16), (999_999, 16), mode="auto", layout="tn").target == "xla"
+        assert r.target == "tsm2t" and r.layer == "measured"
+    # Below the measured contraction length and for bf16 the model decides: XLA's
+    # dot reads tn operands three times over (it did for bf16 in the GRAD benchmark).
+    for dtype, k in [(F32, 999_999), (bf16, 1_000_000)]:
+        r = route((k, 16), (k, 16), dtype=dtype, mode="auto", layout="tn")
+        assert r.target == "tsm2t" and r.layer == "model", r
+    # A small contraction: launch-bound either way, XLA's dot keeps it.
+    assert route((1000, 16), (1000, 16), mode="auto", layout="tn").target == "xla"
     win = routing.MeasuredWin("tsm2t", frozenset({"float32"}), 2**62, 2**62, 512, "test", 0, "tn")
     p = routing.problem_of((1000, 8), (1000, 8), "tn")
     assert win.covers("tsm2t", np.dtype("float32"), p, "tn")
@@ -314,3 +399,74 @@ def test_layouts_on_cuda(f, a, b, kernel, layout):
     text = cuda_text(f, a, b)
     assert kernel_ids(text) == [kernel]
     assert [int(x) for x in re.findall(r"layout = (\d+) : i32", text)] == [layout]
+
+
+# ---------------------------------------------------------------------------
+# safety: routing against every committed H100 measurement
+
+
+def _model_check():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "model_check.py"
+    spec = importlib.util.spec_from_file_location("model_check", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _committed_routes(mc):
+    import json
+
+    routes = []
+    for f in mc.committed_files():
+        doc = json.loads(f.read_text())
+        routes += [dict(r, file=mc.file_label(f)) for r in mc.routing_check(doc, model.H100_SXM)]
+    return routes
+
+
+def test_auto_never_picks_a_kernel_that_measured_slower_than_xla():
+    """For every committed H100 case where our forced kernel measured more than 10%
+    slower than jnp.matmul, mode "auto" on the H100 preset must not run that kernel;
+    where the kernel measured more than 10% faster, it must not leave it to XLA."""
+    mc = _model_check()
+    routes = _committed_routes(mc)
+    assert len(routes) >= 103
+    slower = [r for r in routes if r["kernel_over_xla"] > 1.10]
+    assert len(slower) >= 70  # most of the R, L, NT and S suites
+    bad = [r for r in routes if r["target"] in r["slow_kernels"]]
+    assert not bad, [(r["file"], r["case"], r["dtype"], r["target"]) for r in bad]
+    assert all(r["slowdown"] is None or r["slowdown"] <= 0.10 for r in routes)
+    faster = [r for r in routes if r["kernel_over_xla"] < 1 / 1.10]
+    missed = [r for r in faster if r["target"].replace("+", "").replace("xla", "") == ""]
+    assert len(faster) >= 20  # TN, GRAD, bf16 L 8 x 8
+    assert not missed, [(r["file"], r["case"], r["dtype"]) for r in missed]
+
+
+def test_the_safety_check_can_fail(monkeypatch):
+    """The check above flags a router that runs every eligible kernel (mode "prefer")."""
+    mc = _model_check()
+    real = routing.route
+    monkeypatch.setattr(routing, "route", lambda *a, **kw: real(*a, **dict(kw, mode="prefer")))
+    routes = _committed_routes(mc)
+    slow = [r for r in routes if r["slowdown"] is not None and r["slowdown"] > 0.10]
+    assert len(slow) >= 70
+
+
+@pytest.mark.gpu
+def test_auto_on_this_h100_decides_as_on_the_preset():
+    """On a real H100 the model reasons about the driver's description of it (and a
+    tuned bandwidth, if any): every committed case must route as on the preset."""
+    dev = model.current_device()
+    assert dev.source == "driver", dev.source
+    if "H100" not in dev.name:
+        pytest.skip(f"not an H100: {dev.name}")
+    mc = _model_check()
+    import json
+
+    for f in mc.committed_files():
+        doc = json.loads(f.read_text())
+        here = [r["target"] for r in mc.routing_check(doc, dev)]
+        preset = [r["target"] for r in mc.routing_check(doc, model.H100_SXM)]
+        assert here == preset, f

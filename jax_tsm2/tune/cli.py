@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from jax_tsm2 import model
-from jax_tsm2.routing import Problem
+from jax_tsm2.problem import Problem
 from jax_tsm2.tune import cache
 
 Timer = Callable[[str, Problem, str, str], float]

@@ -1,0 +1,121 @@
+"""The model's calibration constants: what neither the driver nor a datasheet says.
+
+Each constant is a measured fraction or cost, fitted to committed H100 runs
+and checked by ``benchmarks/model_check.py``; the docstring of
+``Calibration`` says which run each comes from.
+
+Example:
+    >>> from jax_tsm2.model.calibration import CALIBRATION
+    >>> CALIBRATION.eta("f32/R"), CALIBRATION.P
+    (1.0, 4.0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """Constants the driver cannot give, each fitted to one committed H100 run.
+
+    Row-tile kernels (TSM2R, TSM2L), fitted to benchmarks/results/h100-2026-11-22b
+    (families R and L):
+
+    - ``stream_fraction``: measured read ceiling / theoretical DRAM bandwidth
+      (3070 / 3352 GB/s on the H100); used when no bandwidth was measured.
+    - ``eta_stream``: the fraction of the read ceiling our ring sustains when it
+      has enough bytes in flight (R f32 n = 1: 91%).
+    - ``latency_s``: the effective loaded latency of a ring stage: an SM needs
+      ``BW * latency / SMs`` bytes in flight to stream at ``eta_stream``
+      (the L tiles with ~72 KB in flight per SM reached 76-81%, those with
+      96 KB 89%).
+    - ``smem_bytes_per_clk``: the shared-memory pipe; a warp's 16-byte
+      broadcast read costs a full 128-byte wavefront per quarter-warp.
+    - ``warps_to_hide``: resident warps per SM at which a tile issues at its
+      full rate (bf16 L 64x64, 4 warps per SM, reached 66%).
+    - ``rpt_exponent``: register blocking over ``rows_per_thread`` rows raises
+      the shared-memory bound by ``rows_per_thread ** rpt_exponent``, not
+      linearly: R f32 n = 16 (2 rows per thread) sustained ~43 FMA/clk/SM
+      against 32 at one row, bf16 n = 8 and 16 (4 rows) 30-35 against 19.
+      0.5 fits both (R median error 4% -> 3%, bf16 n = 16 -47% -> -5%).
+    - ``eta_tile``: achieved fraction of ``rate`` per (accumulator, tile
+      kind); the half types on R tiles measured at 55-60% of the f32 rate.
+    - ``epilogue_cycles_per_byte``: SM cycles per byte of accumulators a tile
+      writes through shared memory at its end (k-group reduction: scalar,
+      6; L output staging: 16-byte vectors, 1).
+    - ``t_floor``, ``t_launch``: the per-call floor of one jitted product in the
+      harness's steady-state timing (host dispatch overlaps the GPU, so the
+      floor is a max, ~9 us for both our kernels and XLA's dot at 1e5 rows),
+      and the launch cost on top of the streaming time (our handler plans
+      each call: ~3.5 us; XLA's dot ~1.5 us).
+    - ``fixup_s``: the second launch that adds split tiles' partial sums.
+    - ``P``: the soft-maximum exponent joining t_mem and t_cmp.
+
+    Split kernels (TSM2S, TSM2T), fitted to
+    benchmarks/results/h100-2026-11-22c/layouts-before-routing (families S, TN):
+
+    - ``split_eta_stream``: the fraction of the read ceiling each streams at.
+      TSM2S keeps ``eta_stream`` (its m = 1 cases reached 89-91%); TSM2T
+      reached 71-85% where it is memory-bound (3 stages of 16 KB, whole rows
+      of both operands): 0.80.
+    - ``split_eta_fma``: the fraction of the FMA lanes each sustains. TSM2S
+      (one block of 8 warps per SM at m = 16, a barrier per 32 rows) sustained
+      about 19-26 FMA/clk/SM of 128 at m = 8 and 16 (inferred through the same
+      soft maximum): 0.17. TSM2T at least 36 (f32, 64 x 64) and 21 (f64, of
+      64): 0.30.
+
+    XLA's dot (jax 0.11.2), fitted to the same file (family TN):
+
+    - ``xla_tn_passes``: in layout tn (``A^T @ B`` on row-major operands)
+      XLA's dot ran every case at 31-35% of the read ceiling, whatever the
+      dtype and shape: as if it read its operands three times (consistent
+      with a transposed copy written and read back). It is the one layout
+      that differs: nt ran at 97-100%, like nn.
+    - ``xla_t_floor``, ``xla_t_launch``: as ``t_floor``, ``t_launch`` above.
+    """
+
+    stream_fraction: float = 0.916
+    eta_stream: float = 0.92
+    latency_s: float = 3.6e-6
+    smem_bytes_per_clk: float = 128.0
+    warps_to_hide: float = 6.0
+    rpt_exponent: float = 0.5
+    eta_tile: tuple[tuple[str, float], ...] = (
+        ("f32/R", 1.0),
+        ("f32/L", 1.0),
+        ("f64/R", 1.15),
+        ("f64/L", 1.0),
+        ("half/R", 0.58),
+        ("half/L", 1.0),
+    )
+    epilogue_cycles_per_byte: tuple[float, float] = (6.0, 1.0)
+    inflight_exponent: float = 0.5
+    t_floor: float = 11.0e-6
+    t_launch: float = 3.5e-6
+    fixup_s: float = 1.5e-6
+    P: float = 4.0
+    split_eta_stream: tuple[tuple[str, float], ...] = (("tsm2s", 0.92), ("tsm2t", 0.80))
+    split_eta_fma: tuple[tuple[str, float], ...] = (("tsm2s", 0.17), ("tsm2t", 0.30))
+    xla_tn_passes: float = 3.0
+    xla_t_floor: float = 10.0e-6
+    xla_t_launch: float = 1.5e-6
+
+    def eta(self, key: str) -> float:
+        return dict(self.eta_tile)[key]
+
+    def split_eta(self, kernel: str) -> tuple[float, float]:
+        """(stream, FMA-rate) efficiencies of a split kernel ("tsm2s" or "tsm2t")."""
+        return dict(self.split_eta_stream)[kernel], dict(self.split_eta_fma)[kernel]
+
+
+CALIBRATION = Calibration()
+
+# XLA's dot as a stream: the fraction of the read ceiling it reached
+# (jax 0.11.2, H100: 90-99% on the R and L suites; bf16/f16 with k, n <= 8 at
+# 50-55%, the one region where our TSM2L wins).
+XLA_STREAM_EFFICIENCY = 0.96
+XLA_SMALL_HALF_EFFICIENCY = 0.55
+# Of DOT_FLOPS_PER_CLK when compute-bound: the harness's 8192^3 ceilings were
+# 707 TF bf16 (66%), 59 TF f64 (88%), and f32 "highest" R n = 64 reached 39 TF.
+XLA_DOT_EFFICIENCY = 0.65

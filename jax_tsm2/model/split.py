@@ -1,0 +1,90 @@
+"""TSM2S and TSM2T: the split-contraction kernels (``ffi/split_plans.h``).
+
+Both cut a long contraction into splits, one output tile per block, and add
+the splits' partial sums in a second launch. The plan (tiles, splits,
+blocks, workspace) comes from the extension (``_tsm2_ext.split_plan``), the
+same code the launcher runs. Each kernel streams at a measured fraction of
+the read ceiling and computes at a measured fraction of the FMA lanes
+(``Calibration.split_eta``), and the two join in the soft maximum the row
+tiles use (``tiles.py``)::
+
+    t_mem = bytes / (BW * eta_stream * SMs_active / SMs)
+    t_cmp = FMAs / (eta_fma * fma_lanes * SMs_active * clock)
+    t     = max(t_floor, t_launch (+ fixup) + (t_mem**P + t_cmp**P) ** (1 / P))
+
+Example:
+    >>> from jax_tsm2.model.device import H100_SXM
+    >>> from jax_tsm2.model.calibration import CALIBRATION
+    >>> from jax_tsm2.problem import Problem
+    >>> p = split_prediction(Problem(None, 8, 4096, 4096), "float32", "nn", "tsm2s",
+    ...                      H100_SXM, CALIBRATION)
+    >>> p.params["splits"] > 1, p.bound
+    (True, 'memory')
+"""
+
+from __future__ import annotations
+
+from jax_tsm2._ffi import _tsm2_ext
+from jax_tsm2.model.calibration import Calibration
+from jax_tsm2.model.device import Device
+from jax_tsm2.model.prediction import (
+    KERNEL_IDS,
+    Prediction,
+    acc_of,
+    itemsize,
+    soft_max,
+    t2_threshold,
+    total,
+)
+from jax_tsm2.problem import Problem
+
+
+def split_prediction(
+    p: Problem, dtype: str, layout: str, kernel: str, dev: Device, cal: Calibration
+) -> Prediction:
+    """The prediction for TSM2S or TSM2T (``kernel``) on a supported problem."""
+    isz = itemsize(dtype)
+    acc = acc_of(dtype)
+    batch = p.batch or 1
+    # T contracts over its operands' long dimension (stored k x m and k x n).
+    plan = _tsm2_ext.split_plan(dtype, KERNEL_IDS[kernel], batch, p.m, p.k, p.n, dev.sm_count)
+    a_bytes = batch * p.m * p.k * isz
+    b_bytes = (p.batch or 1) * p.k * p.n * isz
+    c_bytes = batch * p.m * p.n * isz
+    ws = 2 * plan["workspace_bytes"]
+    if kernel == "tsm2s":  # every n-tile block reads A (small) from L2, B from DRAM
+        dram = a_bytes + b_bytes + c_bytes + ws
+    else:  # every (m, n) tile reads its columns of A and B
+        dram = a_bytes * plan["tiles_n"] + b_bytes * plan["tiles_m"] + c_bytes + ws
+    blocks = plan["blocks"]
+    active = min(dev.sm_count, blocks)
+    bw = dev.bandwidth(cal)
+    eta_stream, eta_fma = cal.split_eta(kernel)
+    t_mem = dram / (bw * eta_stream * active / dev.sm_count)
+    rate = eta_fma * dev.fma_lanes(acc)
+    fmas = batch * p.m * p.k * p.n
+    t_cmp = fmas / (rate * active * dev.clock_hz)
+    body = soft_max(t_mem, t_cmp, cal.P)
+    launch = cal.t_launch + (cal.fixup_s if plan["splits"] > 1 else 0.0)
+    seconds, bound = total(body, launch, cal.t_floor, t_mem, t_cmp)
+    t2 = t2_threshold(dev, dtype, cal)
+    params = dict(plan)
+    params["fma_per_clk_per_sm"] = round(rate, 1)
+    return Prediction(
+        kernel=kernel,
+        dtype=dtype,
+        layout=layout,
+        problem=p,
+        seconds=seconds,
+        bytes=dram,
+        bound=bound,
+        t_mem=t_mem,
+        t_cmp=t_cmp,
+        t_overhead=seconds - body,
+        occupancy=None,  # not modelled: the time depends on the measured efficiencies
+        params=params,
+        t2_threshold=t2,
+        tile_threshold=None,
+        reason=f"{bound}-bound ({kernel}: {plan['splits']} splits of {plan['split_len']}, "
+        f"streaming at {eta_stream:.0%} of the read ceiling, {rate:.0f} FMA/clk/SM)",
+    )

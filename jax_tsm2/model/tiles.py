@@ -1,0 +1,163 @@
+"""TSM2R and TSM2L: the row-tile kernels, from the tile the launcher would run.
+
+The tile (``ffi/tile_configs.h``, read through ``_tsm2_ext.tile_config``,
+never re-derived here) gives threads, shared memory, rows per thread and the
+ring depth; from those come occupancy, the bytes in flight per SM (and so
+the stream efficiency), the FMA rate the tile can sustain, and a time::
+
+    t_mem  = bytes / (BW * eta_stream * min(1, inflight / (BW * latency)) ** 0.5)
+    t_cmp  = (FMAs_padded / rate + epilogue cycles) / (SMs_active * clock)
+    rate   = min(fma_lanes, smem_bytes_per_clk * rows_per_thread / acc_bytes)
+             * min(1, warps_per_SM / warps_to_hide) * eta_tile
+    t      = max(t_floor, t_launch + (t_mem**P + t_cmp**P) ** (1 / P))
+
+Example:
+    >>> from jax_tsm2.model.device import H100_SXM
+    >>> from jax_tsm2.model.calibration import CALIBRATION
+    >>> from jax_tsm2.problem import Problem
+    >>> p = tile_prediction(Problem(None, 20480, 20480, 8), "float32", "nn", "tsm2r",
+    ...                     H100_SXM, CALIBRATION)
+    >>> p.params["tile"], p.bound
+    ('R', 'memory')
+"""
+
+from __future__ import annotations
+
+from jax_tsm2._ffi import _tsm2_ext
+from jax_tsm2.model.calibration import Calibration
+from jax_tsm2.model.device import Device
+from jax_tsm2.model.prediction import (
+    KERNEL_IDS,
+    Prediction,
+    acc_of,
+    itemsize,
+    occupancy,
+    per_row_ratio,
+    soft_max,
+    t2_threshold,
+    total,
+)
+from jax_tsm2.problem import Problem
+
+
+def tile_prediction(
+    p: Problem, dtype: str, layout: str, kernel: str, dev: Device, cal: Calibration
+) -> Prediction:
+    """The prediction for TSM2R or TSM2L (``kernel``) on a supported problem."""
+    isz = itemsize(dtype)
+    acc = acc_of(dtype)
+    acc_b = 8 if acc == "f64" else 4
+    t = _tsm2_ext.tile_config(dtype, KERNEL_IDS[kernel], p.k, p.n)
+    nt, rows, rpt, kg = t["n_tile"], t["rows"], t["rows_per_thread"], t["k_groups"]
+    batch = p.batch or 1
+    n_tiles = -(-p.n // nt)
+    row_tiles = -(-p.m // rows)
+    chunks = -(-p.k // t["chunk_k"])
+    units = batch * n_tiles * row_tiles * chunks
+    # Registers: accumulators and one B row per thread, A vectors, ~40 for
+    # addresses and loop state; __launch_bounds__ caps them at min_blocks.
+    regs = 40 + (rpt * nt + nt) * (acc_b // 4) + rpt * 4
+    if t["min_blocks"] > 1:
+        regs = min(regs, dev.regs_per_sm // (t["threads"] * t["min_blocks"]))
+    occ = occupancy(dev, t["threads"], t["smem_bytes"], regs, t["min_blocks"])
+    blocks = min(units, occ.blocks_per_sm * dev.sm_count)
+    if chunks > 1:
+        blocks = min(blocks, 4 * dev.sm_count)  # the workspace is sized for 4 blocks per SM
+    active_sms = min(dev.sm_count, blocks)
+    blocks_per_active_sm = max(1, blocks // max(active_sms, 1))
+    warps = min(occ.warps_per_sm, blocks_per_active_sm * t["threads"] // 32)
+
+    # DRAM bytes: A once per n-tile (once if it fits in half of L2), B once,
+    # C once, and the partial sums of split tiles (written and read).
+    a_bytes = batch * p.m * p.k * isz
+    a_reads = n_tiles if a_bytes > dev.l2_bytes // 2 else 1
+    b_bytes = (p.batch or 1) * p.k * p.n * isz
+    c_bytes = batch * p.m * p.n * isz
+    split = chunks > 1 and blocks > 1
+    ws_bytes = 2 * blocks * 2 * rows * nt * acc_b if split else 0
+    dram = a_bytes * a_reads + b_bytes + c_bytes + ws_bytes
+
+    bw = dev.bandwidth(cal)
+    a_stage_data = rows * min(p.k, t["chunk_k"]) * isz  # padding is not fetched
+    inflight = active_sms * blocks_per_active_sm * (t["stages"] - 1) * a_stage_data
+    need = bw * cal.latency_s * active_sms / dev.sm_count
+    stream = cal.eta_stream * min(1.0, inflight / need) ** cal.inflight_exponent
+    stream *= active_sms / dev.sm_count
+    t_mem = dram / (bw * stream)
+
+    fma_lanes = dev.fma_lanes(acc)
+    smem_bound = cal.smem_bytes_per_clk * rpt**cal.rpt_exponent / acc_b
+    kind = "L" if kg == 1 else "R"
+    dclass = "half" if isz == 2 else acc
+    rate = (
+        min(fma_lanes, smem_bound)
+        * min(1.0, warps / cal.warps_to_hide)
+        * cal.eta(f"{dclass}/{kind}")
+    )
+    k_pad = chunks * t["chunk_k"]
+    fmas = batch * n_tiles * nt * row_tiles * rows * k_pad
+    tiles = batch * n_tiles * row_tiles
+    epi_cpb = cal.epilogue_cycles_per_byte[0 if kg > 1 else 1]
+    epi_cycles = tiles * kg * rows * nt * acc_b * epi_cpb / cal.smem_bytes_per_clk
+    t_cmp = (fmas / rate + epi_cycles) / (active_sms * dev.clock_hz)
+
+    body = soft_max(t_mem, t_cmp, cal.P)
+    launch = cal.t_launch + (cal.fixup_s if split else 0.0)
+    seconds, bound = total(body, launch, cal.t_floor, t_mem, t_cmp)
+
+    t2 = t2_threshold(dev, dtype, cal)
+    # Streamed elements per second at full stream, times FMAs per element the
+    # tile sustains: the n at which this tile's compute equals its stream.
+    elems_per_s = bw * cal.eta_stream / isz
+    tile_t2 = rate * dev.sm_count * dev.clock_hz / elems_per_s
+    params = {
+        "tile": "L" if t["l_tile"] else "R",
+        "t1 (chunk_k)": t["chunk_k"],
+        "t2 (n_tile)": nt,
+        "t3 (vec_per_thr)": t["vec_per_thr"],
+        "rows": rows,
+        "rows_per_thread": rpt,
+        "k_groups": kg,
+        "stages": t["stages"],
+        "threads": t["threads"],
+        "smem_bytes": t["smem_bytes"],
+        "blocks": blocks,
+        "units": units,
+        "split_tiles": split,
+        "inflight_bytes_per_sm": inflight // max(active_sms, 1),
+        "fma_per_clk_per_sm": round(rate, 1),
+    }
+    ratio = per_row_ratio(p)
+    what = f"n = {p.n}" if p.k > 4 * p.n else f"k*n/(k+n) = {ratio:.3g}"
+    if ratio < t2:
+        reason = f"memory-bound: {what} below the t2 threshold of {t2:.0f} on this GPU"
+        if bound == "compute":
+            reason = (
+                f"compute-bound in this tile: {what} is below the t2 threshold of {t2:.0f} "
+                f"at peak FMA rate, but the tile sustains {rate:.0f} FMA/clk/SM "
+                f"(threshold {tile_t2:.0f})"
+            )
+    else:
+        reason = f"compute-bound: {what} at or above the t2 threshold of {t2:.0f} on this GPU"
+    if bound == "launch":
+        reason = (
+            f"launch-bound: {dram / 1e6:.3g} MB moves in {body * 1e6:.3g} us, under the "
+            f"{cal.t_floor * 1e6:.3g} us per-call floor (the work alone: {reason})"
+        )
+    return Prediction(
+        kernel=kernel,
+        dtype=dtype,
+        layout=layout,
+        problem=p,
+        seconds=seconds,
+        bytes=dram,
+        bound=bound,
+        t_mem=t_mem,
+        t_cmp=t_cmp,
+        t_overhead=seconds - body,
+        occupancy=occ,
+        params=params,
+        t2_threshold=t2,
+        tile_threshold=tile_t2,
+        reason=reason,
+    )

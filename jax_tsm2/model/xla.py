@@ -1,0 +1,72 @@
+"""XLA's dot, the alternative every kernel is weighed against.
+
+Example:
+    >>> from jax_tsm2.model.device import H100_SXM
+    >>> from jax_tsm2.model.calibration import CALIBRATION
+    >>> from jax_tsm2.problem import Problem
+    >>> q = xla_prediction(Problem(None, 20480, 20480, 8), "float32", "nn", H100_SXM,
+    ...                    CALIBRATION, "default")
+    >>> q.kernel, q.bound
+    ('xla', 'memory')
+"""
+
+from __future__ import annotations
+
+from jax_tsm2.model.calibration import (
+    XLA_DOT_EFFICIENCY,
+    XLA_SMALL_HALF_EFFICIENCY,
+    XLA_STREAM_EFFICIENCY,
+    Calibration,
+)
+from jax_tsm2.model.device import DOT_FLOPS_PER_CLK, Device, arch_entry
+from jax_tsm2.model.prediction import Prediction, acc_of, itemsize, t2_threshold, total
+from jax_tsm2.problem import Problem
+
+
+def xla_prediction(
+    p: Problem, dtype: str, layout: str, dev: Device, cal: Calibration, precision: str
+) -> Prediction:
+    """XLA's dot on ``p``: a stream at a measured efficiency, or its dot peak if slower."""
+    isz = itemsize(dtype)
+    batch = p.batch or 1
+    operands = (batch * p.m * p.k + (p.batch or 1) * p.k * p.n) * isz
+    passes = cal.xla_tn_passes if layout == "tn" else 1.0
+    dram = round(operands * passes) + batch * p.m * p.n * isz
+    small_half = isz == 2 and p.k <= 8 and p.n <= 8
+    eff = XLA_SMALL_HALF_EFFICIENCY if small_half else XLA_STREAM_EFFICIENCY
+    bw = dev.bandwidth(cal)
+    t_mem = dram / (bw * eff)
+    key = "f16" if isz == 2 else acc_of(dtype)
+    if key == "f32" and precision == "default":
+        key = "tf32"
+    flops_per_s = arch_entry(DOT_FLOPS_PER_CLK, dev.cc)[key] * dev.sm_count * dev.clock_hz
+    t_cmp = 2.0 * batch * p.m * p.k * p.n / (flops_per_s * XLA_DOT_EFFICIENCY)
+    body = max(t_mem, t_cmp)
+    seconds, bound = total(body, cal.xla_t_launch, cal.xla_t_floor, t_mem, t_cmp)
+    why = (
+        f"XLA's dot modelled as a stream at {eff:.0%} of the read ceiling"
+        + (" (bf16/f16 with k, n <= 8, as measured)" if small_half else "")
+        + (
+            f", reading its operands {passes:g} times over (layout tn, as measured)"
+            if passes != 1
+            else ""
+        )
+        + (f"; compute-bound at {XLA_DOT_EFFICIENCY:.0%} of the dot peak" if t_cmp > t_mem else "")
+    )
+    return Prediction(
+        kernel="xla",
+        dtype=dtype,
+        layout=layout,
+        problem=p,
+        seconds=seconds,
+        bytes=dram,
+        bound=bound,
+        t_mem=t_mem,
+        t_cmp=t_cmp,
+        t_overhead=seconds - body,
+        occupancy=None,
+        params={"stream_efficiency": eff, "operand_passes": passes, "precision": precision},
+        t2_threshold=t2_threshold(dev, dtype, cal),
+        tile_threshold=None,
+        reason=why,
+    )
