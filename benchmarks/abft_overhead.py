@@ -139,7 +139,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=10)
     p.add_argument(
         "--configs",
-        default="variadic/cond,siblings/cond,variadic/select",
+        default="auto/cond,variadic/cond,siblings/select",
         help="SUMS/REPAIR formulations to time (comma list; the library default is first)",
     )
     p.add_argument("--out", type=Path, default=None)

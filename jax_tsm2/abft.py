@@ -256,7 +256,10 @@ def _check_operands(a: ArrayLike, b: ArrayLike) -> tuple[jax.Array, jax.Array, n
 # multi-output fusion, GPU only). _REPAIR: "cond" (the column recomputation runs only when one
 # column is flagged, but XLA's GPU runtime copies the predicate to the host and waits for it)
 # or "select" (always recomputed, no host wait; what vmap makes of the cond anyway).
-_SUMS = "variadic"
+# "auto" picks siblings on GPUs: on the H100 (jax 0.11.2) XLA's code for the variadic reduce
+# encoded 8192^2 operands in 1.24 ms against 0.43 ms for sibling sums (whose fusions read
+# each matrix twice, still faster); on CPU the variadic reduce is the one-pass form.
+_SUMS = "auto"
 _REPAIR = "cond"
 
 
@@ -268,7 +271,10 @@ def _fused_sums(terms: Sequence[jax.Array], axis: int) -> tuple[jax.Array, ...]:
     into one multi-output kernel by XLA's GPU sibling fusion but not on CPU; one ``reduce``
     op is one pass on every backend.
     """
-    if _SUMS == "siblings":
+    sums = (
+        _SUMS if _SUMS != "auto" else ("siblings" if jax.default_backend() == "gpu" else "variadic")
+    )
+    if sums == "siblings":
         return tuple(jnp.sum(t, axis=axis) for t in terms)
     zeros = tuple(jnp.zeros((), t.dtype) for t in terms)
     return tuple(lax.reduce(tuple(terms), zeros, lambda x, y: tuple(map(jnp.add, x, y)), (axis,)))

@@ -20,8 +20,11 @@ Example:
     >>> e = jax_tsm2.explain(a, b, mode="auto", device=model.H100_SXM, show=False)
     >>> e.path, e.layer, e.kernel.kernel, e.kernel.params["t2 (n_tile)"]
     ('tsm2l', 'measured', 'tsm2l', 8)
-    >>> e.kernel.reason
+    >>> why, kernel = e.kernel.reason.split("; ")
+    >>> why
     'memory-bound: k*n/(k+n) = 4 below the t2 threshold of 22 on this GPU'
+    >>> kernel
+    'rows of 16 bytes run the row-per-thread kernel'
 """
 
 from __future__ import annotations

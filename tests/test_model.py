@@ -62,6 +62,9 @@ def test_tile_parameters_come_from_the_extension():
         ]:
             t = _tsm2_ext.tile_config(dtype, model.KERNEL_IDS[kernel], k, n)
             p = model.predict((1000, k, n), dtype, "nn", kernel, device=H100)
+            if t["row_kernel"]:  # 16/32-byte rows: the row-per-thread kernel, no tile
+                assert p.params["tile"] == "row" and p.bound in ("memory", "launch")
+                continue
             assert p.params["t1 (chunk_k)"] == t["chunk_k"]
             assert p.params["t2 (n_tile)"] == t["n_tile"]
             assert p.params["t3 (vec_per_thr)"] == t["vec_per_thr"]
@@ -69,6 +72,19 @@ def test_tile_parameters_come_from_the_extension():
         for name, t in _tsm2_ext.tile_configs(dtype).items():
             assert t["smem_bytes"] + H100.smem_reserved_per_block <= H100.smem_per_sm, name
             assert t["threads"] % 32 == 0
+
+
+def test_row_kernel_shapes():
+    """The model follows the launcher: rows of exactly 16 or 32 bytes and n <= 8, unbatched."""
+    tile = lambda shape, dtype: model.predict(shape, dtype, "nn", "tsm2l", device=H100).params[
+        "tile"
+    ]
+    assert tile((10**7, 8, 8), "bfloat16") == "row"  # 16-byte rows
+    assert tile((10**7, 8, 8), "float32") == "row"  # 32-byte rows
+    assert tile((10**7, 4, 3), "float64") == "row"
+    assert tile((10**7, 16, 16), "bfloat16") == "L"  # n > 8
+    assert tile((10**7, 5, 8), "float32") == "L"  # 20-byte rows
+    assert tile((4, 10**6, 8, 8), "bfloat16") == "L"  # a batch may have its own B
 
 
 def test_occupancy_matches_hand_count():

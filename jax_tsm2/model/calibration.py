@@ -65,6 +65,13 @@ class Calibration:
       soft maximum): 0.17. TSM2T at least 36 (f32, 64 x 64) and 21 (f64, of
       64): 0.30.
 
+    TSM2L's row-per-thread kernel (rows of 16 or 32 bytes, ``n <= 8``):
+
+    - ``row_eta_stream``: the fraction of the read ceiling it streams A and C
+      at; the kernel lab (benchmarks/NOTES.md, session 4) measured 89.8-92.3%
+      on bf16/f32/f64 rows of 1e7: 0.90. Its FMAs (at most 16 x 8 per row)
+      are far below the FMA rate at that stream, so it is modelled as memory-bound.
+
     XLA's dot (jax 0.11.2), fitted to the same file (family TN):
 
     - ``xla_tn_passes``: in layout tn (``A^T @ B`` on row-major operands)
@@ -97,6 +104,7 @@ class Calibration:
     P: float = 4.0
     split_eta_stream: tuple[tuple[str, float], ...] = (("tsm2s", 0.92), ("tsm2t", 0.80))
     split_eta_fma: tuple[tuple[str, float], ...] = (("tsm2s", 0.17), ("tsm2t", 0.30))
+    row_eta_stream: float = 0.90
     xla_tn_passes: float = 3.0
     xla_t_floor: float = 10.0e-6
     xla_t_launch: float = 1.5e-6

@@ -48,6 +48,10 @@ def tile_prediction(
     acc = acc_of(dtype)
     acc_b = 8 if acc == "f64" else 4
     t = _tsm2_ext.tile_config(dtype, KERNEL_IDS[kernel], p.k, p.n)
+    # The launcher runs the row kernel when B is shared across the batch;
+    # a Problem does not say, so a batched problem keeps the tile's prediction.
+    if kernel == "tsm2l" and t.get("row_kernel") and p.batch is None:
+        return _row_prediction(p, dtype, layout, dev, cal)
     nt, rows, rpt, kg = t["n_tile"], t["rows"], t["rows_per_thread"], t["k_groups"]
     batch = p.batch or 1
     n_tiles = -(-p.n // nt)
@@ -159,5 +163,41 @@ def tile_prediction(
         params=params,
         t2_threshold=t2,
         tile_threshold=tile_t2,
+        reason=reason,
+    )
+
+
+def _row_prediction(
+    p: Problem, dtype: str, layout: str, dev: Device, cal: Calibration
+) -> Prediction:
+    """TSM2L's row-per-thread kernel: a stream of A in and C out at ``row_eta_stream``."""
+    isz = itemsize(dtype)
+    dram = (p.m * p.k + p.k * p.n + p.m * p.n) * isz
+    t_mem = dram / (dev.bandwidth(cal) * cal.row_eta_stream)
+    seconds, bound = total(t_mem, cal.t_launch, cal.t_floor, t_mem, 0.0)
+    t2 = t2_threshold(dev, dtype, cal)
+    ratio = per_row_ratio(p)
+    what = f"n = {p.n}" if p.k > 4 * p.n else f"k*n/(k+n) = {ratio:.3g}"
+    reason = (
+        f"memory-bound: {what} below the t2 threshold of {t2:.0f} on this GPU; rows of "
+        f"{p.k * isz} bytes run the row-per-thread kernel"
+    )
+    if bound == "launch":
+        reason = f"launch-bound: {dram / 1e6:.3g} MB under the per-call floor ({reason})"
+    return Prediction(
+        kernel="tsm2l",
+        dtype=dtype,
+        layout=layout,
+        problem=p,
+        seconds=seconds,
+        bytes=dram,
+        bound=bound,
+        t_mem=t_mem,
+        t_cmp=0.0,
+        t_overhead=seconds - t_mem,
+        occupancy=None,
+        params={"tile": "row", "t2 (n_tile)": p.n, "rows_per_lane": 4},
+        t2_threshold=t2,
+        tile_threshold=None,
         reason=reason,
     )
