@@ -109,11 +109,12 @@ def test_small_workspace_uses_fewer_blocks():
     check_step(fused.LloydStep(*out[:5]), x, c, w)
 
 
-def test_unsupported_shape_is_a_clear_error_and_auto_falls_back():
+def test_unsupported_shape_falls_back_to_the_jnp_path():
+    # The FFI call itself refuses it at trace time (test_kmeans_fused.py): an
+    # error returned by a CUDA handler has crashed jax 0.11.
     x, c = jnp.ones((100, 2048), jnp.float32), jnp.ones((4, 2048), jnp.float32)
-    with pytest.raises(Exception, match="the fused kernel takes"):
-        jax.block_until_ready(_step(x, c, jnp.ones(100, jnp.float32)))
-    assert lloyd_step(x, c).labels.shape == (100,)  # auto: the jnp path
+    s = lloyd_step(x, c)
+    assert s.labels.tolist() == [0] * 100 and float(s.counts[0]) == 100.0
 
 
 def test_kmeans_through_the_kernel_matches_the_jnp_path():

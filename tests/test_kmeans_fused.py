@@ -9,6 +9,7 @@ The same cases run on the CUDA kernel in test_gpu_kmeans.py.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -28,7 +29,9 @@ dtype_ids = lambda d: jnp.dtype(d).name
 D_SIZES = (1, 3, 17, 256, 1000)
 K_SIZES = (1, 2, 5, 16, 32)
 
-_ffi_step = jax.jit(fused.ffi_step)
+_ffi_step = jax.jit(
+    functools.partial(fused.ffi_step, check=False)
+)  # the CPU target takes any shape
 
 
 @pytest.mark.parametrize("d", D_SIZES)
@@ -87,7 +90,7 @@ def test_vmap_over_centroids_runs_the_step_per_element():
     rng = np.random.default_rng(6)
     x, _, w = data(rng, 101, 5, 3, jnp.float64)
     cs = jnp.asarray(rng.normal(size=(4, 3, 5)))
-    batched = jax.vmap(lambda c: fused.ffi_step(x, c, w))(cs)
+    batched = jax.vmap(lambda c: fused.ffi_step(x, c, w, check=False))(cs)
     for i in range(4):
         one = _ffi_step(x, cs[i], w)
         for f in one._fields:
@@ -108,6 +111,16 @@ def test_lloyd_step_argument_errors():
         lloyd_step(x, jnp.ones((2, 4)))
     with pytest.raises(ValueError, match=r"sample_weight must have shape \(10,\)"):
         lloyd_step(x, jnp.ones((2, 3)), jnp.ones(9))
+
+
+def test_ffi_step_refuses_shapes_the_cuda_kernel_does_not_take():
+    with pytest.raises(ValueError, match=r"does not take x float32\[100, 2048\] with k=4"):
+        lloyd_step(jnp.ones((100, 2048), jnp.float32), jnp.ones((4, 2048)), impl="ffi")
+    with pytest.raises(ValueError, match="k=33"):
+        lloyd_step(jnp.ones((100, 8), jnp.float32), jnp.ones((33, 8)), impl="ffi")
+    assert lloyd_step(jnp.ones((100, 2048), jnp.float32), jnp.ones((4, 2048))).labels.shape == (
+        100,
+    )
 
 
 def test_target_rejects_malformed_buffers():

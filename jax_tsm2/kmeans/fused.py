@@ -22,7 +22,8 @@ then the one-hot product for the sums).
   k <= 32, fewer for f64) and the custom-call mode (``jax_tsm2.config``) is not
   ``"never"``;
 * on CPU, the plain-loop reference target only in mode ``"always"`` (as for
-  ``matmul``: it exists so that tests can run the FFI path without a GPU);
+  ``matmul``: it exists so that tests can run the FFI path without a GPU; it
+  takes any d and k);
 * otherwise the caller's jnp ``fallback``.
 
 CPU and CUDA are told apart at lowering time (``lax.platform_dependent``), so a
@@ -34,6 +35,7 @@ The call has no derivative.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -90,14 +92,24 @@ def fused_supported(dtype: Any, d: int, k: int) -> bool:
     return bool(_ffi.kmeans_plan(dtype, 0, d, k)["supported"])
 
 
-def ffi_step(x: jax.Array, c: jax.Array, w: jax.Array) -> LloydStep:
-    """The ``tsm2_kmeans_step`` FFI call (any platform; on CUDA the shape must be supported).
+def ffi_step(x: jax.Array, c: jax.Array, w: jax.Array, *, check: bool = True) -> LloydStep:
+    """The ``tsm2_kmeans_step`` FFI call.
 
     ``x`` is ``(n, d)`` float, ``c`` ``(k, d)`` (cast to ``x.dtype``), ``w``
-    ``(n,)`` (cast to the accumulation dtype).
+    ``(n,)`` (cast to the accumulation dtype). With ``check`` (the default) a
+    shape the CUDA kernel does not take is a ``ValueError`` here, at trace
+    time, whatever the platform: an error returned by a CUDA FFI handler has
+    crashed the process under jax 0.11 (benchmarks/NOTES.md). The CPU
+    reference takes any shape (``check=False``).
     """
     n, d = x.shape
     k = c.shape[0]
+    if check and not fused_supported(x.dtype, d, k):
+        raise ValueError(
+            f"tsm2_kmeans_step: the fused kernel does not take x {x.dtype}{list(x.shape)} with "
+            f"k={k} (it takes 1 <= k <= 32 and 1 <= d <= 1024, fewer for float64; "
+            "jax_tsm2.kmeans.fused.fused_supported says which); use impl='auto' or 'jnp'"
+        )
     acc = acc_dtype(x.dtype)
     c = c.astype(x.dtype)
     w = w.astype(acc)
@@ -138,6 +150,7 @@ def step(
         return fallback(x, c, w)
     if impl == "ffi":
         return ffi_step(x, c, w)
+    cpu_step = functools.partial(ffi_step, check=False)
     mode = config.get_custom_call_mode()
     if mode == "never":
         return fallback(x, c, w)
@@ -152,7 +165,7 @@ def step(
         x,
         c,
         w,
-        cpu=ffi_step if on_cpu else fallback,
+        cpu=cpu_step if on_cpu else fallback,
         cuda=ffi_step if on_cuda else fallback,
         default=fallback,
     )
