@@ -302,9 +302,9 @@ def _update(xc, w, labels, mind, c_old, k, axis_name):
     )
 
 
-def _iteration(xc, x_sq, w, c, k, axis_name):
+def _iteration(xc, x_sq, w, c, k, axis_name, impl="auto"):
     """One Lloyd iteration: ``(labels, mind, inertia, new centroids)``."""
-    s = _step(xc, x_sq, w, c, k)
+    s = _step(xc, x_sq, w, c, k, impl)
     sums, counts = _psum(s.sums, axis_name), _psum(s.counts, axis_name)
     c_new = _new_centroids(sums, counts, xc, w, s.labels, s.mind, c, k, axis_name)
     return s.labels, s.mind, _psum(s.inertia, axis_name), c_new
