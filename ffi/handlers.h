@@ -5,8 +5,10 @@
 
 // CPU reference: plain loops, same signature and validation as the CUDA one.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2MatmulCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansStepCpu);
 
 #ifdef TSM2_WITH_CUDA
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2MatmulCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2StreamReadCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansStepCuda);
 #endif

@@ -11,6 +11,7 @@
 #endif
 
 #include "ffi/handlers.h"
+#include "ffi/kmeans_plan.h"
 #include "ffi/matmul_problem.h"
 #include "ffi/split_plans.h"
 #include "ffi/tile_configs.h"
@@ -30,12 +31,14 @@ nb::capsule EncapsulateHandler(Fn* fn) {
 nb::dict Registrations() {
   nb::dict cpu;
   cpu["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCpu);
+  cpu["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCpu);
   nb::dict out;
   out["cpu"] = cpu;
 #ifdef TSM2_WITH_CUDA
   nb::dict cuda;
   cuda["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCuda);
   cuda["tsm2_stream_read"] = EncapsulateHandler(Tsm2StreamReadCuda);
+  cuda["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCuda);
   out["CUDA"] = cuda;
 #endif
   return out;
@@ -183,6 +186,39 @@ nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, i
   return d;
 }
 
+// How the fused Lloyd step (tsm2_kmeans_step) runs a problem: whether the
+// CUDA kernel takes it, its variant and on-chip footprint, and the bytes of
+// the `workspace` result on a GPU with sm_count SMs (kmeans_plan.h).
+nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k, int sm_count) {
+  const int itemsize = ItemsizeOf(dtype);
+  if (n < 0 || d < 1 || k < 1) throw nb::value_error("kmeans_plan: need n >= 0, d >= 1, k >= 1");
+  if (sm_count < 1) throw nb::value_error("sm_count must be >= 1");
+  nb::dict out;
+  const bool ok = tsm2::KmeansSupported(itemsize, d, k);
+  out["supported"] = ok;
+  out["max_k"] = tsm2::kKmeansMaxK;
+  out["max_d"] = tsm2::kKmeansMaxD;
+  if (!ok) {
+    out["workspace_bytes"] = 0;
+    return out;
+  }
+  const int kp = tsm2::KmeansKPad(k), dc = tsm2::KmeansDClass(d);
+  const int acc_size = itemsize == 8 ? 8 : 4;
+  const tsm2::KmeansLayout l = tsm2::KmeansVariantLayout(itemsize, kp, dc);
+  out["k_pad"] = kp;
+  out["d_class"] = dc;
+  out["rows"] = l.rows;
+  out["groups"] = l.groups;
+  out["stages"] = tsm2::kKmeansStages;
+  out["threads"] = tsm2::kKmeansThreads;
+  out["smem_bytes"] = l.smem_bytes;
+  out["sum_registers"] = tsm2::KmeansSumRegs(kp, dc, acc_size);
+  out["tiles"] = tsm2::KmeansTiles(itemsize, n, d);
+  out["max_blocks"] = static_cast<int64_t>(tsm2::kKmeansMaxBlocksPerSm) * sm_count;
+  out["workspace_bytes"] = tsm2::KmeansWorkspaceBytes(itemsize, n, d, k, sm_count);
+  return out;
+}
+
 // What the CUDA driver reports about one device, for the performance model
 // (jax_tsm2/model.py). Clocks in kHz, as the driver gives them.
 nb::dict DeviceProperties(int device) {
@@ -240,6 +276,10 @@ NB_MODULE(_tsm2_ext, m) {
   m.def("split_plan", &SplitPlanFor, nb::arg("dtype"), nb::arg("kernel"), nb::arg("batch"),
         nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),
         "How the S (2) or T (3) kernel splits a problem into blocks (split_plans.h).");
+  m.def(
+      "kmeans_plan", &KmeansPlanFor, nb::arg("dtype"), nb::arg("n"), nb::arg("d"), nb::arg("k"),
+      nb::arg("sm_count"),
+      "Whether the fused k-means step takes (d, k) on CUDA, its variant, and its workspace bytes.");
   m.def("device_properties", &DeviceProperties, nb::arg("device") = 0,
         "What the CUDA driver reports about a device (RuntimeError without CUDA).");
 }

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
 from jax._src import config as _config
 from jax._src import core as _core
@@ -23,6 +24,7 @@ from jax._src import sharding_impls as _sharding_impls
 from jax._src.lax import lax as _lax_internal
 from jax._src.numpy import util as _np_util
 from jax.interpreters import ad, batching, mlir
+from jax.sharding import PartitionSpec as P
 
 __all__ = [
     "ad",
@@ -143,6 +145,24 @@ def shaped_array(shape: Sequence[int], dtype: Any, sharding: Any, varying: froze
         mat = _core.ManualAxisType(varying=varying)
         return _core.ShapedArray(shape, dtype, sharding=sharding, manual_axis_type=mat)
     return _core.ShapedArray(shape, dtype, sharding=sharding, vma=varying)
+
+
+def shape_dtype_struct(shape: Sequence[int], dtype: Any, like: Any) -> Any:
+    """A ``jax.ShapeDtypeStruct`` for an FFI call's result that varies like the operand ``like``.
+
+    Under ``shard_map`` the result of a per-device computation varies over the
+    operands' manual axes; jax 0.10 wants those on the struct together with a
+    sharding on the same (abstract) mesh, earlier releases as ``vma``.
+    """
+    aval = jax.typeof(like)
+    varying = varying_axes(aval)
+    if not varying:
+        return jax.ShapeDtypeStruct(shape, dtype)
+    if hasattr(_core, "ManualAxisType"):
+        mat = _core.ManualAxisType(varying=varying)
+        sharding = aval.sharding.update(spec=P(*([None] * len(shape))))
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding, manual_axis_type=mat)
+    return jax.ShapeDtypeStruct(shape, dtype, vma=varying)
 
 
 def axis_context_kind(ctx: Any) -> str:

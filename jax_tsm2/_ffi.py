@@ -31,6 +31,7 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess test
 
 # The FFI target names the lowerings emit.
 MATMUL_TARGET = "tsm2_matmul"
+KMEANS_TARGET = "tsm2_kmeans_step"
 
 
 def _register_all() -> dict[str, tuple[str, ...]]:
@@ -75,6 +76,11 @@ def cuda_targets_available() -> bool:
     return MATMUL_TARGET in _registered.get("CUDA", ())
 
 
+def cuda_kmeans_available() -> bool:
+    """True when this build contains the fused k-means step's CUDA kernel."""
+    return KMEANS_TARGET in _registered.get("CUDA", ())
+
+
 @functools.cache
 def cuda_backend_present() -> bool:
     """True when this process has a CUDA device (JAX's ``gpu`` backend on NVIDIA)."""
@@ -103,6 +109,21 @@ def matmul_workspace_bytes(dtype: Any, kernel: int, batch: int, m: int, k: int, 
     """
     name = jax.numpy.dtype(dtype).name
     return _tsm2_ext.workspace_bytes(name, kernel, batch, m, k, n, _sm_count())
+
+
+def kmeans_plan(dtype: Any, n: int, d: int, k: int) -> dict[str, Any]:
+    """How ``tsm2_kmeans_step`` runs ``(n, d, k)``: ``supported`` (the CUDA kernel
+    takes it), its variant and footprint, and ``workspace_bytes`` (the size of its
+    ``workspace`` result for this process's GPU, or an H100 without one).
+
+    Example:
+        >>> kmeans_plan("float32", 1000, 256, 16)["supported"]
+        True
+        >>> kmeans_plan("float32", 1000, 4096, 16)["supported"]  # d > 1024
+        False
+    """
+    name = jax.numpy.dtype(dtype).name
+    return dict(_tsm2_ext.kmeans_plan(name, n, d, k, _sm_count()))
 
 
 def build_info() -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""compute-sanitizer memcheck over a small sweep of odd shapes through the CUDA kernels.
+"""compute-sanitizer over small sweeps of odd shapes through the CUDA kernels.
 
 Runs a child Python process under `compute-sanitizer --tool memcheck`,
 instrumenting only our kernels (names containing "Tsm2"), and requires its
-summary to report 0 errors. Skipped without a GPU or without compute-sanitizer.
+summary to report 0 errors; the fused k-means step (kernels named "Kmeans")
+also runs under racecheck and synccheck, since its phases share shared-memory
+buffers between barriers. Skipped without a GPU or without compute-sanitizer.
 """
 
 from __future__ import annotations
@@ -63,6 +65,45 @@ def test_memcheck_reports_no_errors(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     summary = [line for line in out.stdout.splitlines() if "ERROR SUMMARY" in line]
     print("\n".join(summary))  # shown with pytest -s; the closing note quotes it
+    assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-5000:]
+    assert summary and "0 errors" in summary[-1], out.stdout[-5000:]
+    assert "sweep calls:" in out.stdout
+
+
+KMEANS_SWEEP = """
+import itertools, sys
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, {tests!r})
+from _kmeans_reference import check_step, data
+from jax_tsm2.kmeans import fused
+
+rng = np.random.default_rng(0)
+step = jax.jit(fused.ffi_step)
+count = 0
+cases = [(1, 1, 1), (67, 3, 5), (301, 17, 2), (257, 256, 16), (131, 1000, 32), (700, 128, 8)]
+for (n, d, k), dtype in itertools.product(cases, [jnp.float32, jnp.float64, jnp.bfloat16]):
+    if not fused.fused_supported(dtype, d, k):
+        continue
+    x, c, w = data(rng, n, d, k, dtype)
+    check_step(jax.block_until_ready(step(x, c, w)), x, c, w)
+    count += 1
+print("sweep calls:", count)
+"""
+
+
+@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+def test_kmeans_step_sanitizers_report_no_errors(tmp_path, tool):
+    tests = str(pathlib.Path(__file__).parent)
+    script = tmp_path / "kmeans_sweep.py"
+    script.write_text(KMEANS_SWEEP.format(tests=tests))
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    cmd = ["compute-sanitizer", "--tool", tool, "--kernel-name", "kns=Kmeans",
+           "--error-exitcode", "99", sys.executable, str(script)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    summary = [line for line in out.stdout.splitlines() if "ERROR SUMMARY" in line]
+    print("\n".join(summary))
     assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-5000:]
     assert summary and "0 errors" in summary[-1], out.stdout[-5000:]
     assert "sweep calls:" in out.stdout

@@ -337,7 +337,13 @@ def test_estimator_matches_sklearn_estimator():
 
 
 @pytest.mark.parametrize(
-    "name", ["jax_tsm2.kmeans", "jax_tsm2.kmeans.core", "jax_tsm2.kmeans.estimator"]
+    "name",
+    [
+        "jax_tsm2.kmeans",
+        "jax_tsm2.kmeans.core",
+        "jax_tsm2.kmeans.estimator",
+        "jax_tsm2.kmeans.fused",
+    ],
 )
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)

@@ -6,9 +6,10 @@ pure JAX functions that run under ``jit``, ``vmap`` and ``shard_map``;
 estimator interface; ``python -m jax_tsm2.kmeans`` clusters a bundled or
 generated dataset and can compare against scikit-learn.
 
-The distance step and the centroid update are tall-and-skinny products through
-``jax_tsm2.matmul``; the assignment's product lives in one function
-(``core._cross``) so that a fused distance-and-argmin kernel can replace it.
+Each iteration is one pass over the data (``lloyd_step``): on CUDA a fused
+kernel computes labels, distances and cluster sums reading the data once
+(``jax_tsm2.kmeans.fused``); elsewhere the distance and update products are
+tall-and-skinny products through ``jax_tsm2.matmul``.
 
 Example:
   >>> import jax, jax.numpy as jnp
@@ -21,9 +22,11 @@ Example:
 from jax_tsm2.kmeans.core import (
     INIT_METHODS,
     KMeansState,
+    LloydStep,
     assign,
     kmeans,
     kmeans_plusplus,
+    lloyd_step,
     sq_distances,
 )
 from jax_tsm2.kmeans.estimator import KMeans
@@ -32,8 +35,10 @@ __all__ = [
     "INIT_METHODS",
     "KMeans",
     "KMeansState",
+    "LloydStep",
     "assign",
     "kmeans",
     "kmeans_plusplus",
+    "lloyd_step",
     "sq_distances",
 ]

@@ -101,15 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 
     @jax.jit
     def step(c, labels_old):
-        labels, mind = core._assign_sq(xc, x_sq, c)
-        c_new = core._update(xc, w, labels, mind, c, k, None)
-        return (
-            c_new,
-            labels,
-            jnp.sum(w * mind),
-            jnp.sum((c_new - c) ** 2),
-            jnp.sum(labels != labels_old),
-        )
+        labels, _, inertia, c_new = core._iteration(xc, x_sq, w, c, k, None)
+        return c_new, labels, inertia, jnp.sum((c_new - c) ** 2), jnp.sum(labels != labels_old)
 
     labels = jnp.full(x.shape[0], -1, jnp.int32)
     jax.block_until_ready(step(c, labels))  # compile outside the timings

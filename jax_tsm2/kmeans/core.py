@@ -5,12 +5,15 @@ Every function here is pure and traceable: ``kmeans`` runs under ``jax.jit``
 ``jax.vmap`` and, with ``axis_name``, under ``shard_map`` with the points
 sharded over devices.
 
-The two heavy products of an iteration are tall-and-skinny and both go through
-``jax_tsm2.matmul``:
+An iteration needs, from one pass over the data, labels, distances, the
+weighted sum and total weight of each cluster and the inertia
+(:func:`lloyd_step`). On CUDA, when the shape allows (d <= 1024, k <= 32), one
+fused kernel computes them reading ``x`` once (``jax_tsm2.kmeans.fused``).
+Otherwise (CPU, larger shapes, custom-call mode ``"never"``) the two heavy
+products are tall-and-skinny and both go through ``jax_tsm2.matmul``:
 
 * assignment: ``||x - c||^2 = ||x||^2 - 2 x.c + ||c||^2``, where ``-2 x.c`` is
-  ``(n, d) @ (d, k)``, computed in one function, ``_cross``, so that a fused
-  distance-and-argmin kernel can replace it later without touching the rest;
+  ``(n, d) @ (d, k)``, computed in one function, ``_cross``;
 * update: centroid sums as ``onehot(labels, weighted).T @ x``, a ``(k, n) @
   (n, d)`` product, instead of XLA's scatter-add (slow on GPUs for this shape);
   cluster weights are column sums of the same one-hot matrix.
@@ -41,13 +44,17 @@ import jax.numpy as jnp
 from jax import lax
 
 from jax_tsm2.api import matmul
+from jax_tsm2.kmeans import fused
+from jax_tsm2.kmeans.fused import LloydStep
 
 __all__ = [
     "INIT_METHODS",
     "KMeansState",
+    "LloydStep",
     "assign",
     "kmeans",
     "kmeans_plusplus",
+    "lloyd_step",
     "sq_distances",
 ]
 
@@ -82,12 +89,7 @@ class KMeansState(NamedTuple):
 # ---------------------------------------------------------------- helpers
 
 
-def _acc_dtype(dtype: Any) -> jnp.dtype:
-    """Accumulation dtype: f32 for bf16/f16, the dtype itself otherwise."""
-    dtype = jnp.dtype(dtype)
-    if dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
-        return jnp.dtype(jnp.float32)
-    return dtype
+_acc_dtype = fused.acc_dtype  # f32 for bf16/f16, the dtype itself otherwise
 
 
 def _as_float(x: Any) -> jax.Array:
@@ -272,23 +274,64 @@ def _kmeans_plusplus_jit(key, x, sample_weight, k, n_local_trials, axis_name):
 # ---------------------------------------------------------------- Lloyd
 
 
+def _cluster_sums(xc, w, labels, k, acc):
+    """This shard's weighted sums ``(k, d)`` and weights ``(k,)`` per cluster (no scatter-add)."""
+    onehot = (labels[:, None] == jnp.arange(k, dtype=labels.dtype)).astype(acc) * w[:, None]
+    sums = matmul(onehot.T, xc.astype(acc), precision=_HIGHEST)
+    return sums, jnp.sum(onehot, axis=0)
+
+
+def _lloyd_step_jnp(xc, x_sq, w, c, k) -> LloydStep:
+    """The unfused step: distances through ``_cross``, sums through the one-hot product."""
+    labels, mind = _assign_sq(xc, x_sq, c)
+    sums, counts = _cluster_sums(xc, w, labels, k, c.dtype)
+    return LloydStep(labels, mind, sums, counts, jnp.sum(w * mind))
+
+
+def _step(xc, x_sq, w, c, k, impl="auto") -> LloydStep:
+    """One pass over ``xc``: the fused kernel where it applies, else ``_lloyd_step_jnp``."""
+    fallback = lambda x, c_, w_: _lloyd_step_jnp(x, x_sq, w_, c_, k)
+    return fused.step(xc, c, w, fallback=fallback, impl=impl)
+
+
 def _update(xc, w, labels, mind, c_old, k, axis_name):
     """New centroids from labels: one-hot sums (no scatter-add), empty clusters relocated."""
+    sums, counts = _cluster_sums(xc, w, labels, k, c_old.dtype)
+    return _new_centroids(
+        _psum(sums, axis_name), _psum(counts, axis_name), xc, w, labels, mind, c_old, k, axis_name
+    )
+
+
+def _iteration(xc, x_sq, w, c, k, axis_name, impl="auto"):
+    """One Lloyd iteration: ``(labels, mind, inertia, new centroids)``."""
+    s = _step(xc, x_sq, w, c, k, impl)
+    sums, counts = _psum(s.sums, axis_name), _psum(s.counts, axis_name)
+    c_new = _new_centroids(sums, counts, xc, w, s.labels, s.mind, c, k, axis_name)
+    return s.labels, s.mind, _psum(s.inertia, axis_name), c_new
+
+
+def _new_centroids(sums, counts, xc, w, labels, mind, c_old, k, axis_name):
+    """Centroids from the global ``sums`` and ``counts``, with empty clusters relocated."""
     acc = c_old.dtype
-    onehot = (labels[:, None] == jnp.arange(k, dtype=labels.dtype)).astype(acc) * w[:, None]
-    sums = _psum(matmul(onehot.T, xc.astype(acc), precision=_HIGHEST), axis_name)
-    counts = _psum(jnp.sum(onehot, axis=0), axis_name)
 
     # scikit-learn's rule: the j-th empty cluster (in index order) takes the j-th
     # point farthest from its centre; that point's weight leaves its old cluster.
-    empty = counts == 0
-    _, (pts, pw, plab) = _global_top_k(mind, (xc.astype(acc), w, labels), k, axis_name)
-    rank = jnp.where(empty, jnp.cumsum(empty) - 1, 0)
-    contrib = jnp.where(empty[:, None], pw[rank][:, None] * pts[rank], 0)
-    wcon = jnp.where(empty, pw[rank], 0)
-    move = ((plab[rank][:, None] == jnp.arange(k)) & empty[:, None]).astype(acc)
-    sums = jnp.where(empty[:, None], contrib, sums) - move.T @ contrib
-    counts = jnp.where(empty, wcon, counts) - move.T @ wcon
+    def relocate(sc):
+        sums, counts = sc
+        empty = counts == 0
+        _, (pts, pw, plab) = _global_top_k(mind, (xc.astype(acc), w, labels), k, axis_name)
+        rank = jnp.where(empty, jnp.cumsum(empty) - 1, 0)
+        contrib = jnp.where(empty[:, None], pw[rank][:, None] * pts[rank], 0)
+        wcon = jnp.where(empty, pw[rank], 0)
+        move = ((plab[rank][:, None] == jnp.arange(k)) & empty[:, None]).astype(acc)
+        sums = jnp.where(empty[:, None], contrib, sums) - move.T @ contrib
+        counts = jnp.where(empty, wcon, counts) - move.T @ wcon
+        return sums, counts
+
+    # With no empty cluster the rule changes nothing (it subtracts exact zeros),
+    # so skip its top-k over all n distances, a pass of its own on a GPU.
+    # counts is replicated (psum), so every shard takes the same branch.
+    sums, counts = lax.cond(jnp.any(counts == 0), relocate, lambda sc: sc, (sums, counts))
 
     safe = jnp.where(counts > 0, counts, 1)
     return jnp.where((counts > 0)[:, None], sums / safe[:, None], c_old)
@@ -309,9 +352,8 @@ def _single_run(key, xc, x_sq, w, init_c, tol_abs, *, k, init_kind, max_iter, ax
 
     def body(carry):
         i, c, labels_old, _, hist = carry
-        labels, mind = _assign_sq(xc, x_sq, c)
-        hist = hist.at[i].set(_psum(jnp.sum(w * mind), axis_name))
-        c_new = _update(xc, w, labels, mind, c, k, axis_name)
+        labels, _, inertia, c_new = _iteration(xc, x_sq, w, c, k, axis_name)
+        hist = hist.at[i].set(inertia)
         changed = _psum(jnp.sum(labels != labels_old), axis_name)
         shift = jnp.sum((c_new - c) ** 2)
         return i + 1, c_new, labels, (changed == 0) | (shift <= tol_abs), hist
@@ -483,6 +525,58 @@ def sq_distances(x: Any, centroids: Any) -> jax.Array:
 def _sq_distances_jit(x, c):
     xc, c = _shift_to_centroids(x, c)
     return _sq_dist(xc, _sq_norms(xc), c)
+
+
+def lloyd_step(
+    x: Any, centroids: Any, sample_weight: Any = None, *, impl: str = "auto"
+) -> LloydStep:
+    """One pass of Lloyd's algorithm: labels, distances, per-cluster sums and weights, inertia.
+
+    What :func:`kmeans` computes in each iteration, before the new centroids
+    (``sums / counts``, empty clusters relocated). On CUDA, for d <= 1024 and
+    k <= 32 (fewer for f64), one fused kernel reads ``x`` once
+    (``jax_tsm2.kmeans.fused``); elsewhere the unfused jnp path runs.
+
+    Unlike :func:`assign`, ``x`` is used as given (no shift): :func:`kmeans`
+    centres the data once before iterating, which keeps the expanded distance
+    formula accurate for data far from the origin.
+
+    Args:
+      x: ``(n, d)`` data.
+      centroids: ``(k, d)``; rounded to ``x``'s dtype for the distances, as
+        :func:`kmeans` does.
+      sample_weight: ``(n,)`` weights, or None for all ones.
+      impl: ``"auto"`` (the fused kernel where it applies), ``"ffi"`` (force the
+        ``tsm2_kmeans_step`` target, on CPU its plain-loop reference), ``"jnp"``.
+
+    Returns:
+      A :class:`LloydStep`: ``labels`` (int32), ``mind``, ``sums`` ``(k, d)``,
+      ``counts`` ``(k,)``, ``inertia``, in the accumulation dtype (f32 for
+      bf16/f16 data).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> s = lloyd_step(jnp.array([[0.0, 1.0], [9.0, 0.0], [11.0, 0.0]]),
+      ...                jnp.array([[0.0, 0.0], [10.0, 0.0]]))
+      >>> s.labels.tolist(), s.sums.tolist(), s.counts.tolist(), float(s.inertia)
+      ([0, 1, 1], [[0.0, 1.0], [20.0, 0.0]], [1.0, 2.0], 3.0)
+    """
+    if impl not in fused.IMPLS:
+        raise ValueError(f"impl must be one of {fused.IMPLS}, got {impl!r}")
+    x, c = _check_pair(x, centroids)
+    n = x.shape[0]
+    if sample_weight is None:
+        w = jnp.ones((n,), c.dtype)
+    else:
+        w = jnp.asarray(sample_weight, c.dtype)
+        if w.shape != (n,):
+            raise ValueError(f"sample_weight must have shape ({n},), got {w.shape}")
+    return _lloyd_step_jit(x, c, w, impl)
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _lloyd_step_jit(x, c, w, impl):
+    return _step(x, _sq_norms(x), w, c, c.shape[0], impl)
 
 
 def _check_pair(x: Any, centroids: Any) -> tuple[jax.Array, jax.Array]:

@@ -1,0 +1,365 @@
+// k-means lab: runs the fused Lloyd step (ffi/kernels/kmeans.cuh, through
+// tsm2::LaunchKmeansStep, as the FFI handler does) on a few shapes outside
+// JAX, checks each against a float64 reference, and times back-to-back
+// launches with cudaEvents against our streaming-read kernel over the same X.
+//
+// Checks: every label is a closest centroid of the exact (float64, direct
+// form) distances up to a rounding bound (and the exact one where the two
+// closest are further apart), mind is that distance up to the bound, and
+// sums, counts and inertia are the float64 sums over the step's own labels up
+// to a summation bound (on the host). "reads" is the step's time over one read
+// of X at the measured ceiling: issue 6's bar is <= 1.3.
+//
+// Build (no GPU needed) and run:
+//   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I. \
+//     benchmarks/kmeans_lab.cu ffi/launch_kmeans.cu ffi/launch_stream.cu -o build/kmeans_lab
+//   build/kmeans_lab [filter]     # filter: comma-separated substrings of case names
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ffi/kmeans_plan.h"
+#include "ffi/launch.h"
+#include "ffi/launch_kmeans.h"
+
+namespace {
+
+#define CHECK(x)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+__device__ __host__ inline uint32_t Hash(uint64_t i, uint32_t seed) {
+  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(i >> 32) ^ seed;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  return h;
+}
+
+__device__ inline float Unit(uint64_t i, uint32_t seed) {  // in [-1, 1)
+  return static_cast<float>(Hash(i, seed) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+// Points around k centres (centre of row i: i * 7919 % k), spread 0.25.
+template <typename T>
+__global__ void FillX(T* x, int64_t n, int64_t d, int64_t k, uint32_t seed) {
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < n * d;
+       o += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = o / d, e = o % d;
+    const int64_t centre = i * 7919 % k;
+    x[o] = T(Unit(centre * d + e, seed) + 0.25f * Unit(o, seed ^ 0x5bd1e995u));
+  }
+}
+
+// Centroids: row j of X moved a little (so no point sits exactly on one).
+template <typename T>
+__global__ void FillC(const T* x, T* c, int64_t d, int64_t k, uint32_t seed) {
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < k * d;
+       o += int64_t{gridDim.x} * blockDim.x) {
+    c[o] = T(static_cast<float>(x[o]) + 0.05f * Unit(o, seed));
+  }
+}
+
+template <typename A>
+__global__ void FillW(A* w, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    w[i] = A(1.0f + Unit(i, seed));  // in [0, 2)
+  }
+}
+
+__device__ double AsDouble(double v) { return v; }
+template <typename T>
+__device__ double AsDouble(T v) {
+  return static_cast<double>(static_cast<float>(v));
+}
+
+struct RowErrors {
+  unsigned long long bad_label;    // not a closest centroid within the bound
+  unsigned long long wrong_clear;  // not THE closest although the gap exceeds twice the bound
+  unsigned long long bad_mind;     // distance off by more than the bound
+};
+
+// One thread per row: exact distances in float64 (direct form).
+template <typename T, typename A>
+__global__ void CheckRows(const T* x, const T* c, const int32_t* labels, const A* mind, int64_t n,
+                          int64_t d, int64_t k, double eps, RowErrors* out) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  double best = INFINITY, second = INFINITY, x_sq = 0, max_c_sq = 0, chosen = NAN;
+  int best_j = 0;
+  const int lab = labels[i];
+  for (int64_t j = 0; j < k; ++j) {
+    double s = 0, c_sq = 0;
+    for (int64_t e = 0; e < d; ++e) {
+      const double xv = AsDouble(x[i * d + e]), cv = AsDouble(c[j * d + e]);
+      s += (xv - cv) * (xv - cv);
+      c_sq += cv * cv;
+      if (j == 0) x_sq += xv * xv;
+    }
+    max_c_sq = fmax(max_c_sq, c_sq);
+    if (j == lab) chosen = s;
+    if (s < best) {
+      second = best;
+      best = s;
+      best_j = static_cast<int>(j);
+    } else if (s < second) {
+      second = s;
+    }
+  }
+  const double bound = 8.0 * (d + 4) * eps * (x_sq + max_c_sq) + 1e-300;
+  if (lab < 0 || lab >= k || !(chosen <= best + bound)) atomicAdd(&out->bad_label, 1ull);
+  if (k > 1 && second - best > 2 * bound && lab != best_j) atomicAdd(&out->wrong_clear, 1ull);
+  if (!(fabs(static_cast<double>(mind[i]) - chosen) <= bound)) atomicAdd(&out->bad_mind, 1ull);
+}
+
+double ceiling_gbs = 0;
+
+template <typename T>
+tsm2::ElemType TypeOf() {
+  if (std::is_same_v<T, float>) return tsm2::ElemType::kF32;
+  if (std::is_same_v<T, double>) return tsm2::ElemType::kF64;
+  if (std::is_same_v<T, __nv_bfloat16>) return tsm2::ElemType::kBF16;
+  return tsm2::ElemType::kF16;
+}
+
+template <typename T>
+double HostValue(T v) {
+  if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
+    return static_cast<double>(v);
+  } else {
+    return static_cast<double>(static_cast<float>(v));
+  }
+}
+
+struct Case {
+  const char* name;
+  int64_t n, d, k;
+  int dtype;  // 0 f32, 1 f64, 2 bf16, 3 f16
+};
+
+// Median over 5 rounds of 5 back-to-back launches (after one warm-up round).
+template <typename F>
+double TimeLaunches(const F& launch) {
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  constexpr int kLaunches = 5, kRepeats = 5;
+  std::vector<float> ms;
+  for (int r = 0; r < kRepeats + 1; ++r) {
+    CHECK(cudaEventRecord(e0));
+    for (int i = 0; i < kLaunches; ++i) launch();
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float t_ms = 0;
+    CHECK(cudaEventElapsedTime(&t_ms, e0, e1));
+    if (r > 0) ms.push_back(t_ms / kLaunches);
+  }
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e-3;
+}
+
+template <typename T>
+void Run(const Case& cs) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const int itemsize = static_cast<int>(sizeof(T));
+  if (!tsm2::KmeansSupported(itemsize, cs.d, cs.k)) {
+    std::printf("%-28s not supported by the fused kernel\n", cs.name);
+    return;
+  }
+  const int64_t n = cs.n, d = cs.d, k = cs.k;
+  T *x, *c;
+  A *w, *mind, *sums, *counts, *inertia;
+  int32_t* labels;
+  RowErrors* errs;
+  CHECK(cudaMalloc(&x, n * d * sizeof(T)));
+  CHECK(cudaMalloc(&c, k * d * sizeof(T)));
+  CHECK(cudaMalloc(&w, n * sizeof(A)));
+  CHECK(cudaMalloc(&mind, n * sizeof(A)));
+  CHECK(cudaMalloc(&labels, n * sizeof(int32_t)));
+  CHECK(cudaMalloc(&sums, k * d * sizeof(A)));
+  CHECK(cudaMalloc(&counts, k * sizeof(A)));
+  CHECK(cudaMalloc(&inertia, sizeof(A)));
+  CHECK(cudaMalloc(&errs, sizeof(RowErrors)));
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const size_t ws_bytes = static_cast<size_t>(tsm2::KmeansWorkspaceBytes(itemsize, n, d, k, sms));
+  void* ws = nullptr;
+  CHECK(cudaMalloc(&ws, std::max<size_t>(ws_bytes, 16)));
+  FillX<T><<<2048, 256>>>(x, n, d, k, 1234u);
+  FillC<T><<<64, 256>>>(x, c, d, k, 77u);
+  FillW<A><<<1024, 256>>>(w, n, 99u);
+
+  tsm2::DeviceKmeans p;
+  p.x = x;
+  p.c = c;
+  p.w = w;
+  p.labels = labels;
+  p.mind = mind;
+  p.sums = sums;
+  p.counts = counts;
+  p.inertia = inertia;
+  p.n = n;
+  p.d = d;
+  p.k = k;
+  p.type = TypeOf<T>();
+  int blocks = 0;
+  CHECK(tsm2::PlanKmeansStep(p, ws_bytes, &blocks));
+  auto launch = [&] { CHECK(tsm2::LaunchKmeansStep(p, ws, ws_bytes, nullptr)); };
+  CHECK(cudaMemset(labels, 0xff, n * sizeof(int32_t)));
+  CHECK(cudaMemset(mind, 0xff, n * sizeof(A)));
+  launch();
+  CHECK(cudaDeviceSynchronize());
+
+  // Rows on the GPU.
+  const double eps = std::is_same_v<A, double> ? 2.220446049250313e-16 : 1.1920929e-07;
+  CHECK(cudaMemset(errs, 0, sizeof(RowErrors)));
+  CheckRows<T, A>
+      <<<static_cast<unsigned>((n + 127) / 128), 128>>>(x, c, labels, mind, n, d, k, eps, errs);
+  RowErrors re;
+  CHECK(cudaMemcpy(&re, errs, sizeof re, cudaMemcpyDeviceToHost));
+
+  // Sums, counts and inertia on the host, with the step's labels.
+  std::vector<T> hx(n * d);
+  std::vector<int32_t> hl(n);
+  std::vector<A> hw(n), hm(n), hs(k * d), hc(k);
+  A hi;
+  CHECK(cudaMemcpy(hx.data(), x, n * d * sizeof(T), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(hl.data(), labels, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(hw.data(), w, n * sizeof(A), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(hm.data(), mind, n * sizeof(A), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(hs.data(), sums, k * d * sizeof(A), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(hc.data(), counts, k * sizeof(A), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(&hi, inertia, sizeof(A), cudaMemcpyDeviceToHost));
+  std::vector<double> rs(k * d, 0.0), rabs(k * d, 0.0), rc(k, 0.0);
+  double ri = 0, riabs = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int l = hl[i] >= 0 && hl[i] < k ? hl[i] : 0;
+    const double wi = HostValue(hw[i]);
+    for (int64_t e = 0; e < d; ++e) {
+      const double v = wi * HostValue(hx[i * d + e]);
+      rs[l * d + e] += v;
+      rabs[l * d + e] += std::fabs(v);
+    }
+    rc[l] += wi;
+    ri += wi * HostValue(hm[i]);
+    riabs += std::fabs(wi * HostValue(hm[i]));
+  }
+  const double sum_tol = 2.0 * (n + 2) * eps;
+  double worst = 0;  // largest |error| / bound over sums, counts, inertia (<= 1 passes)
+  for (int64_t o = 0; o < k * d; ++o) {
+    worst = std::max(worst, std::fabs(HostValue(hs[o]) - rs[o]) / (sum_tol * rabs[o] + 1e-300));
+  }
+  for (int64_t j = 0; j < k; ++j) {
+    worst = std::max(worst, std::fabs(HostValue(hc[j]) - rc[j]) / (sum_tol * rc[j] + 1e-300));
+  }
+  worst = std::max(worst, std::fabs(HostValue(hi) - ri) / (sum_tol * riabs + 1e-300));
+  const bool ok = re.bad_label == 0 && re.wrong_clear == 0 && re.bad_mind == 0 && worst <= 1.0;
+
+  const double sec = TimeLaunches(launch);
+  const double x_bytes = static_cast<double>(n) * d * sizeof(T);
+  const double gbs = x_bytes / sec * 1e-9;
+  const auto l = tsm2::KmeansVariantLayout(itemsize, tsm2::KmeansKPad(k), tsm2::KmeansDClass(d));
+  std::printf(
+      "%-28s kp=%2d dc=%4d rows=%2d G=%2d smem=%6d blocks=%4d  %9.1f us %6.0f GB/s %5.1f%%  "
+      "reads=%.3f  %s (labels %llu/%llu, mind %llu, sums/bound %.2g)\n",
+      cs.name, l.kp, l.dc, l.rows, l.groups, l.smem_bytes, blocks, sec * 1e6, gbs,
+      100 * gbs / ceiling_gbs, ceiling_gbs / gbs, ok ? "ok" : "FAIL", re.bad_label, re.wrong_clear,
+      re.bad_mind, worst);
+  std::fflush(stdout);
+  for (void* ptr :
+       {static_cast<void*>(x), static_cast<void*>(c), static_cast<void*>(w),
+        static_cast<void*>(mind), static_cast<void*>(labels), static_cast<void*>(sums),
+        static_cast<void*>(counts), static_cast<void*>(inertia), ws, static_cast<void*>(errs)}) {
+    CHECK(cudaFree(ptr));
+  }
+}
+
+bool Wanted(const char* name, const char* filter) {
+  if (!filter) return true;
+  for (std::string rest = filter; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string want = rest.substr(0, comma);
+    if (!want.empty() && std::strstr(name, want.c_str())) return true;
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* filter = argc > 1 ? argv[1] : nullptr;
+  // Read ceiling: the harness's streaming-read kernel over 2 GiB, best of 5.
+  void* buf = nullptr;
+  const int64_t bytes = int64_t{2} << 30;
+  CHECK(cudaMalloc(&buf, bytes));
+  CHECK(cudaMemset(buf, 1, bytes));
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  uint32_t* xor_out = nullptr;
+  const int64_t blocks = int64_t{sms} * 8;
+  CHECK(cudaMalloc(&xor_out, blocks * sizeof(uint32_t)));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  float best = 1e30f;
+  for (int r = 0; r < 6; ++r) {
+    CHECK(cudaEventRecord(e0));
+    CHECK(tsm2::LaunchStreamRead(buf, bytes, xor_out, blocks, nullptr));
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (r > 0) best = std::min(best, t);
+  }
+  CHECK(cudaFree(buf));
+  CHECK(cudaFree(xor_out));
+  ceiling_gbs = bytes / (best * 1e-3) * 1e-9;
+  std::printf("read ceiling: %.0f GB/s (%d SMs)\n", ceiling_gbs, sms);
+
+  const Case cases[] = {
+      {"f32 1e6x256 k=16", 1000000, 256, 16, 0},       {"f32 1e6x256 k=32", 1000000, 256, 32, 0},
+      {"f32 1e6x256 k=8", 1000000, 256, 8, 0},         {"f32 1e6x128 k=16", 1000000, 128, 16, 0},
+      {"f32 1e6x64 k=4", 1000000, 64, 4, 0},           {"f32 2.5e5x1024 k=16", 250000, 1024, 16, 0},
+      {"f32 2.5e5x1024 k=32", 250000, 1024, 32, 0},    {"f32 1e6x512 k=16", 1000000, 512, 16, 0},
+      {"f64 1e6x256 k=16", 1000000, 256, 16, 1},       {"bf16 1e6x256 k=16", 1000000, 256, 16, 2},
+      {"f16 1e6x256 k=16", 1000000, 256, 16, 3},       {"f32 odd 100003x17 k=5", 100003, 17, 5, 0},
+      {"f32 odd 30011x1000 k=31", 30011, 1000, 31, 0}, {"f64 odd 4099x3 k=1", 4099, 3, 1, 1},
+      {"bf16 odd 10007x33 k=7", 10007, 33, 7, 2},
+  };
+  for (const Case& cs : cases) {
+    if (!Wanted(cs.name, filter)) continue;
+    switch (cs.dtype) {
+      case 0:
+        Run<float>(cs);
+        break;
+      case 1:
+        Run<double>(cs);
+        break;
+      case 2:
+        Run<__nv_bfloat16>(cs);
+        break;
+      default:
+        Run<__half>(cs);
+        break;
+    }
+  }
+  return 0;
+}

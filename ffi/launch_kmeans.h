@@ -1,0 +1,43 @@
+// Host-side entry point of the fused Lloyd step (kernels/kmeans.cuh). Nothing
+// here depends on XLA: the FFI handler (kmeans_handlers.cc) and the kernel
+// lab (benchmarks/kmeans_lab.cu) both drive it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ffi/launch.h"
+
+namespace tsm2 {
+
+// One Lloyd iteration over x [n, d] (row-major, `type`) against c [k, d]
+// (same type) with row weights w [n] (accumulator type: f64 for f64, f32
+// otherwise). Writes labels [n] (int32), mind [n] (squared distance to the
+// chosen centroid), sums [k, d] (sum of w * x per cluster), counts [k] (sum
+// of w per cluster) and inertia (sum of w * mind), all in the accumulator
+// type. Needs KmeansSupported(itemsize, d, k) (kmeans_plan.h).
+struct DeviceKmeans {
+  const void* x = nullptr;
+  const void* c = nullptr;
+  const void* w = nullptr;
+  int32_t* labels = nullptr;
+  void* mind = nullptr;
+  void* sums = nullptr;
+  void* counts = nullptr;
+  void* inertia = nullptr;
+  int64_t n = 0, d = 0, k = 0;
+  ElemType type = ElemType::kF32;
+};
+
+// Blocks the launch will use, given a workspace of `workspace_bytes`
+// (KmeansWorkspaceBytes sizes it); queries the current device.
+cudaError_t PlanKmeansStep(const DeviceKmeans& p, size_t workspace_bytes, int* blocks);
+
+// Launches the step and the fixed-order reduction of the blocks' partials on
+// `stream`. No allocation, no synchronization (CUDA-graph safe).
+cudaError_t LaunchKmeansStep(const DeviceKmeans& p, void* workspace, size_t workspace_bytes,
+                             cudaStream_t stream);
+
+}  // namespace tsm2

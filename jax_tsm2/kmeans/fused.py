@@ -1,0 +1,171 @@
+"""The fused Lloyd step: one pass over the data per k-means iteration.
+
+The FFI target ``tsm2_kmeans_step`` (``ffi/kernels/kmeans.cuh``) reads ``x``
+``(n, d)`` once and returns, against centroids ``c`` ``(k, d)`` with row
+weights ``w`` ``(n,)``:
+
+* ``labels``: the closest centroid of each row (lowest index on ties, NaN
+  first, as ``jnp.argmin``);
+* ``mind``: that squared distance, ``max((||x||^2 - 2 x.c) + ||c||^2, 0)``;
+* ``sums`` ``(k, d)``: ``sum(w * x)`` over each cluster's rows, and
+  ``counts`` ``(k,)``: ``sum(w)`` over them;
+* ``inertia``: ``sum(w * mind)``.
+
+Everything accumulates in f32 for f32, bf16 and f16 data and in f64 for f64;
+the centroids are rounded to ``x``'s dtype first, as the jnp path's product
+does. The unfused path reads ``x`` two to four times (the distance product,
+then the one-hot product for the sums).
+
+:func:`step` decides where the kernel runs. With ``impl="auto"``:
+
+* on CUDA, the kernel when it takes the shape (``fused_supported``: d <= 1024,
+  k <= 32, fewer for f64) and the custom-call mode (``jax_tsm2.config``) is not
+  ``"never"``;
+* on CPU, the plain-loop reference target only in mode ``"always"`` (as for
+  ``matmul``: it exists so that tests can run the FFI path without a GPU; it
+  takes any d and k);
+* otherwise the caller's jnp ``fallback``.
+
+CPU and CUDA are told apart at lowering time (``lax.platform_dependent``), so a
+function traced once lowers correctly for either; the mode is read at trace
+time (it is part of jit's cache key). Under ``vmap`` the FFI call runs once
+per batch element (``vmap_method="sequential"``), each one pass over ``x``.
+The call has no derivative.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax_tsm2 import _compat, _ffi, config
+
+__all__ = ["IMPLS", "LloydStep", "ffi_step", "fused_supported", "step"]
+
+IMPLS = ("auto", "ffi", "jnp")
+
+
+class LloydStep(NamedTuple):
+    """What one Lloyd iteration needs from a pass over the data (see the module docstring).
+
+    Attributes:
+      labels: ``(n,)`` int32 closest centroid.
+      mind: ``(n,)`` squared distance to it, in the accumulation dtype.
+      sums: ``(k, d)`` weighted sum of each cluster's rows.
+      counts: ``(k,)`` total weight of each cluster.
+      inertia: weighted sum of ``mind``.
+    """
+
+    labels: jax.Array
+    mind: jax.Array
+    sums: jax.Array
+    counts: jax.Array
+    inertia: jax.Array
+
+
+def acc_dtype(dtype: Any) -> np.dtype:
+    """Accumulation dtype of the step: f32 for bf16/f16, the dtype itself otherwise."""
+    dtype = jnp.dtype(dtype)
+    if dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        return jnp.dtype(jnp.float32)
+    return dtype
+
+
+_KERNEL_DTYPES = tuple(jnp.dtype(t) for t in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16))
+
+
+def fused_supported(dtype: Any, d: int, k: int) -> bool:
+    """Whether the CUDA kernel takes ``(n, d)`` data of ``dtype`` with ``k`` clusters.
+
+    Example:
+      >>> fused_supported("float32", 256, 16), fused_supported("float32", 4096, 16)
+      (True, False)
+    """
+    if jnp.dtype(dtype) not in _KERNEL_DTYPES or d < 1 or k < 1:
+        return False
+    return bool(_ffi.kmeans_plan(dtype, 0, d, k)["supported"])
+
+
+def ffi_step(x: jax.Array, c: jax.Array, w: jax.Array, *, check: bool = True) -> LloydStep:
+    """The ``tsm2_kmeans_step`` FFI call.
+
+    ``x`` is ``(n, d)`` float, ``c`` ``(k, d)`` (cast to ``x.dtype``), ``w``
+    ``(n,)`` (cast to the accumulation dtype). With ``check`` (the default) a
+    shape the CUDA kernel does not take is a ``ValueError`` here, at trace
+    time, whatever the platform: an error returned by a CUDA FFI handler has
+    crashed the process under jax 0.11 (benchmarks/NOTES.md). The CPU
+    reference takes any shape (``check=False``).
+    """
+    n, d = x.shape
+    k = c.shape[0]
+    if check and not fused_supported(x.dtype, d, k):
+        raise ValueError(
+            f"tsm2_kmeans_step: the fused kernel does not take x {x.dtype}{list(x.shape)} with "
+            f"k={k} (it takes 1 <= k <= 32 and 1 <= d <= 1024, fewer for float64; "
+            "jax_tsm2.kmeans.fused.fused_supported says which); use impl='auto' or 'jnp'"
+        )
+    acc = acc_dtype(x.dtype)
+    c = c.astype(x.dtype)
+    w = w.astype(acc)
+    workspace = _ffi.kmeans_plan(x.dtype, n, d, k)["workspace_bytes"]
+    # Under shard_map the results vary over the axes the operands vary over.
+    x, c, w = _compat.match_varying(x, c, w)
+    out = lambda shape, dtype: _compat.shape_dtype_struct(shape, dtype, x)
+    call = jax.ffi.ffi_call(
+        _ffi.KMEANS_TARGET,
+        (
+            out((n,), jnp.int32),
+            out((n,), acc),
+            out((k, d), acc),
+            out((k,), acc),
+            out((), acc),
+            out((workspace,), jnp.uint8),
+        ),
+        vmap_method="sequential",
+    )
+    labels, mind, sums, counts, inertia, _ = call(x, c, w)
+    return LloydStep(labels, mind, sums, counts, inertia)
+
+
+Fallback = Callable[[jax.Array, jax.Array, jax.Array], LloydStep]
+
+
+def step(
+    x: jax.Array, c: jax.Array, w: jax.Array, *, fallback: Fallback, impl: str = "auto"
+) -> LloydStep:
+    """One pass over ``x``: the FFI step where it applies (module docstring), else ``fallback``.
+
+    ``fallback(x, c, w)`` must return a :class:`LloydStep` with the same
+    shapes and dtypes (the jnp path, ``jax_tsm2.kmeans.core``).
+    """
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    if impl == "jnp":
+        return fallback(x, c, w)
+    if impl == "ffi":
+        return ffi_step(x, c, w)
+    cpu_step = functools.partial(ffi_step, check=False)
+    mode = config.get_custom_call_mode()
+    if mode == "never":
+        return fallback(x, c, w)
+    # Without a CUDA device this is cross-platform lowering (export): emit the
+    # call if the kernel takes the shape. With one, the target must be built.
+    cuda_built = _ffi.cuda_kmeans_available() or not _ffi.cuda_backend_present()
+    on_cuda = cuda_built and fused_supported(x.dtype, x.shape[1], c.shape[0])
+    on_cpu = mode == "always"
+    if not (on_cuda or on_cpu):
+        return fallback(x, c, w)
+    return lax.platform_dependent(
+        x,
+        c,
+        w,
+        cpu=cpu_step if on_cpu else fallback,
+        cuda=ffi_step if on_cuda else fallback,
+        default=fallback,
+    )

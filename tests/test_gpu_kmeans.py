@@ -1,0 +1,130 @@
+"""GPU numerics of the fused Lloyd step (ffi/kernels/kmeans.cuh) against a float64 reference.
+
+Skipped without a CUDA device and a CUDA build (conftest.py). The cases of
+test_kmeans_fused.py (odd sizes, ties, NaN, weights), every kernel variant
+(element type x k padded to 4..32 x d class 128..1024) at its largest shape and
+at an odd one (the element-wise staging path), large n, fewer blocks than the
+GPU holds (a small workspace), bitwise reproducibility, and k-means through
+the kernel against the jnp path.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _helpers import FLOAT_DTYPES
+from _kmeans_reference import check_step, data
+
+import jax_tsm2
+from jax_tsm2 import _ffi
+from jax_tsm2.kmeans import fused, kmeans, lloyd_step
+
+pytestmark = pytest.mark.gpu
+dtype_ids = lambda d: jnp.dtype(d).name
+
+_step = jax.jit(fused.ffi_step)
+
+
+def _supported(dtype, d, k):
+    return fused.fused_supported(dtype, d, k)
+
+
+@pytest.mark.parametrize("d", (1, 3, 17, 256, 1000))
+@pytest.mark.parametrize("k", (1, 2, 5, 16, 32))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_kernel_matches_float64_reference(dtype, d, k):
+    if not _supported(dtype, d, k):
+        pytest.skip(f"the kernel does not take {jnp.dtype(dtype).name} d={d} k={k}")
+    rng = np.random.default_rng(d * 100 + k)
+    x, c, w = data(rng, 1009, d, k, dtype)
+    check_step(_step(x, c, w), x, c, w)
+
+
+def _variants():
+    out = []
+    for dtype in FLOAT_DTYPES:
+        for kp in (4, 8, 16, 32):
+            for dc in (128, 256, 512, 1024):
+                if not _supported(dtype, dc, kp):
+                    continue
+                for d, k in ((dc, kp), (dc // 2 + 1, kp // 2 + 1)):
+                    out.append(pytest.param(dtype, d, k, id=f"{jnp.dtype(dtype).name}-d{d}-k{k}"))
+    return out
+
+
+@pytest.mark.parametrize(("dtype", "d", "k"), _variants())
+def test_every_variant(dtype, d, k):
+    rng = np.random.default_rng(d + 7 * k)
+    x, c, w = data(rng, 4099, d, k, dtype)
+    check_step(_step(x, c, w), x, c, w)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "d", "k"),
+    [(jnp.float32, 256, 16), (jnp.float32, 1000, 32), (jnp.float32, 3, 5), (jnp.float64, 256, 16),
+     (jnp.bfloat16, 512, 16)],
+    ids=["f32-256-16", "f32-1000-32", "f32-3-5", "f64-256-16", "bf16-512-16"],
+)  # fmt: skip
+def test_large_n(dtype, d, k):
+    rng = np.random.default_rng(11)
+    x, c, w = data(rng, 100_001, d, k, dtype)
+    check_step(_step(x, c, w), x, c, w)
+
+
+def test_ties_and_nan_as_jnp():
+    c = jnp.array([[1.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, 5.0]], jnp.float32)
+    x = jnp.array([[0.0, 0.0], [0.0, 3.0], [1.0, 0.0], [2.0, 0.0], [-1.0, 0.0]], jnp.float32)
+    s = lloyd_step(x, c, impl="ffi")
+    assert s.labels.tolist() == [0, 3, 0, 0, 1]
+    np.testing.assert_array_equal(np.asarray(s.mind), [1.0, 4.0, 0.0, 1.0, 0.0])
+    xn = x.at[1, 0].set(np.nan)
+    assert lloyd_step(xn, c, impl="ffi").labels.tolist() == [0, 0, 0, 0, 1]
+    assert np.isnan(float(lloyd_step(xn, c, impl="ffi").mind[1]))
+
+
+def test_bitwise_reproducible():
+    rng = np.random.default_rng(3)
+    x, c, w = data(rng, 200_003, 256, 16, jnp.float32)
+    a, b = _step(x, c, w), _step(x, c, w)
+    for f in a._fields:
+        np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)))
+
+
+def test_small_workspace_uses_fewer_blocks():
+    rng = np.random.default_rng(4)
+    x, c, w = data(rng, 50_021, 64, 8, jnp.float32)
+    per_block = (8 * 64 + 8 + 1) * 4
+    n, d, k = 50_021, 64, 8
+    shapes = (
+        jax.ShapeDtypeStruct((n,), jnp.int32),
+        jax.ShapeDtypeStruct((n,), jnp.float32),
+        jax.ShapeDtypeStruct((k, d), jnp.float32),
+        jax.ShapeDtypeStruct((k,), jnp.float32),
+        jax.ShapeDtypeStruct((), jnp.float32),
+        jax.ShapeDtypeStruct((3 * per_block,), jnp.uint8),
+    )
+    out = jax.jit(lambda x, c, w: jax.ffi.ffi_call(_ffi.KMEANS_TARGET, shapes)(x, c, w))(x, c, w)
+    check_step(fused.LloydStep(*out[:5]), x, c, w)
+
+
+def test_unsupported_shape_falls_back_to_the_jnp_path():
+    # The FFI call itself refuses it at trace time (test_kmeans_fused.py): an
+    # error returned by a CUDA handler has crashed jax 0.11.
+    x, c = jnp.ones((100, 2048), jnp.float32), jnp.ones((4, 2048), jnp.float32)
+    s = lloyd_step(x, c)
+    assert s.labels.tolist() == [0] * 100 and float(s.counts[0]) == 100.0
+
+
+def test_kmeans_through_the_kernel_matches_the_jnp_path():
+    rng = np.random.default_rng(9)
+    centres = rng.normal(scale=6.0, size=(16, 64))
+    x = jnp.asarray(centres[rng.integers(0, 16, 60_013)] + rng.normal(size=(60_013, 64)))
+    init = x[:16]
+    with jax_tsm2.custom_call_mode("never"):
+        ref = kmeans(jax.random.key(0), x, 16, init=init, max_iter=30)
+    got = kmeans(jax.random.key(0), x, 16, init=init, max_iter=30)
+    np.testing.assert_array_equal(np.asarray(got.labels), np.asarray(ref.labels))
+    np.testing.assert_allclose(np.asarray(got.centroids), np.asarray(ref.centroids), rtol=1e-10)
+    assert int(got.n_iter) == int(ref.n_iter)
