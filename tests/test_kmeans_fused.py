@@ -131,6 +131,10 @@ def test_ffi_step_refuses_shapes_the_cuda_kernel_does_not_take():
     )
 
 
+@pytest.mark.skipif(
+    jax.default_backend() != "cpu",
+    reason="an error returned by an FFI handler segfaulted jax 0.11.2 on the GPU machine",
+)
 def test_target_rejects_malformed_buffers():
     call = jax.ffi.ffi_call(
         _ffi.KMEANS_TARGET,
