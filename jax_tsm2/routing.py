@@ -104,6 +104,9 @@ class MeasuredWin:
     min_rows: int = 0
     layout: str = "nn"
     min_k: int = 0
+    # m and n must be multiples of this: the measured shapes were, and the
+    # kernels' vector copies need it (the grid's odd m, n ran 2-5x slower).
+    align: int = 1
 
     def covers(self, target: str, dtype: np.dtype, p: Problem, layout: str = "nn") -> bool:
         rows = (p.batch or 1) * p.m
@@ -114,6 +117,8 @@ class MeasuredWin:
             and self.min_rows <= rows <= self.max_rows
             and self.min_k <= p.k <= self.max_k
             and p.n <= self.max_n
+            and p.m % self.align == 0
+            and p.n % self.align == 0
         )
 
 
@@ -126,6 +131,7 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         max_rows=2**62,
         max_k=8,
         max_n=8,
+        min_k=8,  # rows of 16 bytes: the row kernel; k = 2, 4 ran the tile at 10-14% (grid)
         evidence="H100: L bf16 1e7x8x8 1.47x, 1e6x8x8 1.34x, 1e5x8x8 1.01-1.19x over "
         "jnp.matmul (h100-2026-11-22b); measured at k = n = 8 only",
     ),
@@ -139,6 +145,7 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         max_n=256,
         min_k=1_000_000,
         layout="tn",
+        align=4,
         evidence="H100: TN f32 1e7x16x16 2.25x, 1e6x16x256 1.85x, 1e6x64x64 1.19x; f64 "
         "2.48x, 2.20x, 1.38x over jnp.matmul (h100-2026-11-22c); measured at k >= 1e6",
     ),

@@ -308,3 +308,50 @@ def test_explain_reports_a_tuned_entry(tmp_path, monkeypatch):
     assert "decided by: tune cache" in str(e)
     plain = jax_tsm2.explain(_sds((10**6, 8)), _sds((8, 4)), mode="auto", device=H100, show=False)
     assert plain.layer == "model" and "no entry in" in str(plain)
+
+
+def test_xla_operand_passes_follow_the_grid_features():
+    from jax_tsm2.model.xla import operand_passes
+
+    cal = model.CALIBRATION
+    passes = lambda m, k, n, dt="float32", lay="nn": operand_passes(
+        model.Problem(None, m, k, n), dt, lay, cal
+    )[0]
+    assert passes(20480, 20480, 8) == 1.0  # k a multiple of 64: the suites
+    assert passes(7438, 10676, 2) == cal.xla_slow_passes  # grid: XLA 31%, TSM2R 80%
+    assert passes(18679, 2318, 2) == 1.0  # m >= 2k: grid 72%
+    assert passes(4, 3547, 13858, "float64") == 1.0  # 32-byte rows of A: grid 95%
+    assert passes(2, 5636, 4980, "float64") == cal.xla_slow_passes  # grid 30%
+    assert passes(1, 3_086_114, 8, "float64", "tn") == 1.0  # a vector: grid 91%
+    assert passes(16, 10**6, 16, "float32", "tn") == cal.xla_tn_passes
+    slow = model.predict((7438, 10676, 2), "float32", "nn", "xla", device=model.H100_SXM)
+    assert "3.3 times" in slow.reason and slow.seconds > 3 * 317e6 / 3.1e12
+
+
+@pytest.mark.parametrize(
+    "shape, odd, kernel, layout",
+    [
+        ((7438, 10680, 2), (7438, 10677, 2), "tsm2r", "nn"),
+        ((4, 4096, 4096), (4, 4096, 4097), "tsm2s", "nn"),
+        ((16, 10**6, 16), (17, 10**6, 15), "tsm2t", "tn"),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_element_copies_are_slower_than_vector_copies(shape, odd, kernel, layout, dtype):
+    """Rows that are not whole 16-byte vectors are copied element by element: on the
+    grid 2-10x slower than the same size with vector rows."""
+    fast = model.predict(shape, dtype, layout, kernel, device=model.H100_SXM)
+    slow = model.predict(odd, dtype, layout, kernel, device=model.H100_SXM)
+    assert slow.seconds > 1.5 * fast.seconds
+    assert "element by element" in slow.reason and "element by element" not in fast.reason
+
+
+def test_tsm2t_element_copies_match_the_grid():
+    """TN 1911876x2x32 f32 (model m = 2, k = 1911876): 411 us measured; and bf16
+    1064884x22x9: 336 us. Predicted within 25%."""
+    for (m, k, n, dt), us in (
+        ((2, 1911876, 32, "float32"), 411),
+        ((22, 1064884, 9, "bfloat16"), 336),
+    ):
+        q = model.predict((m, k, n), dt, "tn", "tsm2t", device=model.H100_SXM)
+        assert abs(q.seconds * 1e6 / us - 1) < 0.25, (m, k, n, dt, q.seconds)

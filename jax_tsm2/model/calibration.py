@@ -80,6 +80,21 @@ class Calibration:
       with a transposed copy written and read back). It is the one layout
       that differs: nt ran at 97-100%, like nn.
     - ``xla_t_floor``, ``xla_t_launch``: as ``t_floor``, ``t_launch`` above.
+
+    Refitted to the validation grid (benchmarks/results/h100-2026-11-23/grid-seed0,
+    ``benchmarks/grid_fit.py`` fits them on half of its shapes and tests on the
+    other half):
+
+    - ``scalar_elems_per_clk``: where a kernel's operand rows are not whole
+      16-byte vectors (R, L tiles: k; S: n; T: m or n not a multiple of
+      16 / itemsize) it copies element by element, and streams at a rate in
+      elements, whatever the dtype: on the grid R and L tiles about 1.2
+      elements per clock per SM (bf16 at 18-22% of the ceiling, f32 at 41%),
+      TSM2T about 0.65 of its padded stage rows (f64 28%, half 5-11%), TSM2S
+      about 1.3 of B.
+    - ``xla_slow_passes``: on most grid shapes with ``m < 2 k`` and ``k`` not a
+      multiple of 64 XLA's dot ran at 25-31% of the read ceiling in nn and nt,
+      as in tn: as if it read its operands this many times over.
     """
 
     stream_fraction: float = 0.916
@@ -106,11 +121,22 @@ class Calibration:
     split_eta_fma: tuple[tuple[str, float], ...] = (("tsm2s", 0.17), ("tsm2t", 0.30))
     row_eta_stream: float = 0.90
     xla_tn_passes: float = 3.0
+    scalar_elems_per_clk: tuple[tuple[str, float], ...] = (
+        ("tile", 1.2),
+        ("tsm2s", 1.3),
+        ("tsm2t", 0.65),
+    )
+    xla_slow_passes: float = 3.3
     xla_t_floor: float = 10.0e-6
     xla_t_launch: float = 1.5e-6
 
     def eta(self, key: str) -> float:
         return dict(self.eta_tile)[key]
+
+    def scalar_rate(self, kind: str) -> float:
+        """Elements per clock per SM of a kernel's element-by-element copy ("tile", "tsm2s",
+        "tsm2t")."""
+        return dict(self.scalar_elems_per_clk)[kind]
 
     def split_eta(self, kernel: str) -> tuple[float, float]:
         """(stream, FMA-rate) efficiencies of a split kernel ("tsm2s" or "tsm2t")."""

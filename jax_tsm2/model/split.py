@@ -61,6 +61,19 @@ def split_prediction(
     bw = dev.bandwidth(cal)
     eta_stream, eta_fma = cal.split_eta(kernel)
     t_mem = dram / (bw * eta_stream * active / dev.sm_count)
+    # Element-by-element copies where operand rows are not whole 16-byte
+    # vectors (launch_split.cuh vec_ok): a rate in elements, whatever the dtype;
+    # T copies its padded tiles' rows, S the rows of B.
+    kv = 16 // isz
+    if kernel == "tsm2s":
+        vec = p.n % (2 if isz == 8 else 4) == 0
+        elems = (p.batch or 1) * p.k * p.n
+    else:
+        vec = all(v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"]))
+        per_row = plan["tiles_m"] * plan["tiles_n"] * (plan["tile_m"] + plan["tile_n"])
+        elems = batch * p.k * per_row
+    if not vec:
+        t_mem = max(t_mem, elems / (cal.scalar_rate(kernel) * active * dev.clock_hz))
     rate = eta_fma * dev.fma_lanes(acc)
     fmas = batch * p.m * p.k * p.n
     t_cmp = fmas / (rate * active * dev.clock_hz)
@@ -70,6 +83,7 @@ def split_prediction(
     t2 = t2_threshold(dev, dtype, cal)
     params = dict(plan)
     params["fma_per_clk_per_sm"] = round(rate, 1)
+    params["vec_ok"] = vec
     return Prediction(
         kernel=kernel,
         dtype=dtype,
@@ -86,5 +100,7 @@ def split_prediction(
         t2_threshold=t2,
         tile_threshold=None,
         reason=f"{bound}-bound ({kernel}: {plan['splits']} splits of {plan['split_len']}, "
-        f"streaming at {eta_stream:.0%} of the read ceiling, {rate:.0f} FMA/clk/SM)",
+        f"streaming at {eta_stream:.0%} of the read ceiling, {rate:.0f} FMA/clk/SM"
+        + ("" if vec else "; rows not 16-byte vectors: copied element by element")
+        + ")",
     )

@@ -88,6 +88,12 @@ def tile_prediction(
     stream = cal.eta_stream * min(1.0, inflight / need) ** cal.inflight_exponent
     stream *= active_sms / dev.sm_count
     t_mem = dram / (bw * stream)
+    # Rows of A that are not whole 16-byte vectors (launch_matmul.cuh a_vec_ok)
+    # are copied element by element, at a rate in elements, not bytes.
+    a_vec = p.k % (16 // isz) == 0
+    if not a_vec:
+        elems = batch * p.m * p.k * a_reads
+        t_mem = max(t_mem, elems / (cal.scalar_rate("tile") * active_sms * dev.clock_hz))
 
     fma_lanes = dev.fma_lanes(acc)
     smem_bound = cal.smem_bytes_per_clk * rpt**cal.rpt_exponent / acc_b
@@ -130,6 +136,7 @@ def tile_prediction(
         "split_tiles": split,
         "inflight_bytes_per_sm": inflight // max(active_sms, 1),
         "fma_per_clk_per_sm": round(rate, 1),
+        "a_vec_ok": a_vec,
     }
     ratio = per_row_ratio(p)
     what = f"n = {p.n}" if p.k > 4 * p.n else f"k*n/(k+n) = {ratio:.3g}"
@@ -143,6 +150,8 @@ def tile_prediction(
             )
     else:
         reason = f"compute-bound: {what} at or above the t2 threshold of {t2:.0f} on this GPU"
+    if not a_vec:
+        reason += f"; k = {p.k} rows are not 16-byte vectors: A is copied element by element"
     if bound == "launch":
         reason = (
             f"launch-bound: {dram / 1e6:.3g} MB moves in {body * 1e6:.3g} us, under the "
