@@ -230,6 +230,12 @@ def _routed_lowering(platform: str):
             precision=precision,
         )
         choices = [*folded, (layout, a, b, tuple(ctx.avals_in))]
+        if folded and mode == "auto":
+            # A kernel on the unfolded operands would read a transpose XLA
+            # materializes first (an extra pass that routing does not price),
+            # while XLA's dot folds it for free: the validation grid's TN
+            # shapes ran 1.5-8x slower that way (h100-2026-11-23/grid-seed1).
+            choices = folded
         for lay, x, y, avals in choices:
             r = decide(*avals, cuda_targets=cuda_targets, layout=lay)
             if r.custom_call:
