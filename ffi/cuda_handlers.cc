@@ -16,19 +16,6 @@
 namespace tsm2 {
 namespace {
 
-ElemType ToElemType(ffi::DataType t) {
-  switch (t) {
-    case ffi::DataType::F64:
-      return ElemType::kF64;
-    case ffi::DataType::BF16:
-      return ElemType::kBF16;
-    case ffi::DataType::F16:
-      return ElemType::kF16;
-    default:
-      return ElemType::kF32;
-  }
-}
-
 ffi::Error CudaFailure(std::string_view op, const std::string& what, cudaError_t err,
                        const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, const ffi::AnyBuffer& c) {
   return ffi::Error::Internal(std::string(op) + ": " + what + " failed: " + cudaGetErrorName(err) +

@@ -15,19 +15,6 @@
 namespace tsm2 {
 namespace {
 
-ElemType KmeansElemType(ffi::DataType t) {
-  switch (t) {
-    case ffi::DataType::F64:
-      return ElemType::kF64;
-    case ffi::DataType::BF16:
-      return ElemType::kBF16;
-    case ffi::DataType::F16:
-      return ElemType::kF16;
-    default:
-      return ElemType::kF32;
-  }
-}
-
 ffi::Error KmeansCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer c, ffi::AnyBuffer w,
                           ffi::Result<ffi::AnyBuffer> labels, ffi::Result<ffi::AnyBuffer> mind,
                           ffi::Result<ffi::AnyBuffer> sums, ffi::Result<ffi::AnyBuffer> counts,
@@ -60,7 +47,7 @@ ffi::Error KmeansCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
   d.n = p.n;
   d.d = p.d;
   d.k = p.k;
-  d.type = KmeansElemType(p.dtype);
+  d.type = ToElemType(p.dtype);
   if (cudaError_t e =
           LaunchKmeansStep(d, workspace->untyped_data(), workspace->size_bytes(), stream);
       e != cudaSuccess) {

@@ -12,8 +12,6 @@
 
 namespace tsm2 {
 
-enum class ElemType { kF32, kF64, kBF16, kF16 };
-
 // C[batch] = op(A[batch]) @ op(B[batch]), row-major, with op() given by
 // `layout` (matmul_kinds.h); a batch stride of 0 shares that operand across
 // the batch. C is `type` unless out_f32 (bf16/f16 inputs only).

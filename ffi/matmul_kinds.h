@@ -24,6 +24,9 @@ enum class Layout : int32_t {
   kTN = 2,  // a[batch?, k, m], b[batch?, k, n]: C = A^T @ B
 };
 
+// Element type of the operands as the launchers take it (no XLA types there).
+enum class ElemType { kF32, kF64, kBF16, kF16 };
+
 inline const char* LayoutName(Layout l) {
   switch (l) {
     case Layout::kNN:

@@ -61,6 +61,20 @@ inline std::string DescribeBuffer(const ffi::AnyBuffer& x) {
   return os.str();
 }
 
+// The launchers' element type of a supported input dtype (IsSupportedInput).
+inline ElemType ToElemType(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::F64:
+      return ElemType::kF64;
+    case ffi::DataType::BF16:
+      return ElemType::kBF16;
+    case ffi::DataType::F16:
+      return ElemType::kF16;
+    default:
+      return ElemType::kF32;
+  }
+}
+
 inline bool IsSupportedInput(ffi::DataType t) {
   return t == ffi::DataType::F32 || t == ffi::DataType::F64 || t == ffi::DataType::BF16 ||
          t == ffi::DataType::F16;
