@@ -4,7 +4,7 @@
 # and leave everything under $OUT. Prints a short summary last.
 #
 #   bash benchmarks/gpu_session.sh [extra args for python -m jax_tsm2.bench]
-#   BENCH=0 / TESTS=0 skip a part.
+#   BENCH=0 / TESTS=0 skip a part; PYTEST_ARGS narrows the tests (default tests/).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -18,7 +18,7 @@ echo "install: $((SECONDS - t0)) s"
 
 if [ "${TESTS:-1}" = 1 ]; then
   t0=$SECONDS
-  python3 -m pytest -q -m gpu tests/ > "$OUT/pytest-gpu.log" 2>&1
+  python3 -m pytest -q -m gpu ${PYTEST_ARGS:-tests/} > "$OUT/pytest-gpu.log" 2>&1
   echo "gpu tests ($((SECONDS - t0)) s): $(tail -1 "$OUT/pytest-gpu.log")"
 fi
 

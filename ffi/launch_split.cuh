@@ -113,7 +113,10 @@ struct SplitLauncher {
     a.vec_ok = p.m % kV == 0 && p.n % kV == 0 && s.tile_m % kV == 0 && s.tile_n % kV == 0 &&
                reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
                reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
-    const void* kernel = s.thread_edge == 8 ? reinterpret_cast<const void*>(&Tsm2TKernel<T, 8>)
+    // TPlan never gives f64 8 x 8 blocks (128 accumulator registers would spill).
+    constexpr int kWide = sizeof(T) <= 4 ? 8 : 4;
+    if (s.thread_edge != 4 && s.thread_edge != kWide) return cudaErrorInvalidValue;
+    const void* kernel = s.thread_edge == 8 ? reinterpret_cast<const void*>(&Tsm2TKernel<T, kWide>)
                                             : reinterpret_cast<const void*>(&Tsm2TKernel<T, 4>);
     int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
     if (cudaError_t e = BlocksPerSm(kernel, kTThreads, kTMaxSmem, &per_sm); e != cudaSuccess) {
@@ -123,7 +126,7 @@ struct SplitLauncher {
     if (smem > kTMaxSmem) return cudaErrorInvalidConfiguration;
     const int blocks = static_cast<int>(a.splits * a.tiles_m * a.tiles_n * p.batch);
     if (s.thread_edge == 8) {
-      Tsm2TKernel<T, 8><<<blocks, kTThreads, smem, stream>>>(a);
+      Tsm2TKernel<T, kWide><<<blocks, kTThreads, smem, stream>>>(a);
     } else {
       Tsm2TKernel<T, 4><<<blocks, kTThreads, smem, stream>>>(a);
     }

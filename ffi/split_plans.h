@@ -49,25 +49,34 @@ inline void ChooseSplits(int64_t tiles, int64_t k, int sm_count, int64_t max_spl
 }
 
 // T: C[m, n] = sum_r A[r, :m]^T B[r, :n]. Each of the 256 threads of a block
-// holds an e x e block of the output tile (e = 8 where both tile edges are
-// 32 or more and the type is at most 4 bytes: there FMAs dominate and 8 x 8
-// halves the shared-memory reads per FMA; measured slower for 512 x 8, and
-// f64 would need 128 accumulator registers; else 4); when the tile has fewer than 256 such blocks,
+// holds an e x e block of the output tile (e = 8 where the type is at most 4
+// bytes and the tile is large: both edges 32 or more, or 16 or more with
+// 2048 outputs such as 16 x 256; there FMAs dominate and 8 x 8 halves the
+// shared-memory reads per FMA; measured slower for 512 x 8, and f64 would
+// need 128 accumulator registers; else 4); when the tile has fewer than 256 such blocks,
 // groups of threads take interleaved rows of each stage and are added at the end. Tiles cover the
 // whole output when m * n <= 4096, so that A and B are read once.
 constexpr int kTThreads = 256;
+// Bytes per pipeline stage: 32 KiB for FMA-heavy tiles (2048+ outputs, two
+// blocks per SM by registers anyway), so a barrier comes every 8+ rows per
+// thread rather than every 3 (measured: 16 x 256 f32 was barrier-bound at
+// 16 KiB); 16 KiB elsewhere keeps four blocks per SM.
 constexpr int kTStageBytes = 16 * 1024;
+constexpr int kTStageBytesLarge = 32 * 1024;
 inline SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
   SplitPlan s;
   s.tile_n = std::min<int64_t>(Pow2AtLeast(std::max<int64_t>(n, 4)), 256);
   s.tile_m = std::min<int64_t>(Pow2AtLeast(std::max<int64_t>(m, 4)), 4096 / s.tile_n);
   s.tiles_m = CeilDiv(m, s.tile_m);
   s.tiles_n = CeilDiv(n, s.tile_n);
-  s.thread_edge = itemsize <= 4 && s.tile_m >= 32 && s.tile_n >= 32 ? 8 : 4;
+  const bool large = (s.tile_m >= 32 && s.tile_n >= 32) ||
+                     (std::min(s.tile_m, s.tile_n) >= 16 && s.tile_m * s.tile_n >= 2048);
+  s.thread_edge = itemsize <= 4 && large ? 8 : 4;
   const int64_t e = s.thread_edge;
   const int64_t groups = kTThreads / ((s.tile_m / e) * (s.tile_n / e));
   const int64_t row_bytes = (s.tile_m + s.tile_n) * itemsize;
-  s.step = std::max<int64_t>(groups, kTStageBytes / row_bytes / groups * groups);
+  const int64_t stage_bytes = s.tile_m * s.tile_n >= 2048 ? kTStageBytesLarge : kTStageBytes;
+  s.step = std::max<int64_t>(groups, stage_bytes / row_bytes / groups * groups);
   ChooseSplits(batch * s.tiles_m * s.tiles_n, k, sm_count, int64_t{1} << 40, &s);
   return s;
 }

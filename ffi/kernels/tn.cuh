@@ -5,8 +5,9 @@
 // The paper has no kernel for this layout; it reuses TSM2's ideas with the
 // roles turned: the long dimension is now the contraction, so
 // - each block streams a contiguous range of rows of both operands (a split,
-//   ffi/split_plans.h) through a cp.async ring in shared memory, whole rows
-//   at a time, so every byte of A and B is read once with coalesced copies;
+//   ffi/split_plans.h) through a cp.async ring in shared memory, as an A
+//   slice and a B slice per stage, so every byte of A and B is read once
+//   with coalesced copies;
 // - the output tile stays in registers for the whole range: each thread owns
 //   an E x E block of it (register blocking: 2E shared-memory values feed
 //   E^2 FMAs; E = 4 or 8, split_plans.h); when the tile has fewer 4 x 4 blocks than the block has
@@ -34,72 +35,82 @@ inline int TSmemBytes(const SplitPlan& s, int itemsize) {
   return static_cast<int>(ring > red ? ring : red);
 }
 
-// Copies rows [r0, r0 + step) of the A and B column slices of this tile into
-// one stage, laid out row by row as [A slice | B slice]. Rows past `r_end`
-// and columns past the matrix are zero-filled.
+// Copies rows [r0, r0 + step) x columns [col0, col0 + width) of a row-major
+// matrix (`cols` columns) into `dst` (step x width, packed). `width` is a power
+// of two, so a copy index splits into (row, column) with a shift: the
+// division this replaced cost more issue slots than the FMAs of small tiles.
+// Rows past `r_end` and columns past the matrix are zero-filled.
+template <typename T>
+__device__ __forceinline__ void LoadTSlice(const T* src, int64_t cols, int64_t col0, int width,
+                                           int64_t r0, int64_t r_end, int step, bool vec_ok,
+                                           T* dst) {
+  if (vec_ok) {  // width and cols are whole 16-byte vectors
+    const int vpr = width / kVec<T>, shift = __ffs(vpr) - 1;
+    for (int q = threadIdx.x; q < step * vpr; q += kTThreads) {
+      const int r = q >> shift, v = q & (vpr - 1);
+      const int64_t row = r0 + r, col = col0 + static_cast<int64_t>(v) * kVec<T>;
+      const bool valid = row < r_end && col < cols;
+      CpAsync16(dst + q * kVec<T>, valid ? src + row * cols + col : src, valid);
+    }
+  } else {
+    const int shift = __ffs(width) - 1;
+    for (int q = threadIdx.x; q < step * width; q += kTThreads) {
+      const int64_t row = r0 + (q >> shift), col = col0 + (q & (width - 1));
+      dst[q] = row < r_end && col < cols ? src[row * cols + col] : T(0.0f);
+    }
+  }
+}
+
+// One pipeline stage: the A slice (step x tile_m) followed by the B slice
+// (step x tile_n). Whole-width tiles make each slice one contiguous run of
+// global memory.
 template <typename T>
 __device__ __forceinline__ void LoadTStage(const SplitArgs& p, const T* a, const T* b, int64_t p0,
                                            int64_t q0, int64_t r0, int64_t r_end, T* stage) {
-  const int row_elems = static_cast<int>(p.tile_m + p.tile_n);
-  if (p.vec_ok) {
-    const int vecs_per_row = row_elems / kVec<T>;
-    const int a_vecs = static_cast<int>(p.tile_m) / kVec<T>;
-    for (int q = threadIdx.x; q < p.step * vecs_per_row; q += kTThreads) {
-      const int r = q / vecs_per_row, v = q % vecs_per_row;
-      const int64_t row = r0 + r;
-      const T* src;
-      bool valid;
-      if (v < a_vecs) {
-        const int64_t col = p0 + static_cast<int64_t>(v) * kVec<T>;
-        valid = row < r_end && col < p.m;
-        src = a + row * p.m + col;
+  const int step = static_cast<int>(p.step), tm = static_cast<int>(p.tile_m);
+  LoadTSlice<T>(a, p.m, p0, tm, r0, r_end, step, p.vec_ok, stage);
+  LoadTSlice<T>(b, p.n, q0, static_cast<int>(p.tile_n), r0, r_end, step, p.vec_ok,
+                stage + step * tm);
+}
+
+// A thread's E values along one tile edge come in chunks of kChunk elements
+// (at most 16 bytes, one shared-memory load each); chunk h of thread t starts
+// at h * (edge / kChunks) + kChunk * t. Interleaving the chunks this way puts
+// the lanes of a warp on consecutive 16-byte words, free of bank conflicts
+// (E contiguous 32-byte runs per thread conflicted two ways).
+template <typename T, int E>
+struct TOwned {
+  static constexpr int kChunk = E * static_cast<int>(sizeof(T)) > 16 ? kVec<T> : E;
+  static constexpr int kChunks = E / kChunk;
+  __device__ __forceinline__ static int Index(int edge, int t, int i) {
+    return (i / kChunk) * (edge / kChunks) + kChunk * t + i % kChunk;
+  }
+  // This thread's E values of one stage row, as accumulators.
+  __device__ __forceinline__ static void Load(const T* row, int edge, int t, AccType<T> (&out)[E]) {
+#pragma unroll
+    for (int h = 0; h < kChunks; ++h) {
+      T v[kChunk];
+      const T* src = row + h * (edge / kChunks) + kChunk * t;
+      if constexpr (kChunk * sizeof(T) == 16) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(src);
+        memcpy(v, &raw, 16);
       } else {
-        const int64_t col = q0 + static_cast<int64_t>(v - a_vecs) * kVec<T>;
-        valid = row < r_end && col < p.n;
-        src = b + row * p.n + col;
+        static_assert(kChunk * sizeof(T) == 8, "chunks are 8 or 16 bytes");
+        const uint2 raw = *reinterpret_cast<const uint2*>(src);
+        memcpy(v, &raw, 8);
       }
-      CpAsync16(stage + r * row_elems + v * kVec<T>, valid ? src : a, valid);
-    }
-  } else {
-    for (int q = threadIdx.x; q < p.step * row_elems; q += kTThreads) {
-      const int r = q / row_elems, e = q % row_elems;
-      const int64_t row = r0 + r;
-      T val = T(0.0f);
-      if (row < r_end) {
-        if (e < p.tile_m) {
-          if (p0 + e < p.m) val = a[row * p.m + p0 + e];
-        } else if (q0 + e - p.tile_m < p.n) {
-          val = b[row * p.n + q0 + e - p.tile_m];
-        }
-      }
-      stage[q] = val;
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) out[h * kChunk + e] = ToAcc(v[e]);
     }
   }
-}
+};
 
-// E consecutive elements of a stage row (8-byte aligned at least) as
-// accumulators, with the widest shared-memory loads the alignment allows.
+// Two blocks per SM at least: left alone, ptxas gave the f64 kernel 204
+// registers (one block per SM) and it ran at 47% of the read ceiling.
 template <typename T, int E>
-__device__ __forceinline__ void LoadE(const T* src, AccType<T> (&out)[E]) {
-  constexpr int kBytes = E * static_cast<int>(sizeof(T));
-  T v[E];
-  if constexpr (kBytes % 16 == 0) {
-#pragma unroll
-    for (int w = 0; w < kBytes / 16; ++w) {
-      const uint4 raw = reinterpret_cast<const uint4*>(src)[w];
-      memcpy(reinterpret_cast<char*>(v) + 16 * w, &raw, 16);
-    }
-  } else {
-    const uint2 raw = *reinterpret_cast<const uint2*>(src);
-    memcpy(v, &raw, 8);
-  }
-#pragma unroll
-  for (int i = 0; i < E; ++i) out[i] = ToAcc(v[i]);
-}
-
-template <typename T, int E>
-__global__ void __launch_bounds__(kTThreads) Tsm2TKernel(const __grid_constant__ SplitArgs p) {
+__global__ void __launch_bounds__(kTThreads, 2) Tsm2TKernel(const __grid_constant__ SplitArgs p) {
   using Acc = AccType<T>;
+  using Own = TOwned<T, E>;
   extern __shared__ __align__(16) char smem[];
   T* ring = reinterpret_cast<T*>(smem);
 
@@ -111,20 +122,21 @@ __global__ void __launch_bounds__(kTThreads) Tsm2TKernel(const __grid_constant__
   const T* b = static_cast<const T*>(p.b) + blk.batch * p.b_batch_stride;
 
   // This thread's E x E output block (tp, tq) and its row group g.
-  const int tpm = static_cast<int>(p.tile_m) / E;
-  const int tile_threads = tpm * static_cast<int>(p.tile_n) / E;
+  const int tm = static_cast<int>(p.tile_m), tn = static_cast<int>(p.tile_n);
+  const int tpm = tm / E;
+  const int tile_threads = tpm * tn / E;
   const int groups = kTThreads / tile_threads;
   const int g = threadIdx.x / tile_threads;
   const int tp = threadIdx.x % tile_threads % tpm;
   const int tq = threadIdx.x % tile_threads / tpm;
-  const int row_elems = static_cast<int>(p.tile_m + p.tile_n);
-  const int stage_elems = static_cast<int>(p.step) * row_elems;
-  const int64_t steps = (r_end - r_begin + p.step - 1) / p.step;
+  const int step = static_cast<int>(p.step);
+  const int stage_elems = step * (tm + tn);
+  const int64_t steps = (r_end - r_begin + step - 1) / step;
 
 #pragma unroll
   for (int s = 0; s < kTStages - 1; ++s) {
     if (s < steps)
-      LoadTStage<T>(p, a, b, p0, q0, r_begin + s * p.step, r_end, ring + s * stage_elems);
+      LoadTStage<T>(p, a, b, p0, q0, r_begin + s * step, r_end, ring + s * stage_elems);
     CpAsyncCommit();
   }
 
@@ -134,15 +146,16 @@ __global__ void __launch_bounds__(kTThreads) Tsm2TKernel(const __grid_constant__
     __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
     const int64_t ip = it + kTStages - 1;
     if (ip < steps) {
-      LoadTStage<T>(p, a, b, p0, q0, r_begin + ip * p.step, r_end,
+      LoadTStage<T>(p, a, b, p0, q0, r_begin + ip * step, r_end,
                     ring + (ip % kTStages) * stage_elems);
     }
     CpAsyncCommit();
-    const T* st = ring + (it % kTStages) * stage_elems;
-    for (int r = g; r < p.step; r += groups) {
+    const T* sa = ring + (it % kTStages) * stage_elems;
+    const T* sb = sa + step * tm;
+    for (int r = g; r < step; r += groups) {
       Acc x[E], y[E];
-      LoadE<T, E>(st + r * row_elems + E * tp, x);
-      LoadE<T, E>(st + r * row_elems + p.tile_m + E * tq, y);
+      Own::Load(sa + r * tm, tm, tp, x);
+      Own::Load(sb + r * tn, tn, tq, y);
 #pragma unroll
       for (int i = 0; i < E; ++i) {
 #pragma unroll
@@ -171,10 +184,10 @@ __global__ void __launch_bounds__(kTThreads) Tsm2TKernel(const __grid_constant__
   }
 #pragma unroll
   for (int i = 0; i < E; ++i) {
-    const int64_t row = p0 + E * tp + i;
+    const int64_t row = p0 + Own::Index(tm, tp, i);
 #pragma unroll
     for (int j = 0; j < E; ++j) {
-      const int64_t col = q0 + E * tq + j;
+      const int64_t col = q0 + Own::Index(tn, tq, j);
       if (row < p.m && col < p.n) StoreSplitOut<T>(p, blk, row, col, acc[i][j]);
     }
   }
