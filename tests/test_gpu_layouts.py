@@ -139,6 +139,11 @@ def test_small_left_kernel(dtype, m, k, n):
         (3_001, 600, 9),
         (3_001, 16, 300),
         (777, 100, 100),
+        # 8 x 8 thread blocks on a 16-wide edge (tiles 16 x 256, 128 x 16) and
+        # 32 KiB stages with tails in both edges.
+        (20_011, 16, 256),
+        (9_001, 128, 16),
+        (4_099, 24, 120),
     ],
 )
 def test_tn_kernel(dtype, k, m, n):
