@@ -168,8 +168,12 @@ def _score(cases: list[dict], cal: model.Calibration, impls: tuple[str, ...]):
 
 
 def fit(cases: list[dict], cal: model.Calibration, only=FITTED, sweeps: int = 2):
-    """The ``only`` constants fitted to ``cases``, one at a time, starting from ``cal``."""
+    """The ``only`` constants fitted to ``cases``, one at a time, starting from ``cal`` with
+    each of them at the middle of its candidates: never from the committed values, which
+    were fitted to the held-out grid too."""
     out = cal
+    for field, key, values, _ in only:
+        out = _with(out, field, key, values[len(values) // 2])
     for _ in range(sweeps):
         for field, key, values, impls in only:
             scores = {v: _score(cases, _with(out, field, key, v), impls) for v in values}

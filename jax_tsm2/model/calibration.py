@@ -152,7 +152,7 @@ class Calibration:
         ("tile", 1.2),
         ("tsm2t", TSM2T_SCALAR_ELEMS_PER_CLK),
     )
-    s_scalar_cycles: tuple[float, float] = (0.25, 0.08)
+    s_scalar_cycles: tuple[float, float] = (0.2, 0.14)
     xla_slow_passes: float = 3.3
     xla_tall_ratio: float = 6.0
     route_margin: tuple[tuple[str, float], ...] = (
