@@ -36,7 +36,7 @@ layer that answers decides (``Route.layer``):
 2. ``"measured"``: a committed measurement where a candidate kernel beat XLA's
    dot for such shapes (``MEASURED_WINS``);
 3. ``"model"``: ``model.choose``: the best candidate if it is predicted faster
-   than XLA's dot by ``model.ROUTE_MARGIN``, else XLA's dot.
+   than XLA's dot by its margin (``Calibration.route_margin``), else XLA's dot.
 
 On an H100 with jax 0.11.2 (benchmarks/results/h100-2026-11-22b, -22c) that
 sends A^T @ B (TSM2T: XLA's dot read its operands three times over) and bf16
@@ -306,8 +306,17 @@ def _model_choice(
     names: tuple[str, ...],
     xla_precision: str,
     device: model.Device,
+    calibration: model.Calibration = model.CALIBRATION,
 ) -> model.Choice:
-    return model.choose(p, dtype, layout, device=device, kernels=names, xla_precision=xla_precision)
+    return model.choose(
+        p,
+        dtype,
+        layout,
+        device=device,
+        kernels=names,
+        xla_precision=xla_precision,
+        calibration=calibration,
+    )
 
 
 def _tuned(
@@ -337,6 +346,7 @@ def _auto(
     why: str,
     precision: Any,
     device: model.Device,
+    calibration: model.Calibration,
 ) -> Route:
     """Mode "auto" on a GPU with the targets: tune cache, then measured wins, then the model."""
     r = _tuned(p, dtype, layout, device, why)
@@ -349,7 +359,8 @@ def _auto(
             r = Route(name, reason, p, layout, "measured")
             break
     if r is None:
-        c = _model_choice(p, dtype.name, layout, names, _xla_precision(precision), device)
+        xp = _xla_precision(precision)
+        c = _model_choice(p, dtype.name, layout, names, xp, device, calibration)
         r = Route(c.target, f"{why}; model: {c.reason}", p, layout, "model")
     if device.source.startswith("H100 preset"):
         r = dataclasses.replace(r, reason=f"{r.reason} [device: {device.source}]")
@@ -367,6 +378,7 @@ def route(
     cuda_targets: bool = True,
     layout: str = "nn",
     device: model.Device | None = None,
+    calibration: model.Calibration = model.CALIBRATION,
 ) -> Route:
     """Decides how the product of canonical rank-2/3 operands ``a``, ``b`` is computed.
 
@@ -387,6 +399,8 @@ def route(
       cuda_targets: whether this build has the CUDA kernels.
       layout: ``"nn"``, ``"nt"`` or ``"tn"`` (module docstring).
       device: the GPU the model reasons about; default ``model.current_device()``.
+      calibration: the model's constants in mode "auto" (benchmarks/grid_fit.py
+        simulates routing with refitted ones).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -423,7 +437,7 @@ def route(
     dev = model.current_device() if device is None else device
     names, why = candidates(p, layout)
     if platform == "cuda" and mode == "auto":
-        return _auto(p, dtype, layout, names, why, precision, dev)
+        return _auto(p, dtype, layout, names, why, precision, dev, calibration)
     if not names:
         if mode != "always":
             return xla(f"{why.removeprefix(f'{layout}: ')}, XLA's dot")

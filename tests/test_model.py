@@ -319,7 +319,8 @@ def test_xla_operand_passes_follow_the_grid_features():
     )[0]
     assert passes(20480, 20480, 8) == 1.0  # k a multiple of 64: the suites
     assert passes(7438, 10676, 2) == cal.xla_slow_passes  # grid: XLA 31%, TSM2R 80%
-    assert passes(18679, 2318, 2) == 1.0  # m >= 2k: grid 72%
+    assert passes(18679, 2318, 2) == 1.0  # m >= 6k: grid 72%
+    assert passes(12973, 6236, 4, lay="nt") == cal.xla_slow_passes  # m = 2.1k: grid seed 1 30%
     assert passes(4, 3547, 13858, "float64") == 1.0  # 32-byte rows of A: grid 95%
     assert passes(2, 5636, 4980, "float64") == cal.xla_slow_passes  # grid 30%
     assert passes(1, 3_086_114, 8, "float64", "tn") == 1.0  # a vector: grid 91%
@@ -332,7 +333,7 @@ def test_xla_operand_passes_follow_the_grid_features():
     "shape, odd, kernel, layout",
     [
         ((7438, 10680, 2), (7438, 10677, 2), "tsm2r", "nn"),
-        ((4, 4096, 4096), (4, 4096, 4097), "tsm2s", "nn"),
+        ((8, 4096, 4096), (8, 4096, 4097), "tsm2s", "nn"),  # S: grows with m (below)
         ((16, 10**6, 16), (17, 10**6, 15), "tsm2t", "tn"),
     ],
 )
@@ -355,3 +356,31 @@ def test_tsm2t_element_copies_match_the_grid():
     ):
         q = model.predict((m, k, n), dt, "tn", "tsm2t", device=model.H100_SXM)
         assert abs(q.seconds * 1e6 / us - 1) < 0.25, (m, k, n, dt, q.seconds)
+
+
+def test_tsm2s_element_copy_costs_more_with_more_rows():
+    """Grids: TSM2S with n not a multiple of 4 (f32) ran ~0.3 cycles per element of B
+    at m = 1 and ~1.8 at m = 11; f64 about twice that."""
+    H = model.H100_SXM
+    t = lambda m, dt="float32": model.predict((m, 5064, 2455), dt, "nn", "tsm2s", device=H)
+    assert not t(11).params["vec_ok"] and not t(11, "float64").params["vec_ok"]
+    assert t(11).seconds > 2.5 * t(1).seconds  # S:11x5064x2454 f32 measured 84.7 us
+    assert t(11, "float64").seconds > 1.5 * t(11).seconds
+    aligned = model.predict((11, 5064, 2456), "float32", "nn", "tsm2s", device=H)
+    assert aligned.params["vec_ok"] and aligned.seconds < t(11).seconds
+
+
+def test_choose_uses_each_kernels_margin():
+    import dataclasses
+
+    H = model.H100_SXM
+    c = model.choose((10**7, 8, 8), "bfloat16", device=H)
+    assert c.target == "tsm2l"
+    cal = dataclasses.replace(
+        model.CALIBRATION,
+        route_margin=tuple(
+            (k, 10.0 if k == "tsm2l" else v) for k, v in model.CALIBRATION.route_margin
+        ),
+    )
+    c = model.choose((10**7, 8, 8), "bfloat16", device=H, calibration=cal)
+    assert c.target == "xla" and "1000% margin" in c.reason

@@ -183,9 +183,9 @@ def predict(
     return tile_prediction(p, name, layout, kern, dev, calibration)
 
 
-# A kernel is chosen over XLA's dot only when predicted faster by this margin:
-# the model's errors (benchmarks/model_check.py) are mostly within it, and a
-# close call costs little either way.
+# A kernel is chosen over XLA's dot only when predicted faster by a margin:
+# per kernel, ``Calibration.route_margin`` (fitted on the validation grids by
+# benchmarks/grid_fit.py); this one where a caller asks for a single margin.
 ROUTE_MARGIN = 0.10
 
 
@@ -210,7 +210,7 @@ def choose(
     layout: str = "nn",
     device: Device | str | None = None,
     kernels: Sequence[str] | None = None,
-    margin: float = ROUTE_MARGIN,
+    margin: float | None = None,
     calibration: Calibration = CALIBRATION,
     xla_precision: str = "default",
 ) -> Choice:
@@ -218,7 +218,8 @@ def choose(
 
     The best kernel is the fastest predicted; of equal predictions (TSM2L on a
     long k runs TSM2R's tile, and launch-bound calls all cost the floor), the
-    first in ``kernels``. It runs if predicted faster than XLA's dot by ``margin``.
+    first in ``kernels``. It runs if predicted faster than XLA's dot by ``margin``
+    (default: that kernel's ``calibration.margin``).
 
     Example:
         >>> c = choose((10**7, 8, 8), "bfloat16", device=H100_SXM)
@@ -237,6 +238,8 @@ def choose(
     if best is None:
         return Choice("xla", None, xla, preds, "no kernel takes this problem")
     us = lambda q: f"{q.seconds * 1e6:.1f} us"
+    if margin is None:
+        margin = calibration.margin(best.kernel)
     if best.seconds * (1.0 + margin) < xla.seconds:
         why = (
             f"{best.kernel} predicted {us(best)} against XLA's {us(xla)} "

@@ -72,7 +72,14 @@ def split_prediction(
         vec = all(v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"]))
         per_row = plan["tiles_m"] * plan["tiles_n"] * (plan["tile_m"] + plan["tile_n"])
         elems = batch * p.k * per_row
-    if not vec:
+    if not vec and kernel == "tsm2s":
+        # S's element copy feeds m FMAs per element of B: its cost grows with m
+        # (seed-0 and seed-1 grids: ~0.3 cycles per element at m = 1, ~1.8 at
+        # m = 11 in f32, twice that in f64, where FMAs issue at half the rate).
+        per_elem, per_fma = cal.s_scalar_cycles
+        cycles = elems * (per_elem + per_fma * p.m * (2 if acc == "f64" else 1))
+        t_mem = max(t_mem, cycles / (active * dev.clock_hz))
+    elif not vec:
         t_mem = max(t_mem, elems / (cal.scalar_rate(kernel) * active * dev.clock_hz))
     rate = eta_fma * dev.fma_lanes(acc)
     fmas = batch * p.m * p.k * p.n

@@ -29,7 +29,7 @@ def operand_passes(p: Problem, dtype: str, layout: str, cal: Calibration) -> tup
     Bimodal on the validation grid: about once (72-101% of the read ceiling) or
     about three times (25-31%), as if it made a transposed or padded copy.
     Once in nn and nt where ``k`` is a multiple of 64 (the suites' powers of
-    two), where A is tall (``m >= 2 k``, the L shapes), or where A's few rows
+    two), where A is tall (``m >= xla_tall_ratio * k``, the L shapes), or where A's few rows
     are a multiple of 32 bytes (S f64 with m = 4, 8: 87-95%; m = 2, 6: 26-30%);
     in tn only where one side of the result is a vector (m or n = 1: 91%).
     The features are what the grid separates, not XLA's rule, which we do not know.
@@ -39,9 +39,10 @@ def operand_passes(p: Problem, dtype: str, layout: str, cal: Calibration) -> tup
         if min(p.m, p.n) == 1:
             return 1.0, ""
         return cal.xla_tn_passes, "layout tn, as measured"
-    if p.k % 64 == 0 or p.m >= 2 * p.k or (p.m <= 16 and p.m * isz % 32 == 0):
+    if p.k % 64 == 0 or p.m >= cal.xla_tall_ratio * p.k or (p.m <= 16 and p.m * isz % 32 == 0):
         return 1.0, ""
-    return cal.xla_slow_passes, "m < 2k, k not a multiple of 64: as measured on the grid"
+    why = f"m < {cal.xla_tall_ratio:g}k, k not a multiple of 64: as measured on the grid"
+    return cal.xla_slow_passes, why
 
 
 def xla_prediction(
