@@ -62,7 +62,7 @@ FITTED: tuple[tuple[str, str | int | None, tuple[float, ...], tuple[str, ...]], 
     ("s_scalar_cycles", 0, (0.1, 0.2, 0.25, 0.3, 0.4, 0.5), ("tsm2s",)),
     ("s_scalar_cycles", 1, (0.05, 0.08, 0.11, 0.14, 0.18, 0.22), ("tsm2s",)),
     ("scalar_elems_per_clk", "tsm2t", (0.4, 0.5, 0.65, 0.8, 1.0), ("tsm2t",)),
-    ("split_eta_stream", "tsm2t", (0.6, 0.7, 0.8, 0.9, 0.95), ("tsm2t",)),
+    ("split_eta_stream", "tsm2t", (0.6, 0.7, 0.8, 0.9, 0.95, 0.97), ("tsm2t",)),
     ("split_eta_fma", "tsm2t", (0.2, 0.3, 0.4, 0.5, 0.6, 0.8), ("tsm2t",)),
     *(("route_margin", k, MARGINS, ("bar2",)) for k in routing.KERNEL_IDS),
 )

@@ -17,10 +17,12 @@ import dataclasses
 # TSM2T (layout tn) in one block, apart from the rest: its staging is being
 # rewritten, and ``python benchmarks/grid_fit.py --refit tsm2t GRID.json``
 # refits these four (and nothing else) on a grid run of the new kernel.
-# Fitted to h100-2026-11-22c (stream, FMA) and the seed-0 grid (element rate,
-# margin: see ``Calibration.route_margin``).
-TSM2T_ETA_STREAM = 0.80
-TSM2T_ETA_FMA = 0.30
+# Stream and FMA refitted to the rewritten kernel's TN suite on the H100
+# (h100-2026-11-23/tn-rewrite: 16 x 16 at 97-99% of the read ceiling, 64 x 64
+# f32 at 47 FMA/clk/SM; median error 3%, worst 8%); element rate and margin
+# from the seed-0 grid (see ``Calibration.route_margin``).
+TSM2T_ETA_STREAM = 0.97
+TSM2T_ETA_FMA = 0.40
 TSM2T_SCALAR_ELEMS_PER_CLK = 0.65
 TSM2T_ROUTE_MARGIN = 0.10
 
@@ -66,14 +68,14 @@ class Calibration:
     benchmarks/results/h100-2026-11-22c/layouts-before-routing (families S, TN):
 
     - ``split_eta_stream``: the fraction of the read ceiling each streams at.
-      TSM2S keeps ``eta_stream`` (its m = 1 cases reached 89-91%); TSM2T
-      reached 71-85% where it is memory-bound (3 stages of 16 KB, whole rows
-      of both operands): 0.80.
+      TSM2S keeps ``eta_stream`` (its m = 1 cases reached 89-91%); TSM2T,
+      since its stage copies lost their division, 97-99% where it is
+      memory-bound (h100-2026-11-23/tn-rewrite): 0.97.
     - ``split_eta_fma``: the fraction of the FMA lanes each sustains. TSM2S
       (one block of 8 warps per SM at m = 16, a barrier per 32 rows) sustained
       about 19-26 FMA/clk/SM of 128 at m = 8 and 16 (inferred through the same
-      soft maximum): 0.17. TSM2T at least 36 (f32, 64 x 64) and 21 (f64, of
-      64): 0.30.
+      soft maximum): 0.17. TSM2T 47 (f32, 64 x 64) and 25 (f64, of 64)
+      after the rewrite: 0.40.
 
     TSM2L's row-per-thread kernel (rows of 16 or 32 bytes, ``n <= 8``):
 
