@@ -219,7 +219,7 @@ void Run(const Case& cs) {
   p.d = d;
   p.k = k;
   p.type = TypeOf<T>();
-  int blocks = 0;
+  int blocks = 0;  // partials: blocks, or clusters of blocks
   CHECK(tsm2::PlanKmeansStep(p, ws_bytes, &blocks));
   auto launch = [&] { CHECK(tsm2::LaunchKmeansStep(p, ws, ws_bytes, nullptr)); };
   CHECK(cudaMemset(labels, 0xff, n * sizeof(int32_t)));
@@ -275,13 +275,13 @@ void Run(const Case& cs) {
   const double sec = TimeLaunches(launch);
   const double x_bytes = static_cast<double>(n) * d * sizeof(T);
   const double gbs = x_bytes / sec * 1e-9;
-  const auto l = tsm2::KmeansVariantLayout(itemsize, tsm2::KmeansKPad(k), tsm2::KmeansDClass(d));
+  const tsm2::KmeansPlan l = tsm2::KmeansPlanOf(itemsize, d, k);
   std::printf(
-      "%-28s kp=%2d dc=%4d rows=%2d G=%2d smem=%6d blocks=%4d  %9.1f us %6.0f GB/s %5.1f%%  "
-      "reads=%.3f  %s (labels %llu/%llu, mind %llu, sums/bound %.2g)\n",
-      cs.name, l.kp, l.dc, l.rows, l.groups, l.smem_bytes, blocks, sec * 1e6, gbs,
-      100 * gbs / ceiling_gbs, ceiling_gbs / gbs, ok ? "ok" : "FAIL", re.bad_label, re.wrong_clear,
-      re.bad_mind, worst);
+      "%-28s kp=%2d cls=%d cl=%d nwc=%d J=%d G=%d R=%d smem=%6d owners=%4d  %9.1f us %6.0f GB/s "
+      "%5.1f%%  reads=%.3f  %s (labels %llu/%llu, mind %llu, sums/bound %.2g)\n",
+      cs.name, l.kp, l.cls, l.cluster, l.nwc, l.j, l.groups, l.rows, l.smem_bytes, blocks,
+      sec * 1e6, gbs, 100 * gbs / ceiling_gbs, ceiling_gbs / gbs, ok ? "ok" : "FAIL", re.bad_label,
+      re.wrong_clear, re.bad_mind, worst);
   std::fflush(stdout);
   for (void* ptr :
        {static_cast<void*>(x), static_cast<void*>(c), static_cast<void*>(w),
@@ -335,14 +335,30 @@ int main(int argc, char** argv) {
   std::printf("read ceiling: %.0f GB/s (%d SMs)\n", ceiling_gbs, sms);
 
   const Case cases[] = {
-      {"f32 1e6x256 k=16", 1000000, 256, 16, 0},       {"f32 1e6x256 k=32", 1000000, 256, 32, 0},
-      {"f32 1e6x256 k=8", 1000000, 256, 8, 0},         {"f32 1e6x128 k=16", 1000000, 128, 16, 0},
-      {"f32 1e6x64 k=4", 1000000, 64, 4, 0},           {"f32 2.5e5x1024 k=16", 250000, 1024, 16, 0},
-      {"f32 2.5e5x1024 k=32", 250000, 1024, 32, 0},    {"f32 1e6x512 k=16", 1000000, 512, 16, 0},
-      {"f64 1e6x256 k=16", 1000000, 256, 16, 1},       {"bf16 1e6x256 k=16", 1000000, 256, 16, 2},
-      {"f16 1e6x256 k=16", 1000000, 256, 16, 3},       {"f32 odd 100003x17 k=5", 100003, 17, 5, 0},
-      {"f32 odd 30011x1000 k=31", 30011, 1000, 31, 0}, {"f64 odd 4099x3 k=1", 4099, 3, 1, 1},
+      {"f32 1e6x256 k=16", 1000000, 256, 16, 0},
+      {"f32 2.5e5x4096 k=16", 250000, 4096, 16, 0},
+      {"f32 1e6x256 k=32", 1000000, 256, 32, 0},
+      {"f32 1e6x256 k=8", 1000000, 256, 8, 0},
+      {"f32 1e6x128 k=16", 1000000, 128, 16, 0},
+      {"f32 1e6x64 k=4", 1000000, 64, 4, 0},
+      {"f32 2.5e5x1024 k=16", 250000, 1024, 16, 0},
+      {"f32 2.5e5x1024 k=32", 250000, 1024, 32, 0},
+      {"f32 1e6x512 k=16", 1000000, 512, 16, 0},
+      {"f32 2.5e5x2048 k=16", 250000, 2048, 16, 0},
+      {"f32 2.5e5x4096 k=32", 250000, 4096, 32, 0},
+      {"f64 1e6x256 k=16", 1000000, 256, 16, 1},
+      {"f64 1e5x4096 k=16", 100000, 4096, 16, 1},
+      {"bf16 1e6x256 k=16", 1000000, 256, 16, 2},
+      {"bf16 2.5e5x4096 k=32", 250000, 4096, 32, 2},
+      {"f16 1e6x256 k=16", 1000000, 256, 16, 3},
+      {"f32 odd 100003x17 k=5", 100003, 17, 5, 0},
+      {"f32 odd 30011x1000 k=31", 30011, 1000, 31, 0},
+      {"f32 odd 20011x4099 k=13", 20011, 4099, 13, 0},
+      {"f32 odd 1x33 k=3", 1, 33, 3, 0},
+      {"f64 odd 4099x3 k=1", 4099, 3, 1, 1},
+      {"f64 odd 5003x2049 k=9", 5003, 2049, 9, 1},
       {"bf16 odd 10007x33 k=7", 10007, 33, 7, 2},
+      {"f16 odd 7919x3001 k=17", 7919, 3001, 17, 3},
   };
   for (const Case& cs : cases) {
     if (!Wanted(cs.name, filter)) continue;

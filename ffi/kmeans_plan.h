@@ -1,13 +1,19 @@
 // Shapes and sizes of the fused Lloyd step (kernels/kmeans.cuh), in plain
 // C++ so that the launcher, the FFI handlers and Python (through
-// _tsm2_ext.kmeans_plan) agree on which problems the kernel takes, how much
-// shared memory it uses and how large its workspace is.
+// _tsm2_ext.kmeans_plan) agree on which problems the kernel takes, how it
+// splits them, how much shared memory it uses and how large its workspace is.
 //
-// A kernel variant is (element type, kp, dc): kp is k rounded up to a power of
-// two >= 4 (register blocks of 4 centroids), dc is d rounded up to a power of
-// two >= 128 (the update keeps k x dc sums in registers, dc / 4 columns per
-// cluster set). Everything else (rows per tile, shared-memory layout) follows
-// from these, for d = dc, so one variant launches with one shared-memory size.
+// A row of X is `nvd` vectors of 4 elements (2 for f64): 16 bytes, or 8 for
+// bf16/f16 so that a vector of accumulators is always 16 bytes (half types
+// with 16-byte vectors would double the on-chip sums per lane and leave
+// k > 16 without a plan). A kernel variant is (element type, kp,
+// class): kp is k rounded up to a power of two >= 4, the class c covers rows
+// of up to 32 << c vectors. The variant's plan splits those vectors among
+// `cluster` blocks of a thread-block cluster (each keeps its slice of the
+// centroids and sums on chip), `warps_per_row` warps of a block and `j`
+// vectors per lane; the block's 8 warps form 8 / warps_per_row row groups.
+// Everything follows from (itemsize, kp, class), so one variant launches with
+// one shared-memory size whatever its run-time d.
 #pragma once
 
 #include <cstdint>
@@ -15,22 +21,17 @@
 namespace tsm2 {
 
 constexpr int kKmeansThreads = 256;
+constexpr int kKmeansWarps = kKmeansThreads / 32;
 constexpr int kKmeansMaxK = 32;
-constexpr int kKmeansMaxD = 1024;
-constexpr int kKmeansStages = 2;
-// The workspace holds one partial (sums, counts, inertia) per block; Python
-// sizes it for this many blocks per SM and the launcher never uses more.
+constexpr int kKmeansMaxD = 4096;
+constexpr int kKmeansMaxClass = 6;  // 2048 vectors: f64 at d = 4096
+// Portable cluster sizes (8 at most) only.
+constexpr int kKmeansMaxCluster = 8;
+// The workspace holds one partial (sums, counts, inertia) per block (per
+// cluster for clustered variants); Python sizes it for this many blocks per
+// SM and the launcher never uses more.
 constexpr int kKmeansMaxBlocksPerSm = 2;
-// Sums per thread the update may keep in 32-bit registers. At 128 (f32 with
-// k = 32, d = 1024) ptxas -v for sm_90 reports 254 registers and no spills;
-// more would spill.
-constexpr int kKmeansMaxSumRegs = 128;
 constexpr int64_t kKmeansSmemLimit = 227 * 1024;  // opt-in shared memory per block, sm_80/90
-// The distance phase splits d among at most this many thread groups, and
-// their partials (groups x rows x centroids) take at most kKmeansRedBudget
-// bytes of shared memory.
-constexpr int kKmeansMaxGroups = 32;
-constexpr int kKmeansRedBudget = 24 * 1024;
 
 constexpr int64_t KmeansRoundUp(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
@@ -42,121 +43,142 @@ constexpr int KmeansKPad(int64_t k) {
   return kp;
 }
 
-// d rounded up to 128, 256, 512 or 1024 (0 when d is out of range).
-constexpr int KmeansDClass(int64_t d) {
-  if (d < 1 || d > kKmeansMaxD) return 0;
-  int dc = 128;
-  while (dc < d) dc *= 2;
-  return dc;
+// Elements per vector, and vectors in a row of d elements.
+constexpr int KmeansVecElems(int itemsize) { return itemsize == 8 ? 2 : 4; }
+constexpr int64_t KmeansRowVecs(int itemsize, int64_t d) {
+  return (d + KmeansVecElems(itemsize) - 1) / KmeansVecElems(itemsize);
 }
 
-// Rows per tile: about 32 KiB of X per tile, 8 to 64 rows (multiples of 4:
-// each thread holds 4 rows x 4 centroids of dot products).
-constexpr int KmeansRows(int itemsize, int dc) {
-  const int64_t r = 32768 / (static_cast<int64_t>(dc) * itemsize);
-  return r < 8 ? 8 : (r > 64 ? 64 : static_cast<int>(r));
+// Smallest class c with 32 << c >= the row's vectors (-1 when d is out of range).
+constexpr int KmeansClass(int itemsize, int64_t d) {
+  if (d < 1 || d > kKmeansMaxD) return -1;
+  const int64_t nvd = KmeansRowVecs(itemsize, d);
+  for (int c = 0; c <= kKmeansMaxClass; ++c) {
+    if ((int64_t{32} << c) >= nvd) return c;
+  }
+  return -1;
 }
 
-// Row stride of the distance-partial buffer, in accumulators: = 4 (mod 8), so
-// that a warp writing 8 rows x 4 centroids hits 32 distinct banks.
-constexpr int KmeansRedStride(int kp) { return static_cast<int>(kp + (12 - kp % 8) % 8); }
-
-// Thread groups sharing the d axis in the distance phase: every thread holds a
-// 4 x 4 block when the buffer allows, so few rows or centroids mean many groups.
-constexpr int KmeansGroups(int rows, int kp, int acc_size) {
-  const int combos = (rows / 4) * (kp / 4);
-  int g = kKmeansThreads / combos;
-  if (g > kKmeansMaxGroups) g = kKmeansMaxGroups;
-  while (g > 1 && g * rows * KmeansRedStride(kp) * acc_size > kKmeansRedBudget) g /= 2;
-  return g < 1 ? 1 : g;
-}
-
-// Sums one thread keeps in 32-bit registers during the update: dc / 4 column
-// groups of 4 share the 256 threads, the cluster sets split the kp clusters.
-constexpr int KmeansSumRegs(int kp, int dc, int acc_size) {
-  const int sets = kKmeansThreads / (dc / 4);
-  const int cpw = kp / sets > 0 ? kp / sets : 1;
-  return cpw * 4 * acc_size / 4;
-}
-
-// Shared-memory layout for one variant at run-time d (byte offsets).
-struct KmeansLayout {
-  int rows = 0, kp = 0, dc = 0, groups = 0, red_stride = 0;
-  int row_elems = 0;        // elements per staged row: d rounded up to 4 and to a 16-byte vector
-  int stage_row_bytes = 0;  // padded to an odd number of 16-byte units (conflict-free reads)
-  int stage_bytes = 0;      // rows x stage_row_bytes, then the rows' weights
-  int c_row_bytes = 0;      // centroids as accumulators, padded likewise
-  int off_c = 0, off_red = 0, off_csq = 0, off_xsq = 0, off_lab = 0;
+struct KmeansPlan {
+  bool ok = false;
+  int kp = 0, cls = 0;
+  int cluster = 0;     // blocks sharing a row (each a slice of its vectors)
+  int nwc = 0;         // warps sharing a row inside a block
+  int j = 0;           // vectors of a row per lane
+  int groups = 0;      // row groups per block (kKmeansWarps / nwc)
+  int rows = 0;        // rows per warp per tile (register blocking)
+  int lanes = 0;       // lanes per row in a block (32 * nwc)
+  int slots = 0;       // 16-byte slots of one copy of the centroids (or sums): kp * j * lanes
+  int tile_rows = 0;   // rows per scheduling unit: one warp's (local) or one cluster's
+  bool local = false;  // one warp per row: no exchange of partial dots
+  int off_sums = 0, off_csq = 0, off_redw = 0, off_redb = 0, off_lab = 0, off_cnt = 0,
+      off_inert = 0;
   int smem_bytes = 0;
 };
 
-constexpr int KmeansOddUnits(int64_t bytes) {
-  const int64_t b = KmeansRoundUp(bytes, 16);
-  return static_cast<int>((b / 16) % 2 ? b : b + 16);
+// Rows per warp per tile: partial dots (rows x kp accumulators) within 64
+// registers and the row values (rows x j vectors) within 8 vectors, at
+// most 4 rows. 4 rows make the centroid loads from shared memory 1/4 of the
+// FMAs' operands; more would spill or cut the warps per SM.
+constexpr int KmeansRowsPerWarp(int acc_size, int kp, int j) {
+  int r = 64 / (kp * acc_size / 4);
+  if (r > 8 / j) r = 8 / j;
+  if (r > 4) r = 4;
+  return r < 1 ? 1 : r;
 }
 
-constexpr KmeansLayout KmeansLayoutFor(int itemsize, int acc_size, int kp, int dc, int64_t d) {
-  KmeansLayout l;
-  l.kp = kp;
-  l.dc = dc;
-  l.rows = KmeansRows(itemsize, dc);
-  l.groups = KmeansGroups(l.rows, kp, acc_size);
-  l.red_stride = KmeansRedStride(kp);
-  const int vec = 16 / itemsize;
-  l.row_elems = static_cast<int>(KmeansRoundUp(d, vec > 4 ? vec : 4));
-  l.stage_row_bytes = KmeansOddUnits(static_cast<int64_t>(l.row_elems) * itemsize);
-  l.stage_bytes = static_cast<int>(
-      KmeansRoundUp(static_cast<int64_t>(l.rows) * l.stage_row_bytes + l.rows * acc_size, 16));
-  l.c_row_bytes = KmeansOddUnits(static_cast<int64_t>(l.row_elems) * acc_size);
-  l.off_c = kKmeansStages * l.stage_bytes;
-  l.off_red = l.off_c + kp * l.c_row_bytes;
-  l.off_csq =
-      l.off_red + static_cast<int>(KmeansRoundUp(
-                      static_cast<int64_t>(l.groups) * l.rows * l.red_stride * acc_size, 16));
-  l.off_xsq = l.off_csq + static_cast<int>(KmeansRoundUp(static_cast<int64_t>(kp) * acc_size, 16));
-  l.off_lab =
-      l.off_xsq + static_cast<int>(KmeansRoundUp(static_cast<int64_t>(l.rows) * acc_size, 16));
-  l.smem_bytes = l.off_lab + static_cast<int>(KmeansRoundUp(static_cast<int64_t>(l.rows) * 4, 16));
-  return l;
-}
-
-// The variant's launch layout: shared memory sized for d = dc.
-constexpr KmeansLayout KmeansVariantLayout(int itemsize, int kp, int dc) {
-  return KmeansLayoutFor(itemsize, itemsize == 8 ? 8 : 4, kp, dc, dc);
-}
-
-// Whether a variant exists: it fits in shared memory and its sums in registers.
-constexpr bool KmeansVariantFits(int itemsize, int kp, int dc) {
+constexpr KmeansPlan KmeansPlanLayout(int itemsize, int kp, int cls, int cluster, int nwc, int j) {
+  KmeansPlan p;
   const int acc_size = itemsize == 8 ? 8 : 4;
-  return KmeansVariantLayout(itemsize, kp, dc).smem_bytes <= kKmeansSmemLimit &&
-         KmeansSumRegs(kp, dc, acc_size) <= kKmeansMaxSumRegs;
+  p.kp = kp;
+  p.cls = cls;
+  p.cluster = cluster;
+  p.nwc = nwc;
+  p.j = j;
+  p.groups = kKmeansWarps / nwc;
+  p.rows = KmeansRowsPerWarp(acc_size, kp, j);
+  p.lanes = 32 * nwc;
+  p.local = cluster == 1 && nwc == 1;
+  p.tile_rows = p.local ? p.rows : p.groups * p.rows;
+  p.slots = kp * j * p.lanes;
+  const int64_t copy = int64_t{16} * p.slots;
+  const int64_t rb = static_cast<int64_t>(p.groups) * p.rows;  // rows per block tile
+  int64_t off = copy;                                          // centroids first
+  p.off_sums = static_cast<int>(off);
+  off += p.groups * copy;
+  p.off_csq = static_cast<int>(off);
+  off += KmeansRoundUp(int64_t{kp} * acc_size, 16);
+  p.off_redw = static_cast<int>(off);
+  if (!p.local) off += KmeansRoundUp(rb * nwc * (kp + 1) * acc_size, 16);
+  p.off_redb = static_cast<int>(off);
+  if (!p.local) off += KmeansRoundUp(2 * rb * (kp + 1) * acc_size, 16);
+  p.off_lab = static_cast<int>(off);
+  if (!p.local) off += KmeansRoundUp(rb * 4, 16);
+  p.off_cnt = static_cast<int>(off);
+  off += KmeansRoundUp(int64_t{p.groups} * kp * acc_size, 16);
+  p.off_inert = static_cast<int>(off);
+  off += KmeansRoundUp(int64_t{kKmeansWarps} * acc_size, 16);
+  p.smem_bytes = static_cast<int>(off);
+  p.ok = off <= kKmeansSmemLimit;
+  return p;
+}
+
+// The variant's plan: the smallest cluster that fits in shared memory, and in
+// it two vectors per lane before one (fewer warps share a row, so fewer
+// partial dots are exchanged). One warp per row (local) where that fits.
+constexpr KmeansPlan KmeansChoosePlan(int itemsize, int kp, int cls) {
+  if (kp < 4 || kp > kKmeansMaxK || cls < 0 || cls > kKmeansMaxClass) return KmeansPlan{};
+  for (int cluster = 1; cluster <= kKmeansMaxCluster; cluster *= 2) {
+    const int per = (32 << cls) / 32 / cluster;  // nwc * j
+    if (per < 1) break;
+    for (int j = 2; j >= 1; --j) {
+      if (per % j != 0) continue;
+      const int nwc = per / j;
+      if (nwc > kKmeansWarps) continue;
+      const KmeansPlan p = KmeansPlanLayout(itemsize, kp, cls, cluster, nwc, j);
+      if (p.ok) return p;
+    }
+  }
+  return KmeansPlan{};
 }
 
 // Whether the fused kernel takes (d, k) for this element size (2, 4 or 8).
 constexpr bool KmeansSupported(int itemsize, int64_t d, int64_t k) {
   if (itemsize != 2 && itemsize != 4 && itemsize != 8) return false;
-  const int kp = KmeansKPad(k), dc = KmeansDClass(d);
-  return kp != 0 && dc != 0 && KmeansVariantFits(itemsize, kp, dc);
+  const int kp = KmeansKPad(k), cls = KmeansClass(itemsize, d);
+  return kp != 0 && cls >= 0 && KmeansChoosePlan(itemsize, kp, cls).ok;
 }
 
-// Accumulators in one block's partial: sums (k x d), counts (k), inertia.
+constexpr KmeansPlan KmeansPlanOf(int itemsize, int64_t d, int64_t k) {
+  return KmeansSupported(itemsize, d, k)
+             ? KmeansChoosePlan(itemsize, KmeansKPad(k), KmeansClass(itemsize, d))
+             : KmeansPlan{};
+}
+
+// Accumulators in one partial: sums (k x d), counts (k), inertia.
 constexpr int64_t KmeansPartialElems(int64_t d, int64_t k) { return k * d + k + 1; }
 
-// Row tiles of n rows for this variant.
-constexpr int64_t KmeansTiles(int itemsize, int64_t n, int64_t d) {
-  const int dc = KmeansDClass(d);
-  if (dc == 0) return 0;
-  const int rows = KmeansRows(itemsize, dc);
-  return (n + rows - 1) / rows;
+// Scheduling units (tiles) of n rows.
+constexpr int64_t KmeansTiles(const KmeansPlan& p, int64_t n) {
+  return p.ok ? (n + p.tile_rows - 1) / p.tile_rows : 0;
+}
+
+// Most partials (blocks of a local variant, clusters otherwise) a launch on a
+// GPU with sm_count SMs writes: enough for every warp (local) or cluster to
+// own a tile, at most kKmeansMaxBlocksPerSm blocks per SM.
+constexpr int64_t KmeansMaxOwners(const KmeansPlan& p, int64_t n, int sm_count) {
+  if (!p.ok) return 0;
+  const int64_t tiles = KmeansTiles(p, n);
+  const int64_t wanted = p.local ? (tiles + kKmeansWarps - 1) / kKmeansWarps : tiles;
+  const int64_t cap = int64_t{kKmeansMaxBlocksPerSm} * sm_count / p.cluster;
+  return wanted < cap ? wanted : cap;
 }
 
 // Bytes of the workspace result for a GPU with sm_count SMs (0 if n == 0).
 constexpr int64_t KmeansWorkspaceBytes(int itemsize, int64_t n, int64_t d, int64_t k,
                                        int sm_count) {
-  const int64_t tiles = KmeansTiles(itemsize, n, d);
-  const int64_t cap = static_cast<int64_t>(kKmeansMaxBlocksPerSm) * sm_count;
-  const int64_t blocks = tiles < cap ? tiles : cap;
-  return blocks * KmeansPartialElems(d, k) * (itemsize == 8 ? 8 : 4);
+  const KmeansPlan p = KmeansPlanOf(itemsize, d, k);
+  return KmeansMaxOwners(p, n, sm_count) * KmeansPartialElems(d, k) * (itemsize == 8 ? 8 : 4);
 }
 
 }  // namespace tsm2

@@ -1,7 +1,7 @@
 // Plans and launches the fused Lloyd step: picks the kernel variant (element
-// type, k rounded up to kp, d rounded up to dc; kmeans_plan.h), sizes the
-// persistent grid and launches the step and then the fixed-order reduction
-// of the blocks' partials.
+// type, k rounded up to kp, the row's vector class; kmeans_plan.h), sizes the
+// persistent grid (in clusters where the plan splits d over blocks) and
+// launches the step and then the fixed-order reduction of the partials.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -15,18 +15,35 @@
 namespace tsm2 {
 namespace {
 
-template <typename T, int KP, int DC>
+template <typename T, int KP, int CLS>
 struct KmeansVariant {
-  using Cfg = KmeansConfig<T, KP, DC>;
+  using Cfg = KmeansConfig<T, KP, CLS>;
   using Acc = AccType<T>;
+  static constexpr KmeansPlan kP = Cfg::kP;
 
   static const void* Kernel() {
-    return reinterpret_cast<const void*>(&KmeansStepKernel<T, KP, DC>);
+    return reinterpret_cast<const void*>(&KmeansStepKernel<T, KP, CLS>);
   }
 
-  static cudaError_t Plan(const DeviceKmeans& p, size_t workspace_bytes, int* blocks) {
+  static cudaLaunchConfig_t Config(int blocks, cudaStream_t stream, cudaLaunchAttribute* attr) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+    cfg.blockDim = dim3(Cfg::kThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>(kP.smem_bytes);
+    cfg.stream = stream;
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = Cfg::kCl;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = Cfg::kCl > 1 ? 1 : 0;
+    return cfg;
+  }
+
+  // Partials the launch writes: blocks (local plans) or clusters.
+  static cudaError_t Plan(const DeviceKmeans& p, size_t workspace_bytes, int* owners) {
     int per_sm = 0, sms = 0, dev = 0;
-    if (cudaError_t e = BlocksPerSm(Kernel(), Cfg::kThreads, Cfg::kSmemBytes, &per_sm);
+    if (cudaError_t e = BlocksPerSm(Kernel(), Cfg::kThreads, kP.smem_bytes, &per_sm);
         e != cudaSuccess) {
       return e;
     }
@@ -35,19 +52,32 @@ struct KmeansVariant {
         e != cudaSuccess) {
       return e;
     }
-    const int64_t tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
-    const int64_t per_block = KmeansPartialElems(p.d, p.k) * static_cast<int64_t>(sizeof(Acc));
-    const int64_t by_workspace = static_cast<int64_t>(workspace_bytes) / per_block;
-    const int64_t resident = static_cast<int64_t>(std::min(per_sm, kKmeansMaxBlocksPerSm)) * sms;
-    *blocks = static_cast<int>(std::min({tiles, resident, by_workspace}));
+    int64_t resident = static_cast<int64_t>(std::min(per_sm, kKmeansMaxBlocksPerSm)) * sms;
+    if constexpr (Cfg::kCl > 1) {
+      int clusters = 0;
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t cfg = Config(Cfg::kCl * sms, nullptr, &attr);
+      if (cudaError_t e =
+              cudaOccupancyMaxActiveClusters(&clusters, &KmeansStepKernel<T, KP, CLS>, &cfg);
+          e != cudaSuccess) {
+        return e;
+      }
+      if (clusters < 1) return cudaErrorInvalidConfiguration;
+      resident = std::min<int64_t>(clusters, resident / Cfg::kCl);
+    }
+    const int64_t by_plan = KmeansMaxOwners(kP, p.n, sms);
+    const int64_t per_owner = KmeansPartialElems(p.d, p.k) * static_cast<int64_t>(sizeof(Acc));
+    const int64_t by_workspace = static_cast<int64_t>(workspace_bytes) / per_owner;
+    *owners = static_cast<int>(std::min({by_plan, resident, by_workspace}));
     return cudaSuccess;
   }
 
   static cudaError_t Launch(const DeviceKmeans& p, void* workspace, size_t workspace_bytes,
                             cudaStream_t stream) {
-    int blocks = 0;
-    if (cudaError_t e = Plan(p, workspace_bytes, &blocks); e != cudaSuccess) return e;
-    if (p.n > 0 && blocks < 1) return cudaErrorInvalidValue;  // workspace too small
+    int owners = 0;
+    if (cudaError_t e = Plan(p, workspace_bytes, &owners); e != cudaSuccess) return e;
+    if (p.n > 0 && owners < 1) return cudaErrorInvalidValue;  // workspace too small
+    const int itemsize = static_cast<int>(sizeof(T));
     KmeansArgs a{};
     a.x = p.x;
     a.c = p.c;
@@ -58,18 +88,23 @@ struct KmeansVariant {
     a.n = p.n;
     a.d = static_cast<int>(p.d);
     a.k = static_cast<int>(p.k);
-    a.tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
-    a.blocks = blocks;
-    a.nvd = static_cast<int>((p.d + kVec<T> - 1) / kVec<T>);
-    a.x_vec_ok = p.d % kVec<T> == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
-    a.l = KmeansLayoutFor(static_cast<int>(sizeof(T)), static_cast<int>(sizeof(Acc)), KP, DC, p.d);
-    if (blocks > 0) {
-      KmeansStepKernel<T, KP, DC><<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+    a.tiles = KmeansTiles(kP, p.n);
+    a.units = kP.local ? static_cast<int64_t>(owners) * kKmeansWarps : owners;
+    a.nvd = static_cast<int>(KmeansRowVecs(itemsize, p.d));
+    a.x_vec_ok =
+        p.d % Cfg::kE == 0 && reinterpret_cast<uintptr_t>(p.x) % sizeof(typename Cfg::Raw) == 0;
+    if (owners > 0) {
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t cfg = Config(owners * Cfg::kCl, stream, &attr);
+      if (cudaError_t e = cudaLaunchKernelEx(&cfg, &KmeansStepKernel<T, KP, CLS>, a);
+          e != cudaSuccess) {
+        return e;
+      }
       if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     }
     const int64_t elems = KmeansPartialElems(p.d, p.k);
     KmeansReduceKernel<Acc><<<static_cast<unsigned>((elems + 31) / 32), 256, 0, stream>>>(
-        static_cast<const Acc*>(workspace), elems, blocks, p.k * p.d, static_cast<int>(p.k),
+        static_cast<const Acc*>(workspace), elems, owners, p.k * p.d, static_cast<int>(p.k),
         static_cast<Acc*>(p.sums), static_cast<Acc*>(p.counts), static_cast<Acc*>(p.inertia));
     return cudaGetLastError();
   }
@@ -78,10 +113,10 @@ struct KmeansVariant {
 struct PlanOp {
   const DeviceKmeans& p;
   size_t workspace_bytes;
-  int* blocks;
+  int* owners;
   template <typename V>
   cudaError_t Run() const {
-    return V::Plan(p, workspace_bytes, blocks);
+    return V::Plan(p, workspace_bytes, owners);
   }
 };
 
@@ -96,27 +131,35 @@ struct LaunchOp {
   }
 };
 
-// Only the variants that fit (KmeansVariantFits) are instantiated.
-template <typename T, int KP, int DC, typename Op>
+// Only the variants that have a plan (KmeansChoosePlan) are instantiated.
+template <typename T, int KP, int CLS, typename Op>
 cudaError_t RunVariant(const Op& op) {
-  if constexpr (KmeansVariantFits(static_cast<int>(sizeof(T)), KP, DC)) {
-    return op.template Run<KmeansVariant<T, KP, DC>>();
+  if constexpr (KmeansChoosePlan(static_cast<int>(sizeof(T)), KP, CLS).ok) {
+    return op.template Run<KmeansVariant<T, KP, CLS>>();
   } else {
     return cudaErrorInvalidValue;
   }
 }
 
 template <typename T, int KP, typename Op>
-cudaError_t WithDClass(int dc, const Op& op) {
-  switch (dc) {
-    case 128:
-      return RunVariant<T, KP, 128>(op);
-    case 256:
-      return RunVariant<T, KP, 256>(op);
-    case 512:
-      return RunVariant<T, KP, 512>(op);
-    case 1024:
-      return RunVariant<T, KP, 1024>(op);
+cudaError_t WithClass(int cls, const Op& op) {
+  switch (cls) {
+    case 0:
+      return RunVariant<T, KP, 0>(op);
+    case 1:
+      return RunVariant<T, KP, 1>(op);
+    case 2:
+      return RunVariant<T, KP, 2>(op);
+    case 3:
+      return RunVariant<T, KP, 3>(op);
+    case 4:
+      return RunVariant<T, KP, 4>(op);
+    case 5:
+      return RunVariant<T, KP, 5>(op);
+    case 6:
+      // Only f64 rows reach 2048 vectors at d <= kKmeansMaxD.
+      if constexpr (sizeof(T) == 8) return RunVariant<T, KP, 6>(op);
+      return cudaErrorInvalidValue;
     default:
       return cudaErrorInvalidValue;
   }
@@ -126,16 +169,16 @@ template <typename T, typename Op>
 cudaError_t WithVariant(const DeviceKmeans& p, const Op& op) {
   const int itemsize = static_cast<int>(sizeof(T));
   if (!KmeansSupported(itemsize, p.d, p.k) || p.n < 0) return cudaErrorInvalidValue;
-  const int dc = KmeansDClass(p.d);
+  const int cls = KmeansClass(itemsize, p.d);
   switch (KmeansKPad(p.k)) {
     case 4:
-      return WithDClass<T, 4>(dc, op);
+      return WithClass<T, 4>(cls, op);
     case 8:
-      return WithDClass<T, 8>(dc, op);
+      return WithClass<T, 8>(cls, op);
     case 16:
-      return WithDClass<T, 16>(dc, op);
+      return WithClass<T, 16>(cls, op);
     case 32:
-      return WithDClass<T, 32>(dc, op);
+      return WithClass<T, 32>(cls, op);
     default:
       return cudaErrorInvalidValue;
   }
@@ -158,8 +201,8 @@ cudaError_t WithType(const DeviceKmeans& p, const Op& op) {
 
 }  // namespace
 
-cudaError_t PlanKmeansStep(const DeviceKmeans& p, size_t workspace_bytes, int* blocks) {
-  return WithType(p, PlanOp{p, workspace_bytes, blocks});
+cudaError_t PlanKmeansStep(const DeviceKmeans& p, size_t workspace_bytes, int* owners) {
+  return WithType(p, PlanOp{p, workspace_bytes, owners});
 }
 
 cudaError_t LaunchKmeansStep(const DeviceKmeans& p, void* workspace, size_t workspace_bytes,

@@ -31,11 +31,12 @@ struct DeviceKmeans {
   ElemType type = ElemType::kF32;
 };
 
-// Blocks the launch will use, given a workspace of `workspace_bytes`
+// Partials the launch will write (blocks, or clusters of blocks where the
+// plan splits d; kmeans_plan.h), given a workspace of `workspace_bytes`
 // (KmeansWorkspaceBytes sizes it); queries the current device.
-cudaError_t PlanKmeansStep(const DeviceKmeans& p, size_t workspace_bytes, int* blocks);
+cudaError_t PlanKmeansStep(const DeviceKmeans& p, size_t workspace_bytes, int* owners);
 
-// Launches the step and the fixed-order reduction of the blocks' partials on
+// Launches the step and the fixed-order reduction of the partials on
 // `stream`. No allocation, no synchronization (CUDA-graph safe).
 cudaError_t LaunchKmeansStep(const DeviceKmeans& p, void* workspace, size_t workspace_bytes,
                              cudaStream_t stream);

@@ -187,8 +187,8 @@ nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, i
 }
 
 // How the fused Lloyd step (tsm2_kmeans_step) runs a problem: whether the
-// CUDA kernel takes it, its variant and on-chip footprint, and the bytes of
-// the `workspace` result on a GPU with sm_count SMs (kmeans_plan.h).
+// CUDA kernel takes it, its plan and on-chip footprint, and the bytes of the
+// `workspace` result on a GPU with sm_count SMs (kmeans_plan.h).
 nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k, int sm_count) {
   const int itemsize = ItemsizeOf(dtype);
   if (n < 0 || d < 1 || k < 1) throw nb::value_error("kmeans_plan: need n >= 0, d >= 1, k >= 1");
@@ -202,19 +202,18 @@ nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k
     out["workspace_bytes"] = 0;
     return out;
   }
-  const int kp = tsm2::KmeansKPad(k), dc = tsm2::KmeansDClass(d);
-  const int acc_size = itemsize == 8 ? 8 : 4;
-  const tsm2::KmeansLayout l = tsm2::KmeansVariantLayout(itemsize, kp, dc);
-  out["k_pad"] = kp;
-  out["d_class"] = dc;
-  out["rows"] = l.rows;
-  out["groups"] = l.groups;
-  out["stages"] = tsm2::kKmeansStages;
+  const tsm2::KmeansPlan p = tsm2::KmeansPlanOf(itemsize, d, k);
+  out["k_pad"] = p.kp;
+  out["vec_class"] = p.cls;  // rows of up to 32 << vec_class vectors
+  out["cluster"] = p.cluster;
+  out["warps_per_row"] = p.nwc;
+  out["vecs_per_lane"] = p.j;
+  out["row_groups"] = p.groups;
+  out["rows"] = p.tile_rows;  // rows per tile (one warp's or one cluster's)
   out["threads"] = tsm2::kKmeansThreads;
-  out["smem_bytes"] = l.smem_bytes;
-  out["sum_registers"] = tsm2::KmeansSumRegs(kp, dc, acc_size);
-  out["tiles"] = tsm2::KmeansTiles(itemsize, n, d);
-  out["max_blocks"] = static_cast<int64_t>(tsm2::kKmeansMaxBlocksPerSm) * sm_count;
+  out["smem_bytes"] = p.smem_bytes;
+  out["tiles"] = tsm2::KmeansTiles(p, n);
+  out["owners"] = tsm2::KmeansMaxOwners(p, n, sm_count);  // partials in the workspace
   out["workspace_bytes"] = tsm2::KmeansWorkspaceBytes(itemsize, n, d, k, sm_count);
   return out;
 }

@@ -119,7 +119,9 @@ def kmeans_plan(dtype: Any, n: int, d: int, k: int) -> dict[str, Any]:
     Example:
         >>> kmeans_plan("float32", 1000, 256, 16)["supported"]
         True
-        >>> kmeans_plan("float32", 1000, 4096, 16)["supported"]  # d > 1024
+        >>> kmeans_plan("float32", 1000, 4096, 16)["supported"]  # d split over a cluster
+        True
+        >>> kmeans_plan("float32", 1000, 4097, 16)["supported"]  # d > 4096
         False
     """
     name = jax.numpy.dtype(dtype).name

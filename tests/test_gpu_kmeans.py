@@ -2,10 +2,11 @@
 
 Skipped without a CUDA device and a CUDA build (conftest.py). The cases of
 test_kmeans_fused.py (odd sizes, ties, NaN, weights), every kernel variant
-(element type x k padded to 4..32 x d class 128..1024) at its largest shape and
-at an odd one (the element-wise staging path), large n, fewer blocks than the
-GPU holds (a small workspace), bitwise reproducibility, and k-means through
-the kernel against the jnp path.
+(element type x k padded to 4..32 x row class of 32..2048 vectors, which is
+one warp per row, several warps, or a thread-block cluster per row) at its
+largest shape and at an odd one (the element-wise load path), n = 1 and
+primes, large n, fewer blocks than the GPU holds (a small workspace), bitwise
+reproducibility, and k-means through the kernel against the jnp path.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _supported(dtype, d, k):
     return fused.fused_supported(dtype, d, k)
 
 
-@pytest.mark.parametrize("d", (1, 3, 17, 256, 1000))
+@pytest.mark.parametrize("d", (1, 3, 17, 33, 256, 1000, 4096, 4099))
 @pytest.mark.parametrize("k", (1, 2, 5, 16, 32))
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
 def test_kernel_matches_float64_reference(dtype, d, k):
@@ -42,16 +43,26 @@ def test_kernel_matches_float64_reference(dtype, d, k):
     check_step(_step(x, c, w), x, c, w)
 
 
+@pytest.mark.parametrize("n", (1, 2, 31, 97, 4099))
+@pytest.mark.parametrize(("d", "k"), [(3, 5), (256, 16), (1000, 7), (4096, 16)])
+def test_odd_n(n, d, k):
+    rng = np.random.default_rng(n + d + k)
+    x, c, w = data(rng, n, d, k, jnp.float32)
+    check_step(_step(x, c, w), x, c, w)
+
+
 def _variants():
     out = []
     for dtype in FLOAT_DTYPES:
+        per_vec = 2 if jnp.dtype(dtype).itemsize == 8 else 4  # elements per vector
         for kp in (4, 8, 16, 32):
-            for dc in (128, 256, 512, 1024):
-                if not _supported(dtype, dc, kp):
+            for cls in range(7):
+                dc = min((32 << cls) * per_vec, 4096)
+                if (32 << cls) * per_vec > 4096 * 2 or not _supported(dtype, dc, kp):
                     continue
                 for d, k in ((dc, kp), (dc // 2 + 1, kp // 2 + 1)):
                     out.append(pytest.param(dtype, d, k, id=f"{jnp.dtype(dtype).name}-d{d}-k{k}"))
-    return out
+    return sorted(set(out), key=lambda p: p.id)
 
 
 @pytest.mark.parametrize(("dtype", "d", "k"), _variants())
@@ -64,8 +75,9 @@ def test_every_variant(dtype, d, k):
 @pytest.mark.parametrize(
     ("dtype", "d", "k"),
     [(jnp.float32, 256, 16), (jnp.float32, 1000, 32), (jnp.float32, 3, 5), (jnp.float64, 256, 16),
-     (jnp.bfloat16, 512, 16)],
-    ids=["f32-256-16", "f32-1000-32", "f32-3-5", "f64-256-16", "bf16-512-16"],
+     (jnp.bfloat16, 512, 16), (jnp.float32, 4096, 16), (jnp.float16, 2050, 32)],
+    ids=["f32-256-16", "f32-1000-32", "f32-3-5", "f64-256-16", "bf16-512-16", "f32-4096-16",
+         "f16-2050-32"],
 )  # fmt: skip
 def test_large_n(dtype, d, k):
     rng = np.random.default_rng(11)
@@ -84,19 +96,21 @@ def test_ties_and_nan_as_jnp():
     assert np.isnan(float(lloyd_step(xn, c, impl="ffi").mind[1]))
 
 
-def test_bitwise_reproducible():
+@pytest.mark.parametrize("d", (256, 1000, 4096))
+def test_bitwise_reproducible(d):
     rng = np.random.default_rng(3)
-    x, c, w = data(rng, 200_003, 256, 16, jnp.float32)
+    x, c, w = data(rng, 200_003 if d < 4096 else 50_021, d, 16, jnp.float32)
     a, b = _step(x, c, w), _step(x, c, w)
     for f in a._fields:
         np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)))
 
 
-def test_small_workspace_uses_fewer_blocks():
+@pytest.mark.parametrize("d", (64, 4096))  # one warp per row; a cluster per row
+def test_small_workspace_uses_fewer_blocks(d):
     rng = np.random.default_rng(4)
-    x, c, w = data(rng, 50_021, 64, 8, jnp.float32)
-    per_block = (8 * 64 + 8 + 1) * 4
-    n, d, k = 50_021, 64, 8
+    n, k = 50_021 if d < 4096 else 5_003, 8
+    x, c, w = data(rng, n, d, k, jnp.float32)
+    per_block = (k * d + k + 1) * 4
     shapes = (
         jax.ShapeDtypeStruct((n,), jnp.int32),
         jax.ShapeDtypeStruct((n,), jnp.float32),
@@ -112,7 +126,7 @@ def test_small_workspace_uses_fewer_blocks():
 def test_unsupported_shape_falls_back_to_the_jnp_path():
     # The FFI call itself refuses it at trace time (test_kmeans_fused.py): an
     # error returned by a CUDA handler has crashed jax 0.11.
-    x, c = jnp.ones((100, 2048), jnp.float32), jnp.ones((4, 2048), jnp.float32)
+    x, c = jnp.ones((100, 4097), jnp.float32), jnp.ones((4, 4097), jnp.float32)
     s = lloyd_step(x, c)
     assert s.labels.tolist() == [0] * 100 and float(s.counts[0]) == 100.0
 

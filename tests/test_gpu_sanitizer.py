@@ -82,7 +82,8 @@ from jax_tsm2.kmeans import fused
 rng = np.random.default_rng(0)
 step = jax.jit(fused.ffi_step)
 count = 0
-cases = [(1, 1, 1), (67, 3, 5), (301, 17, 2), (257, 256, 16), (131, 1000, 32), (700, 128, 8)]
+cases = [(1, 1, 1), (67, 3, 5), (301, 17, 2), (257, 256, 16), (131, 1000, 32), (700, 128, 8),
+         (67, 4096, 16), (97, 2049, 5)]  # the last two: rows split over a thread-block cluster
 for (n, d, k), dtype in itertools.product(cases, [jnp.float32, jnp.float64, jnp.bfloat16]):
     if not fused.fused_supported(dtype, d, k):
         continue

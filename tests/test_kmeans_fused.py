@@ -122,11 +122,11 @@ def test_lloyd_step_argument_errors():
 
 
 def test_ffi_step_refuses_shapes_the_cuda_kernel_does_not_take():
-    with pytest.raises(ValueError, match=r"does not take x float32\[100, 2048\] with k=4"):
-        lloyd_step(jnp.ones((100, 2048), jnp.float32), jnp.ones((4, 2048)), impl="ffi")
+    with pytest.raises(ValueError, match=r"does not take x float32\[100, 4097\] with k=4"):
+        lloyd_step(jnp.ones((100, 4097), jnp.float32), jnp.ones((4, 4097)), impl="ffi")
     with pytest.raises(ValueError, match="k=33"):
         lloyd_step(jnp.ones((100, 8), jnp.float32), jnp.ones((33, 8)), impl="ffi")
-    assert lloyd_step(jnp.ones((100, 2048), jnp.float32), jnp.ones((4, 2048))).labels.shape == (
+    assert lloyd_step(jnp.ones((100, 4097), jnp.float32), jnp.ones((4, 4097))).labels.shape == (
         100,
     )
 
@@ -155,17 +155,24 @@ def test_target_rejects_malformed_buffers():
 
 
 def test_plan_covers_the_documented_range():
-    for d in (1, 128, 129, 1000, 1024):
-        for k in (1, 4, 5, 32):
-            assert _ffi.kmeans_plan("float32", 1000, d, k)["supported"], (d, k)
-    assert not _ffi.kmeans_plan("float32", 1000, 1025, 16)["supported"]
-    assert not _ffi.kmeans_plan("float32", 1000, 256, 33)["supported"]
-    assert not _ffi.kmeans_plan("float64", 1000, 1000, 32)["supported"]  # k x d too big for f64
-    assert _ffi.kmeans_plan("float64", 1000, 256, 32)["supported"]
+    for dtype in ("float32", "bfloat16", "float16", "float64"):
+        for d in (1, 3, 33, 128, 129, 1000, 1024, 2048, 4095, 4096):
+            for k in (1, 4, 5, 16, 32):
+                ok = _ffi.kmeans_plan(dtype, 1000, d, k)["supported"]
+                assert ok == (dtype != "float64" or d <= 2048 or k <= 16), (dtype, d, k)
+        assert not _ffi.kmeans_plan(dtype, 1000, 4097, 16)["supported"]
+        assert not _ffi.kmeans_plan(dtype, 1000, 256, 33)["supported"]
+
+
+def test_plan_shapes_and_workspace():
     p = _ffi.kmeans_plan("float32", 10**6, 256, 16)
-    blocks = min(p["tiles"], p["max_blocks"])
-    assert p["workspace_bytes"] == blocks * (16 * 256 + 16 + 1) * 4
+    assert (p["cluster"], p["warps_per_row"]) == (1, 1)  # one warp per row, no exchange
     assert p["tiles"] == -(-(10**6) // p["rows"])
+    assert p["workspace_bytes"] == p["owners"] * (16 * 256 + 16 + 1) * 4
+    q = _ffi.kmeans_plan("float32", 250_000, 4096, 16)
+    assert q["cluster"] > 1 and q["smem_bytes"] <= 227 * 1024  # 256 KB of centroids: split
+    assert q["workspace_bytes"] == q["owners"] * (16 * 4096 + 16 + 1) * 4
+    assert _ffi.kmeans_plan("float32", 0, 256, 16)["workspace_bytes"] == 0
 
 
 def _lowered(fn, *args, platform):
@@ -178,7 +185,7 @@ def _has_step(text):
 
 @pytest.mark.parametrize(
     ("d", "k", "fused_on_cuda"),
-    [(256, 16, True), (1000, 32, True), (4096, 16, False), (8, 33, False)],
+    [(256, 16, True), (1000, 32, True), (4096, 16, True), (4097, 16, False), (8, 33, False)],
 )
 def test_cuda_lowering_uses_the_kernel_where_it_applies(d, k, fused_on_cuda):
     x, c = jnp.zeros((1000, d), jnp.float32), jnp.zeros((k, d), jnp.float32)

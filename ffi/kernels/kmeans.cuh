@@ -2,33 +2,49 @@
 // closest centroid (label) and its squared distance, and per cluster the
 // weighted sums of the rows and their total weight, plus the inertia.
 //
-// Structure (after tsm2.cuh's streaming kernel):
-// - Persistent grid: block b owns a contiguous run of row tiles (R rows x all
-//   d columns). Tiles stream through a cp.async ring of kStages shared-memory
-//   stages together with the rows' weights; the centroids C (k x d, as
-//   accumulators) are staged once per block.
-// - Phase A, distances: each thread holds a 4-row x 4-centroid block of dot
-//   products (register blocking: 8 shared-memory loads feed 16 FMAs per
-//   element), and the d axis is split among `kGroups` thread groups whose
-//   partials go to a reduction buffer. A warp covers up to 8 row blocks x 4
-//   centroid blocks so that its X and C loads are broadcasts or
-//   conflict-free.
-//   Then all threads compute ||x||^2 of the tile's rows from the stage.
-// - Phase B, assignment: one thread per (row, centroid) adds the groups'
-//   partials in a fixed order, dist = max((||x||^2 - 2 x.c) + ||c||^2, 0)
-//   (the jnp path's formula, NaN kept), and the KP threads of a row take the
-//   argmin by shuffles, lowest index on ties and NaN first (as jnp.argmin).
-// - Phase C, update, from the tile still in shared memory: the sums live in
-//   registers for the whole run. Threads are (cluster set, 4-column group);
-//   for each of its clusters a warp ballots the tile's rows with that label
-//   and adds only those rows (w * x), so every element of X is added once,
-//   with no shared-memory read-modify-write and no atomics.
-// - End: each block writes its partial (sums, counts, inertia) to the
-//   workspace; KmeansReduceKernel adds the partials over blocks in a fixed
-//   order, so results are bitwise reproducible on one GPU (no float atomics).
+// Why this shape: the previous kernel staged X tiles in shared memory and
+// register-blocked 4 rows x 4 centroids from there; shared memory traffic was
+// ~8x the tile and three barrier-separated phases ran in series (Nsight: L1 /
+// shared pipeline 85% busy, DRAM 22%). Here X goes from global memory straight
+// into registers and is never staged:
+// - A row is `nvd` vectors (4 elements, 2 for f64; kmeans_plan.h). The plan
+//   gives each row to `nwc` warps of one block, or of each of `cluster` blocks
+//   of a thread-block cluster; lane g of a row's lanes owns vectors
+//   rank * SV + g + lanes * jj (jj < J), so every load instruction of a warp
+//   reads one contiguous run (512 bytes for f32).
+// - Centroids, as accumulators, sit in shared memory in the same lane-owned
+//   order (slot (c * J + jj) * lanes + g): a lane reads only its own 16-byte
+//   slots, conflict-free and without any exchange. Each centroid load feeds
+//   R rows (register blocking over rows, R <= 4): shared traffic is kp / R
+//   bytes per byte of X instead of ~8.
+// - Each lane accumulates kp partial dots per row over its elements (and
+//   ||x||^2 from the same registers); a reduce-scatter butterfly
+//   (kp/2 + ... + 1 shuffles, then log2(32 / kp) plain steps) leaves lane l
+//   with the warp's dot for centroid l % kp.
+// - local plans (one warp per row, d <= 128 / 256 vectors): dist and argmin
+//   by shuffles right there, no barrier in the loop at all.
+//   Otherwise the warps' partials go through shared memory (one barrier),
+//   then per block (and through distributed shared memory over the cluster,
+//   one cluster barrier), then labels (one more barrier). All blocks of a
+//   cluster add the partials in one fixed order, so they agree on labels.
+// - dist = max((||x||^2 - 2 x.c) + ||c||^2, 0) (the jnp path's formula, NaN
+//   kept); argmin lowest index on ties and NaN first (as jnp.argmin).
+// - Update from the same registers: the row's label is known to all its
+//   lanes, each adds w * x into its own slots of its row group's sums in
+//   shared memory (conflict-free read-modify-write, no atomics). A cluster
+//   splits the d axis so that centroids and sums fit on chip: at d = 4096,
+//   k = 16, f32 they are 256 KB each, more than one SM holds.
+// - Rows of the next tile are loaded (16-byte non-allocating loads) before
+//   the current tile is computed, so each warp keeps R * J vectors in flight.
+// - End: row groups' sums added in a fixed order, one partial per block
+//   (per cluster) to the workspace; KmeansReduceKernel adds the partials in a
+//   fixed order, so results are bitwise reproducible on one GPU.
 #pragma once
 
+#include <cooperative_groups.h>
+
 #include <cstdint>
+#include <type_traits>
 
 #include "ffi/kernels/common.cuh"
 #include "ffi/kmeans_plan.h"
@@ -41,42 +57,14 @@ struct KmeansArgs {
   const void* w;    // [n] Acc
   int32_t* labels;  // [n]
   void* mind;       // [n] Acc
-  void* partials;   // [blocks, k * d + k + 1] Acc
+  void* partials;   // [owners, k * d + k + 1] Acc
   int64_t n;
   int d, k;
-  int64_t tiles;  // ceil(n / rows)
-  int blocks;
-  int nvd;         // 16-byte vectors covering d
-  bool x_vec_ok;   // rows of X are 16-byte aligned: stage them with 16-byte cp.async
-  KmeansLayout l;  // at run-time d (offsets); the launch allocates the variant's maximum
+  int64_t tiles;  // ceil(n / plan.tile_rows)
+  int64_t units;  // warps (local plans) or clusters walking the tiles
+  int nvd;        // vectors covering d
+  bool x_vec_ok;  // d is whole vectors and X is vector-aligned: vector loads
 };
-
-// First tile of block b: tiles are split evenly, in order, among the blocks.
-__host__ __device__ inline int64_t KmeansTileBegin(int64_t b, int64_t tiles, int64_t blocks) {
-  return b * tiles / blocks;
-}
-
-// Asynchronous copy of kBytes (4, 8 or 16) through L1; zero-fills when !valid.
-template <int kBytes>
-__device__ __forceinline__ void CpAsyncCa(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int src_bytes = valid ? kBytes : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem), "n"(kBytes),
-               "r"(src_bytes)
-               : "memory");
-}
-
-// One element of X or w into shared memory: cp.async for 4- and 8-byte types,
-// a plain copy for 2-byte ones (cp.async takes no 2-byte copies). `src` must
-// be a valid address even when !valid (nothing is read then).
-template <typename U>
-__device__ __forceinline__ void StageElem(void* smem, const U* src, bool valid) {
-  if constexpr (sizeof(U) == 4 || sizeof(U) == 8) {
-    CpAsyncCa<static_cast<int>(sizeof(U))>(smem, src, valid);
-  } else {
-    *static_cast<U*>(smem) = valid ? *src : U(0.0f);
-  }
-}
 
 __device__ __forceinline__ float KmeansInf(float) { return __int_as_float(0x7f800000); }
 __device__ __forceinline__ double KmeansInf(double) {
@@ -87,109 +75,89 @@ __device__ __forceinline__ double KmeansNaN(double) {
   return __longlong_as_double(0x7ff8000000000000ll);
 }
 
-// Four consecutive elements of T from shared memory, as accumulators.
-template <typename T>
-__device__ __forceinline__ void Load4(const char* p, AccType<T> (&out)[4]) {
-  T v[4];
-  if constexpr (sizeof(T) == 8) {
-    const uint4 a = *reinterpret_cast<const uint4*>(p);
-    const uint4 b = *reinterpret_cast<const uint4*>(p + 16);
-    memcpy(&v[0], &a, 16);
-    memcpy(&v[2], &b, 16);
-  } else if constexpr (sizeof(T) == 4) {
-    const uint4 a = *reinterpret_cast<const uint4*>(p);
-    memcpy(v, &a, 16);
-  } else {
-    const uint2 a = *reinterpret_cast<const uint2*>(p);
-    memcpy(v, &a, 8);
-  }
-#pragma unroll
-  for (int e = 0; e < 4; ++e) out[e] = ToAcc(v[e]);
+// Non-allocating loads: each row of X is read once.
+__device__ __forceinline__ uint4 KmeansLoad(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 KmeansLoad(const uint2* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n"
+               : "=r"(v.x), "=r"(v.y)
+               : "l"(p));
+  return v;
 }
 
-template <typename T, int KP, int DC>
+template <typename T, int KP, int CLS>
 struct KmeansConfig {
   using Acc = AccType<T>;
-  static constexpr KmeansLayout kL = KmeansVariantLayout(static_cast<int>(sizeof(T)), KP, DC);
-  static constexpr int kThreads = kKmeansThreads, kStages = kKmeansStages;
-  static constexpr int kRows = kL.rows, kGroups = kL.groups, kRedStride = kL.red_stride;
-  static constexpr int kSmemBytes = kL.smem_bytes;
-  // Phase A: row blocks rb + kRB * i and centroid blocks cb + kCB * j; inside
-  // a warp kRL row blocks (consecutive rows) by kCL centroid blocks.
-  static constexpr int kRB = kRows / 4, kCB = KP / 4, kCombos = kRB * kCB;
-  static constexpr int kRL = kRB < 8 ? kRB : 8;
-  static constexpr int kCL = kCB < 32 / kRL ? kCB : 32 / kRL;
-  static constexpr int kActiveA = kCombos * kGroups;
-  // Phase B: (row, centroid) pairs, centroid fastest, KP lanes per row.
-  static constexpr int kPairs = kRows * KP;
-  static constexpr int kPairSlots = (kPairs + kThreads - 1) / kThreads;
-  // Phase C: kColGroups threads (4 columns each) per cluster set.
-  static constexpr int kColGroups = DC / 4;
-  static constexpr int kSets = kThreads / kColGroups;
-  static constexpr int kCpw = KP / kSets > 0 ? KP / kSets : 1;  // clusters per set
-  static constexpr int kLabPerLane = (kRows + 31) / 32;
-  // ||x||^2: kXLanes threads per row (a power of two <= 32, so one warp's).
-  static constexpr int kXLanes = kThreads / kRows;
-  // Two blocks per SM overlap one block's barriers and phases with the
-  // other's; that caps registers at 128, which the small-sum variants meet.
-  static constexpr int kMinBlocks =
-      KmeansSumRegs(KP, DC, static_cast<int>(sizeof(Acc))) <= 32 ? 2 : 1;
-
-  static_assert(KmeansVariantFits(static_cast<int>(sizeof(T)), KP, DC), "variant does not fit");
-  static_assert(kRows % 4 == 0 && KP % 4 == 0, "register blocks are 4 x 4");
-  static_assert(kRB % kRL == 0 && kCB % kCL == 0, "warp shape must tile the blocks");
-  static_assert(kActiveA <= kThreads, "too many (row, centroid) blocks for one block");
-  static_assert(kPairs % 32 == 0 && 32 % KP == 0, "a row's KP lanes must sit in one warp");
-  static_assert(kColGroups >= 32 && kColGroups <= kThreads, "cluster sets must be whole warps");
-  static_assert(kXLanes >= 1 && kXLanes <= 32 && kThreads % kRows == 0, "||x||^2 lanes");
+  // One vector of X in registers: 16 bytes, 8 for bf16/f16.
+  using Raw = std::conditional_t<sizeof(T) == 2, uint2, uint4>;
+  static constexpr KmeansPlan kP = KmeansChoosePlan(static_cast<int>(sizeof(T)), KP, CLS);
+  static constexpr int kThreads = kKmeansThreads;
+  static constexpr int kCl = kP.cluster, kNwc = kP.nwc, kJ = kP.j, kG = kP.groups, kR = kP.rows;
+  static constexpr int kLanes = kP.lanes, kSlots = kP.slots, kSV = kLanes * kJ;
+  static constexpr int kE = KmeansVecElems(static_cast<int>(sizeof(T)));  // elements per vector
+  static constexpr bool kLocal = kP.local;
+  static constexpr int kRB = kG * kR;  // rows of a block tile (cross-warp plans)
+  static constexpr int kRed = KP + 1;  // partial dots and ||x||^2 per row
+  static_assert(kP.ok, "variant has no plan");
+  static_assert(kE * static_cast<int>(sizeof(Acc)) == 16, "a vector of accumulators is 16 bytes");
+  static_assert(sizeof(Raw) == kE * sizeof(T), "a vector of X");
+  static_assert(32 % KP == 0 || KP == 32, "a row's kp lanes sit in one warp");
 };
 
-// Stages row tile `tile` (rows x row_elems, zero-padded) and its weights.
+// Vector jj of row `row` owned by lane g of block rank `rank`, as raw bits
+// (zero past the row or past n).
 template <typename T, typename Cfg>
-__device__ __forceinline__ void KmeansLoadTile(const KmeansArgs& p, int64_t tile, char* stage) {
-  using Acc = typename Cfg::Acc;
-  constexpr int kRows = Cfg::kRows, kVecT = kVec<T>;
-  const T* x = static_cast<const T*>(p.x);
-  const int64_t row0 = tile * kRows;
-  const int rs = p.l.stage_row_bytes;
-  // (r, v) walks q = tid, tid + 256, ... without a division per step.
-  const int per_row = p.x_vec_ok ? p.l.row_elems / kVecT : p.l.row_elems;
-  const int dr = Cfg::kThreads / per_row, dv = Cfg::kThreads % per_row;
-  int r = threadIdx.x / per_row, v = threadIdx.x % per_row;
-  if (p.x_vec_ok) {
-    for (; r < kRows;) {
-      const bool valid = row0 + r < p.n && v < p.nvd;
-      const T* src = valid ? x + (row0 + r) * p.d + static_cast<int64_t>(v) * kVecT : x;
-      CpAsync16(stage + r * rs + v * 16, src, valid);
-      r += dr;
-      v += dv;
-      if (v >= per_row) {
-        v -= per_row;
-        ++r;
-      }
-    }
-  } else {
-    for (; r < kRows;) {
-      const bool valid = row0 + r < p.n && v < p.d;
-      StageElem<T>(stage + r * rs + v * static_cast<int>(sizeof(T)),
-                   valid ? x + (row0 + r) * p.d + v : x, valid);
-      r += dr;
-      v += dv;
-      if (v >= per_row) {
-        v -= per_row;
-        ++r;
-      }
-    }
+__device__ __forceinline__ typename Cfg::Raw KmeansLoadVec(const KmeansArgs& p, int64_t row,
+                                                           int v) {
+  using Raw = typename Cfg::Raw;
+  Raw out{};
+  if (row >= p.n || v >= p.nvd) return out;
+  const T* xr = static_cast<const T*>(p.x) + row * p.d;
+  if (p.x_vec_ok) return KmeansLoad(reinterpret_cast<const Raw*>(xr) + v);
+  T e[Cfg::kE];
+#pragma unroll
+  for (int i = 0; i < Cfg::kE; ++i) {
+    const int col = v * Cfg::kE + i;
+    e[i] = col < p.d ? xr[col] : T(0.0f);
   }
-  Acc* w_stage = reinterpret_cast<Acc*>(stage + kRows * rs);
-  const Acc* w = static_cast<const Acc*>(p.w);
-  for (int q = threadIdx.x; q < kRows; q += Cfg::kThreads) {
-    const bool valid = row0 + q < p.n;
-    StageElem<Acc>(w_stage + q, valid ? w + row0 + q : w, valid);
+  memcpy(&out, e, sizeof out);
+  return out;
+}
+
+template <typename T, typename Cfg>
+__device__ __forceinline__ void KmeansLoadRows(const KmeansArgs& p, int64_t row0, int vec0,
+                                               typename Cfg::Raw (&raw)[Cfg::kR][Cfg::kJ],
+                                               AccType<T> (&w)[Cfg::kR]) {
+  const AccType<T>* wp = static_cast<const AccType<T>*>(p.w);
+#pragma unroll
+  for (int r = 0; r < Cfg::kR; ++r) {
+    const int64_t row = row0 + r;
+#pragma unroll
+    for (int jj = 0; jj < Cfg::kJ; ++jj) {
+      raw[r][jj] = KmeansLoadVec<T, Cfg>(p, row, vec0 + jj * Cfg::kLanes);
+    }
+    w[r] = row < p.n ? wp[row] : AccType<T>(0);
   }
 }
 
-// (key, index) argmin over the KP lanes of a row: lower key, then lower index.
+template <typename T, typename Raw>
+__device__ __forceinline__ void KmeansUnpack(const Raw& raw,
+                                             AccType<T> (&out)[sizeof(Raw) / sizeof(T)]) {
+  constexpr int kN = sizeof(Raw) / sizeof(T);
+  T v[kN];
+  memcpy(v, &raw, sizeof raw);
+#pragma unroll
+  for (int i = 0; i < kN; ++i) out[i] = ToAcc(v[i]);
+}
+
+// (key, index) argmin over groups of KP lanes: lower key, then lower index.
+// Both partners of a step see the same pair, so the group ends in agreement.
 template <int KP, typename Acc>
 __device__ __forceinline__ void ArgminLanes(Acc& key, int& idx) {
 #pragma unroll
@@ -203,8 +171,8 @@ __device__ __forceinline__ void ArgminLanes(Acc& key, int& idx) {
   }
 }
 
-// Sum over the KP lanes of a row. Every lane ends with the same value: at each
-// step the two partners add the same two numbers.
+// Sum over groups of KP lanes; every lane ends with the same value (at each
+// step the two partners add the same two numbers).
 template <int KP, typename Acc>
 __device__ __forceinline__ Acc SumLanes(Acc v) {
 #pragma unroll
@@ -212,224 +180,305 @@ __device__ __forceinline__ Acc SumLanes(Acc v) {
   return v;
 }
 
-template <typename T, int KP, int DC, typename Cfg = KmeansConfig<T, KP, DC>>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+// One step of ReduceScatter: halves H..2H-1 and 0..H-1 of v[0..2H) fold into
+// v[0..H), a lane keeping the half whose index bit H matches its lane bit H
+// and sending the other half to lane ^ H. A template per step, so that every
+// index is a constant and v stays in registers (loops left a stack frame).
+template <int H, int N, typename Acc>
+__device__ __forceinline__ void ReduceScatterStep(Acc (&v)[N], bool upper) {
+#pragma unroll
+  for (int i = 0; i < H; ++i) {
+    const Acc send = upper ? v[i] : v[i + H];
+    const Acc keep = upper ? v[i + H] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, H);
+  }
+  if constexpr (H > 1) ReduceScatterStep<H / 2>(v, ((threadIdx.x % 32) & (H / 2)) != 0);
+}
+
+// Reduce-scatter of v[0..KP) over the warp: returns, in lane l, the warp's
+// sum of v[l % KP] (kp - 1 shuffles, then log2(32 / kp) plain steps).
+template <int KP, typename Acc>
+__device__ __forceinline__ Acc ReduceScatter(Acc (&v)[KP], int lane) {
+  if constexpr (KP > 1) ReduceScatterStep<KP / 2>(v, (lane & (KP / 2)) != 0);
+  Acc s = v[0];
+#pragma unroll
+  for (int o = KP; o < 32; o *= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+  return s;
+}
+
+// dist = max((||x||^2 - 2 x.c) + ||c||^2, 0) as the argmin key: NaN ranks
+// first (as jnp.argmin) and distances are >= 0, so -1 marks it; padded
+// centroids (c >= k) never win.
+template <typename Acc>
+__device__ __forceinline__ Acc KmeansKey(Acc xsq, Acc dot, Acc csq, bool real) {
+  Acc dist = (xsq - 2 * dot) + csq;
+  dist = dist < 0 ? Acc(0) : dist;  // NaN stays NaN, as jnp.maximum
+  return real ? (dist != dist ? Acc(-1) : dist) : KmeansInf(Acc(0));
+}
+
+template <typename Acc>
+__device__ __forceinline__ Acc KmeansMind(Acc key) {
+  return key < 0 ? KmeansNaN(Acc(0)) : key;
+}
+
+template <int N, typename Acc>
+__device__ __forceinline__ void LoadSlot(const uint4* s, Acc (&out)[N]) {
+  const uint4 q = *s;
+  memcpy(out, &q, 16);
+}
+
+template <typename T, int KP, int CLS, typename Cfg = KmeansConfig<T, KP, CLS>>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
     KmeansStepKernel(const __grid_constant__ KmeansArgs p) {
   using Acc = typename Cfg::Acc;
-  constexpr int kRows = Cfg::kRows, kStages = Cfg::kStages, kVecT = kVec<T>;
+  using Raw = typename Cfg::Raw;
+  constexpr int kR = Cfg::kR, kJ = Cfg::kJ, kE = Cfg::kE, kG = Cfg::kG, kNwc = Cfg::kNwc;
+  constexpr int kCl = Cfg::kCl, kLanes = Cfg::kLanes, kSlots = Cfg::kSlots, kRed = Cfg::kRed;
+  constexpr KmeansPlan kP = Cfg::kP;
   extern __shared__ __align__(16) char smem[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int rs = p.l.stage_row_bytes, cs_row = p.l.c_row_bytes;
-  char* c_smem = smem + p.l.off_c;
-  Acc* red = reinterpret_cast<Acc*>(smem + p.l.off_red);
-  Acc* csq = reinterpret_cast<Acc*>(smem + p.l.off_csq);
-  Acc* xsq_s = reinterpret_cast<Acc*>(smem + p.l.off_xsq);
-  int* lab_s = reinterpret_cast<int*>(smem + p.l.off_lab);
+  const int rg = warp / kNwc, wr = warp % kNwc;
+  const int g = wr * 32 + lane;  // lane among the row's lanes of this block
+  int rank = 0;
+  if constexpr (kCl > 1) rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+  const int vec0 = rank * Cfg::kSV + g;
+  const int64_t owner = blockIdx.x / kCl;
 
-  const int64_t t_begin = KmeansTileBegin(blockIdx.x, p.tiles, p.blocks);
-  const int64_t count = KmeansTileBegin(blockIdx.x + 1, p.tiles, p.blocks) - t_begin;
+  uint4* cent = reinterpret_cast<uint4*>(smem);
+  uint4* sums_all = reinterpret_cast<uint4*>(smem + kP.off_sums);
+  uint4* sums = sums_all + rg * kSlots;
+  Acc* csq = reinterpret_cast<Acc*>(smem + kP.off_csq);
 
-  // Prologue: the first tiles' copies fly while the centroids are staged.
+  // Centroids (this rank's vectors, lane-owned order) and zero sums.
+  const T* cg = static_cast<const T*>(p.c);
+  for (int s = tid; s < kSlots; s += Cfg::kThreads) {
+    const int gg = s % kLanes, cj = s / kLanes, jj = cj % kJ, c = cj / kJ;
+    const int v = rank * Cfg::kSV + gg + jj * kLanes;
+    Acc vals[kE];
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < count) KmeansLoadTile<T, Cfg>(p, t_begin + s, smem + s * p.l.stage_bytes);
-    CpAsyncCommit();
-  }
-  for (int c = 0; c < KP; ++c) {
-    const T* cg = static_cast<const T*>(p.c) + static_cast<int64_t>(c) * p.d;
-    for (int e = tid; e < p.l.row_elems; e += Cfg::kThreads) {
-      reinterpret_cast<Acc*>(c_smem + c * cs_row)[e] = c < p.k && e < p.d ? ToAcc(cg[e]) : Acc(0);
+    for (int i = 0; i < kE; ++i) {
+      const int col = v * kE + i;
+      vals[i] = c < p.k && col < p.d ? ToAcc(cg[static_cast<int64_t>(c) * p.d + col]) : Acc(0);
     }
+    uint4 q;
+    memcpy(&q, vals, 16);
+    cent[s] = q;
   }
-  __syncthreads();
-  for (int c = warp; c < KP; c += Cfg::kThreads / 32) {
-    const Acc* cr = reinterpret_cast<const Acc*>(c_smem + c * cs_row);
+  for (int s = tid; s < kG * kSlots; s += Cfg::kThreads) sums_all[s] = make_uint4(0, 0, 0, 0);
+  for (int c = warp; c < KP; c += kKmeansWarps) {
     Acc s = 0;
-    for (int e = lane; e < p.l.row_elems; e += 32) s = fma(cr[e], cr[e], s);
+    if (c < p.k) {
+      for (int e = lane; e < p.d; e += 32) {
+        const Acc v = ToAcc(cg[static_cast<int64_t>(c) * p.d + e]);
+        s = fma(v, v, s);
+      }
+    }
     s = SumLanes<32>(s);
     if (lane == 0) csq[c] = s;
   }
-  // csq is read after the loop's first barrier.
+  __syncthreads();
 
-  // Phase A coordinates.
-  const int qa = tid % Cfg::kCombos, g = tid / Cfg::kCombos;
-  const int rest = qa / (Cfg::kRL * Cfg::kCL);
-  const int rb = qa % Cfg::kRL + Cfg::kRL * (rest % (Cfg::kRB / Cfg::kRL));
-  const int cb = (qa / Cfg::kRL) % Cfg::kCL + Cfg::kCL * (rest / (Cfg::kRB / Cfg::kRL));
-  // Phase C coordinates.
-  const int cgrp = tid % Cfg::kColGroups, cset = tid / Cfg::kColGroups;
-  const bool col_ok = 4 * cgrp < p.l.row_elems;
+  Acc inertia = 0, cnt = 0;  // cnt: weight of cluster `lane` (rank 0, wr 0)
+  const int64_t unit = kP.local ? static_cast<int64_t>(blockIdx.x) * kKmeansWarps + warp : owner;
+  const int64_t t_begin = unit * p.tiles / p.units, t_end = (unit + 1) * p.tiles / p.units;
+  const int64_t row_off = kP.local ? 0 : static_cast<int64_t>(rg) * kR;
 
-  Acc sums[Cfg::kCpw][4];
-  Acc cnt[Cfg::kCpw];
-#pragma unroll
-  for (int j = 0; j < Cfg::kCpw; ++j) {
-    cnt[j] = 0;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) sums[j][e] = 0;
+  Raw nraw[kR][kJ];
+  Acc nw[kR];
+  if (t_begin < t_end) {
+    KmeansLoadRows<T, Cfg>(p, t_begin * kP.tile_rows + row_off, vec0, nraw, nw);
   }
-  Acc inertia = 0;
-
-  for (int64_t it = 0; it < count; ++it) {
-    CpAsyncWait<kStages - 2>();  // this thread's copies of tile `it` have landed
-    __syncthreads();             // everyone's have, and tile it-1's stage is free
-    const int64_t ip = it + kStages - 1;
-    if (ip < count) {
-      KmeansLoadTile<T, Cfg>(p, t_begin + ip, smem + (ip % kStages) * p.l.stage_bytes);
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const int64_t row0 = t * kP.tile_rows + row_off;
+    Acc xa[kR][kJ][kE];
+    Acc wt[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      wt[r] = nw[r];
+#pragma unroll
+      for (int jj = 0; jj < kJ; ++jj) KmeansUnpack<T>(nraw[r][jj], xa[r][jj]);
     }
-    CpAsyncCommit();
-    const char* stage = smem + (it % kStages) * p.l.stage_bytes;
-    const Acc* w_s = reinterpret_cast<const Acc*>(stage + kRows * rs);
-    const int64_t row0 = (t_begin + it) * kRows;
+    if (t + 1 < t_end) KmeansLoadRows<T, Cfg>(p, row0 + kP.tile_rows, vec0, nraw, nw);
 
-    // ---- Phase A: partial dot products of this thread's 4 x 4 block over its d-vectors.
-    if (tid < Cfg::kActiveA) {
-      Acc dot[4][4];
+    // Partial dots over this lane's elements, and ||x||^2.
+    Acc part[kR][KP];
+    Acc xsq[kR];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+    for (int r = 0; r < kR; ++r) {
+      xsq[r] = 0;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) dot[i][j] = 0;
+      for (int c = 0; c < KP; ++c) part[r][c] = 0;
+#pragma unroll
+      for (int jj = 0; jj < kJ; ++jj) {
+#pragma unroll
+        for (int e = 0; e < kE; ++e) xsq[r] = fma(xa[r][jj][e], xa[r][jj][e], xsq[r]);
       }
-      const char* xrow = stage + rb * rs;
-      const char* crow = c_smem + cb * cs_row;
-      for (int v = g; v < p.nvd; v += Cfg::kGroups) {
-        Acc xv[4][kVecT];
+    }
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          Unpack<T>(*reinterpret_cast<const uint4*>(xrow + i * Cfg::kRB * rs + v * 16), xv[i]);
-        }
-        Acc cv[4][kVecT];
+    for (int c = 0; c < KP; ++c) {
+      Acc cv[kJ][kE];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          LoadSmemRow<kVecT>(reinterpret_cast<const Acc*>(crow + j * Cfg::kCB * cs_row) + v * kVecT,
-                             cv[j]);
-        }
+      for (int jj = 0; jj < kJ; ++jj) LoadSlot(&cent[(c * kJ + jj) * kLanes + g], cv[jj]);
 #pragma unroll
-        for (int e = 0; e < kVecT; ++e) {
+      for (int r = 0; r < kR; ++r) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
+        for (int jj = 0; jj < kJ; ++jj) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) dot[i][j] = fma(xv[i][e], cv[j][e], dot[i][j]);
-          }
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          red[(g * kRows + rb + Cfg::kRB * i) * Cfg::kRedStride + cb + Cfg::kCB * j] = dot[i][j];
+          for (int e = 0; e < kE; ++e) part[r][c] = fma(xa[r][jj][e], cv[jj][e], part[r][c]);
         }
       }
     }
-    // ||x||^2 of each row, by kXLanes threads (all threads take part).
-    {
-      const int r = tid / Cfg::kXLanes, part = tid % Cfg::kXLanes;
-      const char* xr = stage + r * rs;
-      Acc xsq = 0;
-      for (int v = part; v < p.nvd; v += Cfg::kXLanes) {
-        Acc xv[kVecT];
-        Unpack<T>(*reinterpret_cast<const uint4*>(xr + v * 16), xv);
+    Acc dot[kR];
 #pragma unroll
-        for (int e = 0; e < kVecT; ++e) xsq = fma(xv[e], xv[e], xsq);
-      }
-      xsq = SumLanes<Cfg::kXLanes>(xsq);
-      if (part == 0) xsq_s[r] = xsq;
+    for (int r = 0; r < kR; ++r) {
+      dot[r] = ReduceScatter<KP>(part[r], lane);
+      xsq[r] = SumLanes<32>(xsq[r]);
     }
-    __syncthreads();
 
-    // ---- Phase B: distances, argmin, labels and per-row outputs.
+    int lab[kR];
+    if constexpr (Cfg::kLocal) {
+      const int c = lane % KP;
 #pragma unroll
-    for (int ps = 0; ps < Cfg::kPairSlots; ++ps) {
-      const int pr = tid + ps * Cfg::kThreads;
-      if (pr < Cfg::kPairs) {  // whole warps: kPairs is a multiple of 32
-        const int r = pr / KP, c = pr % KP;
-        Acc dot = 0;
-#pragma unroll
-        for (int gg = 0; gg < Cfg::kGroups; ++gg)
-          dot += red[(gg * kRows + r) * Cfg::kRedStride + c];
-        Acc dist = (xsq_s[r] - 2 * dot) + csq[c];
-        dist = dist < 0 ? Acc(0) : dist;  // NaN stays NaN, as jnp.maximum
-        // NaN ranks first (as jnp.argmin) and distances are >= 0, so -1 marks it.
-        Acc key = c < p.k ? (dist != dist ? Acc(-1) : dist) : KmeansInf(Acc(0));
+      for (int r = 0; r < kR; ++r) {
+        Acc key = KmeansKey(xsq[r], dot[r], csq[c], c < p.k);
         int idx = c;
         ArgminLanes<KP>(key, idx);
-        if (c == 0) {
-          const int64_t row = row0 + r;
-          const bool valid = row < p.n;
-          const Acc md = key < 0 ? KmeansNaN(Acc(0)) : key;
-          if (valid) {
+        const int64_t row = row0 + r;
+        lab[r] = row < p.n ? idx : -1;
+        if (lane == r && row < p.n) {
+          p.labels[row] = idx;
+          static_cast<Acc*>(p.mind)[row] = KmeansMind(key);
+        }
+        if (lane == 0 && row < p.n) inertia = fma(wt[r], KmeansMind(key), inertia);
+      }
+    } else {
+      Acc* redw = reinterpret_cast<Acc*>(smem + kP.off_redw);
+      Acc* redb = reinterpret_cast<Acc*>(smem + kP.off_redb) + (t & 1) * Cfg::kRB * kRed;
+      int* lab_s = reinterpret_cast<int*>(smem + kP.off_lab);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        Acc* q = redw + ((rg * kR + r) * kNwc + wr) * kRed;
+        if (lane < KP) q[lane] = dot[r];
+        if (lane == 0) q[KP] = xsq[r];
+      }
+      __syncthreads();
+      // This block's share: the row group's warps added in order.
+      for (int q = tid; q < Cfg::kRB * kRed; q += Cfg::kThreads) {
+        const int rb = q / kRed, s = q % kRed;
+        Acc sum = 0;
+#pragma unroll
+        for (int w = 0; w < kNwc; ++w) sum += redw[(rb * kNwc + w) * kRed + s];
+        redb[q] = sum;
+      }
+      // redb is double-buffered: a peer may still read the previous tile's
+      // until it reaches the next cluster barrier.
+      if constexpr (kCl > 1) {
+        cooperative_groups::this_cluster().sync();
+      } else {
+        __syncthreads();
+      }
+      // Labels: KP lanes per row, the cluster's shares added in rank order
+      // (identical in every block of the cluster).
+      const int64_t tile0 = t * kP.tile_rows;
+      for (int base = 0; base < Cfg::kRB * KP; base += Cfg::kThreads) {
+        const int q = base + tid;
+        const bool active = q < Cfg::kRB * KP;
+        const int rb = active ? q / KP : 0, c = q % KP;
+        Acc d_sum = 0, x_sum = 0;
+#pragma unroll
+        for (int cr = 0; cr < kCl; ++cr) {
+          const Acc* src = redb;
+          if constexpr (kCl > 1) src = cooperative_groups::this_cluster().map_shared_rank(redb, cr);
+          d_sum += src[rb * kRed + c];
+          x_sum += src[rb * kRed + KP];
+        }
+        Acc key = KmeansKey(x_sum, d_sum, csq[c], c < p.k);
+        int idx = c;
+        ArgminLanes<KP>(key, idx);
+        if (active && c == 0) {
+          const int64_t row = tile0 + rb;
+          lab_s[rb] = row < p.n ? idx : -1;
+          if (rank == 0 && row < p.n) {
             p.labels[row] = idx;
-            static_cast<Acc*>(p.mind)[row] = md;
-            inertia = fma(w_s[r], md, inertia);
+            static_cast<Acc*>(p.mind)[row] = KmeansMind(key);
+            inertia = fma(static_cast<const Acc*>(p.w)[row], KmeansMind(key), inertia);
           }
-          lab_s[r] = valid ? idx : -1;
         }
       }
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < kR; ++r) lab[r] = lab_s[rg * kR + r];
+      // lab_s and redw are next written after the next tile's first barrier.
     }
-    __syncthreads();
 
-    // ---- Phase C: sums[label][:] += w * x, counts[label] += w, from registers.
-    int my_lab[Cfg::kLabPerLane];
+    // Update: sums[label] += w * x over this lane's slots; counts by lane.
 #pragma unroll
-    for (int i = 0; i < Cfg::kLabPerLane; ++i) {
-      const int rr = lane + 32 * i;
-      my_lab[i] = rr < kRows ? lab_s[rr] : -1;
-    }
+    for (int r = 0; r < kR; ++r) {
+      const int l = lab[r];  // uniform over the warp
+      if (l < 0) continue;
 #pragma unroll
-    for (int j = 0; j < Cfg::kCpw; ++j) {
-      const int c = cset * Cfg::kCpw + j;
+      for (int jj = 0; jj < kJ; ++jj) {
+        uint4* s = &sums[(l * kJ + jj) * kLanes + g];
+        Acc sv[kE];
+        LoadSlot(s, sv);
 #pragma unroll
-      for (int i = 0; i < Cfg::kLabPerLane; ++i) {
-        unsigned mask = __ballot_sync(0xffffffffu, my_lab[i] == c);  // warp-uniform
-        while (mask != 0) {
-          const int r = __ffs(mask) - 1 + 32 * i;
-          mask &= mask - 1;
-          const Acc wr = w_s[r];
-          if (col_ok) {
-            Acc xv[4];
-            Load4<T>(stage + r * rs + 4 * cgrp * static_cast<int>(sizeof(T)), xv);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sums[j][e] = fma(wr, xv[e], sums[j][e]);
-          }
-          cnt[j] += wr;
-        }
+        for (int e = 0; e < kE; ++e) sv[e] = fma(wt[r], xa[r][jj][e], sv[e]);
+        uint4 q;
+        memcpy(&q, sv, 16);
+        *s = q;
       }
-    }
-    // lab_s, red, xsq_s and this stage are next written after the next
-    // iteration's first barrier.
-  }
-  CpAsyncWait<0>();
-
-  // This block's partial: sums [k, d], counts [k], inertia.
-  Acc* part = static_cast<Acc*>(p.partials) +
-              static_cast<int64_t>(blockIdx.x) * KmeansPartialElems(p.d, p.k);
-  const int64_t kd = static_cast<int64_t>(p.k) * p.d;
-#pragma unroll
-  for (int j = 0; j < Cfg::kCpw; ++j) {
-    const int c = cset * Cfg::kCpw + j;
-    if (c < p.k) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = 4 * cgrp + e;
-        if (col < p.d) part[static_cast<int64_t>(c) * p.d + col] = sums[j][e];
-      }
-      if (cgrp == 0) part[kd + c] = cnt[j];
+      if (lane == l) cnt += wt[r];
     }
   }
-  // Inertia: over each warp, then over the warps, in a fixed order. Nobody
-  // reads `red` after the last phase-B barrier, so it is free here.
+
+  // This block's partial: row groups' sums in order; counts and inertia from
+  // rank 0 (the other ranks saw the same rows).
+  Acc* cnt_s = reinterpret_cast<Acc*>(smem + kP.off_cnt);
+  Acc* inert_s = reinterpret_cast<Acc*>(smem + kP.off_inert);
   inertia = SumLanes<32>(inertia);
-  if (lane == 0) red[warp] = inertia;
+  __syncthreads();  // every update has landed
+  if (wr == 0 && lane < KP) cnt_s[rg * KP + lane] = cnt;
+  if (lane == 0) inert_s[warp] = inertia;
   __syncthreads();
-  if (tid == 0) {
-    Acc total = 0;
-    for (int w = 0; w < Cfg::kThreads / 32; ++w) total += red[w];
-    part[kd + p.k] = total;
+  Acc* part = static_cast<Acc*>(p.partials) + owner * KmeansPartialElems(p.d, p.k);
+  const int64_t kd = static_cast<int64_t>(p.k) * p.d;
+  for (int s = tid; s < kSlots; s += Cfg::kThreads) {
+    const int gg = s % kLanes, cj = s / kLanes, jj = cj % kJ, c = cj / kJ;
+    const int v = rank * Cfg::kSV + gg + jj * kLanes;
+    if (c >= p.k || v >= p.nvd) continue;
+    Acc tot[kE];
+#pragma unroll
+    for (int e = 0; e < kE; ++e) tot[e] = 0;
+    for (int q = 0; q < kG; ++q) {
+      Acc sv[kE];
+      LoadSlot(&sums_all[q * kSlots + s], sv);
+#pragma unroll
+      for (int e = 0; e < kE; ++e) tot[e] += sv[e];
+    }
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const int col = v * kE + e;
+      if (col < p.d) part[static_cast<int64_t>(c) * p.d + col] = tot[e];
+    }
   }
+  if (rank == 0) {
+    if (tid < p.k) {
+      Acc tot = 0;
+      for (int q = 0; q < kG; ++q) tot += cnt_s[q * KP + tid];
+      part[kd + tid] = tot;
+    }
+    if (tid == 0) {
+      Acc tot = 0;
+      for (int w = 0; w < kKmeansWarps; ++w) tot += inert_s[w];
+      part[kd + p.k] = tot;
+    }
+  }
+  // No block may leave while a peer can still read its shared memory.
+  if constexpr (kCl > 1) cooperative_groups::this_cluster().sync();
 }
 
-// out[o] = sum over blocks b, in order, of partials[b][o]: 32 outputs per
-// block, 8 slices of the blocks per output added in a fixed tree.
+// out[o] = sum over partials b, in order, of partials[b][o]: 32 outputs per
+// block, 8 slices of the partials per output added in a fixed tree.
 template <typename Acc>
 __global__ void __launch_bounds__(256)
     KmeansReduceKernel(const Acc* __restrict__ part, int64_t elems, int blocks, int64_t kd, int k,

@@ -7,7 +7,7 @@ sharded over devices.
 
 An iteration needs, from one pass over the data, labels, distances, the
 weighted sum and total weight of each cluster and the inertia
-(:func:`lloyd_step`). On CUDA, when the shape allows (d <= 1024, k <= 32), one
+(:func:`lloyd_step`). On CUDA, when the shape allows (d <= 4096, k <= 32), one
 fused kernel computes them reading ``x`` once (``jax_tsm2.kmeans.fused``).
 Otherwise (CPU, larger shapes, custom-call mode ``"never"``) the two heavy
 products are tall-and-skinny and both go through ``jax_tsm2.matmul``:
@@ -533,8 +533,8 @@ def lloyd_step(
     """One pass of Lloyd's algorithm: labels, distances, per-cluster sums and weights, inertia.
 
     What :func:`kmeans` computes in each iteration, before the new centroids
-    (``sums / counts``, empty clusters relocated). On CUDA, for d <= 1024 and
-    k <= 32 (fewer for f64), one fused kernel reads ``x`` once
+    (``sums / counts``, empty clusters relocated). On CUDA, for d <= 4096 and
+    k <= 32 (k <= 16 for f64 with d > 2048), one fused kernel reads ``x`` once
     (``jax_tsm2.kmeans.fused``); elsewhere the unfused jnp path runs.
 
     Unlike :func:`assign`, ``x`` is used as given (no shift): :func:`kmeans`

@@ -16,10 +16,15 @@ the centroids are rounded to ``x``'s dtype first, as the jnp path's product
 does. The unfused path reads ``x`` two to four times (the distance product,
 then the one-hot product for the sums).
 
+The kernel loads rows of ``x`` straight into registers (one warp, or several,
+per row), keeps the centroids and the per-cluster sums in shared memory, and
+for large ``d`` splits each row over the blocks of a thread-block cluster so
+that both fit on chip (``_ffi.kmeans_plan`` shows the plan of a shape).
+
 :func:`step` decides where the kernel runs. With ``impl="auto"``:
 
-* on CUDA, the kernel when it takes the shape (``fused_supported``: d <= 1024,
-  k <= 32, fewer for f64) and the custom-call mode (``jax_tsm2.config``) is not
+* on CUDA, the kernel when it takes the shape (``fused_supported``: d <= 4096,
+  k <= 32; f64 with d > 2048 takes k <= 16) and the custom-call mode (``jax_tsm2.config``) is not
   ``"never"``;
 * on CPU, the plain-loop reference target only in mode ``"always"`` (as for
   ``matmul``: it exists so that tests can run the FFI path without a GPU; it
@@ -85,7 +90,9 @@ def fused_supported(dtype: Any, d: int, k: int) -> bool:
 
     Example:
       >>> fused_supported("float32", 256, 16), fused_supported("float32", 4096, 16)
-      (True, False)
+      (True, True)
+      >>> fused_supported("float32", 4097, 16), fused_supported("float64", 4096, 32)
+      (False, False)
     """
     if jnp.dtype(dtype) not in _KERNEL_DTYPES or d < 1 or k < 1:
         return False
@@ -107,7 +114,7 @@ def ffi_step(x: jax.Array, c: jax.Array, w: jax.Array, *, check: bool = True) ->
     if check and not fused_supported(x.dtype, d, k):
         raise ValueError(
             f"tsm2_kmeans_step: the fused kernel does not take x {x.dtype}{list(x.shape)} with "
-            f"k={k} (it takes 1 <= k <= 32 and 1 <= d <= 1024, fewer for float64; "
+            f"k={k} (it takes 1 <= k <= 32 and 1 <= d <= 4096, fewer for float64; "
             "jax_tsm2.kmeans.fused.fused_supported says which); use impl='auto' or 'jnp'"
         )
     acc = acc_dtype(x.dtype)
