@@ -184,14 +184,20 @@ def _has_step(text):
 
 
 @pytest.mark.parametrize(
-    ("d", "k", "fused_on_cuda"),
-    [(256, 16, True), (1000, 32, True), (4096, 16, True), (4097, 16, False), (8, 33, False)],
+    ("d", "k", "fused_on_cuda", "auto_on_cuda"),
+    [
+        (256, 16, True, True),
+        (256, 32, True, True),
+        (1000, 32, True, False),  # measured slower than the unfused path
+        (4096, 16, True, True),
+        (4097, 16, False, False),
+        (8, 33, False, False),
+    ],
 )
-def test_cuda_lowering_uses_the_kernel_where_it_applies(d, k, fused_on_cuda):
+def test_cuda_lowering_uses_the_kernel_where_it_applies(d, k, fused_on_cuda, auto_on_cuda):
     x, c = jnp.zeros((1000, d), jnp.float32), jnp.zeros((k, d), jnp.float32)
     step = lambda x, c: lloyd_step(x, c)
-    # Mode "auto" keeps the unfused path until the kernel measures faster (fused.step).
-    assert not _has_step(_lowered(step, x, c, platform="cuda"))
+    assert _has_step(_lowered(step, x, c, platform="cuda")) == auto_on_cuda
     with jax_tsm2.custom_call_mode("prefer"):
         assert _has_step(_lowered(step, x, c, platform="cuda")) == fused_on_cuda
     assert not _has_step(_lowered(step, x, c, platform="cpu"))

@@ -24,8 +24,9 @@ that both fit on chip (``_ffi.kmeans_plan`` shows the plan of a shape).
 :func:`step` decides where the kernel runs. With ``impl="auto"``:
 
 * on CUDA, the kernel when it takes the shape (``fused_supported``: d <= 4096,
-  k <= 32; f64 with d > 2048 takes k <= 16) and the custom-call mode (``jax_tsm2.config``) is not
-  ``"never"``;
+  k <= 32; f64 with d > 2048 takes k <= 16) and the custom-call mode (``jax_tsm2.config``) is
+  ``"prefer"`` or ``"always"``, or is ``"auto"`` and the kernel measured faster than the
+  unfused path for such shapes (``auto_prefers_kernel``: k <= 16, or d <= 256);
 * on CPU, the plain-loop reference target only in mode ``"always"`` (as for
   ``matmul``: it exists so that tests can run the FFI path without a GPU; it
   takes any d and k);
@@ -51,7 +52,7 @@ from jax import lax
 
 from jax_tsm2 import _compat, _ffi, config
 
-__all__ = ["IMPLS", "LloydStep", "ffi_step", "fused_supported", "step"]
+__all__ = ["IMPLS", "LloydStep", "auto_prefers_kernel", "ffi_step", "fused_supported", "step"]
 
 IMPLS = ("auto", "ffi", "jnp")
 
@@ -83,6 +84,24 @@ def acc_dtype(dtype: Any) -> np.dtype:
 
 
 _KERNEL_DTYPES = tuple(jnp.dtype(t) for t in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16))
+
+
+def auto_prefers_kernel(d: int, k: int) -> bool:
+    """Whether mode ``"auto"`` runs the kernel on a shape it takes: where it measured faster.
+
+    On the H100 (``benchmarks/kmeans_iter.py``, h100-2026-11-23/kmeans-v2) the
+    kernel's step against a whole unfused iteration: 0.58 against 1.18 ms
+    (f32, n = 1e6, d = 256, k = 16), 0.58 against 1.36 (bf16, same), 0.62
+    against 1.57 (f32, d = 1024), 3.56 against 5.93 (f32, n = 2.5e5, d = 4096),
+    1.63 against 1.75 (f32, d = 256, k = 32). With 32 centroid slots and wider
+    rows the kernel ran at 7 to 9 reads of X (kernel lab), worse than the
+    unfused path's 4 to 5, so there auto keeps the unfused path.
+
+    Example:
+      >>> auto_prefers_kernel(256, 16), auto_prefers_kernel(1024, 32)
+      (True, False)
+    """
+    return k <= 16 or d <= 256
 
 
 def fused_supported(dtype: Any, d: int, k: int) -> bool:
@@ -164,14 +183,11 @@ def step(
     # Without a CUDA device this is cross-platform lowering (export): emit the
     # call if the kernel takes the shape. With one, the target must be built.
     cuda_built = _ffi.cuda_kmeans_available() or not _ffi.cuda_backend_present()
-    # In mode "auto" the kernel must have measured faster than the unfused
-    # path, and on the H100 it has not yet (1.43 ms against 1.33 ms per
-    # iteration at n = 1e6, d = 256, k = 16: benchmarks/NOTES.md), so only
-    # "prefer" and "always" run it on CUDA.
     on_cuda = (
         cuda_built
-        and mode in ("prefer", "always")
+        and mode in ("auto", "prefer", "always")
         and fused_supported(x.dtype, x.shape[1], c.shape[0])
+        and (mode != "auto" or auto_prefers_kernel(x.shape[1], c.shape[0]))
     )
     on_cpu = mode == "always"
     if not (on_cuda or on_cpu):
