@@ -409,6 +409,9 @@ void RunAll(Buffers& buf, const char* f) {
       {"TN f64 1e7x16x16", 1, 16, 10000000, 16, Kernel::kTsm2t, Layout::kTN},
       {"TN f64 1e6x64x64", 1, 64, 1000000, 64, Kernel::kTsm2t, Layout::kTN},
       {"TN f64 1e6x16x256", 1, 16, 1000000, 256, Kernel::kTsm2t, Layout::kTN},
+      {"TN f64 1e6x32x64", 1, 32, 1000000, 64, Kernel::kTsm2t, Layout::kTN},
+      {"TN f64 1e6x128x32", 1, 128, 1000000, 32, Kernel::kTsm2t, Layout::kTN},
+      {"TN f64 99991x61x59", 1, 61, 99991, 59, Kernel::kTsm2t, Layout::kTN},
       {"TN bf16 99991x13x7", 2, 13, 99991, 7, Kernel::kTsm2t, Layout::kTN},
   };
   for (const auto& lc : lib_cases) {

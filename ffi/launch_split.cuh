@@ -11,6 +11,7 @@
 #include "ffi/kernels/small_left.cuh"
 #include "ffi/kernels/split_reduce.cuh"
 #include "ffi/kernels/tn.cuh"
+#include "ffi/kernels/tn_mma.cuh"
 #include "ffi/launch.h"
 #include "ffi/occupancy.h"
 #include "ffi/split_plans.h"
@@ -107,12 +108,49 @@ struct SplitLauncher {
     }
   }
 
+  // The tensor-core TSM2T (f64 only): RW x CW MMA tiles per warp for the
+  // plan's output tile (2048 or 4096 entries, both edges >= 32).
+  template <int RW, int CW>
+  static cudaError_t LaunchTMmaWith(const SplitArgs& a, int blocks, int smem, cudaStream_t stream) {
+    const void* kernel = reinterpret_cast<const void*>(&Tsm2TMmaKernel<RW, CW>);
+    int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
+    if (cudaError_t e = BlocksPerSm(kernel, kTThreads, kTMaxSmem, &per_sm); e != cudaSuccess) {
+      return e;
+    }
+    Tsm2TMmaKernel<RW, CW><<<blocks, kTThreads, smem, stream>>>(a);
+    return cudaGetLastError();
+  }
+  static cudaError_t LaunchTMma(const SplitArgs& a, const SplitPlan& s, int blocks, int smem,
+                                cudaStream_t stream) {
+    const int64_t per_warp = s.tile_m * s.tile_n / 64 / 8, tcols = s.tile_n / 8;
+    if (per_warp == 8 && tcols >= 8) return LaunchTMmaWith<1, 8>(a, blocks, smem, stream);
+    if (per_warp == 8 && tcols == 4) return LaunchTMmaWith<2, 4>(a, blocks, smem, stream);
+    if (per_warp == 4 && tcols >= 4) return LaunchTMmaWith<1, 4>(a, blocks, smem, stream);
+    return cudaErrorInvalidValue;  // TUsesMma admits no other tile
+  }
+  static bool HasDmma() {  // FP64 mma.sync: sm_80 and later
+    int dev = 0, major = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+           major >= 8;
+  }
+
   static cudaError_t LaunchT(const DeviceMatmul& p, SplitArgs a, const SplitPlan& s,
                              cudaStream_t stream) {
     constexpr int kV = kVec<T>;
     a.vec_ok = p.m % kV == 0 && p.n % kV == 0 && s.tile_m % kV == 0 && s.tile_n % kV == 0 &&
                reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
                reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
+    if constexpr (sizeof(T) == 8) {
+      // Below sm_80 the CUDA-core kernel runs the same plan (any step works
+      // for it, and the padded ring is only larger than it needs).
+      if (s.mma && HasDmma()) {
+        const int smem = TSmemBytes(s, sizeof(T));
+        if (smem > kTMaxSmem) return cudaErrorInvalidConfiguration;
+        return LaunchTMma(a, s, static_cast<int>(a.splits * a.tiles_m * a.tiles_n * p.batch), smem,
+                          stream);
+      }
+    }
     // TPlan never gives f64 8 x 8 blocks (128 accumulator registers would spill).
     constexpr int kWide = sizeof(T) <= 4 ? 8 : 4;
     if (s.thread_edge != 4 && s.thread_edge != kWide) return cudaErrorInvalidValue;

@@ -178,6 +178,7 @@ nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, i
   d["tiles_m"] = s.tiles_m;
   d["tiles_n"] = s.tiles_n;
   d["step"] = s.step;
+  d["mma"] = s.mma;
   d["splits"] = s.splits;
   d["split_len"] = s.split_len;
   d["blocks"] = s.Blocks(batch);

@@ -29,20 +29,20 @@ constexpr int kTStages = 3;
 // Bytes of shared memory one T block needs: the ring, or the group
 // reduction buffer that reuses it afterwards, whichever is larger.
 inline int TSmemBytes(const SplitPlan& s, int itemsize) {
-  const int64_t row_bytes = (s.tile_m + s.tile_n) * itemsize;
+  const int64_t row_bytes = (s.tile_m + s.tile_n + (s.mma ? 2 * kTMmaPad : 0)) * itemsize;
   const int64_t ring = kTStages * s.step * row_bytes;
   const int64_t red = int64_t{kTThreads} * s.thread_edge * s.thread_edge * (itemsize == 8 ? 8 : 4);
   return static_cast<int>(ring > red ? ring : red);
 }
 
 // Copies rows [r0, r0 + step) x columns [col0, col0 + width) of a row-major
-// matrix (`cols` columns) into `dst` (step x width, packed). `width` is a power
+// matrix (`cols` columns) into `dst` (step rows of `ld` elements). `width` is a power
 // of two, so a copy index splits into (row, column) with a shift: the
 // division this replaced cost more issue slots than the FMAs of small tiles.
 // Rows past `r_end` and columns past the matrix are zero-filled.
 template <typename T>
 __device__ __forceinline__ void LoadTSlice(const T* src, int64_t cols, int64_t col0, int width,
-                                           int64_t r0, int64_t r_end, int step, bool vec_ok,
+                                           int64_t r0, int64_t r_end, int step, int ld, bool vec_ok,
                                            T* dst) {
   if (vec_ok) {  // width and cols are whole 16-byte vectors
     const int vpr = width / kVec<T>, shift = __ffs(vpr) - 1;
@@ -50,27 +50,29 @@ __device__ __forceinline__ void LoadTSlice(const T* src, int64_t cols, int64_t c
       const int r = q >> shift, v = q & (vpr - 1);
       const int64_t row = r0 + r, col = col0 + static_cast<int64_t>(v) * kVec<T>;
       const bool valid = row < r_end && col < cols;
-      CpAsync16(dst + q * kVec<T>, valid ? src + row * cols + col : src, valid);
+      CpAsync16(dst + r * ld + v * kVec<T>, valid ? src + row * cols + col : src, valid);
     }
   } else {
     const int shift = __ffs(width) - 1;
     for (int q = threadIdx.x; q < step * width; q += kTThreads) {
-      const int64_t row = r0 + (q >> shift), col = col0 + (q & (width - 1));
-      dst[q] = row < r_end && col < cols ? src[row * cols + col] : T(0.0f);
+      const int r = q >> shift, e = q & (width - 1);
+      const int64_t row = r0 + r, col = col0 + e;
+      dst[r * ld + e] = row < r_end && col < cols ? src[row * cols + col] : T(0.0f);
     }
   }
 }
 
-// One pipeline stage: the A slice (step x tile_m) followed by the B slice
-// (step x tile_n). Whole-width tiles make each slice one contiguous run of
-// global memory.
+// One pipeline stage: the A slice (step rows of tile_m + pad) followed by the
+// B slice (step rows of tile_n + pad). Whole-width tiles make each slice one
+// contiguous run of global memory.
 template <typename T>
 __device__ __forceinline__ void LoadTStage(const SplitArgs& p, const T* a, const T* b, int64_t p0,
-                                           int64_t q0, int64_t r0, int64_t r_end, T* stage) {
-  const int step = static_cast<int>(p.step), tm = static_cast<int>(p.tile_m);
-  LoadTSlice<T>(a, p.m, p0, tm, r0, r_end, step, p.vec_ok, stage);
-  LoadTSlice<T>(b, p.n, q0, static_cast<int>(p.tile_n), r0, r_end, step, p.vec_ok,
-                stage + step * tm);
+                                           int64_t q0, int64_t r0, int64_t r_end, int pad,
+                                           T* stage) {
+  const int step = static_cast<int>(p.step);
+  const int tm = static_cast<int>(p.tile_m), tn = static_cast<int>(p.tile_n);
+  LoadTSlice<T>(a, p.m, p0, tm, r0, r_end, step, tm + pad, p.vec_ok, stage);
+  LoadTSlice<T>(b, p.n, q0, tn, r0, r_end, step, tn + pad, p.vec_ok, stage + step * (tm + pad));
 }
 
 // A thread's E values along one tile edge come in chunks of kChunk elements
@@ -136,7 +138,7 @@ __global__ void __launch_bounds__(kTThreads, 2) Tsm2TKernel(const __grid_constan
 #pragma unroll
   for (int s = 0; s < kTStages - 1; ++s) {
     if (s < steps)
-      LoadTStage<T>(p, a, b, p0, q0, r_begin + s * step, r_end, ring + s * stage_elems);
+      LoadTStage<T>(p, a, b, p0, q0, r_begin + s * step, r_end, 0, ring + s * stage_elems);
     CpAsyncCommit();
   }
 
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(kTThreads, 2) Tsm2TKernel(const __grid_constan
     __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
     const int64_t ip = it + kTStages - 1;
     if (ip < steps) {
-      LoadTStage<T>(p, a, b, p0, q0, r_begin + ip * step, r_end,
+      LoadTStage<T>(p, a, b, p0, q0, r_begin + ip * step, r_end, 0,
                     ring + (ip % kTStages) * stage_elems);
     }
     CpAsyncCommit();

@@ -1,0 +1,113 @@
+// TSM2T on FP64 tensor cores: C[m, n] = A^T @ B for f64 output tiles of
+// 2048+ entries (TUsesMma in split_plans.h), where the CUDA-core kernel
+// (tn.cuh) is bound by the FP64 FMA pipes: a 64 x 64 tile costs 4096 FMAs per
+// contraction row, 64 cycles of an SM's 64 FP64 lanes against ~89 cycles for
+// the row's 1 KB at the read ceiling, before any other instruction.
+//
+// Same split plan, ring and fixed-order split reduction as tn.cuh; only the
+// inner product differs. The contraction runs 4 rows at a time through
+// mma.sync m8n8k4 (DMMA: 256 FMAs per warp instruction, twice the FP64 FMA
+// rate, exact IEEE products and sums). The output tile is cut into 8 x 8 MMA
+// tiles, RW x CW of them per warp (8 warps cover the tile). For each MMA,
+// lane (r, q) = (lane / 4, lane % 4) supplies A^T[r][q] = A[row q][col r] and
+// B[row q][col r] straight from the stage, which is why stage rows are padded
+// (kTMmaPad): without it the four rows of a fragment sit on the same banks.
+#pragma once
+
+#include <cstdint>
+
+#include "ffi/kernels/tn.cuh"
+
+namespace tsm2 {
+
+// c (8 x 8, two entries per lane) += a^T b over 4 contraction rows; `a` and
+// `b` point at the lane's own fragment element.
+__device__ __forceinline__ void Dmma8x8x4(double a, double b, double (&c)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+               : "+d"(c[0]), "+d"(c[1])
+               : "d"(a), "d"(b));
+#else
+  __trap();  // TUsesMma plans never launch below sm_80 (LaunchT checks the device)
+#endif
+}
+
+template <int RW, int CW>
+__global__ void __launch_bounds__(kTThreads, 2)
+    Tsm2TMmaKernel(const __grid_constant__ SplitArgs p) {
+  extern __shared__ __align__(16) char smem[];
+  double* ring = reinterpret_cast<double*>(smem);
+
+  const SplitBlock blk = DecodeSplitBlock(p);
+  const int64_t p0 = blk.tile_m * p.tile_m, q0 = blk.tile_n * p.tile_n;
+  const int64_t r_begin = blk.split * p.split_len;
+  const int64_t r_end = min(p.k, r_begin + p.split_len);
+  const double* a = static_cast<const double*>(p.a) + blk.batch * p.a_batch_stride;
+  const double* b = static_cast<const double*>(p.b) + blk.batch * p.b_batch_stride;
+
+  const int tm = static_cast<int>(p.tile_m), tn = static_cast<int>(p.tile_n);
+  const int lda = tm + kTMmaPad, ldb = tn + kTMmaPad;
+  const int step = static_cast<int>(p.step);
+  const int stage_elems = step * (lda + ldb);
+  const int64_t steps = (r_end - r_begin + step - 1) / step;
+
+  // This warp's MMA tiles: RW rows x CW columns of them, in row-major order
+  // over the tile's (tm / 8) x (tn / 8) MMA tiles.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int first = warp * RW * CW, tcols = tn / 8;
+  const int col8 = first % tcols * 8, row8 = first / tcols * 8;
+  const int fr = lane / 4, fq = lane % 4;
+
+#pragma unroll
+  for (int s = 0; s < kTStages - 1; ++s) {
+    if (s < steps) {
+      LoadTStage<double>(p, a, b, p0, q0, r_begin + s * step, r_end, kTMmaPad,
+                         ring + s * stage_elems);
+    }
+    CpAsyncCommit();
+  }
+
+  double acc[RW][CW][2] = {};
+  for (int64_t it = 0; it < steps; ++it) {
+    CpAsyncWait<kTStages - 2>();
+    __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
+    const int64_t ip = it + kTStages - 1;
+    if (ip < steps) {
+      LoadTStage<double>(p, a, b, p0, q0, r_begin + ip * step, r_end, kTMmaPad,
+                         ring + (ip % kTStages) * stage_elems);
+    }
+    CpAsyncCommit();
+    // Rows past the split's end were zero-filled, so whole 4-row steps are safe.
+    const double* sa = ring + (it % kTStages) * stage_elems + fq * lda + row8 + fr;
+    const double* sb = ring + (it % kTStages) * stage_elems + step * lda + fq * ldb + col8 + fr;
+    for (int r = 0; r < step; r += 4) {
+      double fa[RW], fb[CW];
+#pragma unroll
+      for (int i = 0; i < RW; ++i) fa[i] = sa[r * lda + 8 * i];
+#pragma unroll
+      for (int j = 0; j < CW; ++j) fb[j] = sb[r * ldb + 8 * j];
+#pragma unroll
+      for (int i = 0; i < RW; ++i) {
+#pragma unroll
+        for (int j = 0; j < CW; ++j) Dmma8x8x4(fa[i], fb[j], acc[i][j]);
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  // Lane (r, q) holds entries (r, 2q) and (r, 2q + 1) of each MMA tile.
+#pragma unroll
+  for (int i = 0; i < RW; ++i) {
+    const int64_t row = p0 + row8 + 8 * i + fr;
+#pragma unroll
+    for (int j = 0; j < CW; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t col = q0 + col8 + 8 * j + 2 * fq + e;
+        if (row < p.m && col < p.n) StoreSplitOut<double>(p, blk, row, col, acc[i][j][e]);
+      }
+    }
+  }
+}
+
+}  // namespace tsm2
