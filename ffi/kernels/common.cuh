@@ -86,6 +86,15 @@ __device__ __forceinline__ bool StoreRowVec(U* dst, const Acc (&v)[NT]) {
   }
 }
 
+// Streaming 16-byte load that does not allocate in L1 (each row is read once).
+__device__ __forceinline__ uint4 LoadStream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 // Asynchronous 16-byte global -> shared copy (sm_80+). With valid == false
 // the destination is zero-filled and nothing is read.
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
