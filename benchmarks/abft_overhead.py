@@ -12,20 +12,27 @@ fault is injected, so the repair branch itself is not taken).
 It also times the pieces, so the floor is visible in the same run: one plain
 ``jnp.sum(a, 0)`` pass over an operand (three of them, over A, B and C, are
 the least any checksum scheme reads), ``encode`` (the passes over A and B) and
-``verify`` (the pass over C); and it lists the kinds of the kernels that read
-A, B and C in the compiled ``abft_matmul`` (``jax_tsm2._hlo``): the target is
-one ``reduce`` each, besides the product itself, the ``conditional`` (repair
-branch) and column ``slice``s of C. The compiled HLO is written next to the
-JSON. Three formulations are timed (``--configs``), the library default first:
-each fused pass as one variadic ``lax.reduce`` or as sibling ``jnp.sum`` calls
-left to XLA's GPU multi-output fusion, and the repair as a ``lax.cond`` (on
-GPUs XLA copies its predicate to the host and waits: one host sync per call)
-or a select (no sync, but the column recomputation, a pass over A, always
-runs).
+``verify`` (the pass over C); with the CUDA build, one ``tsm2_colsums`` pass
+over A with three weight rows (encode's pass over A) against our streaming
+read of the same bytes (``tsm2_stream_read``, the harness's read ceiling). (What
+the repair costs a clean product shows as ``kernel/kernel`` against
+``kernel/cond``.) It lists the kernels that read A, B and C in the compiled
+``abft_matmul`` (``jax_tsm2._hlo``, custom calls by target): the target is one
+checksum pass each (a ``reduce``, or ``custom-call:tsm2_colsums``), besides the
+product itself and the repair (a ``conditional``, column ``slice``s of C, or
+``custom-call:tsm2_repair_column``). The compiled HLO is written next to the
+JSON. Formulations (``--configs``, ``SUMS/REPAIR``; the library default
+``auto/auto`` first, which on CUDA is ``kernel/kernel``): the passes as
+``kernel`` (``tsm2_colsums``), one ``variadic`` ``lax.reduce`` or ``siblings``
+``jnp.sum`` calls left to XLA's GPU multi-output fusion; the repair as
+``kernel`` (``tsm2_repair_column``: reads the flag on the device, no host
+wait), a ``cond`` (XLA copies its predicate to the host and waits: one host
+sync per call) or a ``select`` (no sync, but the column recomputation, a pass
+over A, always runs).
 
 Usage (GPU machine, after ``pip install --no-build-isolation -e .``)::
 
-    python benchmarks/abft_overhead.py --out DIR [--size 8192] [--dtype float32]
+    python benchmarks/abft_overhead.py --out DIR [--size 8192] [--dtype float32] [--configs ...]
 """
 
 from __future__ import annotations
@@ -40,8 +47,9 @@ import jax
 import jax.numpy as jnp
 
 import jax_tsm2
-from jax_tsm2 import _hlo, abft
+from jax_tsm2 import _ffi, _hlo, abft, abft_calls
 from jax_tsm2.abft import abft_matmul, encode, verify
+from jax_tsm2.bench import ceilings
 
 
 def _sample(fn, args, calls: int) -> float:
@@ -66,12 +74,38 @@ def _hlo_readers(compiled_text: str, n: int, dtype: jnp.dtype) -> dict[str, list
     short = {"float32": "f32", "float64": "f64", "bfloat16": "bf16", "float16": "f16"}
     try:
         return {
-            "A": _hlo.reader_kinds(compiled_text, parameter=0),
-            "B": _hlo.reader_kinds(compiled_text, parameter=1),
-            "C": _hlo.reader_kinds(compiled_text, shape=f"{short[dtype.name]}[{n},{n}]"),
+            "A": _hlo.reader_labels(compiled_text, parameter=0),
+            "B": _hlo.reader_labels(compiled_text, parameter=1),
+            "C": _hlo.reader_labels(compiled_text, shape=f"{short[dtype.name]}[{n},{n}]"),
         }
     except (ValueError, KeyError) as err:  # an HLO text the parser does not know: say so
         return {"error": [repr(err)]}
+
+
+def _kernel_pieces(a, args) -> dict:
+    """One tsm2_colsums pass over A (r = 3, as encode's) against a streaming read of A."""
+    acc = abft.accumulation_dtype(a.dtype)
+    v = jnp.ones((3, a.shape[0]), acc)
+    blocks = (getattr(jax.devices()[0], "core_count", 132) or 132) * 8  # as the harness's ceiling
+    fns = {
+        "colsums_pass": jax.jit(lambda x, w: abft_calls.colsums(x, w, abs_rows=0b100)),
+        "read_ceiling": jax.jit(ceilings._stream_read(blocks)),
+    }
+    t = _interleaved(fns, {"colsums_pass": (a, v), "read_ceiling": (a,)}, args.repeats, args.calls)
+    med = {name: statistics.median(s) for name, s in t.items()}
+    nbytes = a.size * a.dtype.itemsize
+    frac = med["read_ceiling"] / med["colsums_pass"]
+    line = (
+        f"  kernels: one tsm2_colsums pass over A (r=3) {med['colsums_pass'] * 1e3:.3f} ms = "
+        f"{nbytes / med['colsums_pass'] / 1e12:.2f} TB/s, {frac:.1%} of tsm2_stream_read on the "
+        f"same bytes ({med['read_ceiling'] * 1e3:.3f} ms)"
+    )
+    return {
+        **{f"{name}_s": s for name, s in t.items()},
+        "colsums_fraction_of_read_ceiling": frac,
+        "colsums_plan": _ffi.colsums_plan(a.dtype, acc, 3, *a.shape),
+        "line": line,
+    }
 
 
 def _measure(a, b, args) -> dict:
@@ -101,6 +135,7 @@ def _measure(a, b, args) -> dict:
     mp, ma = med["matmul"], med["abft_matmul"]
     overhead = ma / mp - 1
     hlo_text = checked.lower(a, b).compile().as_text()
+    kernel_pieces = _kernel_pieces(a, args) if _ffi.cuda_abft_available() else {}
     readers = _hlo_readers(hlo_text, n, dtype)
     line = (
         f"{n}^3 {dtype.name} [{abft._SUMS}/{abft._REPAIR}]: matmul {mp * 1e3:.3f} ms, "
@@ -115,6 +150,8 @@ def _measure(a, b, args) -> dict:
     )
     kernels = "  kernels reading " + "; ".join(f"{k}: {v}" for k, v in readers.items())
     print(line, pieces, kernels, sep="\n", flush=True)
+    if kernel_pieces:
+        print(kernel_pieces["line"], flush=True)
     return {
         "config": f"{abft._SUMS}/{abft._REPAIR}",
         "matmul_s": t["matmul"],
@@ -125,6 +162,7 @@ def _measure(a, b, args) -> dict:
         "overhead": overhead,
         "errors_detected_on_clean_product": int(verdict.errors_detected),
         "readers": readers,
+        "kernel_pieces": kernel_pieces,
         "summary": line,
         "pieces": pieces,
         "hlo": hlo_text,
@@ -139,7 +177,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=10)
     p.add_argument(
         "--configs",
-        default="auto/cond,variadic/cond,siblings/select",
+        default="auto/auto,kernel/cond,siblings/kernel,siblings/cond",
         help="SUMS/REPAIR formulations to time (comma list; the library default is first)",
     )
     p.add_argument("--out", type=Path, default=None)

@@ -47,6 +47,8 @@ inline const char* DTypeName(ffi::DataType t) {
       return "s32";
     case ffi::DataType::U32:
       return "u32";
+    case ffi::DataType::PRED:
+      return "pred";
     default:
       return "unsupported";
   }

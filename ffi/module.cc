@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "ffi/abft_plans.h"
 #include "ffi/handlers.h"
 #include "ffi/kmeans_plan.h"
 #include "ffi/matmul_problem.h"
@@ -32,6 +33,8 @@ nb::dict Registrations() {
   nb::dict cpu;
   cpu["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCpu);
   cpu["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCpu);
+  cpu["tsm2_colsums"] = EncapsulateHandler(Tsm2ColsumsCpu);
+  cpu["tsm2_repair_column"] = EncapsulateHandler(Tsm2RepairColumnCpu);
   nb::dict out;
   out["cpu"] = cpu;
 #ifdef TSM2_WITH_CUDA
@@ -39,6 +42,8 @@ nb::dict Registrations() {
   cuda["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCuda);
   cuda["tsm2_stream_read"] = EncapsulateHandler(Tsm2StreamReadCuda);
   cuda["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCuda);
+  cuda["tsm2_colsums"] = EncapsulateHandler(Tsm2ColsumsCuda);
+  cuda["tsm2_repair_column"] = EncapsulateHandler(Tsm2RepairColumnCuda);
   out["CUDA"] = cuda;
 #endif
   return out;
@@ -219,6 +224,31 @@ nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k
   return out;
 }
 
+// How tsm2_colsums cuts a problem on a GPU with sm_count SMs, and the bytes
+// of its `workspace` result (abft_plans.h). The handler plans for the blocks
+// its device actually holds at once, never more splits than this.
+nb::dict ColsumsPlanFor(const std::string& dtype, const std::string& acc, int r, int64_t rows,
+                        int64_t cols, int sm_count) {
+  const int itemsize = ItemsizeOf(dtype);
+  const int acc_size = ItemsizeOf(acc);
+  if (acc_size < 4) throw nb::value_error("colsums_plan: acc must be float32 or float64");
+  if (r < 1 || r > tsm2::kColsumsMaxR) throw nb::value_error("colsums_plan: r must be 1 to 4");
+  if (rows < 0 || cols < 0) throw nb::value_error("colsums_plan: sizes must be >= 0");
+  if (sm_count < 1) throw nb::value_error("sm_count must be >= 1");
+  const tsm2::ColsumsPlan s = tsm2::UpperColsumsPlan(itemsize, acc_size, r, rows, cols, sm_count);
+  nb::dict d;
+  d["lanes"] = s.lanes;
+  d["tile_cols"] = s.tile_cols;
+  d["tiles"] = s.tiles;
+  d["step"] = s.step;
+  d["splits"] = s.splits;
+  d["split_len"] = s.split_len;
+  d["blocks"] = s.Blocks();
+  d["threads"] = tsm2::kColsumsThreads;
+  d["workspace_bytes"] = tsm2::ColsumsWorkspaceBytes(s, r, cols, acc_size);
+  return d;
+}
+
 // What the CUDA driver reports about one device, for the performance model
 // (jax_tsm2/model.py). Clocks in kHz, as the driver gives them.
 nb::dict DeviceProperties(int device) {
@@ -280,6 +310,12 @@ NB_MODULE(_tsm2_ext, m) {
       "kmeans_plan", &KmeansPlanFor, nb::arg("dtype"), nb::arg("n"), nb::arg("d"), nb::arg("k"),
       nb::arg("sm_count"),
       "Whether the fused k-means step takes (d, k) on CUDA, its variant, and its workspace bytes.");
+  m.def("colsums_plan", &ColsumsPlanFor, nb::arg("dtype"), nb::arg("acc"), nb::arg("r"),
+        nb::arg("rows"), nb::arg("cols"), nb::arg("sm_count"),
+        "How tsm2_colsums splits a problem, and its workspace bytes (abft_plans.h).");
+  m.def(
+      "repair_blocks", [](int64_t m) { return tsm2::RepairBlocks(m); }, nb::arg("m"),
+      "Blocks of tsm2_repair_column for m rows: the length of its s32 workspace.");
   m.def("device_properties", &DeviceProperties, nb::arg("device") = 0,
         "What the CUDA driver reports about a device (RuntimeError without CUDA).");
 }

@@ -32,6 +32,8 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess test
 # The FFI target names the lowerings emit.
 MATMUL_TARGET = "tsm2_matmul"
 KMEANS_TARGET = "tsm2_kmeans_step"
+COLSUMS_TARGET = "tsm2_colsums"
+REPAIR_TARGET = "tsm2_repair_column"
 
 
 def _register_all() -> dict[str, tuple[str, ...]]:
@@ -81,6 +83,12 @@ def cuda_kmeans_available() -> bool:
     return KMEANS_TARGET in _registered.get("CUDA", ())
 
 
+def cuda_abft_available() -> bool:
+    """True when this build contains the ABFT kernels (``tsm2_colsums``, ``tsm2_repair_column``)."""
+    cuda = _registered.get("CUDA", ())
+    return COLSUMS_TARGET in cuda and REPAIR_TARGET in cuda
+
+
 @functools.cache
 def cuda_backend_present() -> bool:
     """True when this process has a CUDA device (JAX's ``gpu`` backend on NVIDIA)."""
@@ -126,6 +134,29 @@ def kmeans_plan(dtype: Any, n: int, d: int, k: int) -> dict[str, Any]:
     """
     name = jax.numpy.dtype(dtype).name
     return dict(_tsm2_ext.kmeans_plan(name, n, d, k, _sm_count()))
+
+
+def colsums_plan(dtype: Any, acc: Any, r: int, rows: int, cols: int) -> dict[str, Any]:
+    """How ``tsm2_colsums`` cuts ``rows x cols`` data with ``r`` weight rows on this process's
+    GPU (or an H100 without one), and ``workspace_bytes``, the size of its ``workspace`` result.
+
+    Example:
+        >>> plan = colsums_plan("float32", "float32", 3, 8192, 8192)
+        >>> plan["lanes"], plan["tile_cols"], plan["tiles"]
+        (32, 128, 64)
+    """
+    name, acc_name = jax.numpy.dtype(dtype).name, jax.numpy.dtype(acc).name
+    return dict(_tsm2_ext.colsums_plan(name, acc_name, r, rows, cols, _sm_count()))
+
+
+def repair_blocks(m: int) -> int:
+    """Blocks of ``tsm2_repair_column`` for ``m`` rows: the length of its s32 workspace.
+
+    Example:
+        >>> repair_blocks(100), repair_blocks(10**7)
+        (4, 1024)
+    """
+    return int(_tsm2_ext.repair_blocks(m))
 
 
 def build_info() -> dict[str, Any]:

@@ -175,3 +175,25 @@ def readers(hlo_text: str, *, parameter: int | None = None, shape: str | None = 
 def reader_kinds(hlo_text: str, **which) -> list[str]:
     """Sorted kinds of ``readers(hlo_text, **which)``, e.g. ``['product', 'reduce']``."""
     return sorted(k for k, _ in readers(hlo_text, **which))
+
+
+_TARGET = re.compile(r'custom_call_target="([^"]+)"')
+
+
+def reader_labels(hlo_text: str, **which) -> list[str]:
+    """``reader_kinds``, except that a custom call is labelled by its target, e.g.
+    ``['custom-call:tsm2_colsums', 'product']`` (not every FFI kernel is a product).
+
+    >>> text = '''HloModule m
+    ... ENTRY %main (p: f32[4,3]) -> f32[2,3] {
+    ...   %p = f32[4,3]{1,0} parameter(0)
+    ...   ROOT %r = f32[2,3]{1,0} custom-call(%p), custom_call_target="tsm2_colsums"
+    ... }'''
+    >>> reader_labels(text, parameter=0)
+    ['custom-call:tsm2_colsums']
+    """
+    out = []
+    for k, ins in readers(hlo_text, **which):
+        target = _TARGET.search(ins.line) if ins.opcode == "custom-call" else None
+        out.append(f"custom-call:{target.group(1)}" if target else k)
+    return sorted(out)

@@ -3,12 +3,18 @@
 Column checksums with two weight vectors (ones and the ramp ``(i + 1) / m``), in three passes,
 one over each matrix: ``encode`` reads ``A`` once for ``W^T A`` and ``1^T |A|`` and ``B`` once
 for ``(W^T A) B`` and the threshold scale ``(1^T |A|) |B|``; ``verify`` reads ``C`` once for
-``W^T C``. Each pass is one XLA reduction (a variadic ``lax.reduce`` whose terms are elementwise
-functions of the matrix, so XLA fuses them and reads the matrix once), not a matrix product.
-A column whose residual ``W^T C - (W^T A) B`` exceeds a rigorous, data-dependent rounding
-threshold (or is not finite) is flagged. ``abft_matmul`` then repairs a single flagged column by
-recomputing it from the operands (``c[:, j] = a @ b[:, j]``, one pass over ``A``, inside a
-``lax.cond`` so a clean product does not pay for it), which also locates the faulty entries.
+``W^T C``. Each pass is a weighted column sum, not a matrix product: on CUDA one call of the
+``tsm2_colsums`` kernel (``abft_calls.colsums``: two or three weight rows applied to each row of
+the matrix as it streams by, one read near the bandwidth ceiling); elsewhere one XLA reduction
+(a variadic ``lax.reduce`` whose terms are elementwise functions of the matrix, so XLA fuses
+them and reads the matrix once). A column whose residual ``W^T C - (W^T A) B`` exceeds a
+rigorous, data-dependent rounding threshold (or is not finite) is flagged. ``abft_matmul`` then
+repairs a single flagged column by recomputing it from the operands (``c[:, j] = a @ b[:, j]``,
+one pass over ``A``), which also locates the faulty entries; a clean product does not pay for
+the recomputation. On CUDA the ``tsm2_repair_column`` kernels (``abft_calls.repair_column``) do
+it: they read the verdict on the device, return at once when nothing is flagged, and write the
+column into ``C`` in place. Elsewhere it sits in a ``lax.cond``. (``_SUMS`` and ``_REPAIR``
+select other formulations, for benchmarks/abft_overhead.py.)
 
 What was traded for speed: the Huang-Abraham row checksums ``C W`` are gone (checking them
 needs ``B`` before ``A`` and ``A`` before ``B``, a fourth pass). A fault is therefore known by
@@ -20,9 +26,11 @@ more columns are reported as uncorrectable.
 
 Every step is traced JAX: the verdict is a pytree of arrays (no Python branch on data, no
 transfer of results), so it works under ``jax.jit`` and ``jax.vmap``. Operands are 2-D; batch
-with ``jax.vmap`` (under ``vmap`` the ``lax.cond`` becomes a select and the repair runs every
-time). On GPUs XLA runs a ``lax.cond`` by copying its predicate to the host and waiting for it,
-so ``abft_matmul`` makes the host wait once per call for the work queued before the verdict.
+with ``jax.vmap`` (under ``vmap`` the kernels run once per batch entry, and the ``lax.cond``
+becomes a select: the recomputation then runs for every entry). XLA's GPU runtime runs a
+``lax.cond`` by copying its predicate to the host and waiting for it, which is why CUDA takes
+the repair kernels: with the cond the host would wait once per call for all the work queued
+before the verdict.
 
 Detection and location limits, in terms of the column threshold ``t_j`` (see ``encode``):
 an error ``|d| > 2 t_j`` is always flagged, one well below ``t_j`` (under about ``t_j / 2``)
@@ -43,6 +51,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike, DTypeLike
 
+from jax_tsm2 import _ffi, abft_calls, config
 from jax_tsm2.api import matmul
 
 __all__ = [
@@ -251,16 +260,30 @@ def _check_operands(a: ArrayLike, b: ArrayLike) -> tuple[jax.Array, jax.Array, n
     return a, b, dtype
 
 
-# Formulations benchmarks/abft_overhead.py compares on the GPU. _SUMS: how ``_fused_sums`` is
-# written, "variadic" (one reduce op) or "siblings" (one jnp.sum per term, left to XLA's sibling
-# multi-output fusion, GPU only). _REPAIR: "cond" (the column recomputation runs only when one
-# column is flagged, but XLA's GPU runtime copies the predicate to the host and waits for it)
-# or "select" (always recomputed, no host wait; what vmap makes of the cond anyway).
-# "auto" picks siblings on GPUs: on the H100 (jax 0.11.2) XLA's code for the variadic reduce
-# encoded 8192^2 operands in 1.24 ms against 0.43 ms for sibling sums (whose fusions read
-# each matrix twice, still faster); on CPU the variadic reduce is the one-pass form.
+# Formulations benchmarks/abft_overhead.py compares on the GPU.
+# _SUMS, how the checksum passes are computed: "kernel" (the tsm2_colsums FFI target, one
+# read at the streaming ceiling; abft_calls.colsums), "variadic" (one XLA reduce op per pass)
+# or "siblings" (one jnp.sum per term, left to XLA's sibling multi-output fusion, GPU only).
+# _REPAIR, how the flagged column is recomputed: "kernel" (the tsm2_repair_column FFI target:
+# its kernels read the flag on the device and return at once when it is 0), "cond" (runs only
+# when one column is flagged, but XLA's GPU runtime copies the predicate to the host and waits
+# for it) or "select" (always recomputed, no host wait; what vmap makes of the cond anyway).
+# "auto" picks the kernels on CUDA when this build has them (decided per platform at lowering,
+# lax.platform_dependent), and elsewhere siblings on GPUs and the variadic reduce on CPU (on
+# the H100, jax 0.11.2, XLA's variadic reduce encoded 8192^2 operands in 1.24 ms against
+# 0.43 ms for sibling sums, whose fusions read each matrix twice; on CPU the variadic reduce
+# is the one-pass form) and the cond. The kernels need f16/bf16/f32/f64 data (and, for the
+# repair, one dtype for a, b and c); other calls take the XLA formulations in any mode.
 _SUMS = "auto"
-_REPAIR = "cond"
+_REPAIR = "auto"
+SUMS_MODES = ("auto", "kernel", "variadic", "siblings")
+REPAIR_MODES = ("auto", "kernel", "cond", "select")
+
+
+def _xla_sums_mode() -> str:
+    if _SUMS in ("variadic", "siblings"):
+        return _SUMS
+    return "siblings" if jax.default_backend() == "gpu" else "variadic"
 
 
 def _fused_sums(terms: Sequence[jax.Array], axis: int) -> tuple[jax.Array, ...]:
@@ -271,13 +294,63 @@ def _fused_sums(terms: Sequence[jax.Array], axis: int) -> tuple[jax.Array, ...]:
     into one multi-output kernel by XLA's GPU sibling fusion but not on CPU; one ``reduce``
     op is one pass on every backend.
     """
-    sums = (
-        _SUMS if _SUMS != "auto" else ("siblings" if jax.default_backend() == "gpu" else "variadic")
-    )
-    if sums == "siblings":
+    if _xla_sums_mode() == "siblings":
         return tuple(jnp.sum(t, axis=axis) for t in terms)
     zeros = tuple(jnp.zeros((), t.dtype) for t in terms)
     return tuple(lax.reduce(tuple(terms), zeros, lambda x, y: tuple(map(jnp.add, x, y)), (axis,)))
+
+
+def _check_mode(name: str, value: str, modes: tuple[str, ...]) -> str:
+    if value not in modes:
+        raise ValueError(f"abft.{name} must be one of {modes}, got {value!r}")
+    return value
+
+
+def _kernels_for_cuda() -> bool:
+    """Whether "auto" may emit the ABFT FFI targets for CUDA (custom-call mode "never" forbids
+    it). Without a CUDA device this is cross-platform lowering: emit them; with one, this
+    build must contain them."""
+    if config.get_custom_call_mode() == "never":
+        return False
+    return _ffi.cuda_abft_available() or not _ffi.cuda_backend_present()
+
+
+def _by_platform(mode: str, usable: bool, kernel, xla, *args):
+    """``kernel(*args)`` in mode "kernel", on CUDA in mode "auto"; else ``xla(*args)``."""
+    if not usable:
+        return xla(*args)
+    if mode == "kernel":
+        return kernel(*args)
+    if mode == "auto" and _kernels_for_cuda():
+        return lax.platform_dependent(*args, cuda=kernel, default=xla)
+    return xla(*args)
+
+
+def _column_sums(
+    x: jax.Array, weights: Sequence[jax.Array | None], abs_rows: int, acc: np.dtype
+) -> tuple[jax.Array, ...]:
+    """``sum_i w_q[i] f_q(x[i, :])`` for each weight vector ``w_q`` (``None``: ones), with
+    ``f_q = |.|`` where bit ``q`` of ``abs_rows`` is set: one pass over ``x``, in ``acc``."""
+    present = [w for w in weights if w is not None]
+
+    def xla(x, *ws):
+        xa = x.astype(acc)
+        it = iter(ws)
+        terms = []
+        for q, w in enumerate(weights):
+            t = jnp.abs(xa) if abs_rows >> q & 1 else xa
+            terms.append(t if w is None else next(it)[:, None] * t)
+        return _fused_sums(terms, axis=0)
+
+    def kernel(x, *ws):
+        it = iter(ws)
+        ones = jnp.ones((x.shape[0],), acc)
+        v = jnp.stack([ones if w is None else next(it) for w in weights])
+        return tuple(abft_calls.colsums(x, v, abs_rows=abs_rows))
+
+    mode = _check_mode("_SUMS", _SUMS, SUMS_MODES)
+    usable = abft_calls.colsums_supported(x.dtype, acc)
+    return _by_platform(mode, usable, kernel, xla, x, *present)
 
 
 def _threshold(factor: float, scale: jax.Array, floor: float, acc: np.dtype) -> jax.Array:
@@ -293,7 +366,8 @@ def _threshold(factor: float, scale: jax.Array, floor: float, acc: np.dtype) -> 
 def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -> Checksums:
     """Reference column checksums of ``a @ b`` and the rounding threshold of each column.
 
-    Two passes, each one fused XLA reduction: over ``A`` for ``W^T A`` ``(2, k)`` and
+    Two passes (each a ``tsm2_colsums`` call on CUDA, one fused XLA reduction elsewhere): over
+    ``A`` for ``W^T A`` ``(2, k)`` and
     ``alpha = 1^T |A|`` ``(k,)``; over ``B`` for ``(W^T A) B`` ``(2, n)`` and
     ``beta = alpha |B|`` ``(n,)``, all in ``accumulation_dtype``.
 
@@ -339,12 +413,9 @@ def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -
     a, b, dtype = _check_operands(a, b)
     m, k = a.shape
     acc = accumulation_dtype(dtype)
-    a_acc, b_acc = a.astype(acc), b.astype(acc)
-    w2 = checksum_weights(m, acc)[:, 1:]
-    s1, s2, alpha = _fused_sums((a_acc, w2 * a_acc, jnp.abs(a_acc)), axis=0)  # pass over A
-    ref1, ref2, beta = _fused_sums(  # pass over B
-        (s1[:, None] * b_acc, s2[:, None] * b_acc, alpha[:, None] * jnp.abs(b_acc)), axis=0
-    )
+    w2 = checksum_weights(m, acc)[:, 1]
+    s1, s2, alpha = _column_sums(a, (None, w2, None), 0b100, acc)  # pass over A
+    ref1, ref2, beta = _column_sums(b, (s1, s2, alpha), 0b100, acc)  # pass over B
     model = _rounding_model(dtype, acc, m, k, precision)
     return Checksums(
         col=jnp.stack([ref1, ref2]),
@@ -355,10 +426,9 @@ def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -
 
 
 def _verify(c: jax.Array, checksums: Checksums) -> Residuals:
-    acc = checksums.col.dtype
-    c_acc = c.astype(acc)
-    w2 = checksum_weights(c.shape[0], acc)[:, 1:]
-    col = jnp.stack(_fused_sums((c_acc, w2 * c_acc), axis=0)) - checksums.col  # pass over C
+    acc = np.dtype(checksums.col.dtype)
+    w2 = checksum_weights(c.shape[0], acc)[:, 1]
+    col = jnp.stack(_column_sums(c, (None, w2), 0, acc)) - checksums.col  # pass over C
     # ~(x <= t), not x > t: a NaN residual must flag.
     flags = ~jnp.all(jnp.abs(col) <= checksums.col_threshold[None, :], axis=0)
     return Residuals(
@@ -369,7 +439,8 @@ def _verify(c: jax.Array, checksums: Checksums) -> Residuals:
 def verify(c: ArrayLike, checksums: Checksums) -> Residuals:
     """Column checksums of a computed ``c`` minus the reference ones, and which columns fail.
 
-    One pass over ``C`` (one fused reduction for ``W^T C``). A column is flagged when either
+    One pass over ``C`` for ``W^T C`` (a ``tsm2_colsums`` call on CUDA, one fused XLA reduction
+    elsewhere). A column is flagged when either
     weighted residual exceeds its threshold, or is not finite (NaN/Inf in ``C`` always flag).
 
     Args:
@@ -419,12 +490,10 @@ class _Repair(NamedTuple):
     magnitude: jax.Array
 
 
-def _recompute_column(a, b, old, j, factor, floor) -> _Repair:
-    """Column ``j`` recomputed as ``a @ b[:, j]`` (one pass over A), and its faulty entries."""
+def _judge_column(old, exact, scale, factor, floor) -> _Repair:
+    """What replaces column ``old`` given its recomputation ``exact`` (and ``|A||b_j|``,
+    ``scale``, for each entry's rounding bound), and which of its entries were faulty."""
     acc = factor.dtype
-    a_acc = a.astype(acc)
-    bj = lax.dynamic_index_in_dim(b, j, axis=1, keepdims=False).astype(acc)
-    exact, scale = _fused_sums((a_acc * bj, jnp.abs(a_acc) * jnp.abs(bj)), axis=1)
     diff = old.astype(acc) - exact
     bound = factor * scale + floor
     bad = ~(jnp.abs(diff) <= bound)
@@ -442,10 +511,58 @@ def _recompute_column(a, b, old, j, factor, floor) -> _Repair:
     )
 
 
+def _recompute_column(a, b, old, j, factor, floor) -> _Repair:
+    """Column ``j`` recomputed as ``a @ b[:, j]`` (one pass over A), and its faulty entries."""
+    acc = factor.dtype
+    a_acc = a.astype(acc)
+    bj = lax.dynamic_index_in_dim(b, j, axis=1, keepdims=False).astype(acc)
+    exact, scale = _fused_sums((a_acc * bj, jnp.abs(a_acc) * jnp.abs(bj)), axis=1)
+    return _judge_column(old, exact, scale, factor, floor)
+
+
 def _keep_column(a, b, old, j, factor, floor) -> _Repair:
     del a, b, j, floor
     zero = jnp.zeros((), jnp.int32)
     return _Repair(old, jnp.zeros((), bool), zero, zero - 1, jnp.zeros((), factor.dtype))
+
+
+def _repair_xla(single, c, j, a, b, factor, floor):
+    """The repair as XLA ops: a cond (mode "cond", and "auto" off CUDA) or a select."""
+    # Only the column goes through the cond, never C itself: a C-sized cond output could
+    # cost XLA a copy of C, and the update below is in place.
+    old = lax.dynamic_index_in_dim(c, j, axis=1, keepdims=False)
+    args = (a, b, old, j, factor, floor)
+    if _REPAIR == "select":
+        fix = jax.tree.map(
+            lambda x, y: jnp.where(single, x, y), _recompute_column(*args), _keep_column(*args)
+        )
+    else:
+        fix = lax.cond(single, _recompute_column, _keep_column, *args)
+    c_out = lax.dynamic_update_index_in_dim(c, fix.column, j, axis=1)
+    return c_out, fix._replace(column=None)
+
+
+def _repair_kernel(single, c, j, a, b, factor, floor):
+    """The repair as the tsm2_repair_column target: no host round trip. Its outputs other
+    than C are undefined unless ``single``; the caller masks them with it."""
+    # The alias (the call's operand c is its result 0) is what writes the column in place:
+    # after the call C has no other use (verify's pass over C and `single` come before it,
+    # and no slice of C is taken here), so XLA has no reason to copy it first.
+    r = abft_calls.repair_column(single, j, a, b, c, acc=factor.dtype)
+    # The kernel wrote the column exactly when every entry of `exact` is finite, which is
+    # what _judge_column calls `repaired`.
+    return r.c, _judge_column(r.old_col, r.exact, r.scale, factor, floor)._replace(column=None)
+
+
+def _repair_from_operands(single, c, j, a, b, factor, floor):
+    """``(C with column j repaired when single, _Repair)``, the way _REPAIR says."""
+    mode = _check_mode("_REPAIR", _REPAIR, REPAIR_MODES)
+    if mode in ("cond", "select"):
+        return _repair_xla(single, c, j, a, b, factor, floor)
+    usable = a.dtype == b.dtype == c.dtype and abft_calls.colsums_supported(c.dtype, factor.dtype)
+    return _by_platform(
+        mode, usable, _repair_kernel, _repair_xla, single, c, j, a, b, factor, floor
+    )
 
 
 def correct(
@@ -462,10 +579,11 @@ def correct(
     - with the operands ``a`` and ``b``: the column is recomputed as ``a @ b[:, j]`` in the
       accumulation dtype (one pass over ``A``) and replaces ``c[:, j]``, whatever and however
       many entries were wrong (NaN/Inf included). Entries that differed from the recomputed
-      ones by more than their rounding bound are counted and the worst is reported. The work
-      sits in a ``lax.cond``, so a clean product does not pay for it (on GPUs XLA reads the
-      cond's predicate on the host: one wait per call); under ``jax.vmap`` the cond becomes a
-      select and every batch entry pays it.
+      ones by more than their rounding bound are counted and the worst is reported. A clean
+      product does not pay for the recomputation: on CUDA the ``tsm2_repair_column`` kernels
+      read the verdict on the device (no host wait) and write the column in place; elsewhere
+      it sits in a ``lax.cond`` (which under ``jax.vmap`` becomes a select: every batch entry
+      pays it). A NaN/Inf recomputation (non-finite operands) repairs nothing.
     - without them: the row comes from the ratio of the two weighted residuals, trusted only
       when unambiguous (a single error larger than about ``4 m`` times the column threshold),
       and the entry is repaired by subtracting the residual (accurate to the threshold).
@@ -513,29 +631,20 @@ def correct(
     score = jnp.max(jnp.abs(s), axis=0) / jnp.maximum(t, jnp.finfo(acc).tiny)
     j = jnp.argmax(jnp.where(jnp.isfinite(score), score, jnp.inf)).astype(jnp.int32)
     single = n_cols == 1
-    old = lax.dynamic_index_in_dim(c, j, axis=1, keepdims=False)
 
     if a is not None and b is not None:
         a, b, _ = _check_operands(a, b)
         if a.shape[0] != m or b.shape[1] != n:
             raise TypeError(f"abft.correct: operands {a.shape} @ {b.shape} do not give {c.shape}")
-        # Only the column goes through the cond, never C itself: a C-sized cond output could
-        # cost XLA a copy of C, and the update below is in place.
-        args = (a, b, old, j, residuals.entry_factor, residuals.entry_floor)
-        if _REPAIR == "cond":
-            fix = lax.cond(single, _recompute_column, _keep_column, *args)
-        else:
-            fix = jax.tree.map(
-                lambda x, y: jnp.where(single, x, y),
-                _recompute_column(*args),
-                _keep_column(*args),
-            )
+        c_out, fix = _repair_from_operands(
+            single, c, j, a, b, residuals.entry_factor, residuals.entry_floor
+        )
         fixed = single & fix.repaired
         detected = jnp.where(single, jnp.maximum(fix.bad_entries, 1), n_cols)
         row = jnp.where(single, fix.row, -1)
         magnitude = jnp.where(single, fix.magnitude, s[0, j])
-        new_column = fix.column
     else:
+        old = lax.dynamic_index_in_dim(c, j, axis=1, keepdims=False)
         wm = checksum_weights(m, acc)[:, 1]
         # The threshold bounds the checksum rounding of a clean column; a large error adds
         # its own, up to gamma_{m+1} |error| on each weighted sum.
@@ -547,8 +656,8 @@ def correct(
         row = jnp.where(single & sure, i, -1)
         magnitude = s[0, j]
         new_column = old.at[i].set(jnp.where(fixed, new.astype(c.dtype), old[i]))
+        c_out = lax.dynamic_update_index_in_dim(c, new_column, j, axis=1)
 
-    c_out = lax.dynamic_update_index_in_dim(c, new_column, j, axis=1)
     nothing = n_cols == 0
     verdict = Verdict(
         errors_detected=detected.astype(jnp.int32),
@@ -591,7 +700,9 @@ def abft_matmul(
     recomputes that column from ``a`` and ``b`` (see ``correct``). A fault inside the product
     is not observable from the outside; to exercise detection, use ``encode`` /
     ``inject_error`` / ``check`` (as the tests do). jit-able and vmap-able (batch with
-    ``jax.vmap``; operands are 2-D; under ``vmap`` the repair runs for every entry).
+    ``jax.vmap``; operands are 2-D; under ``vmap`` the repair's ``lax.cond``, where it is one,
+    runs for every entry). On CUDA the whole check is three ``tsm2_colsums`` passes and a
+    ``tsm2_repair_column`` call that returns at once for a clean product: no host round trip.
 
     Args:
       a: ``(m, k)`` f16/bf16/f32/f64 operand.

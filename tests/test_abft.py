@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jax_tsm2
 from jax_tsm2 import _hlo, abft
 
 DTYPES = {"f32": jnp.float32, "f64": jnp.float64, "bf16": jnp.bfloat16, "f16": jnp.float16}
@@ -71,10 +72,26 @@ def assert_only_column_changed(fixed, clean, j):
     np.testing.assert_array_equal(jnp.where(other, fixed, 0), jnp.where(other, clean, 0))
 
 
+@pytest.fixture(params=["xla", "kernels"])
+def impl(request, monkeypatch):
+    """The numerics tests run twice: with the library's formulations for this backend ("auto":
+    on CPU a variadic reduce per pass and a lax.cond repair; on CUDA the FFI kernels) and with
+    the FFI targets forced (tsm2_colsums for every pass, tsm2_repair_column for the repair; on
+    CPU their plain-loop references). The mode is read at trace time: caches are cleared so a
+    function jitted under one mode is not reused under the other."""
+    if request.param == "kernels":
+        monkeypatch.setattr(abft, "_SUMS", "kernel")
+        monkeypatch.setattr(abft, "_REPAIR", "kernel")
+    jax.clear_caches()
+    yield request.param
+    jax.clear_caches()
+
+
 # ---------------------------------------------------------------------------------------------
 # single errors: detected, located, corrected
 
 
+@pytest.mark.usefixtures("impl")
 @pytest.mark.parametrize(("name", "x64"), CASES)
 def test_single_error_is_repaired_from_the_operands(name, x64):
     """From 2.5x to 1e6x the column threshold (f16: 1e3x, its range is small)."""
@@ -109,6 +126,7 @@ def test_single_error_is_repaired_from_the_operands(name, x64):
         assert (jnp.abs(fixed.astype(acc) - clean.astype(acc)) <= bound).all()
 
 
+@pytest.mark.usefixtures("impl")
 @pytest.mark.parametrize(("name", "x64"), CASES)
 def test_single_large_error_is_located_without_the_operands(name, x64):
     """Beyond 4.1 m times the column threshold the weighted residual's ratio names the row."""
@@ -147,6 +165,7 @@ def test_single_large_error_is_located_without_the_operands(name, x64):
         assert (jnp.abs(got - want) <= tol + ulp).all()
 
 
+@pytest.mark.usefixtures("impl")
 def test_error_between_detection_and_location_limits():
     """10x the threshold in a 200-row C: flagged, but the ratio cannot tell neighbouring rows
     apart (their weights differ by 1/200): uncorrectable without the operands, repaired with."""
@@ -169,6 +188,7 @@ def test_error_between_detection_and_location_limits():
     np.testing.assert_array_equal(v2.row, i)
 
 
+@pytest.mark.usefixtures("impl")
 def test_several_errors_in_one_column_are_repaired_from_the_operands():
     """2 to 5 errors in one column: one flagged column, recomputed; the count is exact."""
     rng = np.random.default_rng(4)
@@ -207,6 +227,7 @@ def test_several_errors_in_one_column_are_repaired_from_the_operands():
     assert (jnp.abs(v2.magnitude - total) <= tol).all()
 
 
+@pytest.mark.usefixtures("impl")
 @pytest.mark.parametrize("with_operands", [True, False])
 def test_errors_in_several_columns_are_uncorrectable(with_operands):
     """2 or 3 errors in distinct columns (same row or not): C unchanged, count = columns."""
@@ -241,6 +262,7 @@ def test_errors_in_several_columns_are_uncorrectable(with_operands):
 # NaN and Inf
 
 
+@pytest.mark.usefixtures("impl")
 def test_non_finite_entry_is_repaired_only_from_the_operands():
     rng = np.random.default_rng(6)
     a, b = operands(rng, 1, 20, 30, 10, jnp.float32)
@@ -260,6 +282,7 @@ def test_non_finite_entry_is_repaired_only_from_the_operands():
     assert (jnp.abs(c2 - a @ b) <= product_bound(a, b)).all()
 
 
+@pytest.mark.usefixtures("impl")
 def test_non_finite_operands_are_uncorrectable():
     """NaN in A spoils a row of C (every column flagged); Inf in B spoils one column, and
     recomputing it gives Inf/NaN again: neither is 'corrected', C comes back unchanged."""
@@ -300,6 +323,7 @@ FP_CASES = {
 }
 
 
+@pytest.mark.usefixtures("impl")
 @pytest.mark.parametrize("case", list(FP_CASES))
 def test_no_false_positive_over_1000_clean_products(case):
     """Under vmap the repair's cond is a select: the recomputation runs and must be discarded."""
@@ -322,6 +346,7 @@ def test_no_false_positive_over_1000_clean_products(case):
 # detection limits
 
 
+@pytest.mark.usefixtures("impl")
 def test_detection_limit_behaviour():
     """> 2x the column threshold: always detected; 1e-3x: never (documented in encode)."""
     rng = np.random.default_rng(9)
@@ -343,6 +368,7 @@ def test_detection_limit_behaviour():
     assert (tiny.errors_detected == 0).all()
 
 
+@pytest.mark.usefixtures("impl")
 @pytest.mark.parametrize(("name", "x64", "growth"), [("f32", True, 2.0), ("f64", True, 3.6)])
 def test_threshold_grows_with_the_column_length(name, x64, growth):
     """The detection limit is a column sum: doubling m doubles the threshold when checksums
@@ -417,16 +443,78 @@ def test_reader_count_sees_separate_passes():
     assert len(_hlo.reader_kinds(text, parameter=0)) >= 2
 
 
-def test_repair_is_a_cond_except_under_vmap():
+def test_repair_is_a_cond_except_under_vmap(monkeypatch):
+    monkeypatch.setattr(abft, "_REPAIR", "cond")  # "auto" is the kernel on CUDA
     a, b = jnp.ones((16, 8)), jnp.ones((8, 4))
     assert "conditional(" in compiled(abft.abft_matmul, a, b)
     assert "conditional(" not in compiled(jax.vmap(abft.abft_matmul), a[None], b[None])
+
+
+def test_kernel_modes_read_each_matrix_once_and_never_copy_c(monkeypatch):
+    """With the FFI targets, A and B are read by the product, one tsm2_colsums call and the
+    repair call (which reads them only on a fault); C by one tsm2_colsums call and the repair
+    call, whose alias writes the column in place: no copy of C, no conditional."""
+    monkeypatch.setattr(abft, "_SUMS", "kernel")
+    monkeypatch.setattr(abft, "_REPAIR", "kernel")
+    m, k, n = 96, 80, 48
+    a, b = jnp.ones((m, k), jnp.float32), jnp.ones((k, n), jnp.float32)
+    text = compiled(lambda x, y: abft.abft_matmul(x, y), a, b)
+    ours = ["custom-call:tsm2_colsums", "custom-call:tsm2_repair_column"]
+    for which in ({"parameter": 0}, {"parameter": 1}):  # and the product (a custom call on GPU)
+        labels = _hlo.reader_labels(text, **which)
+        assert len(labels) == 3 and [x for x in labels if x in ours] == ours, labels
+    assert _hlo.reader_labels(text, shape=f"f32[{m},{n}]") == ours
+    assert "conditional(" not in text
+    assert not [line for line in text.splitlines() if f"f32[{m},{n}]" in line and " copy(" in line]
+
+
+def test_auto_lowers_the_kernels_for_cuda_only():
+    a, b = jnp.ones((64, 48), jnp.float32), jnp.ones((48, 8), jnp.float32)
+
+    def lowered(platform):
+        return jax.jit(abft.abft_matmul).trace(a, b).lower(lowering_platforms=(platform,))
+
+    cuda = lowered("cuda").as_text()
+    assert cuda.count("custom_call @tsm2_colsums") == 3
+    assert cuda.count("custom_call @tsm2_repair_column") == 1
+    assert "tsm2_colsums" not in lowered("cpu").as_text()
+    with jax_tsm2.custom_call_mode("never"):
+        assert "tsm2_" not in lowered("cuda").as_text()
+    if jax.default_backend() == "cpu":
+        # The platform switch is resolved when compiling: only the repair's cond is left.
+        assert compiled(abft.abft_matmul, a, b).count(" conditional(") == 1
+
+
+def test_kernel_modes_take_the_xla_repair_for_mixed_dtypes(monkeypatch):
+    """The repair kernel wants one dtype for A, B and C; mixed operands take the cond (the sums
+    still run on tsm2_colsums, which reads each matrix in its own dtype)."""
+    monkeypatch.setattr(abft, "_SUMS", "kernel")
+    monkeypatch.setattr(abft, "_REPAIR", "kernel")
+    rng = np.random.default_rng(13)
+    a, b = operands(rng, 1, 30, 20, 6, jnp.float32)
+    a, b = a[0], b[0].astype(jnp.bfloat16)
+    text = compiled(lambda x, y: abft.abft_matmul(x, y), a, b)
+    assert "tsm2_colsums" in text and "tsm2_repair_column" not in text
+    cs = abft.encode(a, b)
+    clean = a @ b
+    fixed, v = jax.jit(lambda c: abft.check(c, cs, a=a, b=b))(abft.inject_error(clean, 5, 2, 1e3))
+    assert v.corrected and int(v.row) == 5 and int(v.col) == 2
+    assert (jnp.abs(fixed - clean) <= product_bound(a, b.astype(jnp.float32))).all()
+
+
+@pytest.mark.parametrize(("name", "value"), [("_SUMS", "fast"), ("_REPAIR", "never")])
+def test_unknown_formulation_is_an_error(name, value, monkeypatch):
+    monkeypatch.setattr(abft, name, value)
+    a = jnp.ones((4, 3), jnp.float32)
+    with pytest.raises(ValueError, match=f"abft.{name} must be one of"):
+        abft.abft_matmul(a, a.T)
 
 
 # ---------------------------------------------------------------------------------------------
 # API: jit, vmap, shapes, dtypes, docstrings
 
 
+@pytest.mark.usefixtures("impl")
 def test_abft_matmul_jit_and_shapes():
     rng = np.random.default_rng(11)
     a, b = operands(rng, 1, 50, 40, 6, jnp.float32)
@@ -446,6 +534,7 @@ def test_abft_matmul_jit_and_shapes():
         abft.check(c, abft.encode(a, b), a=a[:10], b=b)
 
 
+@pytest.mark.usefixtures("impl")
 def test_empty_and_degenerate_shapes():
     for m, k, n in ((0, 3, 2), (3, 0, 2), (3, 2, 0), (1, 1, 1)):
         a, b = jnp.ones((m, k)), jnp.ones((k, n))
@@ -456,6 +545,7 @@ def test_empty_and_degenerate_shapes():
     assert v.corrected and int(v.row) == 0 and float(fixed[0, 0]) == 1.0
 
 
+@pytest.mark.usefixtures("impl")
 def test_checksums_dtypes():
     def dtypes(x):
         cs = jax.eval_shape(abft.encode, x, x.T)

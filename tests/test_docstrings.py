@@ -14,6 +14,7 @@ MODULES = [
     "jax_tsm2.primitive",
     "jax_tsm2.sharding",
     "jax_tsm2._ffi",
+    "jax_tsm2.abft_calls",
     "jax_tsm2.demo",
     "jax_tsm2.model",
     "jax_tsm2.model.device",

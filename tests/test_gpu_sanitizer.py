@@ -4,7 +4,8 @@ Runs a child Python process under `compute-sanitizer --tool memcheck`,
 instrumenting only our kernels (names containing "Tsm2"), and requires its
 summary to report 0 errors; the fused k-means step (kernels named "Kmeans")
 also runs under racecheck and synccheck, since its phases share shared-memory
-buffers between barriers. Skipped without a GPU or without compute-sanitizer.
+buffers between barriers, and so do the ABFT kernels (named "Abft..."). Skipped
+without a GPU or without compute-sanitizer.
 """
 
 from __future__ import annotations
@@ -106,6 +107,61 @@ def test_kmeans_step_sanitizers_report_no_errors(tmp_path, tool):
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     # memcheck and synccheck end with "ERROR SUMMARY: N errors", racecheck with
     # "RACECHECK SUMMARY: N hazards displayed (N errors, N warnings)".
+    summary = [
+        line for line in out.stdout.splitlines() if re.search(r"(ERROR|RACECHECK) SUMMARY", line)
+    ]
+    print("\n".join(summary))
+    assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-5000:]
+    assert summary, out.stdout[-5000:]
+    last = summary[-1]
+    assert "ERROR SUMMARY: 0 errors" in last or "(0 errors, " in last, out.stdout[-5000:]
+    assert "sweep calls:" in out.stdout
+
+
+ABFT_SWEEP = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, {tests!r})
+from _abft_reference import acc_of, assert_colsums_close, assert_repaired, repair_case
+from _helpers import rand
+from jax_tsm2 import abft_calls
+
+rng = np.random.default_rng(0)
+colsums = jax.jit(abft_calls.colsums, static_argnames="abs_rows")
+repair = jax.jit(abft_calls.repair_column, static_argnames="acc")
+count = 0
+for dtype in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16):
+    acc = acc_of(dtype)
+    for rows, cols in ((1, 1), (7, 3), (1031, 129), (5000, 16), (3, 4097)):
+        m = rand(rng, (rows, cols), dtype)
+        for r in (1, 3, 4):
+            v = rand(rng, (r, rows), acc)
+            assert_colsums_close(jax.block_until_ready(colsums(m, v, abs_rows=1)), m, v, 1)
+            count += 1
+    for rows, k, n in ((1, 1, 1), (33, 2049, 5), (1100, 7, 3)):
+        a, b, c = repair_case(rng, rows, k, n, dtype)
+        for flag in (False, True):
+            r = jax.block_until_ready(repair(flag, n // 2, a, b, c, acc=acc))
+            if flag:
+                assert_repaired(r, a, b, c, n // 2, acc)
+            count += 1
+print("sweep calls:", count)
+"""
+
+
+@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+def test_abft_kernels_sanitizers_report_no_errors(tmp_path, tool):
+    """tsm2_colsums and tsm2_repair_column (kernels named "Abft..."), whose blocks share
+    shared-memory buffers between barriers."""
+    tests = str(pathlib.Path(__file__).parent)
+    script = tmp_path / "abft_sweep.py"
+    script.write_text(ABFT_SWEEP.format(tests=tests))
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    cmd = ["compute-sanitizer", "--tool", tool, "--kernel-name", "kns=Abft",
+           "--error-exitcode", "99", sys.executable, str(script)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     summary = [
         line for line in out.stdout.splitlines() if re.search(r"(ERROR|RACECHECK) SUMMARY", line)
     ]

@@ -38,6 +38,19 @@ __device__ __forceinline__ void FromAcc(float x, __nv_bfloat16* out) {
 }
 __device__ __forceinline__ void FromAcc(float x, __half* out) { *out = __float2half_rn(x); }
 
+// The ABFT kernels accumulate in f32 or f64 whatever T is: widen T to Acc,
+// and round an Acc back to T once (f64 straight to bf16/f16, not through f32).
+template <typename Acc, typename T>
+__device__ __forceinline__ Acc Widen(T x) {
+  return static_cast<Acc>(ToAcc(x));
+}
+__device__ __forceinline__ void FromAcc(double x, float* out) { *out = static_cast<float>(x); }
+__device__ __forceinline__ void FromAcc(float x, double* out) { *out = x; }
+__device__ __forceinline__ void FromAcc(double x, __nv_bfloat16* out) {
+  *out = __double2bfloat16(x);
+}
+__device__ __forceinline__ void FromAcc(double x, __half* out) { *out = __double2half(x); }
+
 // Splits a 16-byte vector of T into accumulator values.
 template <typename T>
 __device__ __forceinline__ void Unpack(const uint4& raw, AccType<T> (&out)[kVec<T>]) {
@@ -84,6 +97,15 @@ __device__ __forceinline__ bool StoreRowVec(U* dst, const Acc (&v)[NT]) {
     }
     return true;
   }
+}
+
+// Streaming 16-byte load that does not allocate in L1 (each row is read once).
+__device__ __forceinline__ uint4 LoadStream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
 }
 
 // Asynchronous 16-byte global -> shared copy (sm_80+). With valid == false

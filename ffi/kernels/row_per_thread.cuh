@@ -49,15 +49,6 @@ struct RowConfig {
   static_assert(NT >= 1 && NT <= 8, "wider B is compute-bound here (bf16 16x16: 55%)");
 };
 
-// Streaming 16-byte load that does not allocate in L1 (each row is read once).
-__device__ __forceinline__ uint4 LoadStream16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // Vector `vec0 + u * blockDim.x` of A (one per lane, rows * KV in all), U times.
 template <int KV, int U>
 __device__ __forceinline__ void LoadVecs(const RowArgs& p, int64_t vec0, uint4 (&regs)[U]) {

@@ -1,0 +1,109 @@
+// XLA FFI handlers of the CUDA ABFT targets `tsm2_colsums` and
+// `tsm2_repair_column`: validate (the same checks as the CPU reference),
+// launch on XLA's stream, and turn a CUDA failure into an ffi::Error naming
+// the op and the buffers. Workspaces are results XLA allocates (sized by
+// _tsm2_ext.colsums_plan and _tsm2_ext.repair_blocks), so the handlers never
+// allocate or synchronize and are CUDA-graph compatible.
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "ffi/abft_problem.h"
+#include "ffi/handlers.h"
+#include "ffi/launch_abft.h"
+
+namespace tsm2 {
+namespace {
+
+ffi::Error ColsumsCudaImpl(cudaStream_t stream, ffi::AnyBuffer m, ffi::AnyBuffer v,
+                           ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
+                           int32_t abs_rows) {
+  constexpr std::string_view kOp = "tsm2_colsums (cuda)";
+  (void)cudaGetLastError();  // never blame this launch for an earlier failure
+  ColsumsProblem p;
+  if (auto err = DecodeColsums(kOp, m, v, *out, abs_rows, &p); !err.success()) return err;
+  DeviceColsums d;
+  d.m = m.untyped_data();
+  d.v = v.untyped_data();
+  d.out = out->untyped_data();
+  d.rows = p.rows;
+  d.cols = p.cols;
+  d.r = p.r;
+  d.abs_rows = p.abs_rows;
+  d.type = ToElemType(p.dtype);
+  d.acc_f64 = p.acc == ffi::DataType::F64;
+  if (cudaError_t e = LaunchColsums(d, workspace->untyped_data(), workspace->size_bytes(), stream);
+      e != cudaSuccess) {
+    return ffi::Error::Internal(std::string(kOp) + ": launch failed: " + cudaGetErrorName(e) +
+                                " (" + cudaGetErrorString(e) + ") for m=" + DescribeBuffer(m) +
+                                ", v=" + DescribeBuffer(v) + ", workspace of " +
+                                std::to_string(workspace->size_bytes()) + " bytes");
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error RepairCudaImpl(cudaStream_t stream, ffi::AnyBuffer flag, ffi::AnyBuffer j,
+                          ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
+                          ffi::Result<ffi::AnyBuffer> c_out, ffi::Result<ffi::AnyBuffer> old_col,
+                          ffi::Result<ffi::AnyBuffer> exact, ffi::Result<ffi::AnyBuffer> scale,
+                          ffi::Result<ffi::AnyBuffer> workspace) {
+  constexpr std::string_view kOp = "tsm2_repair_column (cuda)";
+  (void)cudaGetLastError();
+  RepairProblem p;
+  if (auto err =
+          DecodeRepair(kOp, flag, j, a, b, c, *c_out, *old_col, *exact, *scale, *workspace, &p);
+      !err.success()) {
+    return err;
+  }
+  DeviceRepair d;
+  d.flag = flag.untyped_data();
+  d.flag_bool = p.flag_bool;
+  d.j = static_cast<const int32_t*>(j.untyped_data());
+  d.a = a.untyped_data();
+  d.b = b.untyped_data();
+  d.c = c.untyped_data();
+  d.c_out = c_out->untyped_data();
+  d.old_col = old_col->untyped_data();
+  d.exact = exact->untyped_data();
+  d.scale = scale->untyped_data();
+  d.block_ok = static_cast<int32_t*>(workspace->untyped_data());
+  d.m = p.m;
+  d.k = p.k;
+  d.n = p.n;
+  d.type = ToElemType(p.dtype);
+  d.acc_f64 = p.acc == ffi::DataType::F64;
+  if (cudaError_t e = LaunchRepairColumn(d, stream); e != cudaSuccess) {
+    return ffi::Error::Internal(std::string(kOp) + ": launch failed: " + cudaGetErrorName(e) +
+                                " (" + cudaGetErrorString(e) + ") for a=" + DescribeBuffer(a) +
+                                ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c));
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace tsm2
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2ColsumsCuda, tsm2::ColsumsCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()  // m: [rows, cols]
+                                  .Arg<xla::ffi::AnyBuffer>()  // v: [r, rows] (acc)
+                                  .Ret<xla::ffi::AnyBuffer>()  // out: [r, cols] (acc)
+                                  .Ret<xla::ffi::AnyBuffer>()  // workspace: u8[bytes]
+                                  .Attr<int32_t>("abs_rows"),  // bit q: row q weighs |m|
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2RepairColumnCuda, tsm2::RepairCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()   // flag: s32[] or pred[]
+                                  .Arg<xla::ffi::AnyBuffer>()   // j: s32[]
+                                  .Arg<xla::ffi::AnyBuffer>()   // a: [m, k]
+                                  .Arg<xla::ffi::AnyBuffer>()   // b: [k, n]
+                                  .Arg<xla::ffi::AnyBuffer>()   // c: [m, n]
+                                  .Ret<xla::ffi::AnyBuffer>()   // c_out: [m, n], aliases c
+                                  .Ret<xla::ffi::AnyBuffer>()   // old_col: [m]
+                                  .Ret<xla::ffi::AnyBuffer>()   // exact: [m] (acc)
+                                  .Ret<xla::ffi::AnyBuffer>()   // scale: [m] (acc)
+                                  .Ret<xla::ffi::AnyBuffer>(),  // workspace: s32[blocks]
+                              {xla::ffi::Traits::kCmdBufferCompatible});

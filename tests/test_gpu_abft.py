@@ -1,0 +1,237 @@
+"""GPU numerics of the ABFT kernels (ffi/kernels/colsums.cuh, ffi/kernels/repair_column.cuh).
+
+Skipped without a CUDA device and a CUDA build (conftest.py). tsm2_colsums against a float64
+reference for every dtype and accumulator, 1 to 4 weight rows with |.| masks, odd sizes (the
+element-load path: rows not a whole number of 16-byte vectors), narrow and wide matrices (every
+lanes-per-row width, one split and hundreds) and the 8192^2 benchmark shape; bitwise
+reproducibility; a workspace too small for the plan. tsm2_repair_column: flag off leaves C
+bitwise unchanged, flag on recomputes the column (k past a shared-memory chunk, m past the
+persistent grid), a non-finite recomputation leaves C alone, no copy of C. Then
+jax_tsm2.abft on the GPU, whose "auto" mode takes these kernels: detection and correction,
+no false positives, reproducible verdicts. (tests/test_abft.py runs its own cases on the GPU
+too, in "auto" mode.)
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _abft_reference import acc_of, assert_colsums_close, assert_repaired, masks, repair_case
+from _helpers import FLOAT_DTYPES, as_f64, rand
+
+from jax_tsm2 import _ffi, _hlo, abft, abft_calls
+
+pytestmark = pytest.mark.gpu
+dtype_ids = lambda d: jnp.dtype(d).name
+
+_colsums = jax.jit(abft_calls.colsums, static_argnames="abs_rows")
+_repair = jax.jit(abft_calls.repair_column, static_argnames="acc")
+
+
+@pytest.mark.parametrize("cols", (1, 3, 4, 8, 33, 129, 4097))
+@pytest.mark.parametrize("rows", (1, 7, 1031, 20_011))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_colsums_matches_float64_reference(dtype, rows, cols):
+    rng = np.random.default_rng(rows * 10_000 + cols)
+    m = rand(rng, (rows, cols), dtype)
+    for r in range(1, 5):
+        v = rand(rng, (r, rows), acc_of(dtype))
+        for mask in masks(r):
+            assert_colsums_close(_colsums(m, v, abs_rows=mask), m, v, mask)
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols"),
+    [(8192, 8192), (1_000_000, 16), (100_003, 33), (3, 300_000), (65_537, 1)],
+    ids=["8192x8192", "1e6x16", "100003x33", "3x300000", "65537x1"],
+)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float64], ids=dtype_ids)
+def test_colsums_large_and_narrow(dtype, rows, cols):
+    rng = np.random.default_rng(rows + cols)
+    m = rand(rng, (rows, cols), dtype)
+    v = rand(rng, (3, rows), acc_of(dtype))
+    assert_colsums_close(_colsums(m, v, abs_rows=0b100), m, v, 0b100)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "acc"),
+    [(jnp.float32, jnp.float64), (jnp.bfloat16, jnp.float64), (jnp.float16, jnp.float64),
+     (jnp.float64, jnp.float32)],
+    ids=["f32-f64", "bf16-f64", "f16-f64", "f64-f32"],
+)  # fmt: skip
+@pytest.mark.parametrize(("rows", "cols"), [(1031, 129), (4099, 4096)])
+def test_colsums_accumulates_in_the_weights_dtype(dtype, acc, rows, cols):
+    rng = np.random.default_rng(5)
+    m = rand(rng, (rows, cols), dtype)
+    for r in (2, 4):
+        v = rand(rng, (r, rows), acc)
+        out = _colsums(m, v, abs_rows=1)
+        assert out.dtype == jnp.dtype(acc)
+        assert_colsums_close(out, m, v, 1)
+
+
+def test_colsums_no_rows_no_columns_and_non_finite():
+    np.testing.assert_array_equal(
+        _colsums(jnp.ones((0, 5), jnp.float32), jnp.ones((2, 0), jnp.float32)), np.zeros((2, 5))
+    )
+    assert _colsums(jnp.ones((4, 0), jnp.float32), jnp.ones((3, 4), jnp.float32)).shape == (3, 0)
+    m = jnp.ones((5000, 8), jnp.float32).at[2, 1].set(jnp.nan).at[4999, 6].set(-jnp.inf)
+    out = _colsums(m, jnp.ones((2, 5000), jnp.float32), abs_rows=0b10)
+    assert np.isnan(out[0, 1]) and out[0, 6] == -np.inf and out[1, 6] == np.inf
+    np.testing.assert_array_equal(out[:, [0, 2, 3, 4, 5, 7]], 5000.0)
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols", "dtype"),
+    [(8192, 8192, jnp.float32), (1_000_000, 16, jnp.float32), (20_011, 4097, jnp.bfloat16)],
+    ids=["8192x8192-f32", "1e6x16-f32", "20011x4097-bf16"],
+)
+def test_colsums_bitwise_reproducible(rows, cols, dtype):
+    rng = np.random.default_rng(3)
+    m = rand(rng, (rows, cols), dtype)
+    v = rand(rng, (3, rows), jnp.float32)
+    first = np.asarray(_colsums(m, v, abs_rows=0b100))
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(_colsums(m, v, abs_rows=0b100)), first)
+
+
+def test_colsums_with_a_workspace_smaller_than_the_plan():
+    """The handler plans fewer splits (one, with no workspace) rather than overrun it."""
+    rng = np.random.default_rng(4)
+    rows, cols = 50_021, 257
+    m, v = rand(rng, (rows, cols), jnp.float32), rand(rng, (2, rows), jnp.float32)
+    assert _ffi.colsums_plan(jnp.float32, jnp.float32, 2, rows, cols)["workspace_bytes"] > 0
+    for workspace in (0, 2 * cols * 4 * 3):  # none, three splits' worth
+        call = jax.ffi.ffi_call(
+            _ffi.COLSUMS_TARGET,
+            (jax.ShapeDtypeStruct((2, cols), jnp.float32),
+             jax.ShapeDtypeStruct((workspace,), jnp.uint8)),
+        )  # fmt: skip
+        out = jax.jit(lambda x, w, call=call: call(x, w, abs_rows=np.int32(2))[0])(m, v)
+        assert_colsums_close(out, m, v, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# tsm2_repair_column
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_repair_with_flag_off_leaves_c_bitwise_unchanged(dtype):
+    rng = np.random.default_rng(7)
+    a, b, c = repair_case(rng, 1031, 129, 9, dtype)
+    bad = c.at[4, 3].add(jnp.asarray(100.0, dtype))
+    for flag in (False, 0):
+        r = _repair(flag, 3, a, b, bad, acc=acc_of(dtype))
+        np.testing.assert_array_equal(as_f64(r.c), as_f64(bad))
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "n"),
+    [(1, 1, 1), (7, 3, 5), (1031, 129, 4), (40, 5000, 3), (40_000, 16, 5), (33, 2049, 65)],
+)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_repair_recomputes_the_column(dtype, m, k, n):
+    rng = np.random.default_rng(m + k + n)
+    a, b, c = repair_case(rng, m, k, n, dtype)
+    j = n // 2
+    bad = c.at[m // 3, j].add(jnp.asarray(50.0, dtype)).at[m - 1, j].set(jnp.nan)
+    for acc in {acc_of(dtype), jnp.float64}:
+        r = _repair(jnp.bool_(True), jnp.int32(j), a, b, bad, acc=acc)
+        assert_repaired(r, a, b, bad, j, acc)
+
+
+def test_repair_is_bitwise_reproducible_and_ignores_columns_out_of_range():
+    rng = np.random.default_rng(8)
+    a, b, c = repair_case(rng, 5000, 3000, 7, jnp.float32)
+    bad = c.at[2, 1].add(9.0)
+    first = _repair(1, 1, a, b, bad, acc=jnp.float32)
+    for _ in range(3):
+        again = _repair(1, 1, a, b, bad, acc=jnp.float32)
+        for x, y in zip(first, again, strict=True):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    for j in (-1, 7):
+        np.testing.assert_array_equal(_repair(1, j, a, b, bad, acc=jnp.float32).c, bad)
+
+
+def test_repair_leaves_c_unchanged_when_the_recomputation_is_not_finite():
+    rng = np.random.default_rng(9)
+    a, b, c = repair_case(rng, 70_000, 5, 3, jnp.float32)
+    b = b.at[2, 1].set(jnp.inf)
+    bad = c.at[0, 1].add(3.0)
+    r = _repair(True, 1, a, b, bad, acc=jnp.float32)
+    assert not np.isfinite(np.asarray(r.exact)).all()
+    np.testing.assert_array_equal(r.c, bad)
+
+
+def test_repair_writes_c_in_place():
+    a, b = jnp.ones((4096, 512), jnp.float32), jnp.ones((512, 64), jnp.float32)
+
+    def f(x, y, flag):
+        c = jax.lax.optimization_barrier(x @ y)
+        return abft_calls.repair_column(flag, 3, x, y, c, acc=jnp.float32).c
+
+    text = jax.jit(f).lower(a, b, True).compile().as_text()
+    assert _hlo.reader_labels(text, shape="f32[4096,64]") == ["custom-call:tsm2_repair_column"]
+
+
+# ---------------------------------------------------------------------------------------------
+# jax_tsm2.abft through the kernels
+
+
+def test_auto_mode_runs_the_kernels_on_the_gpu():
+    m = k = n = 1024
+    a, b = jnp.ones((m, k), jnp.float32), jnp.ones((k, n), jnp.float32)
+    text = jax.jit(abft.abft_matmul).lower(a, b).compile().as_text()
+    ours = ["custom-call:tsm2_colsums", "custom-call:tsm2_repair_column"]
+    for which in ({"parameter": 0}, {"parameter": 1}):  # the product is cuBLAS's or XLA's
+        labels = _hlo.reader_labels(text, **which)
+        assert len(labels) == 3 and [x for x in labels if x in ours] == ours, labels
+    assert _hlo.reader_labels(text, shape=f"f32[{m},{n}]") == ours
+    assert "conditional(" not in text  # no host round trip
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(("m", "k", "n"), [(300, 257, 65), (2048, 1024, 16)])
+def test_abft_detects_and_corrects_through_the_kernels(dtype, m, k, n):
+    rng = np.random.default_rng(m + n)
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    cs = jax.jit(abft.encode)(a, b)
+    clean = jax.jit(abft.abft_matmul)(a, b)[0]
+    run = jax.jit(lambda c: abft.check(c, cs, a=a, b=b))
+    fixed, v = run(clean)
+    assert int(v.errors_detected) == 0 and not v.uncorrectable
+    np.testing.assert_array_equal(as_f64(fixed), as_f64(clean))
+    for i, j in ((0, 0), (m - 1, n - 1), (m // 2, n // 3)):
+        delta = 4.0 * float(cs.col_threshold[j])  # always flagged (> 2x), in f16's range
+        bad = abft.inject_error(clean, i, j, delta)
+        fixed, v = run(bad)
+        assert int(v.errors_detected) == 1 and v.corrected and not v.uncorrectable
+        assert (int(v.row), int(v.col)) == (i, j)
+        changed = np.any(as_f64(fixed) != as_f64(bad), axis=0)
+        assert not changed[np.arange(n) != j].any()
+        # The repaired column is the recomputation (full precision, unlike a TF32 product).
+        want = as_f64(a) @ as_f64(b)[:, j]
+        scale = np.abs(as_f64(a)) @ np.abs(as_f64(b)[:, j])
+        eps = (k + 2) * float(jnp.finfo(jnp.float32).eps) + float(jnp.finfo(dtype).eps)
+        assert (np.abs(as_f64(fixed[:, j]) - want) <= eps * scale).all()
+
+
+def test_abft_no_false_positives_and_reproducible_verdicts():
+    rng = np.random.default_rng(12)
+    run = jax.jit(abft.abft_matmul)
+    cases = [
+        (jnp.float32, (4096, 4096, 64)),
+        (jnp.bfloat16, (2048, 8192, 16)),
+        (jnp.float64, (1000, 3000, 33)),
+        (jnp.float16, (512, 512, 512)),
+    ]
+    for dtype, (m, k, n) in cases:
+        a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+        c, v = run(a, b)
+        assert int(v.errors_detected) == 0 and int(v.col) == -1, (dtype, m, k, n)
+        c2, v2 = run(a, b)
+        np.testing.assert_array_equal(as_f64(c), as_f64(c2))
+        for x, y in zip(v, v2, strict=True):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
