@@ -81,7 +81,10 @@ def split_prediction(
         t_mem = max(t_mem, cycles / (active * dev.clock_hz))
     elif not vec:
         t_mem = max(t_mem, elems / (cal.scalar_rate(kernel) * active * dev.clock_hz))
-    rate = eta_fma * dev.fma_lanes(acc)
+    # FP64 tensor cores (TSM2T's mma tiles, split_plans.h TUsesMma) do twice
+    # the FP64 FMA pipes' work per clock; the same efficiency fits both
+    # (h100-2026-11-23/tn-mma: 64 x 64 f64 at 408 us, predicted 400).
+    rate = eta_fma * dev.fma_lanes(acc) * (2 if plan.get("mma") else 1)
     fmas = batch * p.m * p.k * p.n
     t_cmp = fmas / (rate * active * dev.clock_hz)
     body = soft_max(t_mem, t_cmp, cal.P)
