@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/lab_common.cuh"
 #include "ffi/launch_matmul.cuh"
 
 // TryLib runs the library's launchers (normally compiled in launch_<dtype>.cu).
@@ -33,15 +34,6 @@ namespace {
 using tsm2::DeviceMatmul;
 using tsm2::MatmulPlan;
 using tsm2::TileConfig;
-
-#define CHECK(x)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 // A tile shape as a config template for tsm2::Tsm2Variant.
 template <int Rows, int Rpt, int KGroups, int Vpt, int Stages>
@@ -65,12 +57,6 @@ __global__ void FillKernel(T* x, int64_t count, uint32_t seed) {
   }
 }
 
-__device__ double AsDouble(double x) { return x; }
-template <typename T>
-__device__ double AsDouble(T x) {
-  return static_cast<double>(static_cast<float>(x));
-}
-
 // ref[r, j] = sum_k op(A)[r, k] op(B)[k, j] in float64, and the sum of
 // |products|; op() transposes A for layout TN and B for NT.
 template <typename T>
@@ -82,8 +68,8 @@ __global__ void ReferenceKernel(const T* a, const T* b, double* ref, double* mag
   const bool a_t = layout == tsm2::Layout::kTN, b_t = layout == tsm2::Layout::kNT;
   double s = 0, s_abs = 0;
   for (int64_t kk = 0; kk < k; ++kk) {
-    const double prod =
-        AsDouble(a[a_t ? kk * m + r : r * k + kk]) * AsDouble(b[b_t ? j * k + kk : kk * n + j]);
+    const double prod = lab::AsDouble(a[a_t ? kk * m + r : r * k + kk]) *
+                        lab::AsDouble(b[b_t ? j * k + kk : kk * n + j]);
     s += prod;
     s_abs += std::fabs(prod);
   }
@@ -97,7 +83,7 @@ __global__ void ErrorKernel(const T* c, const double* ref, const double* mag, in
                             unsigned long long* worst_bits) {
   const int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (o >= count) return;
-  double err = std::fabs(AsDouble(c[o]) - ref[o]) / (mag[o] > 0 ? mag[o] : 1.0);
+  double err = std::fabs(lab::AsDouble(c[o]) - ref[o]) / (mag[o] > 0 ? mag[o] : 1.0);
   if (!(err == err)) err = 1e300;  // NaN counts as the worst
   atomicMax(worst_bits, static_cast<unsigned long long>(__double_as_longlong(err)));
 }
@@ -124,14 +110,6 @@ struct Case {
 double ceiling_gbs = 0;
 
 template <typename T>
-tsm2::ElemType TypeOf() {
-  if (std::is_same_v<T, float>) return tsm2::ElemType::kF32;
-  if (std::is_same_v<T, double>) return tsm2::ElemType::kF64;
-  if (std::is_same_v<T, __nv_bfloat16>) return tsm2::ElemType::kBF16;
-  return tsm2::ElemType::kF16;
-}
-
-template <typename T>
 void Prepare(const Case& cs, Buffers& buf) {
   FillKernel<T><<<2048, 256>>>(static_cast<T*>(buf.a), cs.m * cs.k, 1234u);
   FillKernel<T><<<256, 256>>>(static_cast<T*>(buf.b), cs.k * cs.n, 99u);
@@ -156,29 +134,6 @@ bool Same(const Case& cs) {
          lib.k_groups == t.k_groups && lib.vec_per_thr == t.vec_per_thr && lib.stages == t.stages;
 }
 
-// Median over 5 rounds of 5 back-to-back launches (after one warm-up round).
-template <typename F>
-double TimeLaunches(const F& launch) {
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  constexpr int kLaunches = 5, kRepeats = 5;
-  std::vector<float> ms;
-  for (int r = 0; r < kRepeats + 1; ++r) {
-    CHECK(cudaEventRecord(e0));
-    for (int i = 0; i < kLaunches; ++i) launch();
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float t_ms = 0;
-    CHECK(cudaEventElapsedTime(&t_ms, e0, e1));
-    if (r > 0) ms.push_back(t_ms / kLaunches);  // the first round warms up
-  }
-  CHECK(cudaEventDestroy(e0));
-  CHECK(cudaEventDestroy(e1));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1e-3;
-}
-
 // The case as the launchers take it.
 template <typename T>
 DeviceMatmul ProblemOf(const Case& cs, const Buffers& buf) {
@@ -189,7 +144,7 @@ DeviceMatmul ProblemOf(const Case& cs, const Buffers& buf) {
   p.m = cs.m;
   p.k = cs.k;
   p.n = cs.n;
-  p.type = TypeOf<T>();
+  p.type = lab::TypeOf<T>();
   p.layout = cs.layout;
   return p;
 }
@@ -229,7 +184,7 @@ void Try(const Case& cs, Buffers& buf) {
   CHECK(tsm2::BlocksPerSm(V::Kernel(), V::Cfg::kThreads, V::Cfg::kSmemBytes, &per_sm));
   auto launch = [&] { CHECK(V::Launch(p, plan, buf.ws, nullptr)); };
   const double err = WorstError<T>(cs, buf, launch);
-  const double sec = TimeLaunches(launch);
+  const double sec = lab::TimeLaunches(launch);
   const double gbs = GbPerS<T>(cs, sec);
   std::printf(
       "%-22s %s rows=%4d rpt=%d kg=%d vpt=%d st=%d thr=%4d smem=%6d blk/SM=%d  %8.1f us %7.0f GB/s "
@@ -249,7 +204,7 @@ void TryLib(const Case& cs, Buffers& buf) {
   CHECK(tsm2::TypedLauncher<T>::Plan(p, cs.kernel, buf.ws_bytes, &plan));
   auto launch = [&] { CHECK(tsm2::TypedLauncher<T>::Launch(p, plan, buf.ws, nullptr)); };
   const double err = WorstError<T>(cs, buf, launch);
-  const double sec = TimeLaunches(launch);
+  const double sec = lab::TimeLaunches(launch);
   const double gbs = GbPerS<T>(cs, sec);
   std::printf("%-26s * blocks=%6d splits=%4lld ws=%8zu  %8.1f us %7.0f GB/s %5.1f%%  err=%.1e\n",
               cs.name, plan.blocks, static_cast<long long>(plan.splits), plan.workspace_bytes,
@@ -266,7 +221,7 @@ void TryRow(const Case& cs, Buffers& buf) {
   CHECK(V::Plan(p, buf.ws_bytes, &plan));
   auto launch = [&] { CHECK(V::Launch(p, plan, buf.ws, nullptr)); };
   const double err = WorstError<T>(cs, buf, launch);
-  const double sec = TimeLaunches(launch);
+  const double sec = lab::TimeLaunches(launch);
   const double gbs = GbPerS<T>(cs, sec);
   std::printf("%-26s row U=%d minblk=%d blocks=%6d  %8.1f us %7.0f GB/s %5.1f%%  err=%.1e\n",
               cs.name, U, MinBlocks, plan.blocks, sec * 1e6, gbs, 100 * gbs / ceiling_gbs, err);
@@ -277,16 +232,7 @@ void TryRow(const Case& cs, Buffers& buf) {
 // 16-byte vectors/thread, stages>.
 template <typename T>
 bool Start(const Case& cs, Buffers& buf, const char* filter) {
-  if (filter) {  // a comma-separated list of substrings of case names
-    bool hit = false;
-    for (std::string rest = filter; !rest.empty();) {
-      const size_t comma = rest.find(',');
-      const std::string want = rest.substr(0, comma);
-      hit = hit || (!want.empty() && std::strstr(cs.name, want.c_str()));
-      rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
-    }
-    if (!hit) return false;
-  }
+  if (!lab::Wanted(cs.name, filter)) return false;
   Prepare<T>(cs, buf);
   return true;
 }
@@ -437,27 +383,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&buf.worst, sizeof(unsigned long long)));
   FillKernel<float><<<2048, 256>>>(static_cast<float*>(buf.a), a_bytes / 4, 7u);
 
-  // Read ceiling: the harness's streaming-read kernel over 2 GiB, best of 5.
-  uint32_t* xor_out = nullptr;
-  int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int64_t blocks = int64_t{sms} * 8;
-  CHECK(cudaMalloc(&xor_out, blocks * sizeof(uint32_t)));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  float best = 1e30f;
-  for (int r = 0; r < 6; ++r) {
-    CHECK(cudaEventRecord(e0));
-    CHECK(tsm2::LaunchStreamRead(buf.a, size_t{2} << 30, xor_out, blocks, nullptr));
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (r > 0) best = std::min(best, t);
-  }
-  ceiling_gbs = (size_t{2} << 30) / (best * 1e-3) * 1e-9;
-  std::printf("read ceiling: %.0f GB/s (%d SMs)\n", ceiling_gbs, sms);
+  ceiling_gbs = lab::ReadCeilingGbs(buf.a, int64_t{2} << 30);
   RunAll(buf, filter);
   return 0;
 }

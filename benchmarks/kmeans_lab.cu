@@ -27,20 +27,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "benchmarks/lab_common.cuh"
 #include "ffi/kmeans_plan.h"
 #include "ffi/launch.h"
 #include "ffi/launch_kmeans.h"
 
 namespace {
-
-#define CHECK(x)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 __device__ __host__ inline uint32_t Hash(uint64_t i, uint32_t seed) {
   uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(i >> 32) ^ seed;
@@ -82,12 +74,6 @@ __global__ void FillW(A* w, int64_t n, uint32_t seed) {
   }
 }
 
-__device__ double AsDouble(double v) { return v; }
-template <typename T>
-__device__ double AsDouble(T v) {
-  return static_cast<double>(static_cast<float>(v));
-}
-
 struct RowErrors {
   unsigned long long bad_label;    // not a closest centroid within the bound
   unsigned long long wrong_clear;  // not THE closest although the gap exceeds twice the bound
@@ -106,7 +92,7 @@ __global__ void CheckRows(const T* x, const T* c, const int32_t* labels, const A
   for (int64_t j = 0; j < k; ++j) {
     double s = 0, c_sq = 0;
     for (int64_t e = 0; e < d; ++e) {
-      const double xv = AsDouble(x[i * d + e]), cv = AsDouble(c[j * d + e]);
+      const double xv = lab::AsDouble(x[i * d + e]), cv = lab::AsDouble(c[j * d + e]);
       s += (xv - cv) * (xv - cv);
       c_sq += cv * cv;
       if (j == 0) x_sq += xv * xv;
@@ -130,14 +116,6 @@ __global__ void CheckRows(const T* x, const T* c, const int32_t* labels, const A
 double ceiling_gbs = 0;
 
 template <typename T>
-tsm2::ElemType TypeOf() {
-  if (std::is_same_v<T, float>) return tsm2::ElemType::kF32;
-  if (std::is_same_v<T, double>) return tsm2::ElemType::kF64;
-  if (std::is_same_v<T, __nv_bfloat16>) return tsm2::ElemType::kBF16;
-  return tsm2::ElemType::kF16;
-}
-
-template <typename T>
 double HostValue(T v) {
   if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
     return static_cast<double>(v);
@@ -151,29 +129,6 @@ struct Case {
   int64_t n, d, k;
   int dtype;  // 0 f32, 1 f64, 2 bf16, 3 f16
 };
-
-// Median over 5 rounds of 5 back-to-back launches (after one warm-up round).
-template <typename F>
-double TimeLaunches(const F& launch) {
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  constexpr int kLaunches = 5, kRepeats = 5;
-  std::vector<float> ms;
-  for (int r = 0; r < kRepeats + 1; ++r) {
-    CHECK(cudaEventRecord(e0));
-    for (int i = 0; i < kLaunches; ++i) launch();
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float t_ms = 0;
-    CHECK(cudaEventElapsedTime(&t_ms, e0, e1));
-    if (r > 0) ms.push_back(t_ms / kLaunches);
-  }
-  CHECK(cudaEventDestroy(e0));
-  CHECK(cudaEventDestroy(e1));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1e-3;
-}
 
 template <typename T>
 void Run(const Case& cs) {
@@ -218,7 +173,7 @@ void Run(const Case& cs) {
   p.n = n;
   p.d = d;
   p.k = k;
-  p.type = TypeOf<T>();
+  p.type = lab::TypeOf<T>();
   int blocks = 0;  // partials: blocks, or clusters of blocks
   CHECK(tsm2::PlanKmeansStep(p, ws_bytes, &blocks));
   auto launch = [&] { CHECK(tsm2::LaunchKmeansStep(p, ws, ws_bytes, nullptr)); };
@@ -272,7 +227,7 @@ void Run(const Case& cs) {
   worst = std::max(worst, std::fabs(HostValue(hi) - ri) / (sum_tol * riabs + 1e-300));
   const bool ok = re.bad_label == 0 && re.wrong_clear == 0 && re.bad_mind == 0 && worst <= 1.0;
 
-  const double sec = TimeLaunches(launch);
+  const double sec = lab::TimeLaunches(launch);
   const double x_bytes = static_cast<double>(n) * d * sizeof(T);
   const double gbs = x_bytes / sec * 1e-9;
   const tsm2::KmeansPlan l = tsm2::KmeansPlanOf(itemsize, d, k);
@@ -291,48 +246,17 @@ void Run(const Case& cs) {
   }
 }
 
-bool Wanted(const char* name, const char* filter) {
-  if (!filter) return true;
-  for (std::string rest = filter; !rest.empty();) {
-    const size_t comma = rest.find(',');
-    const std::string want = rest.substr(0, comma);
-    if (!want.empty() && std::strstr(name, want.c_str())) return true;
-    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
-  }
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const char* filter = argc > 1 ? argv[1] : nullptr;
-  // Read ceiling: the harness's streaming-read kernel over 2 GiB, best of 5.
+  // Read ceiling: the harness's streaming-read kernel over 2 GiB.
   void* buf = nullptr;
   const int64_t bytes = int64_t{2} << 30;
   CHECK(cudaMalloc(&buf, bytes));
   CHECK(cudaMemset(buf, 1, bytes));
-  int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  uint32_t* xor_out = nullptr;
-  const int64_t blocks = int64_t{sms} * 8;
-  CHECK(cudaMalloc(&xor_out, blocks * sizeof(uint32_t)));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  float best = 1e30f;
-  for (int r = 0; r < 6; ++r) {
-    CHECK(cudaEventRecord(e0));
-    CHECK(tsm2::LaunchStreamRead(buf, bytes, xor_out, blocks, nullptr));
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (r > 0) best = std::min(best, t);
-  }
+  ceiling_gbs = lab::ReadCeilingGbs(buf, bytes);
   CHECK(cudaFree(buf));
-  CHECK(cudaFree(xor_out));
-  ceiling_gbs = bytes / (best * 1e-3) * 1e-9;
-  std::printf("read ceiling: %.0f GB/s (%d SMs)\n", ceiling_gbs, sms);
 
   const Case cases[] = {
       {"f32 1e6x256 k=16", 1000000, 256, 16, 0},
@@ -361,7 +285,7 @@ int main(int argc, char** argv) {
       {"f16 odd 7919x3001 k=17", 7919, 3001, 17, 3},
   };
   for (const Case& cs : cases) {
-    if (!Wanted(cs.name, filter)) continue;
+    if (!lab::Wanted(cs.name, filter)) continue;
     switch (cs.dtype) {
       case 0:
         Run<float>(cs);
