@@ -21,6 +21,29 @@ import pytest
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
+
+def _assert_sanitizer_clean(tmp_path, sweep: str, tool: str, kernels: str) -> None:
+    """Runs ``sweep`` in a child process under compute-sanitizer's ``tool``, instrumenting
+    only kernels whose names contain ``kernels``, and requires a clean summary."""
+    script = tmp_path / "sweep.py"
+    script.write_text(sweep.format(tests=str(pathlib.Path(__file__).parent)))
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    cmd = ["compute-sanitizer", "--tool", tool, "--kernel-name", f"kns={kernels}",
+           "--error-exitcode", "99", sys.executable, str(script)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    # memcheck and synccheck end with "ERROR SUMMARY: N errors", racecheck with
+    # "RACECHECK SUMMARY: N hazards displayed (N errors, N warnings)".
+    summary = [
+        line for line in out.stdout.splitlines() if re.search(r"(ERROR|RACECHECK) SUMMARY", line)
+    ]
+    print("\n".join(summary))  # shown with pytest -s; the closing note quotes it
+    assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-5000:]
+    assert summary, out.stdout[-5000:]
+    last = summary[-1]
+    assert "ERROR SUMMARY: 0 errors" in last or "(0 errors, " in last, out.stdout[-5000:]
+    assert "sweep calls:" in out.stdout
+
+
 SWEEP = """
 import itertools, sys
 import jax, jax.numpy as jnp, numpy as np
@@ -49,27 +72,7 @@ print("sweep calls:", count)
 
 @pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
 def test_memcheck_reports_no_errors(tmp_path):
-    tests = str(pathlib.Path(__file__).parent)
-    script = tmp_path / "sweep.py"
-    script.write_text(SWEEP.format(tests=tests))
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    cmd = [
-        "compute-sanitizer",
-        "--tool",
-        "memcheck",
-        "--kernel-name",
-        "kns=Tsm2",
-        "--error-exitcode",
-        "99",
-        sys.executable,
-        str(script),
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    summary = [line for line in out.stdout.splitlines() if "ERROR SUMMARY" in line]
-    print("\n".join(summary))  # shown with pytest -s; the closing note quotes it
-    assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-5000:]
-    assert summary and "0 errors" in summary[-1], out.stdout[-5000:]
-    assert "sweep calls:" in out.stdout
+    _assert_sanitizer_clean(tmp_path, SWEEP, "memcheck", "Tsm2")
 
 
 KMEANS_SWEEP = """
@@ -98,24 +101,7 @@ print("sweep calls:", count)
 @pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 def test_kmeans_step_sanitizers_report_no_errors(tmp_path, tool):
-    tests = str(pathlib.Path(__file__).parent)
-    script = tmp_path / "kmeans_sweep.py"
-    script.write_text(KMEANS_SWEEP.format(tests=tests))
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    cmd = ["compute-sanitizer", "--tool", tool, "--kernel-name", "kns=Kmeans",
-           "--error-exitcode", "99", sys.executable, str(script)]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    # memcheck and synccheck end with "ERROR SUMMARY: N errors", racecheck with
-    # "RACECHECK SUMMARY: N hazards displayed (N errors, N warnings)".
-    summary = [
-        line for line in out.stdout.splitlines() if re.search(r"(ERROR|RACECHECK) SUMMARY", line)
-    ]
-    print("\n".join(summary))
-    assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-5000:]
-    assert summary, out.stdout[-5000:]
-    last = summary[-1]
-    assert "ERROR SUMMARY: 0 errors" in last or "(0 errors, " in last, out.stdout[-5000:]
-    assert "sweep calls:" in out.stdout
+    _assert_sanitizer_clean(tmp_path, KMEANS_SWEEP, tool, "Kmeans")
 
 
 ABFT_SWEEP = """
@@ -155,19 +141,4 @@ print("sweep calls:", count)
 def test_abft_kernels_sanitizers_report_no_errors(tmp_path, tool):
     """tsm2_colsums and tsm2_repair_column (kernels named "Abft..."), whose blocks share
     shared-memory buffers between barriers."""
-    tests = str(pathlib.Path(__file__).parent)
-    script = tmp_path / "abft_sweep.py"
-    script.write_text(ABFT_SWEEP.format(tests=tests))
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    cmd = ["compute-sanitizer", "--tool", tool, "--kernel-name", "kns=Abft",
-           "--error-exitcode", "99", sys.executable, str(script)]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    summary = [
-        line for line in out.stdout.splitlines() if re.search(r"(ERROR|RACECHECK) SUMMARY", line)
-    ]
-    print("\n".join(summary))
-    assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-5000:]
-    assert summary, out.stdout[-5000:]
-    last = summary[-1]
-    assert "ERROR SUMMARY: 0 errors" in last or "(0 errors, " in last, out.stdout[-5000:]
-    assert "sweep calls:" in out.stdout
+    _assert_sanitizer_clean(tmp_path, ABFT_SWEEP, tool, "Abft")
