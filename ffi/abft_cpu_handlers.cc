@@ -1,5 +1,5 @@
-// CPU references for the ABFT targets `tsm2_colsums` and
-// `tsm2_repair_column`: plain loops behind the same handler signatures and
+// CPU references for the ABFT targets `tsm2_colsums`, `tsm2_repair_column`
+// and `tsm2_abft_judge`: plain loops behind the same handler signatures and
 // validation as the CUDA ones, accumulating in the caller's Acc with fma as
 // the kernels do (in another order: rows in sequence). They let the CPU test
 // suite run jax_tsm2.abft's kernel modes end to end; they are not fast.
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "ffi/abft_problem.h"
 #include "ffi/cpu_elements.h"
@@ -103,6 +104,100 @@ ffi::Error RepairCpuImpl(ffi::AnyBuffer flag, ffi::AnyBuffer j, ffi::AnyBuffer a
   return ffi::Error::Success();
 }
 
+// The judgement of tsm2_abft_judge in plain loops, in the order the CUDA
+// kernels' results are defined by (first index on ties): the failing
+// columns, the worst one, its repair when it is the only one, the verdict.
+template <typename Acc>
+void JudgeReference(const RepairProblem& p, const Acc* resid, const Acc* threshold, Acc factor,
+                    Acc floor, const void* a, const void* b, const void* c, void* c_out,
+                    void* old_col, Acc* exact, Acc* scale, int32_t* errors_detected,
+                    bool* corrected, int32_t* row, int32_t* col, Acc* magnitude,
+                    bool* uncorrectable) {
+  int failing = 0;
+  int64_t j = 0;
+  Acc best = -1;
+  for (int64_t q = 0; q < p.n; ++q) {
+    const Acc r0 = std::fabs(resid[q]), r1 = std::fabs(resid[p.n + q]), t = threshold[q];
+    failing += !(r0 <= t && r1 <= t);
+    Acc score = (std::isnan(r0) || std::isnan(r1))
+                    ? Acc(INFINITY)
+                    : std::fmax(r0, r1) / std::fmax(t, std::numeric_limits<Acc>::min());
+    if (!std::isfinite(score)) score = INFINITY;
+    if (score > best) {
+      best = score;
+      j = q;
+    }
+  }
+  const bool single = failing == 1, nothing = failing == 0;
+  int bad = 0;
+  int64_t at = 0;
+  bool finite = false;
+  if (single) {
+    RepairReference<Acc>(p, j, a, b, c, c_out, old_col, exact, scale);
+    Acc worst = -1;
+    finite = true;
+    for (int64_t i = 0; i < p.m; ++i) {
+      const Acc diff = static_cast<Acc>(LoadAs(p.dtype, old_col, i)) - exact[i];
+      bad += !(std::fabs(diff) <= factor * scale[i] + floor);
+      const Acc size = std::isfinite(diff) ? std::fabs(diff) : Acc(INFINITY);
+      if (size > worst) {
+        worst = size;
+        at = i;
+      }
+      finite = finite && std::isfinite(exact[i]);
+    }
+  }
+  const bool fixed = single && finite;
+  *errors_detected = single ? std::max(bad, 1) : failing;
+  *corrected = fixed;
+  *row = nothing || !single ? -1 : static_cast<int32_t>(at);
+  *col = nothing ? -1 : static_cast<int32_t>(j);
+  *magnitude = nothing  ? Acc(0)
+               : single ? static_cast<Acc>(LoadAs(p.dtype, old_col, at)) - exact[at]
+                        : resid[j];
+  *uncorrectable = !nothing && !fixed;
+}
+
+ffi::Error JudgeCpuImpl(ffi::AnyBuffer resid, ffi::AnyBuffer threshold, ffi::AnyBuffer factor,
+                        ffi::AnyBuffer floor, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
+                        ffi::Result<ffi::AnyBuffer> c_out,
+                        ffi::Result<ffi::AnyBuffer> errors_detected,
+                        ffi::Result<ffi::AnyBuffer> corrected, ffi::Result<ffi::AnyBuffer> row,
+                        ffi::Result<ffi::AnyBuffer> col, ffi::Result<ffi::AnyBuffer> magnitude,
+                        ffi::Result<ffi::AnyBuffer> uncorrectable,
+                        ffi::Result<ffi::AnyBuffer> old_col, ffi::Result<ffi::AnyBuffer> exact,
+                        ffi::Result<ffi::AnyBuffer> scale, ffi::Result<ffi::AnyBuffer> state) {
+  RepairProblem p;
+  const JudgeBuffers x{
+      &resid,      &threshold,      &factor,           &floor,      &a,      &b,
+      &c,          &*c_out,         &*errors_detected, &*corrected, &*row,   &*col,
+      &*magnitude, &*uncorrectable, &*old_col,         &*exact,     &*scale, &*state};
+  if (auto err = DecodeJudge("tsm2_abft_judge (cpu)", x, &p); !err.success()) return err;
+  if (c_out->untyped_data() != c.untyped_data()) {
+    std::memcpy(c_out->untyped_data(), c.untyped_data(), c.size_bytes());
+  }
+  auto run = [&](auto zero) {
+    using Acc = decltype(zero);
+    JudgeReference<Acc>(
+        p, static_cast<const Acc*>(resid.untyped_data()),
+        static_cast<const Acc*>(threshold.untyped_data()),
+        *static_cast<const Acc*>(factor.untyped_data()),
+        *static_cast<const Acc*>(floor.untyped_data()), a.untyped_data(), b.untyped_data(),
+        c.untyped_data(), c_out->untyped_data(), old_col->untyped_data(),
+        static_cast<Acc*>(exact->untyped_data()), static_cast<Acc*>(scale->untyped_data()),
+        static_cast<int32_t*>(errors_detected->untyped_data()),
+        static_cast<bool*>(corrected->untyped_data()), static_cast<int32_t*>(row->untyped_data()),
+        static_cast<int32_t*>(col->untyped_data()), static_cast<Acc*>(magnitude->untyped_data()),
+        static_cast<bool*>(uncorrectable->untyped_data()));
+  };
+  if (p.acc == ffi::DataType::F64) {
+    run(double{0});
+  } else {
+    run(float{0});
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace tsm2
 
@@ -126,3 +221,24 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2RepairColumnCpu, tsm2::RepairCpuImpl,
                                   .Ret<xla::ffi::AnyBuffer>()    // exact: [m] (acc)
                                   .Ret<xla::ffi::AnyBuffer>()    // scale: [m] (acc)
                                   .Ret<xla::ffi::AnyBuffer>());  // workspace (unused on CPU)
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2AbftJudgeCpu, tsm2::JudgeCpuImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Arg<xla::ffi::AnyBuffer>()    // resid: [2, n] (acc)
+                                  .Arg<xla::ffi::AnyBuffer>()    // threshold: [n] (acc)
+                                  .Arg<xla::ffi::AnyBuffer>()    // factor: acc[]
+                                  .Arg<xla::ffi::AnyBuffer>()    // floor: acc[]
+                                  .Arg<xla::ffi::AnyBuffer>()    // a: [m, k]
+                                  .Arg<xla::ffi::AnyBuffer>()    // b: [k, n]
+                                  .Arg<xla::ffi::AnyBuffer>()    // c: [m, n]
+                                  .Ret<xla::ffi::AnyBuffer>()    // c_out: [m, n], aliases c
+                                  .Ret<xla::ffi::AnyBuffer>()    // errors_detected: s32[]
+                                  .Ret<xla::ffi::AnyBuffer>()    // corrected: pred[]
+                                  .Ret<xla::ffi::AnyBuffer>()    // row: s32[]
+                                  .Ret<xla::ffi::AnyBuffer>()    // col: s32[]
+                                  .Ret<xla::ffi::AnyBuffer>()    // magnitude: acc[]
+                                  .Ret<xla::ffi::AnyBuffer>()    // uncorrectable: pred[]
+                                  .Ret<xla::ffi::AnyBuffer>()    // old_col: [m]
+                                  .Ret<xla::ffi::AnyBuffer>()    // exact: [m] (acc)
+                                  .Ret<xla::ffi::AnyBuffer>()    // scale: [m] (acc)
+                                  .Ret<xla::ffi::AnyBuffer>());  // state (unused on CPU)

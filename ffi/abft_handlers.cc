@@ -1,5 +1,5 @@
-// XLA FFI handlers of the CUDA ABFT targets `tsm2_colsums` and
-// `tsm2_repair_column`: validate (the same checks as the CPU reference),
+// XLA FFI handlers of the CUDA ABFT targets `tsm2_colsums`,
+// `tsm2_repair_column` and `tsm2_abft_judge`: validate (the same checks as the CPU reference),
 // launch on XLA's stream, and turn a CUDA failure into an ffi::Error naming
 // the op and the buffers. Workspaces are results XLA allocates (sized by
 // _tsm2_ext.colsums_plan and _tsm2_ext.repair_blocks), so the handlers never
@@ -80,6 +80,55 @@ ffi::Error RepairCudaImpl(cudaStream_t stream, ffi::AnyBuffer flag, ffi::AnyBuff
   return ffi::Error::Success();
 }
 
+ffi::Error JudgeCudaImpl(cudaStream_t stream, ffi::AnyBuffer resid, ffi::AnyBuffer threshold,
+                         ffi::AnyBuffer factor, ffi::AnyBuffer floor, ffi::AnyBuffer a,
+                         ffi::AnyBuffer b, ffi::AnyBuffer c, ffi::Result<ffi::AnyBuffer> c_out,
+                         ffi::Result<ffi::AnyBuffer> errors_detected,
+                         ffi::Result<ffi::AnyBuffer> corrected, ffi::Result<ffi::AnyBuffer> row,
+                         ffi::Result<ffi::AnyBuffer> col, ffi::Result<ffi::AnyBuffer> magnitude,
+                         ffi::Result<ffi::AnyBuffer> uncorrectable,
+                         ffi::Result<ffi::AnyBuffer> old_col, ffi::Result<ffi::AnyBuffer> exact,
+                         ffi::Result<ffi::AnyBuffer> scale, ffi::Result<ffi::AnyBuffer> state) {
+  constexpr std::string_view kOp = "tsm2_abft_judge (cuda)";
+  (void)cudaGetLastError();
+  RepairProblem p;
+  const JudgeBuffers x{
+      &resid,      &threshold,      &factor,           &floor,      &a,      &b,
+      &c,          &*c_out,         &*errors_detected, &*corrected, &*row,   &*col,
+      &*magnitude, &*uncorrectable, &*old_col,         &*exact,     &*scale, &*state};
+  if (auto err = DecodeJudge(kOp, x, &p); !err.success()) return err;
+  DeviceJudge d;
+  d.repair.a = a.untyped_data();
+  d.repair.b = b.untyped_data();
+  d.repair.c = c.untyped_data();
+  d.repair.c_out = c_out->untyped_data();
+  d.repair.old_col = old_col->untyped_data();
+  d.repair.exact = exact->untyped_data();
+  d.repair.scale = scale->untyped_data();
+  d.repair.m = p.m;
+  d.repair.k = p.k;
+  d.repair.n = p.n;
+  d.repair.type = ToElemType(p.dtype);
+  d.repair.acc_f64 = p.acc == ffi::DataType::F64;
+  d.resid = resid.untyped_data();
+  d.threshold = threshold.untyped_data();
+  d.factor = factor.untyped_data();
+  d.floor = floor.untyped_data();
+  d.state = static_cast<int32_t*>(state->untyped_data());
+  d.errors_detected = static_cast<int32_t*>(errors_detected->untyped_data());
+  d.corrected = static_cast<bool*>(corrected->untyped_data());
+  d.row = static_cast<int32_t*>(row->untyped_data());
+  d.col = static_cast<int32_t*>(col->untyped_data());
+  d.magnitude = magnitude->untyped_data();
+  d.uncorrectable = static_cast<bool*>(uncorrectable->untyped_data());
+  if (cudaError_t e = LaunchJudge(d, stream); e != cudaSuccess) {
+    return ffi::Error::Internal(std::string(kOp) + ": launch failed: " + cudaGetErrorName(e) +
+                                " (" + cudaGetErrorString(e) + ") for a=" + DescribeBuffer(a) +
+                                ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c));
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace tsm2
 
@@ -106,4 +155,27 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2RepairColumnCuda, tsm2::RepairCudaImpl,
                                   .Ret<xla::ffi::AnyBuffer>()   // exact: [m] (acc)
                                   .Ret<xla::ffi::AnyBuffer>()   // scale: [m] (acc)
                                   .Ret<xla::ffi::AnyBuffer>(),  // workspace: s32[blocks]
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2AbftJudgeCuda, tsm2::JudgeCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()   // resid: [2, n] (acc)
+                                  .Arg<xla::ffi::AnyBuffer>()   // threshold: [n] (acc)
+                                  .Arg<xla::ffi::AnyBuffer>()   // factor: acc[]
+                                  .Arg<xla::ffi::AnyBuffer>()   // floor: acc[]
+                                  .Arg<xla::ffi::AnyBuffer>()   // a: [m, k]
+                                  .Arg<xla::ffi::AnyBuffer>()   // b: [k, n]
+                                  .Arg<xla::ffi::AnyBuffer>()   // c: [m, n]
+                                  .Ret<xla::ffi::AnyBuffer>()   // c_out: [m, n], aliases c
+                                  .Ret<xla::ffi::AnyBuffer>()   // errors_detected: s32[]
+                                  .Ret<xla::ffi::AnyBuffer>()   // corrected: pred[]
+                                  .Ret<xla::ffi::AnyBuffer>()   // row: s32[]
+                                  .Ret<xla::ffi::AnyBuffer>()   // col: s32[]
+                                  .Ret<xla::ffi::AnyBuffer>()   // magnitude: acc[]
+                                  .Ret<xla::ffi::AnyBuffer>()   // uncorrectable: pred[]
+                                  .Ret<xla::ffi::AnyBuffer>()   // old_col: [m]
+                                  .Ret<xla::ffi::AnyBuffer>()   // exact: [m] (acc)
+                                  .Ret<xla::ffi::AnyBuffer>()   // scale: [m] (acc)
+                                  .Ret<xla::ffi::AnyBuffer>(),  // state: s32[JudgeStateSize(m)]
                               {xla::ffi::Traits::kCmdBufferCompatible});

@@ -93,4 +93,9 @@ inline int64_t RepairBlocks(int64_t m) {
   return std::clamp<int64_t>(CeilDiv(m, kRepairRowsPerBlock), 1, kRepairMaxBlocks);
 }
 
+// tsm2_abft_judge's s32 state: a header (failing columns, the worst one,
+// whether it is the only one) and the repair's block flags.
+constexpr int kJudgeStateHeader = 4;
+inline int64_t JudgeStateSize(int64_t m) { return kJudgeStateHeader + RepairBlocks(m); }
+
 }  // namespace tsm2

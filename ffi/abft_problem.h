@@ -1,5 +1,5 @@
 // Decodes and validates the buffers of the ABFT targets `tsm2_colsums` and
-// `tsm2_repair_column`, for the CPU reference and the CUDA handlers alike
+// `tsm2_repair_column` (and `tsm2_abft_judge`), for the CPU reference and the CUDA handlers alike
 // (same checks, same messages). Python checks everything at trace time
 // (jax_tsm2/abft_calls.py); this is the second line of defence.
 //
@@ -12,6 +12,8 @@
 // B [k, n], C [m, n] of one dtype T; results C_out [m, n] T (aliased to C),
 // old_col [m] T, exact [m] Acc, scale [m] Acc and an s32 workspace
 // [RepairBlocks(m)] (one finite flag per block; the CPU target ignores it).
+//
+// tsm2_abft_judge: see DecodeJudge.
 #pragma once
 
 #include <cstdint>
@@ -83,23 +85,13 @@ struct RepairProblem {
   ffi::DataType acc = ffi::DataType::INVALID;    // of exact and scale
 };
 
-inline ffi::Error DecodeRepair(std::string_view op, const ffi::AnyBuffer& flag,
-                               const ffi::AnyBuffer& j, const ffi::AnyBuffer& a,
-                               const ffi::AnyBuffer& b, const ffi::AnyBuffer& c,
-                               const ffi::AnyBuffer& c_out, const ffi::AnyBuffer& old_col,
-                               const ffi::AnyBuffer& exact, const ffi::AnyBuffer& scale,
-                               const ffi::AnyBuffer& workspace, RepairProblem* p) {
-  auto fail = [&](const std::string& why) {
-    std::ostringstream os;
-    os << op << ": " << why << " (flag=" << DescribeBuffer(flag) << ", j=" << DescribeBuffer(j)
-       << ", a=" << DescribeBuffer(a) << ", b=" << DescribeBuffer(b) << ", c=" << DescribeBuffer(c)
-       << ", exact=" << DescribeBuffer(exact) << ")";
-    return ffi::Error::InvalidArgument(os.str());
-  };
-  const bool flag_s32 = HasShape(flag, ffi::DataType::S32, {});
-  p->flag_bool = HasShape(flag, ffi::DataType::PRED, {});
-  if (!flag_s32 && !p->flag_bool) return fail("flag must be an s32 or pred scalar");
-  if (!HasShape(j, ffi::DataType::S32, {})) return fail("j must be an s32 scalar");
+// The checks tsm2_repair_column and tsm2_abft_judge share: A, B, C, C_out
+// and the column buffers old_col, exact, scale. `fail` builds the error.
+template <typename Fail>
+ffi::Error DecodeRepairOperands(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
+                                const ffi::AnyBuffer& c, const ffi::AnyBuffer& c_out,
+                                const ffi::AnyBuffer& old_col, const ffi::AnyBuffer& exact,
+                                const ffi::AnyBuffer& scale, const Fail& fail, RepairProblem* p) {
   auto ad = a.dimensions();
   auto bd = b.dimensions();
   if (ad.size() != 2 || bd.size() != 2) return fail("a and b must be 2-D");
@@ -117,8 +109,74 @@ inline ffi::Error DecodeRepair(std::string_view op, const ffi::AnyBuffer& flag,
   if (!HasShape(old_col, p->dtype, {p->m})) return fail("old_col must be [m] in a's dtype");
   if (!HasShape(exact, p->acc, {p->m})) return fail("exact must be [m]");
   if (!HasShape(scale, p->acc, {p->m})) return fail("scale must be [m] like exact");
+  return ffi::Error::Success();
+}
+
+inline ffi::Error DecodeRepair(std::string_view op, const ffi::AnyBuffer& flag,
+                               const ffi::AnyBuffer& j, const ffi::AnyBuffer& a,
+                               const ffi::AnyBuffer& b, const ffi::AnyBuffer& c,
+                               const ffi::AnyBuffer& c_out, const ffi::AnyBuffer& old_col,
+                               const ffi::AnyBuffer& exact, const ffi::AnyBuffer& scale,
+                               const ffi::AnyBuffer& workspace, RepairProblem* p) {
+  auto fail = [&](const std::string& why) {
+    std::ostringstream os;
+    os << op << ": " << why << " (flag=" << DescribeBuffer(flag) << ", j=" << DescribeBuffer(j)
+       << ", a=" << DescribeBuffer(a) << ", b=" << DescribeBuffer(b) << ", c=" << DescribeBuffer(c)
+       << ", exact=" << DescribeBuffer(exact) << ")";
+    return ffi::Error::InvalidArgument(os.str());
+  };
+  const bool flag_s32 = HasShape(flag, ffi::DataType::S32, {});
+  p->flag_bool = HasShape(flag, ffi::DataType::PRED, {});
+  if (!flag_s32 && !p->flag_bool) return fail("flag must be an s32 or pred scalar");
+  if (!HasShape(j, ffi::DataType::S32, {})) return fail("j must be an s32 scalar");
+  if (auto err = DecodeRepairOperands(a, b, c, c_out, old_col, exact, scale, fail, p);
+      !err.success()) {
+    return err;
+  }
   if (!HasShape(workspace, ffi::DataType::S32, {RepairBlocks(p->m)})) {
     return fail("workspace must be s32[" + std::to_string(RepairBlocks(p->m)) + "]");
+  }
+  return ffi::Error::Success();
+}
+
+// tsm2_abft_judge's buffers: operands resid [2, n], threshold [n], factor
+// and floor (scalars), all Acc, then A, B, C as for the repair; results
+// C_out, the verdict (errors_detected s32, corrected pred, row s32, col s32,
+// magnitude Acc, uncorrectable pred: scalars), old_col, exact, scale and the
+// s32 state [JudgeStateSize(m)].
+struct JudgeBuffers {
+  const ffi::AnyBuffer *resid, *threshold, *factor, *floor, *a, *b, *c;
+  const ffi::AnyBuffer *c_out, *errors_detected, *corrected, *row, *col, *magnitude, *uncorrectable,
+      *old_col, *exact, *scale, *state;
+};
+
+inline ffi::Error DecodeJudge(std::string_view op, const JudgeBuffers& x, RepairProblem* p) {
+  auto fail = [&](const std::string& why) {
+    std::ostringstream os;
+    os << op << ": " << why << " (resid=" << DescribeBuffer(*x.resid)
+       << ", threshold=" << DescribeBuffer(*x.threshold) << ", a=" << DescribeBuffer(*x.a)
+       << ", b=" << DescribeBuffer(*x.b) << ", c=" << DescribeBuffer(*x.c) << ")";
+    return ffi::Error::InvalidArgument(os.str());
+  };
+  if (auto err =
+          DecodeRepairOperands(*x.a, *x.b, *x.c, *x.c_out, *x.old_col, *x.exact, *x.scale, fail, p);
+      !err.success()) {
+    return err;
+  }
+  const ffi::DataType acc = p->acc, s32 = ffi::DataType::S32, pred = ffi::DataType::PRED;
+  if (!HasShape(*x.resid, acc, {2, p->n})) return fail("resid must be [2, n] in exact's dtype");
+  if (!HasShape(*x.threshold, acc, {p->n})) return fail("threshold must be [n] like resid");
+  if (!HasShape(*x.factor, acc, {}) || !HasShape(*x.floor, acc, {}) ||
+      !HasShape(*x.magnitude, acc, {})) {
+    return fail("factor, floor and magnitude must be scalars like resid");
+  }
+  if (!HasShape(*x.errors_detected, s32, {}) || !HasShape(*x.row, s32, {}) ||
+      !HasShape(*x.col, s32, {}) || !HasShape(*x.corrected, pred, {}) ||
+      !HasShape(*x.uncorrectable, pred, {})) {
+    return fail("errors_detected, row, col must be s32 and corrected, uncorrectable pred scalars");
+  }
+  if (!HasShape(*x.state, s32, {JudgeStateSize(p->m)})) {
+    return fail("state must be s32[" + std::to_string(JudgeStateSize(p->m)) + "]");
   }
   return ffi::Error::Success();
 }

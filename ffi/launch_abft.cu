@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "ffi/kernels/colsums.cuh"
+#include "ffi/kernels/judge.cuh"
 #include "ffi/kernels/repair_column.cuh"
 #include "ffi/launch_abft.h"
 #include "ffi/occupancy.h"
@@ -173,6 +174,57 @@ struct RepairLaunchOp {
   }
 };
 
+// XLA hands an aliased result the operand's buffer; should it ever not, the
+// repaired C must still start as C.
+cudaError_t StartFromC(const DeviceRepair& p, cudaStream_t stream) {
+  if (p.c_out == p.c) return cudaSuccess;
+  const size_t bytes = static_cast<size_t>(p.m) * p.n *
+                       (p.type == ElemType::kF64   ? 8
+                        : p.type == ElemType::kF32 ? 4
+                                                   : 2);
+  return cudaMemcpyAsync(p.c_out, p.c, bytes, cudaMemcpyDeviceToDevice, stream);
+}
+
+struct JudgeLaunchOp {
+  const DeviceJudge& p;
+  cudaStream_t stream;
+  template <typename T, typename Acc>
+  cudaError_t Run() const {
+    const DeviceRepair& r = p.repair;
+    AbftFlagKernel<Acc><<<1, kJudgeThreads, 0, stream>>>(
+        static_cast<const Acc*>(p.resid), static_cast<const Acc*>(p.threshold), r.n, p.state);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (r.m > 0 && r.n > 0) {
+      DeviceRepair repair = r;
+      repair.flag = p.state + kJudgeSingle;
+      repair.flag_bool = false;
+      repair.j = p.state + kJudgeColumn;
+      repair.block_ok = p.state + kJudgeStateHeader;
+      if (cudaError_t e = RepairLaunchOp{repair, stream}.Run<T, Acc>(); e != cudaSuccess) {
+        return e;
+      }
+    }
+    VerdictArgs v{};
+    v.resid = p.resid;
+    v.factor = p.factor;
+    v.floor = p.floor;
+    v.old_col = r.old_col;
+    v.exact = r.exact;
+    v.scale = r.scale;
+    v.state = p.state;
+    v.m = r.m;
+    v.n = r.n;
+    v.errors_detected = p.errors_detected;
+    v.corrected = p.corrected;
+    v.row = p.row;
+    v.col = p.col;
+    v.magnitude = p.magnitude;
+    v.uncorrectable = p.uncorrectable;
+    AbftVerdictKernel<T, Acc><<<1, kJudgeThreads, 0, stream>>>(v);
+    return cudaGetLastError();
+  }
+};
+
 }  // namespace
 
 cudaError_t PlanColsumsLaunch(const DeviceColsums& p, size_t workspace_bytes, ColsumsPlan* plan) {
@@ -188,19 +240,15 @@ cudaError_t LaunchColsums(const DeviceColsums& p, void* workspace, size_t worksp
 cudaError_t LaunchRepairColumn(const DeviceRepair& p, cudaStream_t stream) {
   if (p.m < 0 || p.k < 0 || p.n < 0) return cudaErrorInvalidValue;
   if (p.m == 0 || p.n == 0) return cudaSuccess;
-  // XLA hands the aliased result the operand's buffer; should it ever not,
-  // the result must still start as C.
-  if (p.c_out != p.c) {
-    const size_t bytes = static_cast<size_t>(p.m) * p.n *
-                         (p.type == ElemType::kF64   ? 8
-                          : p.type == ElemType::kF32 ? 4
-                                                     : 2);
-    if (cudaError_t e = cudaMemcpyAsync(p.c_out, p.c, bytes, cudaMemcpyDeviceToDevice, stream);
-        e != cudaSuccess) {
-      return e;
-    }
-  }
+  if (cudaError_t e = StartFromC(p, stream); e != cudaSuccess) return e;
   return WithTypes(p.type, p.acc_f64, RepairLaunchOp{p, stream});
+}
+
+cudaError_t LaunchJudge(const DeviceJudge& p, cudaStream_t stream) {
+  const DeviceRepair& r = p.repair;
+  if (r.m < 0 || r.k < 0 || r.n < 0) return cudaErrorInvalidValue;
+  if (cudaError_t e = StartFromC(r, stream); e != cudaSuccess) return e;
+  return WithTypes(r.type, r.acc_f64, JudgeLaunchOp{p, stream});
 }
 
 }  // namespace tsm2

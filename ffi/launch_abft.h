@@ -60,4 +60,27 @@ struct DeviceRepair {
 
 cudaError_t LaunchRepairColumn(const DeviceRepair& p, cudaStream_t stream);
 
+// The judgement after the checksum pass over C (kernels/judge.cuh): from
+// the residuals resid [2, n] and thresholds [n] (Acc), the failing columns;
+// when exactly one fails, its repair as LaunchRepairColumn does it (in place
+// in c_out, which must hold c); and the verdict's six scalars. `repair`
+// carries a, b, c, c_out, old_col, exact, scale, m, k, n and the types (its
+// flag, j and block_ok are set here, from `state`: s32[JudgeStateSize(m)]).
+struct DeviceJudge {
+  DeviceRepair repair;
+  const void* resid = nullptr;
+  const void* threshold = nullptr;
+  const void* factor = nullptr;
+  const void* floor = nullptr;
+  int32_t* state = nullptr;
+  int32_t* errors_detected = nullptr;
+  bool* corrected = nullptr;
+  int32_t* row = nullptr;
+  int32_t* col = nullptr;
+  void* magnitude = nullptr;
+  bool* uncorrectable = nullptr;
+};
+
+cudaError_t LaunchJudge(const DeviceJudge& p, cudaStream_t stream);
+
 }  // namespace tsm2

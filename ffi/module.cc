@@ -35,6 +35,7 @@ nb::dict Registrations() {
   cpu["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCpu);
   cpu["tsm2_colsums"] = EncapsulateHandler(Tsm2ColsumsCpu);
   cpu["tsm2_repair_column"] = EncapsulateHandler(Tsm2RepairColumnCpu);
+  cpu["tsm2_abft_judge"] = EncapsulateHandler(Tsm2AbftJudgeCpu);
   nb::dict out;
   out["cpu"] = cpu;
 #ifdef TSM2_WITH_CUDA
@@ -44,6 +45,7 @@ nb::dict Registrations() {
   cuda["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCuda);
   cuda["tsm2_colsums"] = EncapsulateHandler(Tsm2ColsumsCuda);
   cuda["tsm2_repair_column"] = EncapsulateHandler(Tsm2RepairColumnCuda);
+  cuda["tsm2_abft_judge"] = EncapsulateHandler(Tsm2AbftJudgeCuda);
   out["CUDA"] = cuda;
 #endif
   return out;
@@ -316,6 +318,9 @@ NB_MODULE(_tsm2_ext, m) {
   m.def(
       "repair_blocks", [](int64_t m) { return tsm2::RepairBlocks(m); }, nb::arg("m"),
       "Blocks of tsm2_repair_column for m rows: the length of its s32 workspace.");
+  m.def(
+      "judge_state_size", [](int64_t m) { return tsm2::JudgeStateSize(m); }, nb::arg("m"),
+      "Length of tsm2_abft_judge's s32 state for m rows.");
   m.def("device_properties", &DeviceProperties, nb::arg("device") = 0,
         "What the CUDA driver reports about a device (RuntimeError without CUDA).");
 }

@@ -34,6 +34,7 @@ MATMUL_TARGET = "tsm2_matmul"
 KMEANS_TARGET = "tsm2_kmeans_step"
 COLSUMS_TARGET = "tsm2_colsums"
 REPAIR_TARGET = "tsm2_repair_column"
+JUDGE_TARGET = "tsm2_abft_judge"
 
 
 def _register_all() -> dict[str, tuple[str, ...]]:
@@ -84,9 +85,9 @@ def cuda_kmeans_available() -> bool:
 
 
 def cuda_abft_available() -> bool:
-    """True when this build contains the ABFT kernels (``tsm2_colsums``, ``tsm2_repair_column``)."""
+    """True when this build contains the ABFT kernels (colsums, repair_column, abft_judge)."""
     cuda = _registered.get("CUDA", ())
-    return COLSUMS_TARGET in cuda and REPAIR_TARGET in cuda
+    return all(t in cuda for t in (COLSUMS_TARGET, REPAIR_TARGET, JUDGE_TARGET))
 
 
 @functools.cache
@@ -157,6 +158,16 @@ def repair_blocks(m: int) -> int:
         (4, 1024)
     """
     return int(_tsm2_ext.repair_blocks(m))
+
+
+def judge_state_size(m: int) -> int:
+    """Length of ``tsm2_abft_judge``'s s32 state for ``m`` rows (a header and the repair's flags).
+
+    Example:
+        >>> judge_state_size(100)
+        8
+    """
+    return int(_tsm2_ext.judge_state_size(m))
 
 
 def build_info() -> dict[str, Any]:

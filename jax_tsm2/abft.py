@@ -11,10 +11,11 @@ them and reads the matrix once). A column whose residual ``W^T C - (W^T A) B`` e
 rigorous, data-dependent rounding threshold (or is not finite) is flagged. ``abft_matmul`` then
 repairs a single flagged column by recomputing it from the operands (``c[:, j] = a @ b[:, j]``,
 one pass over ``A``), which also locates the faulty entries; a clean product does not pay for
-the recomputation. On CUDA the ``tsm2_repair_column`` kernels (``abft_calls.repair_column``) do
-it: they read the verdict on the device, return at once when nothing is flagged, and write the
-column into ``C`` in place. Elsewhere it sits in a ``lax.cond``. (``_SUMS`` and ``_REPAIR``
-select other formulations, for benchmarks/abft_overhead.py.)
+the recomputation. On CUDA the ``tsm2_abft_judge`` kernels (``abft_calls.judge``) do it, and
+the whole judgement after the pass over ``C``: they flag the columns on the device, recompute
+only when one is flagged, write the column into ``C`` in place and assemble the verdict, in
+four small kernels and no host round trip. Elsewhere the repair sits in a ``lax.cond``.
+(``_SUMS`` and ``_REPAIR`` select other formulations, for benchmarks/abft_overhead.py.)
 
 What was traded for speed: the Huang-Abraham row checksums ``C W`` are gone (checking them
 needs ``B`` before ``A`` and ``A`` before ``B``, a fourth pass). A fault is therefore known by
@@ -264,10 +265,10 @@ def _check_operands(a: ArrayLike, b: ArrayLike) -> tuple[jax.Array, jax.Array, n
 # _SUMS, how the checksum passes are computed: "kernel" (the tsm2_colsums FFI target, one
 # read at the streaming ceiling; abft_calls.colsums), "variadic" (one XLA reduce op per pass)
 # or "siblings" (one jnp.sum per term, left to XLA's sibling multi-output fusion, GPU only).
-# _REPAIR, how the flagged column is recomputed: "kernel" (the tsm2_repair_column FFI target:
-# its kernels read the flag on the device and return at once when it is 0), "cond" (runs only
-# when one column is flagged, but XLA's GPU runtime copies the predicate to the host and waits
-# for it) or "select" (always recomputed, no host wait; what vmap makes of the cond anyway).
+# _REPAIR, how the flagged column is recomputed: "kernel" (the tsm2_abft_judge FFI target: its
+# kernels flag the columns on the device and recompute only when one is flagged), "cond" (runs
+# only when one column is flagged, but XLA's GPU runtime copies the predicate to the host and
+# waits for it) or "select" (always recomputed, no host wait; what vmap makes of the cond anyway).
 # "auto" picks the kernels on CUDA when this build has them (decided per platform at lowering,
 # lax.platform_dependent), and elsewhere siblings on GPUs and the variadic reduce on CPU (on
 # the H100, jax 0.11.2, XLA's variadic reduce encoded 8192^2 operands in 1.24 ms against
@@ -542,27 +543,46 @@ def _repair_xla(single, c, j, a, b, factor, floor):
     return c_out, fix._replace(column=None)
 
 
-def _repair_kernel(single, c, j, a, b, factor, floor):
-    """The repair as the tsm2_repair_column target: no host round trip. Its outputs other
-    than C are undefined unless ``single``; the caller masks them with it."""
-    # The alias (the call's operand c is its result 0) is what writes the column in place:
-    # after the call C has no other use (verify's pass over C and `single` come before it,
-    # and no slice of C is taken here), so XLA has no reason to copy it first.
-    r = abft_calls.repair_column(single, j, a, b, c, acc=factor.dtype)
-    # The kernel wrote the column exactly when every entry of `exact` is finite, which is
-    # what _judge_column calls `repaired`.
-    return r.c, _judge_column(r.old_col, r.exact, r.scale, factor, floor)._replace(column=None)
+def _worst_column(s: jax.Array, t: jax.Array, flags: jax.Array):
+    """Flagged columns, the worst (largest residual over threshold; NaN/Inf worst) and whether
+    it is the only one."""
+    n_cols = jnp.sum(flags, dtype=jnp.int32)
+    score = jnp.max(jnp.abs(s), axis=0) / jnp.maximum(t, jnp.finfo(s.dtype).tiny)
+    j = jnp.argmax(jnp.where(jnp.isfinite(score), score, jnp.inf)).astype(jnp.int32)
+    return n_cols, j, n_cols == 1
 
 
-def _repair_from_operands(single, c, j, a, b, factor, floor):
-    """``(C with column j repaired when single, _Repair)``, the way _REPAIR says."""
-    mode = _check_mode("_REPAIR", _REPAIR, REPAIR_MODES)
-    if mode in ("cond", "select"):
-        return _repair_xla(single, c, j, a, b, factor, floor)
-    usable = a.dtype == b.dtype == c.dtype and abft_calls.colsums_supported(c.dtype, factor.dtype)
-    return _by_platform(
-        mode, usable, _repair_kernel, _repair_xla, single, c, j, a, b, factor, floor
+def _assemble_verdict(n_cols, j, detected, fixed, row, magnitude, acc) -> Verdict:
+    nothing = n_cols == 0
+    return Verdict(
+        errors_detected=detected.astype(jnp.int32),
+        corrected=fixed,
+        row=jnp.where(nothing, -1, row).astype(jnp.int32),
+        col=jnp.where(nothing, -1, j).astype(jnp.int32),
+        magnitude=jnp.where(nothing, 0, magnitude).astype(acc),
+        uncorrectable=~nothing & ~fixed,
     )
+
+
+def _correct_xla(c, s, t, flags, factor, floor, a, b) -> tuple[jax.Array, Verdict]:
+    """``correct`` with the operands as XLA ops (the repair in a cond or a select)."""
+    n_cols, j, single = _worst_column(s, t, flags)
+    c_out, fix = _repair_xla(single, c, j, a, b, factor, floor)
+    fixed = single & fix.repaired
+    detected = jnp.where(single, jnp.maximum(fix.bad_entries, 1), n_cols)
+    row = jnp.where(single, fix.row, -1)
+    magnitude = jnp.where(single, fix.magnitude, s[0, j])
+    return c_out, _assemble_verdict(n_cols, j, detected, fixed, row, magnitude, s.dtype)
+
+
+def _correct_kernel(c, s, t, flags, factor, floor, a, b) -> tuple[jax.Array, Verdict]:
+    """``correct`` with the operands as the tsm2_abft_judge target: the same verdict from four
+    small kernels instead of a dozen fusions, and no host round trip."""
+    del flags  # the kernel derives them from s and t as _verify does
+    # The alias (operand c is result 0) writes the column in place: after the call C has no
+    # other use (the pass over C comes before it), so XLA has no reason to copy it first.
+    r = abft_calls.judge(s, t, factor, floor, a, b, c)
+    return r.c, Verdict(*r[1:])
 
 
 def correct(
@@ -580,8 +600,8 @@ def correct(
       accumulation dtype (one pass over ``A``) and replaces ``c[:, j]``, whatever and however
       many entries were wrong (NaN/Inf included). Entries that differed from the recomputed
       ones by more than their rounding bound are counted and the worst is reported. A clean
-      product does not pay for the recomputation: on CUDA the ``tsm2_repair_column`` kernels
-      read the verdict on the device (no host wait) and write the column in place; elsewhere
+      product does not pay for the recomputation: on CUDA the ``tsm2_abft_judge`` kernels
+      flag the columns on the device (no host wait) and write the column in place; elsewhere
       it sits in a ``lax.cond`` (which under ``jax.vmap`` becomes a select: every batch entry
       pays it). A NaN/Inf recomputation (non-finite operands) repairs nothing.
     - without them: the row comes from the ratio of the two weighted residuals, trusted only
@@ -626,48 +646,32 @@ def correct(
         false = jnp.zeros((), bool)
         return c, Verdict(zero_i, false, zero_i - 1, zero_i - 1, jnp.zeros((), acc), false)
 
-    n_cols = jnp.sum(residuals.col_flags, dtype=jnp.int32)
-    # The worst column: largest residual relative to its threshold; NaN/Inf count as worst.
-    score = jnp.max(jnp.abs(s), axis=0) / jnp.maximum(t, jnp.finfo(acc).tiny)
-    j = jnp.argmax(jnp.where(jnp.isfinite(score), score, jnp.inf)).astype(jnp.int32)
-    single = n_cols == 1
-
     if a is not None and b is not None:
         a, b, _ = _check_operands(a, b)
         if a.shape[0] != m or b.shape[1] != n:
             raise TypeError(f"abft.correct: operands {a.shape} @ {b.shape} do not give {c.shape}")
-        c_out, fix = _repair_from_operands(
-            single, c, j, a, b, residuals.entry_factor, residuals.entry_floor
+        mode = _check_mode("_REPAIR", _REPAIR, REPAIR_MODES)
+        usable = (
+            mode in ("auto", "kernel")
+            and a.dtype == b.dtype == c.dtype
+            and abft_calls.colsums_supported(c.dtype, acc)
         )
-        fixed = single & fix.repaired
-        detected = jnp.where(single, jnp.maximum(fix.bad_entries, 1), n_cols)
-        row = jnp.where(single, fix.row, -1)
-        magnitude = jnp.where(single, fix.magnitude, s[0, j])
-    else:
-        old = lax.dynamic_index_in_dim(c, j, axis=1, keepdims=False)
-        wm = checksum_weights(m, acc)[:, 1]
-        # The threshold bounds the checksum rounding of a clean column; a large error adds
-        # its own, up to gamma_{m+1} |error| on each weighted sum.
-        slack = 2 * _gamma(m + 1, float(jnp.finfo(acc).eps) / 2) * jnp.abs(s[0, j])
-        i, sure = _locate_by_ratio(s[:, j], t[j] + slack, wm)
-        new = old[i].astype(acc) - s[0, j]
-        fixed = single & sure & jnp.isfinite(new)
-        detected = n_cols
-        row = jnp.where(single & sure, i, -1)
-        magnitude = s[0, j]
-        new_column = old.at[i].set(jnp.where(fixed, new.astype(c.dtype), old[i]))
-        c_out = lax.dynamic_update_index_in_dim(c, new_column, j, axis=1)
+        args = (c, s, t, residuals.col_flags, residuals.entry_factor, residuals.entry_floor, a, b)
+        return _by_platform(mode, usable, _correct_kernel, _correct_xla, *args)
 
-    nothing = n_cols == 0
-    verdict = Verdict(
-        errors_detected=detected.astype(jnp.int32),
-        corrected=fixed,
-        row=jnp.where(nothing, -1, row).astype(jnp.int32),
-        col=jnp.where(nothing, -1, j).astype(jnp.int32),
-        magnitude=jnp.where(nothing, 0, magnitude).astype(acc),
-        uncorrectable=~nothing & ~fixed,
-    )
-    return c_out, verdict
+    n_cols, j, single = _worst_column(s, t, residuals.col_flags)
+    old = lax.dynamic_index_in_dim(c, j, axis=1, keepdims=False)
+    wm = checksum_weights(m, acc)[:, 1]
+    # The threshold bounds the checksum rounding of a clean column; a large error adds
+    # its own, up to gamma_{m+1} |error| on each weighted sum.
+    slack = 2 * _gamma(m + 1, float(jnp.finfo(acc).eps) / 2) * jnp.abs(s[0, j])
+    i, sure = _locate_by_ratio(s[:, j], t[j] + slack, wm)
+    new = old[i].astype(acc) - s[0, j]
+    fixed = single & sure & jnp.isfinite(new)
+    row = jnp.where(single & sure, i, -1)
+    new_column = old.at[i].set(jnp.where(fixed, new.astype(c.dtype), old[i]))
+    c_out = lax.dynamic_update_index_in_dim(c, new_column, j, axis=1)
+    return c_out, _assemble_verdict(n_cols, j, n_cols, fixed, row, s[0, j], acc)
 
 
 def check(
@@ -702,7 +706,8 @@ def abft_matmul(
     ``inject_error`` / ``check`` (as the tests do). jit-able and vmap-able (batch with
     ``jax.vmap``; operands are 2-D; under ``vmap`` the repair's ``lax.cond``, where it is one,
     runs for every entry). On CUDA the whole check is three ``tsm2_colsums`` passes and a
-    ``tsm2_repair_column`` call that returns at once for a clean product: no host round trip.
+    ``tsm2_abft_judge`` call (four small kernels, no recomputation for a clean product): no
+    host round trip.
 
     Args:
       a: ``(m, k)`` f16/bf16/f32/f64 operand.

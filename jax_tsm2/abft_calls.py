@@ -8,11 +8,16 @@
   scalar ``flag`` is set, recomputes column ``j`` of ``c = a @ b`` in place (accumulated in
   ``acc``); otherwise returns at once. It replaces ``lax.cond`` on GPUs, whose predicate XLA
   copies to the host and waits for.
+* ``judge(resid, threshold, factor, floor, a, b, c)`` (target ``tsm2_abft_judge``): everything
+  ``jax_tsm2.abft.correct`` does with the operands after the checksum pass over ``C`` (which
+  columns fail, the repair of a single failing one, the verdict) in four small kernels rather
+  than a dozen XLA fusions.
 
-On CUDA these are the kernels of ``ffi/kernels/colsums.cuh`` and ``ffi/kernels/repair_column.cuh``;
-on CPU, plain-loop references (for tests). Every check happens here, at trace time: an error
-returned by a CUDA handler has crashed jax 0.11 (benchmarks/NOTES.md). Under ``jax.vmap`` each
-call runs once per batch element (``vmap_method="sequential"``). Neither has a derivative.
+On CUDA these are the kernels of ``ffi/kernels/colsums.cuh``, ``repair_column.cuh`` and
+``judge.cuh``; on CPU, plain-loop references (for tests). Every check happens here, at trace
+time: an error returned by a CUDA handler has crashed jax 0.11 (benchmarks/NOTES.md). Under
+``jax.vmap`` each call runs once per batch element (``vmap_method="sequential"``). None has a
+derivative.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ __all__ = [
     "RepairedColumn",
     "colsums",
     "colsums_supported",
+    "judge",
     "repair_column",
 ]
 
@@ -99,6 +105,26 @@ def colsums(m: ArrayLike, v: ArrayLike, *, abs_rows: int = 0) -> jax.Array:
     return call(m, v, abs_rows=np.int32(abs_rows))[0]
 
 
+def _check_repair_operands(name: str, a: jax.Array, b: jax.Array, c: jax.Array, acc) -> np.dtype:
+    """Shapes and dtypes of ``c = a @ b`` for the repair targets; returns ``acc`` as a dtype."""
+    if a.ndim != 2 or b.ndim != 2 or c.ndim != 2:
+        raise ValueError(f"{name}: a, b, c must be 2-D, got {a.shape}, {b.shape}, {c.shape}")
+    (m, k), n = a.shape, b.shape[1]
+    if b.shape[0] != k or c.shape != (m, n):
+        raise TypeError(
+            f"{name}: need a (m, k), b (k, n), c (m, n); got {a.shape}, {b.shape}, {c.shape}"
+        )
+    if not (a.dtype == b.dtype == c.dtype and a.dtype in _ELEMENT_DTYPES):
+        raise TypeError(
+            f"{name}: a, b and c must share one dtype of f16/bf16/f32/f64, got "
+            f"{a.dtype}, {b.dtype}, {c.dtype}"
+        )
+    acc = np.dtype(acc)
+    if acc not in ACC_DTYPES:
+        raise TypeError(f"{name}: acc must be float32 or float64, got {acc}")
+    return acc
+
+
 class RepairedColumn(NamedTuple):
     """What ``repair_column`` returns.
 
@@ -161,21 +187,8 @@ def repair_column(
         raise TypeError(f"repair_column: flag must be bool or an integer, got {flag.dtype}")
     if not jnp.issubdtype(j.dtype, jnp.integer):
         raise TypeError(f"repair_column: j must be an integer, got {j.dtype}")
-    if a.ndim != 2 or b.ndim != 2 or c.ndim != 2:
-        raise ValueError(f"repair_column: a, b, c must be 2-D, got {a.shape}, {b.shape}, {c.shape}")
-    (m, k), n = a.shape, b.shape[1]
-    if b.shape[0] != k or c.shape != (m, n):
-        raise TypeError(
-            f"repair_column: need a (m, k), b (k, n), c (m, n); got {a.shape}, {b.shape}, {c.shape}"
-        )
-    if not (a.dtype == b.dtype == c.dtype and a.dtype in _ELEMENT_DTYPES):
-        raise TypeError(
-            "repair_column: a, b and c must share one dtype of f16/bf16/f32/f64, got "
-            f"{a.dtype}, {b.dtype}, {c.dtype}"
-        )
-    acc = np.dtype(acc)
-    if acc not in ACC_DTYPES:
-        raise TypeError(f"repair_column: acc must be float32 or float64, got {acc}")
+    acc = _check_repair_operands("repair_column", a, b, c, acc)
+    (m, _), n = a.shape, b.shape[1]
     if flag.dtype != jnp.bool_:
         flag = flag.astype(jnp.int32)
     j = j.astype(jnp.int32)
@@ -196,3 +209,86 @@ def repair_column(
     )
     c_out, old_col, exact, scale, _ = call(flag, j, a, b, c)
     return RepairedColumn(c_out, old_col, exact, scale)
+
+
+class Judgement(NamedTuple):
+    """What ``judge`` returns: the (repaired) product and the fields of ``abft.Verdict``."""
+
+    c: jax.Array
+    errors_detected: jax.Array
+    corrected: jax.Array
+    row: jax.Array
+    col: jax.Array
+    magnitude: jax.Array
+    uncorrectable: jax.Array
+
+
+def judge(
+    resid: ArrayLike,
+    threshold: ArrayLike,
+    factor: ArrayLike,
+    floor: ArrayLike,
+    a: ArrayLike,
+    b: ArrayLike,
+    c: ArrayLike,
+) -> Judgement:
+    """``jax_tsm2.abft.correct(c, residuals, a=a, b=b)`` as one FFI call, for ``m, n >= 1``.
+
+    A column fails when a residual exceeds its threshold (or is not finite); when exactly one
+    fails, the worst (largest residual over threshold, first on ties) is recomputed as
+    ``a @ b[:, j]`` in ``resid``'s dtype and written into ``c`` in place (``c`` aliases the
+    result, as for ``repair_column``); the entries that differed by more than
+    ``factor * |a||b[:, j]| + floor`` are counted and the largest is located. The verdict is
+    assembled as ``correct`` does it.
+
+    Args:
+      resid: ``(2, n)`` residuals ``W^T C - (W^T A) B`` in the accumulation dtype (f32/f64).
+      threshold: ``(n,)`` their bounds; ``factor``, ``floor``: scalars of the entry bound.
+      a: ``(m, k)``; ``b``: ``(k, n)``; ``c``: ``(m, n)``; one dtype (f16/bf16/f32/f64).
+
+    Returns:
+      ``Judgement(c, errors_detected, corrected, row, col, magnitude, uncorrectable)``.
+
+    >>> a = jnp.ones((3, 2), jnp.float32); b = jnp.ones((2, 4), jnp.float32)
+    >>> bad = (a @ b).at[1, 2].set(7.0)
+    >>> resid = jnp.zeros((2, 4)).at[:, 2].set(5.0)  # column 2 sums 5 too high
+    >>> j = judge(resid, jnp.full((4,), 1e-3), 1e-6, 0.0, a, b, bad)
+    >>> j.c[:, 2], int(j.errors_detected), int(j.row), int(j.col), float(j.magnitude)
+    (Array([2., 2., 2.], dtype=float32), 1, 1, 2, 5.0)
+    """
+    resid, threshold = jnp.asarray(resid), jnp.asarray(threshold)
+    a, b, c = jnp.asarray(a), jnp.asarray(b), jnp.asarray(c)
+    acc = _check_repair_operands("judge", a, b, c, resid.dtype)
+    (m, _), n = a.shape, b.shape[1]
+    if m == 0 or n == 0:
+        raise ValueError(f"judge: needs m, n >= 1, got a{a.shape} and b{b.shape}")
+    if resid.shape != (2, n) or threshold.shape != (n,) or threshold.dtype != acc:
+        raise ValueError(
+            f"judge: resid must be (2, n) and threshold (n,) in one float dtype, n = {n}; got "
+            f"resid{resid.shape} {resid.dtype} and threshold{threshold.shape} {threshold.dtype}"
+        )
+    factor, floor = jnp.asarray(factor, acc), jnp.asarray(floor, acc)
+    if factor.shape != () or floor.shape != ():
+        raise ValueError(f"judge: factor, floor must be scalars, got {factor.shape}, {floor.shape}")
+    operands = _compat.match_varying(resid, threshold, factor, floor, a, b, c)
+    out = lambda shape, dtype: _compat.shape_dtype_struct(shape, dtype, c)
+    scalar_i, scalar_b = out((), jnp.int32), out((), jnp.bool_)
+    call = jax.ffi.ffi_call(
+        _ffi.JUDGE_TARGET,
+        (
+            out((m, n), c.dtype),
+            scalar_i,
+            scalar_b,
+            scalar_i,
+            scalar_i,
+            out((), acc),
+            scalar_b,
+            out((m,), c.dtype),
+            out((m,), acc),
+            out((m,), acc),
+            out((_ffi.judge_state_size(m),), jnp.int32),
+        ),
+        vmap_method="sequential",
+        input_output_aliases={6: 0},  # c is written in place, as in repair_column
+    )
+    return Judgement(*call(*operands)[:7])

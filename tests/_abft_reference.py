@@ -63,3 +63,39 @@ def assert_repaired(r, a, b, bad, j: int, acc) -> None:
     np.testing.assert_array_equal(as_f64(r.c[:, j]), as_f64(r.exact.astype(bad.dtype)))
     others = np.arange(n) != j
     np.testing.assert_array_equal(as_f64(r.c)[:, others], as_f64(bad)[:, others])
+
+
+def judge_scenarios(rng, m: int, k: int, n: int, dtype):
+    """Operands, their checksums and products to judge: clean, one fault, two faults in one
+    column, faults in two columns, a NaN. Each fault is 8 column thresholds (always flagged)."""
+    from _helpers import rand
+
+    from jax_tsm2 import abft
+
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    cs = abft.encode(a, b)
+    clean = abft.abft_matmul(a, b)[0]
+    big = lambda j: 8.0 * float(cs.col_threshold[j])
+    j1, j2 = n // 3, n - 1
+    one = abft.inject_error(clean, m // 2, j1, big(j1))
+    products = {
+        "clean": clean,
+        "one fault": one,
+        "two in one column": abft.inject_error(one, 0, j1, -big(j1)),
+        "two columns": abft.inject_error(one, m - 1, j2, big(j2)),
+        "nan": abft.inject_error(clean, 1, j2, float("nan")),
+    }
+    return a, b, cs, products
+
+
+def assert_verdicts_agree(kernel, xla, acc) -> None:
+    """A judgement through tsm2_abft_judge against the XLA formulation's: the same verdict (the
+    magnitude within the rounding of a recomputation) and the same product (the repaired
+    column within it too: the two recompute in different orders)."""
+    (c_k, v_k), (c_x, v_x) = kernel, xla
+    for field in ("errors_detected", "corrected", "row", "col", "uncorrectable"):
+        assert int(getattr(v_k, field)) == int(getattr(v_x, field)), (field, v_k, v_x)
+    assert v_k.magnitude.dtype == v_x.magnitude.dtype == jnp.dtype(acc)
+    mk, mx = float(v_k.magnitude), float(v_x.magnitude)
+    assert (np.isnan(mk) and np.isnan(mx)) or abs(mk - mx) <= 1e-3 * max(abs(mx), 1.0), (v_k, v_x)
+    np.testing.assert_allclose(as_f64(c_k), as_f64(c_x), rtol=1e-3, atol=1e-3)

@@ -76,7 +76,7 @@ def assert_only_column_changed(fixed, clean, j):
 def impl(request, monkeypatch):
     """The numerics tests run twice: with the library's formulations for this backend ("auto":
     on CPU a variadic reduce per pass and a lax.cond repair; on CUDA the FFI kernels) and with
-    the FFI targets forced (tsm2_colsums for every pass, tsm2_repair_column for the repair; on
+    the FFI targets forced (tsm2_colsums for every pass, tsm2_abft_judge for the repair; on
     CPU their plain-loop references). The mode is read at trace time: caches are cleared so a
     function jitted under one mode is not reused under the other."""
     if request.param == "kernels":
@@ -452,18 +452,18 @@ def test_repair_is_a_cond_except_under_vmap(monkeypatch):
 
 def test_kernel_modes_read_each_matrix_once_and_never_copy_c(monkeypatch):
     """With the FFI targets, A and B are read by the product, one tsm2_colsums call and the
-    repair call (which reads them only on a fault); C by one tsm2_colsums call and the repair
+    judge call (which reads them only on a fault); C by one tsm2_colsums call and the judge
     call, whose alias writes the column in place: no copy of C, no conditional."""
     monkeypatch.setattr(abft, "_SUMS", "kernel")
     monkeypatch.setattr(abft, "_REPAIR", "kernel")
     m, k, n = 96, 80, 48
     a, b = jnp.ones((m, k), jnp.float32), jnp.ones((k, n), jnp.float32)
     text = compiled(lambda x, y: abft.abft_matmul(x, y), a, b)
-    ours = ["custom-call:tsm2_colsums", "custom-call:tsm2_repair_column"]
+    ours = ["custom-call:tsm2_abft_judge", "custom-call:tsm2_colsums"]
     for which in ({"parameter": 0}, {"parameter": 1}):  # and the product (a custom call on GPU)
         labels = _hlo.reader_labels(text, **which)
-        assert len(labels) == 3 and [x for x in labels if x in ours] == ours, labels
-    assert _hlo.reader_labels(text, shape=f"f32[{m},{n}]") == ours
+        assert len(labels) == 3 and sorted(x for x in labels if x in ours) == ours, labels
+    assert sorted(_hlo.reader_labels(text, shape=f"f32[{m},{n}]")) == ours
     assert "conditional(" not in text
     assert not [line for line in text.splitlines() if f"f32[{m},{n}]" in line and " copy(" in line]
 
@@ -476,13 +476,33 @@ def test_auto_lowers_the_kernels_for_cuda_only():
 
     cuda = lowered("cuda").as_text()
     assert cuda.count("custom_call @tsm2_colsums") == 3
-    assert cuda.count("custom_call @tsm2_repair_column") == 1
+    assert cuda.count("custom_call @tsm2_abft_judge") == 1
     assert "tsm2_colsums" not in lowered("cpu").as_text()
     with jax_tsm2.custom_call_mode("never"):
         assert "tsm2_" not in lowered("cuda").as_text()
     if jax.default_backend() == "cpu":
         # The platform switch is resolved when compiling: only the repair's cond is left.
         assert compiled(abft.abft_matmul, a, b).count(" conditional(") == 1
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.bfloat16])
+def test_judge_target_gives_the_xla_verdict(monkeypatch, dtype):
+    """tsm2_abft_judge (here its CPU reference) against the XLA formulation of ``correct`` on
+    clean and faulty products: one fault, two in one column, two columns, a NaN."""
+    from _abft_reference import assert_verdicts_agree, judge_scenarios
+
+    a, b, cs, products = judge_scenarios(np.random.default_rng(5), 70, 33, 13, dtype)
+    results = {}
+    for mode in ("kernel", "cond"):
+        monkeypatch.setattr(abft, "_REPAIR", mode)
+        run = jax.jit(lambda c: abft.check(c, cs, a=a, b=b))  # traced afresh per mode
+        results[mode] = {name: run(c) for name, c in products.items()}
+        if mode == "kernel":
+            assert "tsm2_abft_judge" in run.lower(products["clean"]).as_text()
+    for name in products:
+        assert_verdicts_agree(results["kernel"][name], results["cond"][name], cs.col.dtype)
+    assert int(results["kernel"]["two columns"][1].errors_detected) == 2
+    assert bool(results["kernel"]["nan"][1].corrected)
 
 
 def test_kernel_modes_take_the_xla_repair_for_mixed_dtypes(monkeypatch):
@@ -494,7 +514,7 @@ def test_kernel_modes_take_the_xla_repair_for_mixed_dtypes(monkeypatch):
     a, b = operands(rng, 1, 30, 20, 6, jnp.float32)
     a, b = a[0], b[0].astype(jnp.bfloat16)
     text = compiled(lambda x, y: abft.abft_matmul(x, y), a, b)
-    assert "tsm2_colsums" in text and "tsm2_repair_column" not in text
+    assert "tsm2_colsums" in text and "tsm2_abft_judge" not in text
     cs = abft.encode(a, b)
     clean = a @ b
     fixed, v = jax.jit(lambda c: abft.check(c, cs, a=a, b=b))(abft.inject_error(clean, 5, 2, 1e3))

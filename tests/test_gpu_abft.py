@@ -7,8 +7,9 @@ lanes-per-row width, one split and hundreds) and the 8192^2 benchmark shape; bit
 reproducibility; a workspace too small for the plan. tsm2_repair_column: flag off leaves C
 bitwise unchanged, flag on recomputes the column (k past a shared-memory chunk, m past the
 persistent grid), a non-finite recomputation leaves C alone, no copy of C. Then
-jax_tsm2.abft on the GPU, whose "auto" mode takes these kernels: detection and correction,
-no false positives, reproducible verdicts. (tests/test_abft.py runs its own cases on the GPU
+jax_tsm2.abft on the GPU, whose "auto" mode takes these kernels and tsm2_abft_judge's
+(ffi/kernels/judge.cuh): detection and correction, the XLA formulation's verdicts, no false
+positives, reproducible verdicts. (tests/test_abft.py runs its own cases on the GPU
 too, in "auto" mode.)
 """
 
@@ -18,7 +19,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _abft_reference import acc_of, assert_colsums_close, assert_repaired, masks, repair_case
+from _abft_reference import (
+    acc_of,
+    assert_colsums_close,
+    assert_repaired,
+    assert_verdicts_agree,
+    judge_scenarios,
+    masks,
+    repair_case,
+)
 from _helpers import FLOAT_DTYPES, as_f64, rand
 
 from jax_tsm2 import _ffi, _hlo, abft, abft_calls
@@ -184,11 +193,11 @@ def test_auto_mode_runs_the_kernels_on_the_gpu():
     m = k = n = 1024
     a, b = jnp.ones((m, k), jnp.float32), jnp.ones((k, n), jnp.float32)
     text = jax.jit(abft.abft_matmul).lower(a, b).compile().as_text()
-    ours = ["custom-call:tsm2_colsums", "custom-call:tsm2_repair_column"]
+    ours = ["custom-call:tsm2_abft_judge", "custom-call:tsm2_colsums"]
     for which in ({"parameter": 0}, {"parameter": 1}):  # the product is cuBLAS's or XLA's
         labels = _hlo.reader_labels(text, **which)
-        assert len(labels) == 3 and [x for x in labels if x in ours] == ours, labels
-    assert _hlo.reader_labels(text, shape=f"f32[{m},{n}]") == ours
+        assert len(labels) == 3 and sorted(x for x in labels if x in ours) == ours, labels
+    assert sorted(_hlo.reader_labels(text, shape=f"f32[{m},{n}]")) == ours
     assert "conditional(" not in text  # no host round trip
 
 
@@ -216,6 +225,22 @@ def test_abft_detects_and_corrects_through_the_kernels(dtype, m, k, n):
         scale = np.abs(as_f64(a)) @ np.abs(as_f64(b)[:, j])
         eps = (k + 2) * float(jnp.finfo(jnp.float32).eps) + float(jnp.finfo(dtype).eps)
         assert (np.abs(as_f64(fixed[:, j]) - want) <= eps * scale).all()
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 5, 3), (300, 257, 65), (5000, 64, 1100)])
+def test_judge_kernels_give_the_xla_verdict(monkeypatch, dtype, m, k, n):
+    """tsm2_abft_judge's kernels against the XLA formulation (the cond) on clean and faulty
+    products; m = 5000 runs the recomputation over several blocks, n = 1100 the flag kernel
+    over more columns than threads."""
+    a, b, cs, products = judge_scenarios(np.random.default_rng(m + k), m, k, n, dtype)
+    results = {}
+    for mode in ("auto", "cond"):
+        monkeypatch.setattr(abft, "_REPAIR", mode)
+        run = jax.jit(lambda c: abft.check(c, cs, a=a, b=b))  # traced afresh per mode
+        results[mode] = {name: run(c) for name, c in products.items()}
+    for name in products:
+        assert_verdicts_agree(results["auto"][name], results["cond"][name], cs.col.dtype)
 
 
 def test_abft_no_false_positives_and_reproducible_verdicts():

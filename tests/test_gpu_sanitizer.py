@@ -116,6 +116,7 @@ from jax_tsm2 import abft_calls
 rng = np.random.default_rng(0)
 colsums = jax.jit(abft_calls.colsums, static_argnames="abs_rows")
 repair = jax.jit(abft_calls.repair_column, static_argnames="acc")
+judge = jax.jit(abft_calls.judge)
 count = 0
 for dtype in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16):
     acc = acc_of(dtype)
@@ -132,6 +133,11 @@ for dtype in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16):
             if flag:
                 assert_repaired(r, a, b, c, n // 2, acc)
             count += 1
+        for failing in (0, 1, 2):  # nothing to do, a repair, two columns
+            resid = jnp.zeros((2, n), acc).at[:, :failing].set(1.0)
+            v = jax.block_until_ready(judge(resid, jnp.full((n,), 0.5, acc), 1e-3, 0.0, a, b, c))
+            assert int(v.col) == (0 if failing else -1), v
+            count += 1
 print("sweep calls:", count)
 """
 
@@ -139,6 +145,6 @@ print("sweep calls:", count)
 @pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 def test_abft_kernels_sanitizers_report_no_errors(tmp_path, tool):
-    """tsm2_colsums and tsm2_repair_column (kernels named "Abft..."), whose blocks share
-    shared-memory buffers between barriers."""
+    """tsm2_colsums, tsm2_repair_column and tsm2_abft_judge (kernels named "Abft..."), whose
+    blocks share shared-memory buffers between barriers."""
     _assert_sanitizer_clean(tmp_path, ABFT_SWEEP, tool, "Abft")
