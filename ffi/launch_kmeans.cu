@@ -7,13 +7,81 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "ffi/kernels/kmeans.cuh"
+#include "ffi/kernels/kmeans_mma.cuh"
 #include "ffi/launch_kmeans.h"
 #include "ffi/occupancy.h"
 
 namespace tsm2 {
 namespace {
+
+cudaError_t SmCount(int* sms) {
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+}
+
+// The fixed-order sum of `owners` partials into sums, counts and inertia.
+template <typename Acc>
+cudaError_t LaunchReduce(const DeviceKmeans& p, const void* workspace, int owners,
+                         cudaStream_t stream) {
+  const int64_t elems = KmeansPartialElems(p.d, p.k);
+  KmeansReduceKernel<Acc><<<static_cast<unsigned>((elems + 31) / 32), 256, 0, stream>>>(
+      static_cast<const Acc*>(workspace), elems, owners, p.k * p.d, static_cast<int>(p.k),
+      static_cast<Acc*>(p.sums), static_cast<Acc*>(p.counts), static_cast<Acc*>(p.inertia));
+  return cudaGetLastError();
+}
+
+// The f32 tensor-core step (kernels/kmeans_mma.cuh): DC the row class (128
+// or 256 elements), MT the 16-centroid tiles.
+template <int DC, int MT>
+struct KmeansMmaVariant {
+  using Cfg = KmeansMmaConfig<DC, MT>;
+
+  static cudaError_t Plan(const DeviceKmeans& p, size_t workspace_bytes, int* owners) {
+    int per_sm = 0, sms = 0;
+    if (cudaError_t e = BlocksPerSm(reinterpret_cast<const void*>(&KmeansMmaStepKernel<DC, MT>),
+                                    Cfg::kThreads, Cfg::kSmemBytes, &per_sm);
+        e != cudaSuccess) {
+      return e;
+    }
+    if (cudaError_t e = SmCount(&sms); e != cudaSuccess) return e;
+    const int64_t tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
+    const int64_t by_workspace =
+        static_cast<int64_t>(workspace_bytes) /
+        (KmeansPartialElems(p.d, p.k) * static_cast<int64_t>(sizeof(float)));
+    *owners = static_cast<int>(std::min({tiles, static_cast<int64_t>(per_sm) * sms, by_workspace}));
+    return cudaSuccess;
+  }
+
+  static cudaError_t Launch(const DeviceKmeans& p, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream) {
+    int owners = 0;
+    if (cudaError_t e = Plan(p, workspace_bytes, &owners); e != cudaSuccess) return e;
+    if (p.n > 0 && owners < 1) return cudaErrorInvalidValue;  // workspace too small
+    KmeansArgs a{};
+    a.x = p.x;
+    a.c = p.c;
+    a.w = p.w;
+    a.labels = p.labels;
+    a.mind = p.mind;
+    a.partials = workspace;
+    a.n = p.n;
+    a.d = static_cast<int>(p.d);
+    a.k = static_cast<int>(p.k);
+    a.tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
+    a.units = owners;
+    if (owners > 0) {
+      KmeansMmaStepKernel<DC, MT>
+          <<<static_cast<unsigned>(owners), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    }
+    return LaunchReduce<float>(p, workspace, owners, stream);
+  }
+};
 
 template <typename T, int KP, int CLS>
 struct KmeansVariant {
@@ -42,16 +110,12 @@ struct KmeansVariant {
 
   // Partials the launch writes: blocks (local plans) or clusters.
   static cudaError_t Plan(const DeviceKmeans& p, size_t workspace_bytes, int* owners) {
-    int per_sm = 0, sms = 0, dev = 0;
+    int per_sm = 0, sms = 0;
     if (cudaError_t e = BlocksPerSm(Kernel(), Cfg::kThreads, kP.smem_bytes, &per_sm);
         e != cudaSuccess) {
       return e;
     }
-    if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        e != cudaSuccess) {
-      return e;
-    }
+    if (cudaError_t e = SmCount(&sms); e != cudaSuccess) return e;
     int64_t resident = static_cast<int64_t>(std::min(per_sm, kKmeansMaxBlocksPerSm)) * sms;
     if constexpr (Cfg::kCl > 1) {
       int clusters = 0;
@@ -102,11 +166,7 @@ struct KmeansVariant {
       }
       if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     }
-    const int64_t elems = KmeansPartialElems(p.d, p.k);
-    KmeansReduceKernel<Acc><<<static_cast<unsigned>((elems + 31) / 32), 256, 0, stream>>>(
-        static_cast<const Acc*>(workspace), elems, owners, p.k * p.d, static_cast<int>(p.k),
-        static_cast<Acc*>(p.sums), static_cast<Acc*>(p.counts), static_cast<Acc*>(p.inertia));
-    return cudaGetLastError();
+    return LaunchReduce<Acc>(p, workspace, owners, stream);
   }
 };
 
@@ -165,10 +225,29 @@ cudaError_t WithClass(int cls, const Op& op) {
   }
 }
 
+// f32 rows the tensor-core step takes (aligned X, KmeansMmaTakes).
+template <typename Op>
+bool WithMmaVariant(const DeviceKmeans& p, const Op& op, cudaError_t* err) {
+  if (!KmeansMmaTakes(4, p.d, p.k) || reinterpret_cast<uintptr_t>(p.x) % 16 != 0) return false;
+  const bool wide = p.d > 128, two = p.k > 16;
+  if (wide) {
+    *err = two ? op.template Run<KmeansMmaVariant<256, 2>>()
+               : op.template Run<KmeansMmaVariant<256, 1>>();
+  } else {
+    *err = two ? op.template Run<KmeansMmaVariant<128, 2>>()
+               : op.template Run<KmeansMmaVariant<128, 1>>();
+  }
+  return true;
+}
+
 template <typename T, typename Op>
 cudaError_t WithVariant(const DeviceKmeans& p, const Op& op) {
   const int itemsize = static_cast<int>(sizeof(T));
   if (!KmeansSupported(itemsize, p.d, p.k) || p.n < 0) return cudaErrorInvalidValue;
+  if constexpr (std::is_same_v<T, float>) {
+    cudaError_t err = cudaSuccess;
+    if (WithMmaVariant(p, op, &err)) return err;
+  }
   const int cls = KmeansClass(itemsize, p.d);
   switch (KmeansKPad(p.k)) {
     case 4:

@@ -6,10 +6,15 @@ test_kmeans_fused.py (odd sizes, ties, NaN, weights), every kernel variant
 one warp per row, several warps, or a thread-block cluster per row) at its
 largest shape and at an odd one (the element-wise load path), n = 1 and
 primes, large n, fewer blocks than the GPU holds (a small workspace), bitwise
-reproducibility, and k-means through the kernel against the jnp path.
+reproducibility, and k-means through the kernel against the jnp path. The f32
+tensor-core step (kmeans_mma.cuh: 64 <= d <= 256, d % 4 == 0, k >= 9) gets its own
+sizes, data far from the origin, and NaN/Inf rows, weights and centroids
+against the CPU target (the same formulas in plain f32 loops).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -142,3 +147,92 @@ def test_kmeans_through_the_kernel_matches_the_jnp_path():
     np.testing.assert_array_equal(np.asarray(got.labels), np.asarray(ref.labels))
     np.testing.assert_allclose(np.asarray(got.centroids), np.asarray(ref.centroids), rtol=1e-10)
     assert int(got.n_iter) == int(ref.n_iter)
+
+
+# The f32 tensor-core step: every row class (128, 256), one and two 16-centroid
+# tiles, d just past a class and not a multiple of 16.
+@pytest.mark.parametrize("d", (64, 68, 100, 128, 132, 200, 252, 256))
+@pytest.mark.parametrize("k", (9, 16, 17, 32))
+def test_tensor_core_step_matches_float64_reference(d, k):
+    rng = np.random.default_rng(d * 37 + k)
+    x, c, w = data(rng, 4099, d, k, jnp.float32)
+    check_step(_step(x, c, w), x, c, w)
+
+
+@pytest.mark.parametrize("n", (1, 63, 64, 65, 1000, 100_003))
+def test_tensor_core_step_odd_n(n):
+    rng = np.random.default_rng(n)
+    x, c, w = data(rng, n, 256, 16, jnp.float32)
+    check_step(_step(x, c, w), x, c, w)
+
+
+@pytest.mark.parametrize("offset", (0.0, 30.0))
+def test_tensor_core_step_keeps_f32_accuracy(offset):
+    # check_step's bound allows for any f32 summation order; this one is 8x
+    # tighter on the distances (32 eps (||x||^2 + ||c||^2), typical f32 error
+    # being ~sqrt(d) eps), which an operand split that dropped a cross term
+    # (errors of ~2^-11 per product) or plain TF32 would exceed.
+    rng = np.random.default_rng(5)
+    x, c, w = data(rng, 8009, 256, 16, jnp.float32)
+    x, c = x + offset, c + offset
+    s = _step(x, c, w)
+    x64, c64 = np.asarray(x, np.float64), np.asarray(c, np.float64)
+    labels = np.asarray(s.labels)
+    dist = ((x64[:, None, :] - c64[None, :, :]) ** 2).sum(-1)
+    scale = (x64**2).sum(1) + (c64**2).sum(1).max()
+    eps = float(np.finfo(np.float32).eps)
+    chosen = dist[np.arange(len(labels)), labels]
+    assert (chosen <= dist.min(1) + 64 * eps * scale).all()
+    err = np.abs(np.asarray(s.mind, np.float64) - chosen) / scale
+    assert err.max() <= 32 * eps, f"mind off by {err.max() / eps:.1f} eps of ||x||^2 + ||c||^2"
+
+
+_cpu_step = jax.jit(functools.partial(fused.ffi_step, check=False))
+
+
+def _on_cpu(*arrays):
+    cpu = jax.devices("cpu")[0]
+    return [jax.device_put(a, cpu) for a in arrays]
+
+
+@pytest.mark.parametrize("d", (64, 256))
+@pytest.mark.parametrize("bad_centroid", (False, True), ids=("finite-c", "inf-c"))
+def test_tensor_core_step_non_finite_as_the_cpu_target(d, bad_centroid):
+    # A NaN or Inf times a zero of the one-hot would poison every cluster on
+    # the tensor cores: such rows and centroids take the CUDA-core path.
+    rng = np.random.default_rng(d)
+    x, c, w = data(rng, 1000, d, 17, jnp.float32)
+    x = x.at[3, 5].set(np.nan).at[70, 0].set(np.inf).at[200, d - 1].set(-np.inf)
+    x = x.at[500].set(1e20)  # finite, but ||x||^2 overflows
+    w = w.at[300].set(np.nan).at[400].set(1e30)
+    if bad_centroid:
+        c = c.at[2, 1].set(np.inf)
+    got = _step(x, c, w)
+    with jax.default_device(jax.devices("cpu")[0]):
+        ref = _cpu_step(*_on_cpu(x, c, w))
+    labels = np.asarray(got.labels)
+    np.testing.assert_array_equal(labels, np.asarray(ref.labels))
+    # Finite values differ by rounding only: the expanded form's bound for
+    # mind (as check_step), summation bounds for the rest.
+    x64, c64, w64 = (np.asarray(a, np.float64) for a in (x, c, w))
+    n = x64.shape[0]
+    eps = float(np.finfo(np.float32).eps)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale = (x64**2).sum(1) + (c64**2).sum(1)[labels]
+        wx = np.abs(w64[:, None] * x64)
+    onehot = np.eye(17)[labels]
+    finite = lambda a: np.where(np.isfinite(a), a, 0.0)
+    bounds = {
+        "mind": 4 * (d + 4) * eps * scale,
+        "sums": 2 * (n + 2) * eps * (onehot.T @ finite(wx)),
+        "counts": 2 * (n + 2) * eps * (onehot.T @ finite(np.abs(w64))),
+        "inertia": 2 * (n + 2) * eps * float(finite(np.abs(w64) * scale).sum()),
+    }
+    for f, bound in bounds.items():
+        a, b = np.asarray(getattr(got, f), np.float64), np.asarray(getattr(ref, f), np.float64)
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=f)
+        np.testing.assert_array_equal(np.isposinf(a), np.isposinf(b), err_msg=f)
+        np.testing.assert_array_equal(np.isneginf(a), np.isneginf(b), err_msg=f)
+        fin = np.isfinite(a) & np.isfinite(b)
+        err = np.abs(a - b)[fin]
+        assert (err <= np.broadcast_to(bound, a.shape)[fin]).all(), f"{f} off by {err.max():.3g}"
