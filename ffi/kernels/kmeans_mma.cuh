@@ -46,9 +46,9 @@ namespace tsm2 {
 // (exact in f32) biased by half a TF32 ulp: the tensor cores read only the
 // top 19 bits of a .tf32 operand (what CUTLASS's 3xTF32 also relies on), so
 // lo is rounded to nearest on the way in. |lo| < 2^-10 |x|, its rounding
-// error < 2^-21 |x|. Three instructions per element; cvt.rna.tf32 is
-// emulated with about five on sm_90. Non-finite x may come out wrong: the
-// kernel keeps those off the tensor cores.
+// error < 2^-21 |x|. Three instructions per element (sm_90 compiles
+// cvt.rna.tf32 to integer operations plus a NaN check). Non-finite x may come
+// out wrong: the kernel keeps those off the tensor cores.
 __device__ __forceinline__ void SplitTf32(float x, uint32_t& hi, uint32_t& lo) {
   hi = __float_as_uint(x) & 0xffffe000u;
   lo = __float_as_uint(x - __uint_as_float(hi)) + 0x1000u;

@@ -89,11 +89,12 @@ _KERNEL_DTYPES = tuple(jnp.dtype(t) for t in (jnp.float32, jnp.float64, jnp.bflo
 def auto_prefers_kernel(d: int, k: int) -> bool:
     """Whether mode ``"auto"`` runs the kernel on a shape it takes: where it measured faster.
 
-    On the H100 (``benchmarks/kmeans_iter.py``, h100-2026-11-23/kmeans-v2) the
-    kernel's step against a whole unfused iteration: 0.58 against 1.18 ms
-    (f32, n = 1e6, d = 256, k = 16), 0.58 against 1.36 (bf16, same), 0.62
-    against 1.57 (f32, d = 1024), 3.56 against 5.93 (f32, n = 2.5e5, d = 4096),
-    1.63 against 1.75 (f32, d = 256, k = 32). With 32 centroid slots and wider
+    On the H100 (``benchmarks/kmeans_iter.py``, h100-2026-11-23/kmeans-v2 and
+    kmeans-mma) the kernel's step against a whole unfused iteration: 0.49
+    against 1.19 ms (f32, n = 1e6, d = 256, k = 16, tensor cores), 0.58
+    against 1.36 (bf16, same), 0.62 against 1.57 (f32, d = 1024), 3.54 against
+    5.93 (f32, n = 2.5e5, d = 4096), 0.69 (kernel lab) against 1.75 (f32,
+    d = 256, k = 32, tensor cores). With 32 centroid slots and wider
     rows the kernel ran at 7 to 9 reads of X (kernel lab), worse than the
     unfused path's 4 to 5, so there auto keeps the unfused path.
 
