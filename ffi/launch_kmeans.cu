@@ -24,6 +24,21 @@ cudaError_t SmCount(int* sms) {
   return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
 }
 
+// The kernel arguments both steps share; each adds its scheduling fields.
+KmeansArgs CommonArgs(const DeviceKmeans& p, void* workspace) {
+  KmeansArgs a{};
+  a.x = p.x;
+  a.c = p.c;
+  a.w = p.w;
+  a.labels = p.labels;
+  a.mind = p.mind;
+  a.partials = workspace;
+  a.n = p.n;
+  a.d = static_cast<int>(p.d);
+  a.k = static_cast<int>(p.k);
+  return a;
+}
+
 // The fixed-order sum of `owners` partials into sums, counts and inertia.
 template <typename Acc>
 cudaError_t LaunchReduce(const DeviceKmeans& p, const void* workspace, int owners,
@@ -62,16 +77,7 @@ struct KmeansMmaVariant {
     int owners = 0;
     if (cudaError_t e = Plan(p, workspace_bytes, &owners); e != cudaSuccess) return e;
     if (p.n > 0 && owners < 1) return cudaErrorInvalidValue;  // workspace too small
-    KmeansArgs a{};
-    a.x = p.x;
-    a.c = p.c;
-    a.w = p.w;
-    a.labels = p.labels;
-    a.mind = p.mind;
-    a.partials = workspace;
-    a.n = p.n;
-    a.d = static_cast<int>(p.d);
-    a.k = static_cast<int>(p.k);
+    KmeansArgs a = CommonArgs(p, workspace);
     a.tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
     a.units = owners;
     if (owners > 0) {
@@ -142,16 +148,7 @@ struct KmeansVariant {
     if (cudaError_t e = Plan(p, workspace_bytes, &owners); e != cudaSuccess) return e;
     if (p.n > 0 && owners < 1) return cudaErrorInvalidValue;  // workspace too small
     const int itemsize = static_cast<int>(sizeof(T));
-    KmeansArgs a{};
-    a.x = p.x;
-    a.c = p.c;
-    a.w = p.w;
-    a.labels = p.labels;
-    a.mind = p.mind;
-    a.partials = workspace;
-    a.n = p.n;
-    a.d = static_cast<int>(p.d);
-    a.k = static_cast<int>(p.k);
+    KmeansArgs a = CommonArgs(p, workspace);
     a.tiles = KmeansTiles(kP, p.n);
     a.units = kP.local ? static_cast<int64_t>(owners) * kKmeansWarps : owners;
     a.nvd = static_cast<int>(KmeansRowVecs(itemsize, p.d));
