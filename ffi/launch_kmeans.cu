@@ -79,7 +79,6 @@ struct KmeansMmaVariant {
     if (p.n > 0 && owners < 1) return cudaErrorInvalidValue;  // workspace too small
     KmeansArgs a = CommonArgs(p, workspace);
     a.tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
-    a.units = owners;
     if (owners > 0) {
       KmeansMmaStepKernel<DC, MT>
           <<<static_cast<unsigned>(owners), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);

@@ -71,6 +71,23 @@ __device__ __forceinline__ int KmeansMmaSwizzle(int r) {
   return ((r & 1) << 2) ^ (((r >> 1) & 3) << 1);
 }
 
+// Calls f(acc, cluster, column) for each of this lane's sum accumulators
+// (fragment rows 16 mt + g and + 8, columns col_w + 8 nt + 2t and + 1).
+template <int MT, int NT, typename F>
+__device__ __forceinline__ void ForEachSum(float (&sacc)[MT][NT][4], int g, int t, int col_w,
+                                           F&& f) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        f(sacc[mt][nt][q], 16 * mt + g + 8 * (q / 2), col_w + 8 * nt + 2 * t + q % 2);
+      }
+    }
+  }
+}
+
 template <int DC, int MT>
 struct KmeansMmaConfig {
   // One 16-centroid tile: 16 warps, two on each row group's distances (each
@@ -430,17 +447,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (l < 0) continue;
           const float* xr = x + (row0 + r) * d;
           const float wr = wg[row0 + r];  // the tile's copy was zeroed
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
-#pragma unroll
-              for (int q = 0; q < 4; ++q) {
-                const int c = 16 * mt + g + 8 * (q / 2), col = col_w + 8 * nt + 2 * t + q % 2;
-                if (c == l && col < d) sacc[mt][nt][q] = fma(wr, xr[col], sacc[mt][nt][q]);
-              }
-            }
-          }
+          ForEachSum(sacc, g, t, col_w, [&](float& acc, int c, int col) {
+            if (c == l && col < d) acc = fma(wr, xr[col], acc);
+          });
         }
       }
     }
@@ -450,17 +459,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // This block's partial: sums straight from the fragments, counts and
   // inertia added over the warps in order.
   float* part = static_cast<float*>(p.partials) + blockIdx.x * KmeansPartialElems(d, k);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int c = 16 * mt + g + 8 * (q / 2), col = col_w + 8 * nt + 2 * t + q % 2;
-        if (c < k && col < d) part[static_cast<int64_t>(c) * d + col] = sacc[mt][nt][q];
-      }
-    }
-  }
+  ForEachSum(sacc, g, t, col_w, [&](float& acc, int c, int col) {
+    if (c < k && col < d) part[static_cast<int64_t>(c) * d + col] = acc;
+  });
   float* cnt_s = reinterpret_cast<float*>(smem + Cfg::kOffCnt);
   float* inert_s = reinterpret_cast<float*>(smem + Cfg::kOffInert);
   inertia = SumLanes<32>(inertia);
