@@ -7,11 +7,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "ffi/kernels/small_left.cuh"
 #include "ffi/kernels/split_reduce.cuh"
 #include "ffi/kernels/tn.cuh"
 #include "ffi/kernels/tn_mma.cuh"
+#include "ffi/kernels/tn_tf32.cuh"
 #include "ffi/launch.h"
 #include "ffi/occupancy.h"
 #include "ffi/split_plans.h"
@@ -108,27 +110,77 @@ struct SplitLauncher {
     }
   }
 
-  // The tensor-core TSM2T (f64 only): RW x CW MMA tiles per warp for the
-  // plan's output tile (2048 or 4096 entries, both edges >= 32).
-  template <int RW, int CW>
-  static cudaError_t LaunchTMmaWith(const SplitArgs& a, int blocks, int smem, cudaStream_t stream) {
-    const void* kernel = reinterpret_cast<const void*>(&Tsm2TMmaKernel<RW, CW>);
+  // The FP64 tensor-core TSM2T, compiled per output tile (tn_mma.cuh): the
+  // shapes TUsesMma admits, 2048 or 4096 entries with both edges >= 32.
+  template <int TM, int TN>
+  static cudaError_t LaunchTMmaWith(const SplitArgs& a, const SplitPlan& s, int blocks, int smem,
+                                    cudaStream_t stream) {
+    if (s.step != TMmaTile<double, TM, TN, 8>::kStep) return cudaErrorInvalidValue;
+    const void* kernel = reinterpret_cast<const void*>(&Tsm2TMmaKernel<TM, TN>);
     int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
     if (cudaError_t e = BlocksPerSm(kernel, kTThreads, kTMaxSmem, &per_sm); e != cudaSuccess) {
       return e;
     }
-    Tsm2TMmaKernel<RW, CW><<<blocks, kTThreads, smem, stream>>>(a);
+    Tsm2TMmaKernel<TM, TN><<<blocks, kTThreads, smem, stream>>>(a);
     return cudaGetLastError();
   }
   static cudaError_t LaunchTMma(const SplitArgs& a, const SplitPlan& s, int blocks, int smem,
                                 cudaStream_t stream) {
-    const int64_t per_warp = s.tile_m * s.tile_n / 64 / 8, tcols = s.tile_n / 8;
-    if (per_warp == 8 && tcols >= 8) return LaunchTMmaWith<1, 8>(a, blocks, smem, stream);
-    if (per_warp == 8 && tcols == 4) return LaunchTMmaWith<2, 4>(a, blocks, smem, stream);
-    if (per_warp == 4 && tcols >= 4) return LaunchTMmaWith<1, 4>(a, blocks, smem, stream);
-    return cudaErrorInvalidValue;  // TUsesMma admits no other tile
+    switch (s.tile_m * 1024 + s.tile_n) {
+      case 32 * 1024 + 64:
+        return LaunchTMmaWith<32, 64>(a, s, blocks, smem, stream);
+      case 32 * 1024 + 128:
+        return LaunchTMmaWith<32, 128>(a, s, blocks, smem, stream);
+      case 64 * 1024 + 32:
+        return LaunchTMmaWith<64, 32>(a, s, blocks, smem, stream);
+      case 64 * 1024 + 64:
+        return LaunchTMmaWith<64, 64>(a, s, blocks, smem, stream);
+      case 128 * 1024 + 32:
+        return LaunchTMmaWith<128, 32>(a, s, blocks, smem, stream);
+      default:
+        return cudaErrorInvalidValue;  // TUsesMma admits no other tile
+    }
   }
-  static bool HasDmma() {  // FP64 mma.sync: sm_80 and later
+  // The TF32 TSM2T (f32 only), compiled per output tile (tn_tf32.cuh): the
+  // shapes TUsesMma admits, 2048 or 4096 entries with both edges >= 16.
+  template <int TM, int TN>
+  static cudaError_t LaunchTTf32With(const SplitArgs& a, const SplitPlan& s, int blocks, int smem,
+                                     cudaStream_t stream) {
+    if (s.step != TMmaTile<float, TM, TN, 16>::kStep) return cudaErrorInvalidValue;
+    const void* kernel = reinterpret_cast<const void*>(&Tsm2TTf32Kernel<TM, TN>);
+    int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
+    if (cudaError_t e = BlocksPerSm(kernel, kTThreads, kTMaxSmem, &per_sm); e != cudaSuccess) {
+      return e;
+    }
+    Tsm2TTf32Kernel<TM, TN><<<blocks, kTThreads, smem, stream>>>(a);
+    return cudaGetLastError();
+  }
+  static cudaError_t LaunchTTf32(const SplitArgs& a, const SplitPlan& s, int blocks, int smem,
+                                 cudaStream_t stream) {
+    switch (s.tile_m * 1024 + s.tile_n) {
+      case 16 * 1024 + 128:
+        return LaunchTTf32With<16, 128>(a, s, blocks, smem, stream);
+      case 16 * 1024 + 256:
+        return LaunchTTf32With<16, 256>(a, s, blocks, smem, stream);
+      case 32 * 1024 + 64:
+        return LaunchTTf32With<32, 64>(a, s, blocks, smem, stream);
+      case 32 * 1024 + 128:
+        return LaunchTTf32With<32, 128>(a, s, blocks, smem, stream);
+      case 64 * 1024 + 32:
+        return LaunchTTf32With<64, 32>(a, s, blocks, smem, stream);
+      case 64 * 1024 + 64:
+        return LaunchTTf32With<64, 64>(a, s, blocks, smem, stream);
+      case 128 * 1024 + 16:
+        return LaunchTTf32With<128, 16>(a, s, blocks, smem, stream);
+      case 128 * 1024 + 32:
+        return LaunchTTf32With<128, 32>(a, s, blocks, smem, stream);
+      case 256 * 1024 + 16:
+        return LaunchTTf32With<256, 16>(a, s, blocks, smem, stream);
+      default:
+        return cudaErrorInvalidValue;  // TUsesMma admits no other tile
+    }
+  }
+  static bool HasMmaSync() {  // FP64 and TF32 mma.sync: sm_80 and later
     int dev = 0, major = 0;
     return cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
@@ -141,14 +193,15 @@ struct SplitLauncher {
     a.vec_ok = p.m % kV == 0 && p.n % kV == 0 && s.tile_m % kV == 0 && s.tile_n % kV == 0 &&
                reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
                reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
-    if constexpr (sizeof(T) == 8) {
-      // Below sm_80 the CUDA-core kernel runs the same plan (any step works
-      // for it, and the padded ring is only larger than it needs).
-      if (s.mma && HasDmma()) {
+    // Below sm_80 the CUDA-core kernel runs the same plan (any step works
+    // for it, and the padded ring is only larger than it needs).
+    if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
+      if (s.mma && HasMmaSync()) {
         const int smem = TSmemBytes(s, sizeof(T));
         if (smem > kTMaxSmem) return cudaErrorInvalidConfiguration;
-        return LaunchTMma(a, s, static_cast<int>(a.splits * a.tiles_m * a.tiles_n * p.batch), smem,
-                          stream);
+        const int blocks = static_cast<int>(a.splits * a.tiles_m * a.tiles_n * p.batch);
+        if constexpr (std::is_same_v<T, double>) return LaunchTMma(a, s, blocks, smem, stream);
+        if constexpr (std::is_same_v<T, float>) return LaunchTTf32(a, s, blocks, smem, stream);
       }
     }
     // TPlan never gives f64 8 x 8 blocks (128 accumulator registers would spill).

@@ -33,7 +33,7 @@ struct SplitPlan {
   int64_t tiles_m = 0, tiles_n = 0;  // output tiles per batch entry
   int64_t step = 0;                  // contraction rows staged per pipeline step
   int64_t thread_edge = 4;           // T: each thread holds a thread_edge^2 block of the tile
-  bool mma = false;                  // T: f64 tensor-core tiles (tn_mma.cuh) instead
+  bool mma = false;                  // T: tensor-core tiles (tn_mma.cuh, tn_tf32.cuh) instead
   int64_t splits = 1;                // contraction ranges per output tile
   int64_t split_len = 0;             // rows per split (a multiple of step)
   int64_t Blocks(int64_t batch) const { return batch * tiles_m * tiles_n * splits; }
@@ -64,13 +64,24 @@ constexpr int kTThreads = 256;
 // 16 KiB); 16 KiB elsewhere keeps four blocks per SM.
 constexpr int kTStageBytes = 16 * 1024;
 constexpr int kTStageBytesLarge = 32 * 1024;
-// f64 tiles of 2048+ outputs with both edges 32 or more run on FP64 tensor
-// cores (tn_mma.cuh): at 64 x 64 the FMA pipes held the CUDA-core kernel to
-// 54% of the read ceiling. Their stage rows are padded by kTMmaPad doubles so
-// that a fragment's four rows fall on two bank halves.
+// Tiles of 2048+ outputs run on tensor cores where the FMA pipes held the
+// CUDA-core kernel back (64 x 64: 54% of the read ceiling in f64, 50% in
+// f32): f64 tiles with both edges 32 or more on FP64 MMAs (tn_mma.cuh), f32
+// tiles with both edges 16 or more on TF32 MMAs at f32 accuracy
+// (tn_tf32.cuh). Their stage rows are padded by kTMmaPad elements so that a
+// fragment's rows fall on distinct banks.
 constexpr int kTMmaPad = 8;
 inline bool TUsesMma(int itemsize, int64_t tile_m, int64_t tile_n) {
-  return itemsize == 8 && tile_m >= 32 && tile_n >= 32 && tile_m * tile_n >= 2048;
+  const int64_t edge = itemsize == 8 ? 32 : 16;
+  return (itemsize == 8 || itemsize == 4) && tile_m >= edge && tile_n >= edge &&
+         tile_m * tile_n >= 2048;
+}
+// Contraction rows per stage of the tensor-core tiles: whole MMA steps in
+// about kTStageBytesLarge (constexpr: the kernels are compiled per tile).
+constexpr int64_t TMmaStep(int itemsize, int64_t tile_m, int64_t tile_n) {
+  const int64_t padded = (tile_m + tile_n + 2 * kTMmaPad) * itemsize;
+  const int64_t mk = itemsize == 8 ? 4 : 8;  // rows per MMA: m8n8k4 f64, m16n8k8 TF32
+  return std::max(mk, kTStageBytesLarge / padded / mk * mk);
 }
 inline SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
   SplitPlan s;
@@ -87,10 +98,7 @@ inline SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_
   const int64_t stage_bytes = s.tile_m * s.tile_n >= 2048 ? kTStageBytesLarge : kTStageBytes;
   s.step = std::max<int64_t>(groups, stage_bytes / row_bytes / groups * groups);
   s.mma = TUsesMma(itemsize, s.tile_m, s.tile_n);
-  if (s.mma) {  // MMAs take the contraction 4 rows at a time
-    const int64_t padded = (s.tile_m + s.tile_n + 2 * kTMmaPad) * itemsize;
-    s.step = std::max<int64_t>(4, kTStageBytesLarge / padded / 4 * 4);
-  }
+  if (s.mma) s.step = TMmaStep(itemsize, s.tile_m, s.tile_n);
   ChooseSplits(batch * s.tiles_m * s.tiles_n, k, sm_count, int64_t{1} << 40, &s);
   return s;
 }

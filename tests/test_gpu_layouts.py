@@ -200,3 +200,80 @@ def test_batched_layouts(dtype, kernel, layout, a_shape, b_shape):
     rng = np.random.default_rng(4)
     a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
     check(_run(a, b, kernel, layout), a, b, layout)
+
+
+# T on TF32 tensor cores (ffi/kernels/tn_tf32.cuh): f32 output tiles of 2048+
+# entries with both edges >= 16. One shape per warp-to-tile map the launcher
+# has (1 x 4, 2 x 2 and 1 x 2 MMA tiles per warp), with tails in both edges.
+TF32_TILES = [
+    (20_011, 64, 64),  # 64 x 64 tile, 1 x 4
+    (20_011, 16, 256),  # 16 x 256, 1 x 4
+    (5_003, 200, 13),  # 256 x 16, 2 x 2
+    (7_001, 30, 50),  # 32 x 64, 1 x 2
+    (9_001, 100, 16),  # 128 x 16, 1 x 2
+    (3_001, 16, 100),  # 16 x 128, 1 x 2
+    (777, 100, 100),  # 32 x 128 tiles, four of them
+]
+
+
+def _tf32_plan(k, m, n):
+    from jax_tsm2._ffi import _tsm2_ext
+
+    sms = jax.devices()[0].core_count
+    return _tsm2_ext.split_plan("float32", TSM2T, 1, m, k, n, sms)
+
+
+@pytest.mark.parametrize(("k", "m", "n"), TF32_TILES, ids=str)
+def test_tn_tf32_tiles(k, m, n):
+    assert _tf32_plan(k, m, n)["mma"], "the shape should take the TF32 tiles"
+    rng = np.random.default_rng(k + m + n)
+    a, b = rand(rng, (k, m), jnp.float32), rand(rng, (k, n), jnp.float32)
+    check(_run(a, b, TSM2T, TN), a, b, TN)
+
+
+@pytest.mark.parametrize(("k", "m", "n"), [(2_000_003, 64, 64), (20_011, 16, 256)], ids=str)
+def test_tn_tf32_tiles_keep_f32_accuracy(k, m, n):
+    """Positive data with full mantissas, so |A|^T |B| = A^T B and rounding biases add up:
+    within 64 f32 eps of the float64 product. Plain TF32, a dropped cross term (~1e-4) or
+    hi*hi chains of a whole split on the truncating tensor-core adder (~1e-5 at k = 2e6)
+    would fail; the CUDA-core kernel's f32 sums pass."""
+    assert _tf32_plan(k, m, n)["mma"]
+    ka, kb = jax.random.split(jax.random.key(k))
+    a = jax.random.uniform(ka, (k, m), jnp.float32, 0.5, 1.0)
+    b = jax.random.uniform(kb, (k, n), jnp.float32, 0.5, 1.0)
+    c = np.asarray(_run(a, b, TSM2T, TN), np.float64)
+    ref = np.asarray(a, np.float64).T @ np.asarray(b, np.float64)
+    rel = np.abs(c - ref) / ref
+    assert rel.max() <= 64 * np.finfo(np.float32).eps, rel.max()
+
+
+def test_tn_tf32_tiles_are_bitwise_reproducible():
+    rng = np.random.default_rng(6)
+    a, b = rand(rng, (200_003, 64), jnp.float32), rand(rng, (200_003, 64), jnp.float32)
+    c1 = np.asarray(_run(a, b, TSM2T, TN))
+    c2 = np.asarray(_run(a, b, TSM2T, TN))
+    assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32))
+
+
+def test_tn_tf32_tiles_keep_ieee_nan_and_inf():
+    """Inf splits into hi = Inf, lo = NaN on the tensor cores: blocks that meet a NaN or an
+    Inf recompute with f32 FMAs, so the patterns match the float64 product's."""
+    rng = np.random.default_rng(9)
+    k, m, n = 20_011, 64, 64
+    a = np.array(rand(rng, (k, m), jnp.float32))
+    b = np.array(rand(rng, (k, n), jnp.float32))
+    a[17, 3] = np.inf  # output row 3: +-inf
+    a[18, 5], a[19, 5] = np.inf, -np.inf  # row 5: inf - inf = NaN where b's signs agree
+    a[12_000, 40] = np.nan  # row 40: NaN
+    b[30, 9] = -np.inf  # column 9: +-inf (NaN against rows 5 and 40)
+    b[17, 20] = 0.0  # 0 * inf = NaN at (3, 20)
+    c = np.asarray(_run(jnp.asarray(a), jnp.asarray(b), TSM2T, TN), np.float64)
+    want = a.astype(np.float64).T @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(c), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(c), np.isneginf(want))
+    assert np.isnan(c[3, 20]) and np.isinf(c[3, 0]) and np.isnan(c[40]).all()
+    fin = np.isfinite(want)
+    scale = np.abs(a.astype(np.float64)).T @ np.abs(b.astype(np.float64))
+    bound = 2 * k * np.finfo(np.float32).eps * scale
+    assert (np.abs(c - want)[fin] <= bound[fin]).all()

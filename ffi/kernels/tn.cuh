@@ -62,6 +62,34 @@ __device__ __forceinline__ void LoadTSlice(const T* src, int64_t cols, int64_t c
   }
 }
 
+// LoadTSlice for a slice shape known at compile time (the tensor-core
+// tiles), 16-byte vectors only: a thread keeps one column and walks rows by
+// pointer increments, fully unrolled. The run-time version spends ~20
+// instructions per 16-byte copy on 64-bit index arithmetic; here ~6.
+template <typename T, int kWidth, int kStep, int kLd>
+__device__ __forceinline__ void LoadTSliceFixed(const T* src, int64_t cols, int64_t col0,
+                                                int64_t r0, int64_t r_end, T* dst) {
+  constexpr int kVpr = kWidth / kVec<T>;
+  static_assert(kVpr <= kTThreads && kTThreads % kVpr == 0, "one column per thread");
+  constexpr int kRowsPer = kTThreads / kVpr;
+  const int v = threadIdx.x % kVpr, r_first = threadIdx.x / kVpr;
+  const int64_t col = col0 + static_cast<int64_t>(v) * kVec<T>;
+  const int rows_left = static_cast<int>(min(r_end - r0, static_cast<int64_t>(kStep)));
+  const int64_t stride = kRowsPer * cols;
+  const T* from = src + (r0 + r_first) * cols + col;
+  T* to = dst + r_first * kLd + v * kVec<T>;
+  const bool col_ok = col < cols;
+#pragma unroll
+  for (int i = 0; i < (kStep + kRowsPer - 1) / kRowsPer; ++i) {
+    const int r = r_first + i * kRowsPer;
+    if (kStep % kRowsPer == 0 || r < kStep) {
+      const bool valid = col_ok && r < rows_left;
+      CpAsync16(to + i * kRowsPer * kLd, valid ? from : src, valid);
+    }
+    from += stride;
+  }
+}
+
 // One pipeline stage: the A slice (step rows of tile_m + pad) followed by the
 // B slice (step rows of tile_n + pad). Whole-width tiles make each slice one
 // contiguous run of global memory.
@@ -74,6 +102,45 @@ __device__ __forceinline__ void LoadTStage(const SplitArgs& p, const T* a, const
   LoadTSlice<T>(a, p.m, p0, tm, r0, r_end, step, tm + pad, p.vec_ok, stage);
   LoadTSlice<T>(b, p.n, q0, tn, r0, r_end, step, tn + pad, p.vec_ok, stage + step * (tm + pad));
 }
+
+// The tensor-core kernels (tn_mma.cuh, tn_tf32.cuh) are compiled per output
+// tile: with strides, stage length and copy counts known, every shared-memory
+// address in their inner loops is a base register plus an immediate and the
+// stage copies unroll (the first TF32 version, with run-time shapes, issued
+// 131 instructions per contraction row at 64 x 64 and ran at 66% of the read
+// ceiling).
+// A TM x TN tile is cut into MM x 8 MMA tiles, RW x CW of them per warp,
+// starting at tile `first` in row-major order; RW > 1 only where CW spans a
+// whole row of them. Stage rows are padded by kTMmaPad elements.
+template <typename T, int TM, int TN, int MM>
+struct TMmaTile {
+  static constexpr int kPerWarp = TM * TN / (MM * 8) / (kTThreads / 32);
+  static constexpr int kTileCols = TN / 8;
+  static constexpr int kCW = kPerWarp <= kTileCols ? kPerWarp : kTileCols;
+  static constexpr int kRW = kPerWarp / kCW;
+  static constexpr int kLda = TM + kTMmaPad, kLdb = TN + kTMmaPad;
+  static constexpr int kStep = static_cast<int>(TMmaStep(sizeof(T), TM, TN));
+  static constexpr int kStageElems = kStep * (kLda + kLdb);
+  static_assert(kRW * kCW == kPerWarp && kTileCols % kCW == 0 && (kRW == 1 || kCW == kTileCols),
+                "TUsesMma admits only tiles the 8 warps cover exactly");
+  // Top-left corner of this warp's first MMA tile.
+  __device__ __forceinline__ static int Row0(int warp) { return warp * kPerWarp / kTileCols * MM; }
+  __device__ __forceinline__ static int Col0(int warp) { return warp * kPerWarp % kTileCols * 8; }
+  // Stage `s` of the ring (A slice then B slice), rows past r_end zero-filled.
+  __device__ __forceinline__ static void Load(const SplitArgs& p, const T* a, const T* b,
+                                              int64_t p0, int64_t q0, int64_t r_begin,
+                                              int64_t r_end, int64_t s, T* ring) {
+    T* stage = ring + (s % kTStages) * kStageElems;
+    const int64_t r0 = r_begin + s * kStep;
+    if (p.vec_ok) {
+      LoadTSliceFixed<T, TM, kStep, kLda>(a, p.m, p0, r0, r_end, stage);
+      LoadTSliceFixed<T, TN, kStep, kLdb>(b, p.n, q0, r0, r_end, stage + kStep * kLda);
+    } else {
+      LoadTSlice<T>(a, p.m, p0, TM, r0, r_end, kStep, kLda, false, stage);
+      LoadTSlice<T>(b, p.n, q0, TN, r0, r_end, kStep, kLdb, false, stage + kStep * kLda);
+    }
+  }
+};
 
 // A thread's E values along one tile edge come in chunks of kChunk elements
 // (at most 16 bytes, one shared-memory load each); chunk h of thread t starts

@@ -8,7 +8,7 @@
 // inner product differs. The contraction runs 4 rows at a time through
 // mma.sync m8n8k4 (DMMA: 256 FMAs per warp instruction, twice the FP64 FMA
 // rate, exact IEEE products and sums). The output tile is cut into 8 x 8 MMA
-// tiles, RW x CW of them per warp (8 warps cover the tile). For each MMA,
+// tiles, RW x CW of them per warp (8 warps cover the tile, TMmaTile in tn.cuh). For each MMA,
 // lane (r, q) = (lane / 4, lane % 4) supplies A^T[r][q] = A[row q][col r] and
 // B[row q][col r] straight from the stage, which is why stage rows are padded
 // (kTMmaPad): without it the four rows of a fragment sit on the same banks.
@@ -32,38 +32,30 @@ __device__ __forceinline__ void Dmma8x8x4(double a, double b, double (&c)[2]) {
 #endif
 }
 
-template <int RW, int CW>
+template <int TM, int TN>
 __global__ void __launch_bounds__(kTThreads, 2)
     Tsm2TMmaKernel(const __grid_constant__ SplitArgs p) {
+  using Tile = TMmaTile<double, TM, TN, 8>;
+  constexpr int RW = Tile::kRW, CW = Tile::kCW, kLda = Tile::kLda, kLdb = Tile::kLdb;
+  constexpr int kStep = Tile::kStep, kStageElems = Tile::kStageElems;
   extern __shared__ __align__(16) char smem[];
   double* ring = reinterpret_cast<double*>(smem);
 
   const SplitBlock blk = DecodeSplitBlock(p);
-  const int64_t p0 = blk.tile_m * p.tile_m, q0 = blk.tile_n * p.tile_n;
+  const int64_t p0 = blk.tile_m * TM, q0 = blk.tile_n * TN;
   const int64_t r_begin = blk.split * p.split_len;
   const int64_t r_end = min(p.k, r_begin + p.split_len);
   const double* a = static_cast<const double*>(p.a) + blk.batch * p.a_batch_stride;
   const double* b = static_cast<const double*>(p.b) + blk.batch * p.b_batch_stride;
+  const int64_t steps = (r_end - r_begin + kStep - 1) / kStep;
 
-  const int tm = static_cast<int>(p.tile_m), tn = static_cast<int>(p.tile_n);
-  const int lda = tm + kTMmaPad, ldb = tn + kTMmaPad;
-  const int step = static_cast<int>(p.step);
-  const int stage_elems = step * (lda + ldb);
-  const int64_t steps = (r_end - r_begin + step - 1) / step;
-
-  // This warp's MMA tiles: RW rows x CW columns of them, in row-major order
-  // over the tile's (tm / 8) x (tn / 8) MMA tiles.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int first = warp * RW * CW, tcols = tn / 8;
-  const int col8 = first % tcols * 8, row8 = first / tcols * 8;
+  const int row8 = Tile::Row0(warp), col8 = Tile::Col0(warp);
   const int fr = lane / 4, fq = lane % 4;
 
 #pragma unroll
   for (int s = 0; s < kTStages - 1; ++s) {
-    if (s < steps) {
-      LoadTStage<double>(p, a, b, p0, q0, r_begin + s * step, r_end, kTMmaPad,
-                         ring + s * stage_elems);
-    }
+    if (s < steps) Tile::Load(p, a, b, p0, q0, r_begin, r_end, s, ring);
     CpAsyncCommit();
   }
 
@@ -71,21 +63,21 @@ __global__ void __launch_bounds__(kTThreads, 2)
   for (int64_t it = 0; it < steps; ++it) {
     CpAsyncWait<kTStages - 2>();
     __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
-    const int64_t ip = it + kTStages - 1;
-    if (ip < steps) {
-      LoadTStage<double>(p, a, b, p0, q0, r_begin + ip * step, r_end, kTMmaPad,
-                         ring + (ip % kTStages) * stage_elems);
+    if (it + kTStages - 1 < steps) {
+      Tile::Load(p, a, b, p0, q0, r_begin, r_end, it + kTStages - 1, ring);
     }
     CpAsyncCommit();
     // Rows past the split's end were zero-filled, so whole 4-row steps are safe.
-    const double* sa = ring + (it % kTStages) * stage_elems + fq * lda + row8 + fr;
-    const double* sb = ring + (it % kTStages) * stage_elems + step * lda + fq * ldb + col8 + fr;
-    for (int r = 0; r < step; r += 4) {
+    const double* stage = ring + (it % kTStages) * kStageElems;
+    const double* sa = stage + fq * kLda + row8 + fr;
+    const double* sb = stage + kStep * kLda + fq * kLdb + col8 + fr;
+#pragma unroll
+    for (int r = 0; r < kStep; r += 4) {
       double fa[RW], fb[CW];
 #pragma unroll
-      for (int i = 0; i < RW; ++i) fa[i] = sa[r * lda + 8 * i];
+      for (int i = 0; i < RW; ++i) fa[i] = sa[r * kLda + 8 * i];
 #pragma unroll
-      for (int j = 0; j < CW; ++j) fb[j] = sb[r * ldb + 8 * j];
+      for (int j = 0; j < CW; ++j) fb[j] = sb[r * kLdb + 8 * j];
 #pragma unroll
       for (int i = 0; i < RW; ++i) {
 #pragma unroll

@@ -81,9 +81,10 @@ def split_prediction(
         t_mem = max(t_mem, cycles / (active * dev.clock_hz))
     elif not vec:
         t_mem = max(t_mem, elems / (cal.scalar_rate(kernel) * active * dev.clock_hz))
-    # FP64 tensor cores (TSM2T's mma tiles, split_plans.h TUsesMma) do twice
-    # the FP64 FMA pipes' work per clock; the same efficiency fits both
-    # (h100-2026-11-23/tn-mma: 64 x 64 f64 at 408 us, predicted 400).
+    # TSM2T's tensor-core tiles (split_plans.h TUsesMma) are charged twice the
+    # FMA pipes' rate at the same efficiency: FP64 MMAs (h100-2026-11-23/tn-mma:
+    # 64 x 64 f64 at 408 us, predicted 400) and the 3xTF32 f32 tiles (session 8
+    # kernel lab: 64 x 64 at 206 us, 16 x 256 at 390; predicted 203 and 379).
     rate = eta_fma * dev.fma_lanes(acc) * (2 if plan.get("mma") else 1)
     fmas = batch * p.m * p.k * p.n
     t_cmp = fmas / (rate * active * dev.clock_hz)
