@@ -9,6 +9,7 @@ import re
 import statistics
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from types import ModuleType
 from typing import Any
@@ -209,19 +210,65 @@ class CaseRun:
         except Exception as err:
             why = f"error: operands/reference: {type(err).__name__}: {first_line(err)}"
             return records + [self.record(i, why) for i in impls]
+        ready: list[_Ready] = []
+        done: dict[int, dict[str, Any]] = {}
         overhead = None
-        for impl in impls:
-            if impl.framework == "jax":
-                rec = self._run_jax(impl, copies, rows, ref)
-                if overhead is None and rec["status"] == "ok":
+        try:
+            for index, impl in enumerate(impls):
+                prep = self._prepare(impl, copies, rows, ref)
+                if isinstance(prep, dict):  # failed its check, or could not run
+                    done[index] = prep
+                    continue
+                prep.index = index
+                if impl.framework == "jax" and overhead is None:
                     overhead = timing.host_overhead(copies)
-                rec["host_overhead_seconds"] = overhead if rec["status"] == "ok" else None
-            else:
-                rec = self._run_torch(impl, copies, rows, ref)
-            records.append(rec)
+                ready.append(prep)
+            self._take_turns(ready)
+            for prep in ready:
+                done[prep.index] = self._finish(prep, overhead)
+        finally:
+            for prep in ready:
+                prep.close()
+        records += [done[i] for i in sorted(done)]
         del copies
         gc.collect()
         return records
+
+    def _take_turns(self, ready: list[_Ready]) -> None:
+        """Warm-up samples, then rounds of one sample per implementation (timing.py's module
+        docstring says why); an implementation that fails while timed leaves the rotation."""
+        per_sample = self.plan.per_sample
+        for prep in ready:
+            try:
+                for _ in range(self.opts.warmup):
+                    prep.sample(per_sample)
+            except Exception as err:
+                prep.error = err
+        for _ in range(self.opts.repeats):
+            for prep in ready:
+                if prep.error is not None:
+                    continue
+                try:
+                    prep.samples.append(prep.sample(per_sample))
+                except Exception as err:
+                    prep.error = err
+
+    def _finish(self, prep: _Ready, overhead: float | None) -> dict[str, Any]:
+        impl, fields = prep.impl, prep.fields
+        if prep.error is not None:
+            err = prep.error
+            why = f"error: {type(err).__name__}: {first_line(err)}"
+            return self.record(
+                impl, why, tolerance=fields.get("tolerance"), route=fields.get("route")
+            )
+        fields.update(self._timing_fields(prep.samples, prep.method))
+        try:
+            fields.update(prep.diagnostics())
+        except Exception as err:  # a diagnostic never costs the timing
+            fields["note"] = f"diagnostic failed: {type(err).__name__}: {first_line(err)}"
+        if impl.framework == "jax":
+            fields["host_overhead_seconds"] = overhead
+        return self.record(impl, "ok", **fields)
 
     def _timing_fields(self, samples: list[float], method: str) -> dict[str, Any]:
         return {
@@ -234,10 +281,19 @@ class CaseRun:
             "timing_method": method,
         }
 
-    def _run_jax(
+    def _prepare(
         self, impl: Impl, copies: list[list[Any]], rows: np.ndarray, ref: np.ndarray
-    ) -> dict[str, Any]:
-        fam, case, opts = self.family, self.case, self.opts
+    ) -> _Ready | dict[str, Any]:
+        """Compile (or capture) and check one implementation: ready to be timed, or its
+        final record."""
+        if impl.framework == "jax":
+            return self._prepare_jax(impl, copies, rows, ref)
+        return self._prepare_torch(impl, copies, rows, ref)
+
+    def _prepare_jax(
+        self, impl: Impl, copies: list[list[Any]], rows: np.ndarray, ref: np.ndarray
+    ) -> _Ready | dict[str, Any]:
+        fam, case = self.family, self.case
         tol = tolerance(impl, case.dtype, fam.contraction(case))
         route = detail = None
         try:
@@ -258,32 +314,37 @@ class CaseRun:
             fields["route_detail"] = detail
             if status != "ok":
                 return self.record(impl, status, detail=why, **fields)
-            samples = timing.time_jax(
-                compiled,
-                copies,
-                per_sample=self.plan.per_sample,
-                repeats=opts.repeats,
-                warmup=opts.warmup,
-            )
-            fields.update(self._timing_fields(samples, "jax-jit-steady-state-host-clock"))
-            isolated = timing.time_jax_isolated(compiled, copies)
-            fields["seconds_isolated"] = statistics.median(isolated)
-            return self.record(impl, "ok", **fields)
         except Exception as err:
             return self.record(
                 impl, f"error: {type(err).__name__}: {first_line(err)}", tolerance=tol, route=route
             )
 
-    def _run_torch(
+        def sample(per_sample: int) -> float:
+            return timing.time_jax(compiled, copies, per_sample=per_sample, repeats=1, warmup=0)[0]
+
+        def diagnostics() -> dict[str, Any]:
+            isolated = timing.time_jax_isolated(compiled, copies)
+            return {"seconds_isolated": statistics.median(isolated)}
+
+        return _Ready(impl, fields, sample, "jax-jit-steady-state-host-clock", diagnostics)
+
+    def _prepare_torch(
         self, impl: Impl, copies: list[list[Any]], rows: np.ndarray, ref: np.ndarray
-    ) -> dict[str, Any]:
+    ) -> _Ready | dict[str, Any]:
         fam, case, opts = self.family, self.case, self.opts
         torch: ModuleType = self.ctx["torch"]
         tol = tolerance(impl, case.dtype, fam.contraction(case))
         runner = None
+
+        def close() -> None:
+            if runner is not None:
+                runner.close()
+            torch.cuda.empty_cache()
+
         try:
             tcopies = [[torch.from_dlpack(x) for x in c] for c in copies]
             runner = timing.TorchRunner(torch, fam.apply, tcopies, graph=opts.torch_graph)
+            del tcopies
             first = runner.first()
             got = first[torch.as_tensor(rows, device=first.device)].double().cpu().numpy()
             finite = bool(torch.isfinite(first).all())
@@ -291,23 +352,38 @@ class CaseRun:
             del first
             fields: dict[str, Any] = {"rel_error": err, "tolerance": tol, "note": runner.note}
             if status != "ok":
+                close()
                 return self.record(impl, status, detail=why, **fields)
-            samples = runner.time(
-                per_sample=self.plan.per_sample, repeats=opts.repeats, warmup=opts.warmup
-            )
-            fields.update(self._timing_fields(samples, runner.method))
-            if runner.method != "torch-eager-events":
-                fields["seconds_eager"] = statistics.median(runner.time_eager())
-            return self.record(impl, "ok", **fields)
         except Exception as err:
+            close()
             return self.record(
                 impl, f"error: {type(err).__name__}: {first_line(err)}", tolerance=tol
             )
-        finally:
-            if runner is not None:
-                runner.close()
-            tcopies = None
-            torch.cuda.empty_cache()
+
+        def sample(per_sample: int) -> float:
+            return runner.time(per_sample=per_sample, repeats=1, warmup=0)[0]
+
+        def diagnostics() -> dict[str, Any]:
+            if runner.method == "torch-eager-events":
+                return {}
+            return {"seconds_eager": statistics.median(runner.time_eager())}
+
+        return _Ready(impl, fields, sample, runner.method, diagnostics, close)
+
+
+@dataclass
+class _Ready:
+    """An implementation that passed its check, waiting for its turns to be timed."""
+
+    impl: Impl
+    fields: dict[str, Any]
+    sample: Callable[[int], float]  # seconds per product over ``per_sample`` calls
+    method: str
+    diagnostics: Callable[[], dict[str, Any]]  # taken after the samples, never decisive
+    close: Callable[[], None] = lambda: None
+    samples: list[float] = field(default_factory=list)
+    error: BaseException | None = None
+    index: int = 0
 
 
 def first_line(err: BaseException) -> str:
