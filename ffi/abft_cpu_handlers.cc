@@ -12,6 +12,7 @@
 #include "ffi/abft_problem.h"
 #include "ffi/cpu_elements.h"
 #include "ffi/handlers.h"
+#include "ffi/signatures.h"
 
 namespace tsm2 {
 namespace {
@@ -202,43 +203,10 @@ ffi::Error JudgeCpuImpl(ffi::AnyBuffer resid, ffi::AnyBuffer threshold, ffi::Any
 }  // namespace tsm2
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2ColsumsCpu, tsm2::ColsumsCpuImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()   // m: [rows, cols]
-                                  .Arg<xla::ffi::AnyBuffer>()   // v: [r, rows] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()   // out: [r, cols] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()   // workspace (unused on CPU)
-                                  .Attr<int32_t>("abs_rows"));  // bit q: row q weighs |m|
+                              tsm2::ColsumsSignature(xla::ffi::Ffi::Bind()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2RepairColumnCpu, tsm2::RepairCpuImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()    // flag: s32[] or pred[]
-                                  .Arg<xla::ffi::AnyBuffer>()    // j: s32[]
-                                  .Arg<xla::ffi::AnyBuffer>()    // a: [m, k]
-                                  .Arg<xla::ffi::AnyBuffer>()    // b: [k, n]
-                                  .Arg<xla::ffi::AnyBuffer>()    // c: [m, n]
-                                  .Ret<xla::ffi::AnyBuffer>()    // c_out: [m, n], aliases c
-                                  .Ret<xla::ffi::AnyBuffer>()    // old_col: [m]
-                                  .Ret<xla::ffi::AnyBuffer>()    // exact: [m] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()    // scale: [m] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>());  // workspace (unused on CPU)
+                              tsm2::RepairColumnSignature(xla::ffi::Ffi::Bind()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2AbftJudgeCpu, tsm2::JudgeCpuImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()    // resid: [2, n] (acc)
-                                  .Arg<xla::ffi::AnyBuffer>()    // threshold: [n] (acc)
-                                  .Arg<xla::ffi::AnyBuffer>()    // factor: acc[]
-                                  .Arg<xla::ffi::AnyBuffer>()    // floor: acc[]
-                                  .Arg<xla::ffi::AnyBuffer>()    // a: [m, k]
-                                  .Arg<xla::ffi::AnyBuffer>()    // b: [k, n]
-                                  .Arg<xla::ffi::AnyBuffer>()    // c: [m, n]
-                                  .Ret<xla::ffi::AnyBuffer>()    // c_out: [m, n], aliases c
-                                  .Ret<xla::ffi::AnyBuffer>()    // errors_detected: s32[]
-                                  .Ret<xla::ffi::AnyBuffer>()    // corrected: pred[]
-                                  .Ret<xla::ffi::AnyBuffer>()    // row: s32[]
-                                  .Ret<xla::ffi::AnyBuffer>()    // col: s32[]
-                                  .Ret<xla::ffi::AnyBuffer>()    // magnitude: acc[]
-                                  .Ret<xla::ffi::AnyBuffer>()    // uncorrectable: pred[]
-                                  .Ret<xla::ffi::AnyBuffer>()    // old_col: [m]
-                                  .Ret<xla::ffi::AnyBuffer>()    // exact: [m] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()    // scale: [m] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>());  // state (unused on CPU)
+                              tsm2::AbftJudgeSignature(xla::ffi::Ffi::Bind()));

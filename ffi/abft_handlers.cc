@@ -11,6 +11,7 @@
 #include "ffi/abft_problem.h"
 #include "ffi/handlers.h"
 #include "ffi/launch_abft.h"
+#include "ffi/signatures.h"
 
 namespace tsm2 {
 namespace {
@@ -132,50 +133,18 @@ ffi::Error JudgeCudaImpl(cudaStream_t stream, ffi::AnyBuffer resid, ffi::AnyBuff
 }  // namespace
 }  // namespace tsm2
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2ColsumsCuda, tsm2::ColsumsCudaImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()  // m: [rows, cols]
-                                  .Arg<xla::ffi::AnyBuffer>()  // v: [r, rows] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()  // out: [r, cols] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()  // workspace: u8[bytes]
-                                  .Attr<int32_t>("abs_rows"),  // bit q: row q weighs |m|
-                              {xla::ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2ColsumsCuda, tsm2::ColsumsCudaImpl,
+    tsm2::ColsumsSignature(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2RepairColumnCuda, tsm2::RepairCudaImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()   // flag: s32[] or pred[]
-                                  .Arg<xla::ffi::AnyBuffer>()   // j: s32[]
-                                  .Arg<xla::ffi::AnyBuffer>()   // a: [m, k]
-                                  .Arg<xla::ffi::AnyBuffer>()   // b: [k, n]
-                                  .Arg<xla::ffi::AnyBuffer>()   // c: [m, n]
-                                  .Ret<xla::ffi::AnyBuffer>()   // c_out: [m, n], aliases c
-                                  .Ret<xla::ffi::AnyBuffer>()   // old_col: [m]
-                                  .Ret<xla::ffi::AnyBuffer>()   // exact: [m] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()   // scale: [m] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>(),  // workspace: s32[blocks]
-                              {xla::ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2RepairColumnCuda, tsm2::RepairCudaImpl,
+    tsm2::RepairColumnSignature(
+        xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2AbftJudgeCuda, tsm2::JudgeCudaImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()   // resid: [2, n] (acc)
-                                  .Arg<xla::ffi::AnyBuffer>()   // threshold: [n] (acc)
-                                  .Arg<xla::ffi::AnyBuffer>()   // factor: acc[]
-                                  .Arg<xla::ffi::AnyBuffer>()   // floor: acc[]
-                                  .Arg<xla::ffi::AnyBuffer>()   // a: [m, k]
-                                  .Arg<xla::ffi::AnyBuffer>()   // b: [k, n]
-                                  .Arg<xla::ffi::AnyBuffer>()   // c: [m, n]
-                                  .Ret<xla::ffi::AnyBuffer>()   // c_out: [m, n], aliases c
-                                  .Ret<xla::ffi::AnyBuffer>()   // errors_detected: s32[]
-                                  .Ret<xla::ffi::AnyBuffer>()   // corrected: pred[]
-                                  .Ret<xla::ffi::AnyBuffer>()   // row: s32[]
-                                  .Ret<xla::ffi::AnyBuffer>()   // col: s32[]
-                                  .Ret<xla::ffi::AnyBuffer>()   // magnitude: acc[]
-                                  .Ret<xla::ffi::AnyBuffer>()   // uncorrectable: pred[]
-                                  .Ret<xla::ffi::AnyBuffer>()   // old_col: [m]
-                                  .Ret<xla::ffi::AnyBuffer>()   // exact: [m] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()   // scale: [m] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>(),  // state: s32[JudgeStateSize(m)]
-                              {xla::ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2AbftJudgeCuda, tsm2::JudgeCudaImpl,
+    tsm2::AbftJudgeSignature(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});

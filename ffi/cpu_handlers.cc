@@ -14,6 +14,7 @@
 #include "ffi/handlers.h"
 #include "ffi/kmeans_problem.h"
 #include "ffi/matmul_problem.h"
+#include "ffi/signatures.h"
 
 namespace tsm2 {
 namespace {
@@ -133,22 +134,7 @@ ffi::Error KmeansCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer c, ffi::AnyBuffer w,
 }  // namespace tsm2
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2KmeansStepCpu, tsm2::KmeansCpuImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()    // x: [n, d]
-                                  .Arg<xla::ffi::AnyBuffer>()    // c: [k, d]
-                                  .Arg<xla::ffi::AnyBuffer>()    // w: [n] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()    // labels: s32[n]
-                                  .Ret<xla::ffi::AnyBuffer>()    // mind: [n] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()    // sums: [k, d] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()    // counts: [k] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()    // inertia: [] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>());  // workspace (unused on CPU)
+                              tsm2::KmeansStepSignature(xla::ffi::Ffi::Bind()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2MatmulCpu, tsm2::MatmulCpuImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()  // a: [batch?, m, k] (tn: k, m)
-                                  .Arg<xla::ffi::AnyBuffer>()  // b: [batch?, k, n] (nt: n, k)
-                                  .Ret<xla::ffi::AnyBuffer>()  // c: [batch?, m, n]
-                                  .Ret<xla::ffi::AnyBuffer>()  // workspace (unused on CPU)
-                                  .Attr<int32_t>("kernel")     // tsm2::Kernel (validated only)
-                                  .Attr<int32_t>("layout"));   // tsm2::Layout
+                              tsm2::MatmulSignature(xla::ffi::Ffi::Bind()));

@@ -12,6 +12,7 @@
 #include "ffi/handlers.h"
 #include "ffi/launch.h"
 #include "ffi/matmul_problem.h"
+#include "ffi/signatures.h"
 
 namespace tsm2 {
 namespace {
@@ -81,16 +82,10 @@ ffi::Error StreamReadImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi
 }  // namespace
 }  // namespace tsm2
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2MatmulCuda, tsm2::MatmulCudaImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()  // a: [batch?, m, k] (tn: k, m)
-                                  .Arg<xla::ffi::AnyBuffer>()  // b: [batch?, k, n] (nt: n, k)
-                                  .Ret<xla::ffi::AnyBuffer>()  // c: [batch?, m, n]
-                                  .Ret<xla::ffi::AnyBuffer>()  // workspace: u8[bytes]
-                                  .Attr<int32_t>("kernel")     // tsm2::Kernel
-                                  .Attr<int32_t>("layout"),    // tsm2::Layout
-                              {xla::ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2MatmulCuda, tsm2::MatmulCudaImpl,
+    tsm2::MatmulSignature(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2StreamReadCuda, tsm2::StreamReadImpl,
                               xla::ffi::Ffi::Bind()

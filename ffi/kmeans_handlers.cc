@@ -11,6 +11,7 @@
 #include "ffi/kmeans_plan.h"
 #include "ffi/kmeans_problem.h"
 #include "ffi/launch_kmeans.h"
+#include "ffi/signatures.h"
 
 namespace tsm2 {
 namespace {
@@ -62,16 +63,7 @@ ffi::Error KmeansCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
 }  // namespace
 }  // namespace tsm2
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2KmeansStepCuda, tsm2::KmeansCudaImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()   // x: [n, d]
-                                  .Arg<xla::ffi::AnyBuffer>()   // c: [k, d]
-                                  .Arg<xla::ffi::AnyBuffer>()   // w: [n] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()   // labels: s32[n]
-                                  .Ret<xla::ffi::AnyBuffer>()   // mind: [n] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()   // sums: [k, d] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()   // counts: [k] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>()   // inertia: [] (acc)
-                                  .Ret<xla::ffi::AnyBuffer>(),  // workspace: u8[bytes]
-                              {xla::ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2KmeansStepCuda, tsm2::KmeansCudaImpl,
+    tsm2::KmeansStepSignature(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
