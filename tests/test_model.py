@@ -326,6 +326,10 @@ def test_xla_operand_passes_follow_the_grid_features():
     assert passes(12973, 6236, 4, lay="nt") == cal.xla_slow_passes  # m = 2.1k: grid seed 1 30%
     assert passes(4, 3547, 13858, "float64") == 1.0  # 32-byte rows of A: grid 95%
     assert passes(2, 5636, 4980, "float64") == cal.xla_slow_passes  # grid 30%
+    # f64 matrix-vector products read once (grid seed 2: 1.06 and 1.37 passes), f32 ones not.
+    assert passes(1, 4087, 5830, "float64") == passes(13612, 6966, 1, "float64") == 1.0
+    assert passes(1, 8961, 6300) == cal.xla_slow_passes  # grid seed 0: 3.1 passes
+    assert passes(1, 1, 5000, "float64") == cal.xla_slow_passes  # k = 1: an outer product
     assert passes(1, 3_086_114, 8, "float64", "tn") == 1.0  # a vector: grid 91%
     assert passes(16, 10**6, 16, "float32", "tn") == cal.xla_tn_passes
     slow = model.predict((7438, 10676, 2), "float32", "nn", "xla", device=model.H100_SXM)

@@ -31,14 +31,20 @@ def operand_passes(p: Problem, dtype: str, layout: str, cal: Calibration) -> tup
     Once in nn and nt where ``k`` is a multiple of 64 (the suites' powers of
     two), where A is tall (``m >= xla_tall_ratio * k``, the L shapes), or where A's few rows
     are a multiple of 32 bytes (S f64 with m = 4, 8: 87-95%; m = 2, 6: 26-30%);
-    in tn only where one side of the result is a vector (m or n = 1: 91%).
+    in tn only where one side of the result is a vector (m or n = 1: 91%);
+    and for f64 wherever the product is a matrix-vector one (m or n = 1, k > 1:
+    0.95-1.37 passes on all three such grid shapes, while f32, bf16 and f16
+    matrix-vector products in nn/nt mostly read three times over).
     The features are what the grid separates, not XLA's rule, which we do not know.
     """
     isz = itemsize(dtype)
+    gemv = min(p.m, p.n) == 1 and p.k > 1
     if layout == "tn":
         if min(p.m, p.n) == 1:
             return 1.0, ""
         return cal.xla_tn_passes, "layout tn, as measured"
+    if isz == 8 and gemv:
+        return 1.0, ""
     if p.k % 64 == 0 or p.m >= cal.xla_tall_ratio * p.k or (p.m <= 16 and p.m * isz % 32 == 0):
         return 1.0, ""
     why = f"m < {cal.xla_tall_ratio:g}k, k not a multiple of 64: as measured on the grid"
