@@ -46,7 +46,7 @@ auto KmeansStepSignature(B binding) {
       .template Ret<AnyBuffer>();  // workspace: u8[bytes]
 }
 
-// tsm2_colsums: out = v @ m (or |m| for the rows flagged in abs_rows).
+// tsm2_colsums: out[q] = v[q] @ m, or v[q] @ |m| where bit q of abs_rows is set.
 template <typename B>
 auto ColsumsSignature(B binding) {
   return std::move(binding)
