@@ -159,6 +159,17 @@ def test_route_is_xla_for_other_platforms_and_missing_targets():
     assert r.target == "xla" and "CUDA" in r.reason
 
 
+def test_auto_leaves_f64_matrix_vector_products_to_xla():
+    """Grid seed 2: XLA's f64 dot read [1, k] @ [k, n] once (1.06-1.37 passes) and beat TSM2S
+    by 1.12-1.16x; the same shapes in f32 still go to TSM2S (XLA read them three times)."""
+    f64 = jnp.float64
+    for a, b in [((1, 4087), (4087, 5830)), ((1, 7559), (7559, 5521))]:
+        assert route(a, b, dtype=f64, mode="auto").target == "xla"
+        assert route(a, b, dtype=F32, mode="auto").target == "tsm2s"
+    # Large enough that A must be read: XLA's one pass wins over TSM2R in f64 too.
+    assert route((13612, 6966), (6966, 1), dtype=f64, mode="auto").target == "xla"
+
+
 def test_auto_takes_measured_wins_then_the_model():
     """Mode "auto": a MEASURED_WINS region first, then the model with its margin."""
     bf16 = jnp.bfloat16
