@@ -33,8 +33,9 @@ def operand_passes(p: Problem, dtype: str, layout: str, cal: Calibration) -> tup
     are a multiple of 32 bytes (S f64 with m = 4, 8: 87-95%; m = 2, 6: 26-30%);
     in tn only where one side of the result is a vector (m or n = 1: 91%);
     and for f64 wherever the product is a matrix-vector one (m or n = 1, k > 1:
-    0.95-1.37 passes on all three such grid shapes, while f32, bf16 and f16
-    matrix-vector products in nn/nt mostly read three times over).
+    0.95-1.37 passes on the three such grid shapes above the launch floor,
+    while f32, bf16 and f16 matrix-vector products in nn/nt mostly read three
+    times over).
     The features are what the grid separates, not XLA's rule, which we do not know.
     """
     isz = itemsize(dtype)
