@@ -110,23 +110,39 @@ struct SplitLauncher {
     }
   }
 
-  // The FP64 tensor-core TSM2T, compiled per output tile (tn_mma.cuh): the
-  // shapes TUsesMma admits, 2048 or 4096 entries with both edges >= 32.
+  // The tensor-core TSM2T, compiled per output tile: DMMA for f64
+  // (tn_mma.cuh), 3xTF32 for f32 (tn_tf32.cuh).
   template <int TM, int TN>
   static cudaError_t LaunchTMmaWith(const SplitArgs& a, const SplitPlan& s, int blocks, int smem,
                                     cudaStream_t stream) {
-    if (s.step != TMmaTile<double, TM, TN, 8>::kStep) return cudaErrorInvalidValue;
-    const void* kernel = reinterpret_cast<const void*>(&Tsm2TMmaKernel<TM, TN>);
-    int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
-    if (cudaError_t e = BlocksPerSm(kernel, kTThreads, kTMaxSmem, &per_sm); e != cudaSuccess) {
-      return e;
+    if constexpr (!TUsesMma(sizeof(T), TM, TN)) {
+      return cudaErrorInvalidValue;  // a tile of the other element type
+    } else {
+      if (s.step != TMmaTile<T, TM, TN>::kStep) return cudaErrorInvalidValue;
+      void (*kernel)(SplitArgs);
+      if constexpr (std::is_same_v<T, double>) {
+        kernel = &Tsm2TMmaKernel<TM, TN>;
+      } else {
+        kernel = &Tsm2TTf32Kernel<TM, TN>;
+      }
+      int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
+      if (cudaError_t e =
+              BlocksPerSm(reinterpret_cast<const void*>(kernel), kTThreads, kTMaxSmem, &per_sm);
+          e != cudaSuccess) {
+        return e;
+      }
+      kernel<<<blocks, kTThreads, smem, stream>>>(a);
+      return cudaGetLastError();
     }
-    Tsm2TMmaKernel<TM, TN><<<blocks, kTThreads, smem, stream>>>(a);
-    return cudaGetLastError();
   }
+  // Every tile TUsesMma admits for f32 or f64 (TPlan's power-of-two edges).
   static cudaError_t LaunchTMma(const SplitArgs& a, const SplitPlan& s, int blocks, int smem,
                                 cudaStream_t stream) {
     switch (s.tile_m * 1024 + s.tile_n) {
+      case 16 * 1024 + 128:
+        return LaunchTMmaWith<16, 128>(a, s, blocks, smem, stream);
+      case 16 * 1024 + 256:
+        return LaunchTMmaWith<16, 256>(a, s, blocks, smem, stream);
       case 32 * 1024 + 64:
         return LaunchTMmaWith<32, 64>(a, s, blocks, smem, stream);
       case 32 * 1024 + 128:
@@ -135,47 +151,12 @@ struct SplitLauncher {
         return LaunchTMmaWith<64, 32>(a, s, blocks, smem, stream);
       case 64 * 1024 + 64:
         return LaunchTMmaWith<64, 64>(a, s, blocks, smem, stream);
+      case 128 * 1024 + 16:
+        return LaunchTMmaWith<128, 16>(a, s, blocks, smem, stream);
       case 128 * 1024 + 32:
         return LaunchTMmaWith<128, 32>(a, s, blocks, smem, stream);
-      default:
-        return cudaErrorInvalidValue;  // TUsesMma admits no other tile
-    }
-  }
-  // The TF32 TSM2T (f32 only), compiled per output tile (tn_tf32.cuh): the
-  // shapes TUsesMma admits, 2048 or 4096 entries with both edges >= 16.
-  template <int TM, int TN>
-  static cudaError_t LaunchTTf32With(const SplitArgs& a, const SplitPlan& s, int blocks, int smem,
-                                     cudaStream_t stream) {
-    if (s.step != TMmaTile<float, TM, TN, 16>::kStep) return cudaErrorInvalidValue;
-    const void* kernel = reinterpret_cast<const void*>(&Tsm2TTf32Kernel<TM, TN>);
-    int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
-    if (cudaError_t e = BlocksPerSm(kernel, kTThreads, kTMaxSmem, &per_sm); e != cudaSuccess) {
-      return e;
-    }
-    Tsm2TTf32Kernel<TM, TN><<<blocks, kTThreads, smem, stream>>>(a);
-    return cudaGetLastError();
-  }
-  static cudaError_t LaunchTTf32(const SplitArgs& a, const SplitPlan& s, int blocks, int smem,
-                                 cudaStream_t stream) {
-    switch (s.tile_m * 1024 + s.tile_n) {
-      case 16 * 1024 + 128:
-        return LaunchTTf32With<16, 128>(a, s, blocks, smem, stream);
-      case 16 * 1024 + 256:
-        return LaunchTTf32With<16, 256>(a, s, blocks, smem, stream);
-      case 32 * 1024 + 64:
-        return LaunchTTf32With<32, 64>(a, s, blocks, smem, stream);
-      case 32 * 1024 + 128:
-        return LaunchTTf32With<32, 128>(a, s, blocks, smem, stream);
-      case 64 * 1024 + 32:
-        return LaunchTTf32With<64, 32>(a, s, blocks, smem, stream);
-      case 64 * 1024 + 64:
-        return LaunchTTf32With<64, 64>(a, s, blocks, smem, stream);
-      case 128 * 1024 + 16:
-        return LaunchTTf32With<128, 16>(a, s, blocks, smem, stream);
-      case 128 * 1024 + 32:
-        return LaunchTTf32With<128, 32>(a, s, blocks, smem, stream);
       case 256 * 1024 + 16:
-        return LaunchTTf32With<256, 16>(a, s, blocks, smem, stream);
+        return LaunchTMmaWith<256, 16>(a, s, blocks, smem, stream);
       default:
         return cudaErrorInvalidValue;  // TUsesMma admits no other tile
     }
@@ -200,8 +181,7 @@ struct SplitLauncher {
         const int smem = TSmemBytes(s, sizeof(T));
         if (smem > kTMaxSmem) return cudaErrorInvalidConfiguration;
         const int blocks = static_cast<int>(a.splits * a.tiles_m * a.tiles_n * p.batch);
-        if constexpr (std::is_same_v<T, double>) return LaunchTMma(a, s, blocks, smem, stream);
-        if constexpr (std::is_same_v<T, float>) return LaunchTTf32(a, s, blocks, smem, stream);
+        return LaunchTMma(a, s, blocks, smem, stream);
       }
     }
     // TPlan never gives f64 8 x 8 blocks (128 accumulator registers would spill).

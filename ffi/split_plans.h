@@ -71,7 +71,7 @@ constexpr int kTStageBytesLarge = 32 * 1024;
 // (tn_tf32.cuh). Their stage rows are padded by kTMmaPad elements so that a
 // fragment's rows fall on distinct banks.
 constexpr int kTMmaPad = 8;
-inline bool TUsesMma(int itemsize, int64_t tile_m, int64_t tile_n) {
+constexpr bool TUsesMma(int itemsize, int64_t tile_m, int64_t tile_n) {
   const int64_t edge = itemsize == 8 ? 32 : 16;
   return (itemsize == 8 || itemsize == 4) && tile_m >= edge && tile_n >= edge &&
          tile_m * tile_n >= 2048;

@@ -90,6 +90,46 @@ __device__ __forceinline__ void LoadTSliceFixed(const T* src, int64_t cols, int6
   }
 }
 
+// A thread's share of the stages of one slice (A or B) that lie wholly inside
+// the matrix, for the tensor-core tiles: column vector `v` of every
+// kRowsPer-th row, no bounds to test. Set up once per block, so a stage costs
+// a multiply for its first row, then one pointer add and one copy per
+// vector. LoadTSliceFixed spent ~170 instructions per warp and stage on
+// predicates and 64-bit index arithmetic (Nsight, session 8), a quarter of
+// the kernel's instructions at 64 x 64.
+template <typename T, int kWidth, int kStep, int kLd>
+struct TSliceCopier {
+  static constexpr int kVpr = kWidth / kVec<T>;
+  static constexpr int kRowsPer = kTThreads / kVpr;
+  static constexpr int kCopies = (kStep + kRowsPer - 1) / kRowsPer;
+  static_assert(kVpr <= kTThreads && kTThreads % kVpr == 0, "one column per thread");
+  const T* first;        // this thread's element of the split's first row
+  int64_t stride;        // kRowsPer rows
+  int64_t stage_stride;  // kStep rows
+  int to;                // this thread's element of a stage
+  bool last;             // whether the thread has a kCopies-th row (kStep % kRowsPer != 0)
+
+  __device__ __forceinline__ void Init(const T* src, int64_t cols, int64_t col0, int64_t r_begin) {
+    const int v = threadIdx.x % kVpr, r = threadIdx.x / kVpr;
+    first = src + (r_begin + r) * cols + col0 + v * kVec<T>;
+    stride = kRowsPer * cols;
+    stage_stride = kStep * cols;
+    to = r * kLd + v * kVec<T>;
+    last = r + (kCopies - 1) * kRowsPer < kStep;
+  }
+  // Stage `s` of the split, all kStep rows below r_end.
+  __device__ __forceinline__ void Copy(int64_t s, T* stage) const {
+    const T* from = first + s * stage_stride;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      if (kStep % kRowsPer == 0 || i < kCopies - 1 || last) {
+        CpAsync16(stage + to + i * kRowsPer * kLd, from, true);
+      }
+      from += stride;
+    }
+  }
+};
+
 // One pipeline stage: the A slice (step rows of tile_m + pad) followed by the
 // B slice (step rows of tile_n + pad). Whole-width tiles make each slice one
 // contiguous run of global memory.
@@ -109,30 +149,101 @@ __device__ __forceinline__ void LoadTStage(const SplitArgs& p, const T* a, const
 // stage copies unroll (the first TF32 version, with run-time shapes, issued
 // 131 instructions per contraction row at 64 x 64 and ran at 66% of the read
 // ceiling).
-// A TM x TN tile is cut into MM x 8 MMA tiles, RW x CW of them per warp,
-// starting at tile `first` in row-major order; RW > 1 only where CW spans a
-// whole row of them. Stage rows are padded by kTMmaPad elements.
-template <typename T, int TM, int TN, int MM>
+// A TM x TN tile is cut into MM x 8 MMA tiles (MM = 8 for the f64 m8n8k4,
+// 16 for the TF32 m16n8k8), RW x CW of them per warp, starting at tile
+// `first` in row-major order; RW > 1 only where CW spans a whole row of them.
+// Stage rows are padded by kTMmaPad elements.
+template <typename T, int TM, int TN>
 struct TMmaTile {
-  static constexpr int kPerWarp = TM * TN / (MM * 8) / (kTThreads / 32);
+  static constexpr int kMM = sizeof(T) == 8 ? 8 : 16;
+  static constexpr int kPerWarp = TM * TN / (kMM * 8) / (kTThreads / 32);
   static constexpr int kTileCols = TN / 8;
   static constexpr int kCW = kPerWarp <= kTileCols ? kPerWarp : kTileCols;
   static constexpr int kRW = kPerWarp / kCW;
   static constexpr int kLda = TM + kTMmaPad, kLdb = TN + kTMmaPad;
   static constexpr int kStep = static_cast<int>(TMmaStep(sizeof(T), TM, TN));
   static constexpr int kStageElems = kStep * (kLda + kLdb);
+  static_assert(TUsesMma(sizeof(T), TM, TN), "TUsesMma admits this tile");
   static_assert(kRW * kCW == kPerWarp && kTileCols % kCW == 0 && (kRW == 1 || kCW == kTileCols),
                 "TUsesMma admits only tiles the 8 warps cover exactly");
   // Top-left corner of this warp's first MMA tile.
-  __device__ __forceinline__ static int Row0(int warp) { return warp * kPerWarp / kTileCols * MM; }
+  __device__ __forceinline__ static int Row0(int warp) { return warp * kPerWarp / kTileCols * kMM; }
   __device__ __forceinline__ static int Col0(int warp) { return warp * kPerWarp % kTileCols * 8; }
+};
+
+// One block of a tensor-core TSM2T launch: its output tile, its slice of the
+// contraction, and the kTStages-deep ring that streams the slice through
+// shared memory. Both tensor-core kernels run the same pipeline:
+//
+//   TMmaBlock<T, TM, TN> blk(p, ring);
+//   for (int64_t it = 0; it < blk.steps; ++it) {
+//     const T* stage = blk.Stage(p, it);  // kStep rows of A (kLda apart), then of B
+//     ... MMAs over the stage ...
+//   }
+//   blk.Drain();
+template <typename T, int TM, int TN>
+struct TMmaBlock {
+  using Tile = TMmaTile<T, TM, TN>;
+  SplitBlock split;
+  int64_t p0, q0;          // corner of the output tile
+  int64_t r_begin, r_end;  // contraction rows of this block's split
+  int64_t steps;           // stages of kStep rows (the last zero-filled past r_end)
+  const T* a;
+  const T* b;
+  T* ring;
+  int row0, col0;  // this warp's first MMA tile (Tile::Row0, Col0)
+  int g, t;        // this lane's fragment coordinates: lane / 4, lane % 4
+  bool full_cols;  // the tile lies inside the matrices and 16-byte vectors fit
+  TSliceCopier<T, TM, Tile::kStep, Tile::kLda> a_copy;
+  TSliceCopier<T, TN, Tile::kStep, Tile::kLdb> b_copy;
+
+  // Decodes the block and queues the first kTStages - 1 stages.
+  __device__ __forceinline__ TMmaBlock(const SplitArgs& p, T* ring_) : ring(ring_) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    row0 = Tile::Row0(warp);
+    col0 = Tile::Col0(warp);
+    g = lane / 4;
+    t = lane % 4;
+    split = DecodeSplitBlock(p);
+    p0 = split.tile_m * TM;
+    q0 = split.tile_n * TN;
+    r_begin = split.split * p.split_len;
+    r_end = min(p.k, r_begin + p.split_len);
+    a = static_cast<const T*>(p.a) + split.batch * p.a_batch_stride;
+    b = static_cast<const T*>(p.b) + split.batch * p.b_batch_stride;
+    steps = (r_end - r_begin + Tile::kStep - 1) / Tile::kStep;
+    full_cols = p.vec_ok && p0 + TM <= p.m && q0 + TN <= p.n;
+    a_copy.Init(a, p.m, p0, r_begin);
+    b_copy.Init(b, p.n, q0, r_begin);
+#pragma unroll
+    for (int s = 0; s < kTStages - 1; ++s) {
+      if (s < steps) Load(p, s);
+      CpAsyncCommit();
+    }
+  }
+
+  // Waits for stage `it` and queues stage it + kTStages - 1 into the slot
+  // that stage it - 1 leaves; returns stage `it`.
+  __device__ __forceinline__ const T* Stage(const SplitArgs& p, int64_t it) {
+    CpAsyncWait<kTStages - 2>();
+    __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
+    if (it + kTStages - 1 < steps) Load(p, it + kTStages - 1);
+    CpAsyncCommit();
+    return ring + (it % kTStages) * Tile::kStageElems;
+  }
+
+  __device__ __forceinline__ void Drain() const { CpAsyncWait<0>(); }
+
+ private:
   // Stage `s` of the ring (A slice then B slice), rows past r_end zero-filled.
-  __device__ __forceinline__ static void Load(const SplitArgs& p, const T* a, const T* b,
-                                              int64_t p0, int64_t q0, int64_t r_begin,
-                                              int64_t r_end, int64_t s, T* ring) {
-    T* stage = ring + (s % kTStages) * kStageElems;
+  __device__ __forceinline__ void Load(const SplitArgs& p, int64_t s) {
+    constexpr int kStep = Tile::kStep, kLda = Tile::kLda, kLdb = Tile::kLdb;
+    T* stage = ring + (s % kTStages) * Tile::kStageElems;
     const int64_t r0 = r_begin + s * kStep;
-    if (p.vec_ok) {
+    if (full_cols && r0 + kStep <= r_end) {
+      a_copy.Copy(s, stage);
+      b_copy.Copy(s, stage + kStep * kLda);
+    } else if (p.vec_ok) {
       LoadTSliceFixed<T, TM, kStep, kLda>(a, p.m, p0, r0, r_end, stage);
       LoadTSliceFixed<T, TN, kStep, kLdb>(b, p.n, q0, r0, r_end, stage + kStep * kLda);
     } else {

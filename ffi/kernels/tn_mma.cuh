@@ -35,42 +35,19 @@ __device__ __forceinline__ void Dmma8x8x4(double a, double b, double (&c)[2]) {
 template <int TM, int TN>
 __global__ void __launch_bounds__(kTThreads, 2)
     Tsm2TMmaKernel(const __grid_constant__ SplitArgs p) {
-  using Tile = TMmaTile<double, TM, TN, 8>;
+  using Tile = TMmaTile<double, TM, TN>;
   constexpr int RW = Tile::kRW, CW = Tile::kCW, kLda = Tile::kLda, kLdb = Tile::kLdb;
-  constexpr int kStep = Tile::kStep, kStageElems = Tile::kStageElems;
+  constexpr int kStep = Tile::kStep;
   extern __shared__ __align__(16) char smem[];
-  double* ring = reinterpret_cast<double*>(smem);
-
-  const SplitBlock blk = DecodeSplitBlock(p);
-  const int64_t p0 = blk.tile_m * TM, q0 = blk.tile_n * TN;
-  const int64_t r_begin = blk.split * p.split_len;
-  const int64_t r_end = min(p.k, r_begin + p.split_len);
-  const double* a = static_cast<const double*>(p.a) + blk.batch * p.a_batch_stride;
-  const double* b = static_cast<const double*>(p.b) + blk.batch * p.b_batch_stride;
-  const int64_t steps = (r_end - r_begin + kStep - 1) / kStep;
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row8 = Tile::Row0(warp), col8 = Tile::Col0(warp);
-  const int fr = lane / 4, fq = lane % 4;
-
-#pragma unroll
-  for (int s = 0; s < kTStages - 1; ++s) {
-    if (s < steps) Tile::Load(p, a, b, p0, q0, r_begin, r_end, s, ring);
-    CpAsyncCommit();
-  }
+  TMmaBlock<double, TM, TN> blk(p, reinterpret_cast<double*>(smem));
+  const int fr = blk.g, fq = blk.t;  // lane (r, q) of the m8n8k4 fragments
 
   double acc[RW][CW][2] = {};
-  for (int64_t it = 0; it < steps; ++it) {
-    CpAsyncWait<kTStages - 2>();
-    __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
-    if (it + kTStages - 1 < steps) {
-      Tile::Load(p, a, b, p0, q0, r_begin, r_end, it + kTStages - 1, ring);
-    }
-    CpAsyncCommit();
+  for (int64_t it = 0; it < blk.steps; ++it) {
+    const double* stage = blk.Stage(p, it);
     // Rows past the split's end were zero-filled, so whole 4-row steps are safe.
-    const double* stage = ring + (it % kTStages) * kStageElems;
-    const double* sa = stage + fq * kLda + row8 + fr;
-    const double* sb = stage + kStep * kLda + fq * kLdb + col8 + fr;
+    const double* sa = stage + fq * kLda + blk.row0 + fr;
+    const double* sb = stage + kStep * kLda + fq * kLdb + blk.col0 + fr;
 #pragma unroll
     for (int r = 0; r < kStep; r += 4) {
       double fa[RW], fb[CW];
@@ -85,18 +62,18 @@ __global__ void __launch_bounds__(kTThreads, 2)
       }
     }
   }
-  CpAsyncWait<0>();
+  blk.Drain();
 
   // Lane (r, q) holds entries (r, 2q) and (r, 2q + 1) of each MMA tile.
 #pragma unroll
   for (int i = 0; i < RW; ++i) {
-    const int64_t row = p0 + row8 + 8 * i + fr;
+    const int64_t row = blk.p0 + blk.row0 + 8 * i + fr;
 #pragma unroll
     for (int j = 0; j < CW; ++j) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int64_t col = q0 + col8 + 8 * j + 2 * fq + e;
-        if (row < p.m && col < p.n) StoreSplitOut<double>(p, blk, row, col, acc[i][j][e]);
+        const int64_t col = blk.q0 + blk.col0 + 8 * j + 2 * fq + e;
+        if (row < p.m && col < p.n) StoreSplitOut<double>(p, blk.split, row, col, acc[i][j][e]);
       }
     }
   }

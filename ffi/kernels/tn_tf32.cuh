@@ -37,43 +37,20 @@ namespace tsm2 {
 template <int TM, int TN>
 __global__ void __launch_bounds__(kTThreads, 2)
     Tsm2TTf32Kernel(const __grid_constant__ SplitArgs p) {
-  using Tile = TMmaTile<float, TM, TN, 16>;
+  using Tile = TMmaTile<float, TM, TN>;
   constexpr int RW = Tile::kRW, CW = Tile::kCW, kLda = Tile::kLda, kLdb = Tile::kLdb;
-  constexpr int kStep = Tile::kStep, kStageElems = Tile::kStageElems;
+  constexpr int kStep = Tile::kStep;
   extern __shared__ __align__(16) char smem[];
-  float* ring = reinterpret_cast<float*>(smem);
-
-  const SplitBlock blk = DecodeSplitBlock(p);
-  const int64_t p0 = blk.tile_m * TM, q0 = blk.tile_n * TN;
-  const int64_t r_begin = blk.split * p.split_len;
-  const int64_t r_end = min(p.k, r_begin + p.split_len);
-  const float* a = static_cast<const float*>(p.a) + blk.batch * p.a_batch_stride;
-  const float* b = static_cast<const float*>(p.b) + blk.batch * p.b_batch_stride;
-  const int64_t steps = (r_end - r_begin + kStep - 1) / kStep;
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row16 = Tile::Row0(warp), col8 = Tile::Col0(warp);
-  const int g = lane / 4, t = lane % 4;
-
-#pragma unroll
-  for (int s = 0; s < kTStages - 1; ++s) {
-    if (s < steps) Tile::Load(p, a, b, p0, q0, r_begin, r_end, s, ring);
-    CpAsyncCommit();
-  }
+  TMmaBlock<float, TM, TN> blk(p, reinterpret_cast<float*>(smem));
+  const int g = blk.g, t = blk.t;
 
   float acc[RW][CW][4] = {};    // hi*hi, added stage by stage
   float cross[RW][CW][4] = {};  // hi*lo + lo*hi
-  for (int64_t it = 0; it < steps; ++it) {
-    CpAsyncWait<kTStages - 2>();
-    __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
-    if (it + kTStages - 1 < steps) {
-      Tile::Load(p, a, b, p0, q0, r_begin, r_end, it + kTStages - 1, ring);
-    }
-    CpAsyncCommit();
+  for (int64_t it = 0; it < blk.steps; ++it) {
+    const float* stage = blk.Stage(p, it);
     // Rows past the split's end were zero-filled, so whole 8-row steps are safe.
-    const float* stage = ring + (it % kTStages) * kStageElems;
-    const float* sa = stage + t * kLda + row16 + g;
-    const float* sb = stage + kStep * kLda + t * kLdb + col8 + g;
+    const float* sa = stage + t * kLda + blk.row0 + g;
+    const float* sb = stage + kStep * kLda + t * kLdb + blk.col0 + g;
     float part[RW][CW][4] = {};
 #pragma unroll
     for (int r = 0; r < kStep; r += 8) {
@@ -117,7 +94,7 @@ __global__ void __launch_bounds__(kTThreads, 2)
       }
     }
   }
-  CpAsyncWait<0>();
+  blk.Drain();
 
   bool poisoned = false;
 #pragma unroll
@@ -137,15 +114,17 @@ __global__ void __launch_bounds__(kTThreads, 2)
     for (int j = 0; j < CW; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t row = p0 + row16 + 16 * i + g + 8 * (e / 2);
-        const int64_t col = q0 + col8 + 8 * j + 2 * t + e % 2;
+        const int64_t row = blk.p0 + blk.row0 + 16 * i + g + 8 * (e / 2);
+        const int64_t col = blk.q0 + blk.col0 + 8 * j + 2 * t + e % 2;
         if (row >= p.m || col >= p.n) continue;
         float v = acc[i][j][e] + cross[i][j][e];
         if (exact) {  // IEEE semantics for NaN and Inf: plain FMAs over the split
           v = 0.0f;
-          for (int64_t r = r_begin; r < r_end; ++r) v = fmaf(a[r * p.m + row], b[r * p.n + col], v);
+          for (int64_t r = blk.r_begin; r < blk.r_end; ++r) {
+            v = fmaf(blk.a[r * p.m + row], blk.b[r * p.n + col], v);
+          }
         }
-        StoreSplitOut<float>(p, blk, row, col, v);
+        StoreSplitOut<float>(p, blk.split, row, col, v);
       }
     }
   }
