@@ -359,6 +359,10 @@ void RunAll(Buffers& buf, const char* f) {
       {"TN f64 1e6x128x32", 1, 128, 1000000, 32, Kernel::kTsm2t, Layout::kTN},
       {"TN f64 99991x61x59", 1, 61, 99991, 59, Kernel::kTsm2t, Layout::kTN},
       {"TN bf16 99991x13x7", 2, 13, 99991, 7, Kernel::kTsm2t, Layout::kTN},
+      {"TN bf16 1e6x512x8", 2, 512, 1000000, 8, Kernel::kTsm2t, Layout::kTN},
+      {"TN bf16 1e6x64x64", 2, 64, 1000000, 64, Kernel::kTsm2t, Layout::kTN},
+      {"TN bf16 1e6x16x256", 2, 16, 1000000, 256, Kernel::kTsm2t, Layout::kTN},
+      {"NN bf16 1e6x512x8", 2, 1000000, 512, 8, Kernel::kTsm2r, Layout::kNN},
   };
   for (const auto& lc : lib_cases) {
     Case cs{lc.name, false, lc.m, lc.k, lc.n, lc.kernel, lc.layout};

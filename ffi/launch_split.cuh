@@ -12,6 +12,7 @@
 #include "ffi/kernels/small_left.cuh"
 #include "ffi/kernels/split_reduce.cuh"
 #include "ffi/kernels/tn.cuh"
+#include "ffi/kernels/tn_half.cuh"
 #include "ffi/kernels/tn_mma.cuh"
 #include "ffi/kernels/tn_tf32.cuh"
 #include "ffi/launch.h"
@@ -111,7 +112,8 @@ struct SplitLauncher {
   }
 
   // The tensor-core TSM2T, compiled per output tile: DMMA for f64
-  // (tn_mma.cuh), 3xTF32 for f32 (tn_tf32.cuh).
+  // (tn_mma.cuh), 3xTF32 for f32 (tn_tf32.cuh), m16n8k16 for bf16 and f16
+  // (tn_half.cuh).
   template <int TM, int TN>
   static cudaError_t LaunchTMmaWith(const SplitArgs& a, const SplitPlan& s, int blocks, int smem,
                                     cudaStream_t stream) {
@@ -122,8 +124,10 @@ struct SplitLauncher {
       void (*kernel)(SplitArgs);
       if constexpr (std::is_same_v<T, double>) {
         kernel = &Tsm2TMmaKernel<TM, TN>;
-      } else {
+      } else if constexpr (std::is_same_v<T, float>) {
         kernel = &Tsm2TTf32Kernel<TM, TN>;
+      } else {
+        kernel = &Tsm2THalfKernel<T, TM, TN>;
       }
       int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
       if (cudaError_t e =
@@ -135,33 +139,46 @@ struct SplitLauncher {
       return cudaGetLastError();
     }
   }
-  // Every tile TUsesMma admits for f32 or f64 (TPlan's power-of-two edges).
+  // Every tile TUsesMma admits for some element type (TPlan's power-of-two
+  // edges, at most 4096 outputs).
   static cudaError_t LaunchTMma(const SplitArgs& a, const SplitPlan& s, int blocks, int smem,
                                 cudaStream_t stream) {
     switch (s.tile_m * 1024 + s.tile_n) {
+      case 16 * 1024 + 64:
+        return LaunchTMmaWith<16, 64>(a, s, blocks, smem, stream);
       case 16 * 1024 + 128:
         return LaunchTMmaWith<16, 128>(a, s, blocks, smem, stream);
       case 16 * 1024 + 256:
         return LaunchTMmaWith<16, 256>(a, s, blocks, smem, stream);
+      case 32 * 1024 + 32:
+        return LaunchTMmaWith<32, 32>(a, s, blocks, smem, stream);
       case 32 * 1024 + 64:
         return LaunchTMmaWith<32, 64>(a, s, blocks, smem, stream);
       case 32 * 1024 + 128:
         return LaunchTMmaWith<32, 128>(a, s, blocks, smem, stream);
+      case 64 * 1024 + 16:
+        return LaunchTMmaWith<64, 16>(a, s, blocks, smem, stream);
       case 64 * 1024 + 32:
         return LaunchTMmaWith<64, 32>(a, s, blocks, smem, stream);
       case 64 * 1024 + 64:
         return LaunchTMmaWith<64, 64>(a, s, blocks, smem, stream);
+      case 128 * 1024 + 8:
+        return LaunchTMmaWith<128, 8>(a, s, blocks, smem, stream);
       case 128 * 1024 + 16:
         return LaunchTMmaWith<128, 16>(a, s, blocks, smem, stream);
       case 128 * 1024 + 32:
         return LaunchTMmaWith<128, 32>(a, s, blocks, smem, stream);
+      case 256 * 1024 + 8:
+        return LaunchTMmaWith<256, 8>(a, s, blocks, smem, stream);
       case 256 * 1024 + 16:
         return LaunchTMmaWith<256, 16>(a, s, blocks, smem, stream);
+      case 512 * 1024 + 8:
+        return LaunchTMmaWith<512, 8>(a, s, blocks, smem, stream);
       default:
         return cudaErrorInvalidValue;  // TUsesMma admits no other tile
     }
   }
-  static bool HasMmaSync() {  // FP64 and TF32 mma.sync: sm_80 and later
+  static bool HasMmaSync() {  // FP64, TF32, bf16 mma.sync and ldmatrix.trans: sm_80 and later
     int dev = 0, major = 0;
     return cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
@@ -176,13 +193,11 @@ struct SplitLauncher {
                reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
     // Below sm_80 the CUDA-core kernel runs the same plan (any step works
     // for it, and the padded ring is only larger than it needs).
-    if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
-      if (s.mma && HasMmaSync()) {
-        const int smem = TSmemBytes(s, sizeof(T));
-        if (smem > kTMaxSmem) return cudaErrorInvalidConfiguration;
-        const int blocks = static_cast<int>(a.splits * a.tiles_m * a.tiles_n * p.batch);
-        return LaunchTMma(a, s, blocks, smem, stream);
-      }
+    if (s.mma && HasMmaSync()) {
+      const int smem = TSmemBytes(s, sizeof(T));
+      if (smem > kTMaxSmem) return cudaErrorInvalidConfiguration;
+      const int blocks = static_cast<int>(a.splits * a.tiles_m * a.tiles_n * p.batch);
+      return LaunchTMma(a, s, blocks, smem, stream);
     }
     // TPlan never gives f64 8 x 8 blocks (128 accumulator registers would spill).
     constexpr int kWide = sizeof(T) <= 4 ? 8 : 4;

@@ -33,7 +33,7 @@ struct SplitPlan {
   int64_t tiles_m = 0, tiles_n = 0;  // output tiles per batch entry
   int64_t step = 0;                  // contraction rows staged per pipeline step
   int64_t thread_edge = 4;           // T: each thread holds a thread_edge^2 block of the tile
-  bool mma = false;                  // T: tensor-core tiles (tn_mma.cuh, tn_tf32.cuh) instead
+  bool mma = false;                  // T: tensor-core tiles (tn_mma/tf32/half.cuh) instead
   int64_t splits = 1;                // contraction ranges per output tile
   int64_t split_len = 0;             // rows per split (a multiple of step)
   int64_t Blocks(int64_t batch) const { return batch * tiles_m * tiles_n * splits; }
@@ -68,10 +68,13 @@ constexpr int kTStageBytesLarge = 32 * 1024;
 // CUDA-core kernel back (64 x 64: 54% of the read ceiling in f64, 50% in
 // f32): f64 tiles with both edges 32 or more on FP64 MMAs (tn_mma.cuh), f32
 // tiles with both edges 16 or more on TF32 MMAs at f32 accuracy
-// (tn_tf32.cuh). Their stage rows are padded by kTMmaPad elements so that a
-// fragment's rows fall on distinct banks.
+// (tn_tf32.cuh). bf16 and f16 tiles carry twice the FMAs per byte of f32
+// ones, so theirs go to m16n8k16 MMAs from 1024 outputs (16 x 8 MMA tiles,
+// one or more per warp; tn_half.cuh). Stage rows are padded by kTMmaPad
+// elements so that a fragment's rows fall on distinct banks.
 constexpr int kTMmaPad = 8;
 constexpr bool TUsesMma(int itemsize, int64_t tile_m, int64_t tile_n) {
+  if (itemsize == 2) return tile_m >= 16 && tile_n >= 8 && tile_m * tile_n >= 1024;
   const int64_t edge = itemsize == 8 ? 32 : 16;
   return (itemsize == 8 || itemsize == 4) && tile_m >= edge && tile_n >= edge &&
          tile_m * tile_n >= 2048;
@@ -80,7 +83,8 @@ constexpr bool TUsesMma(int itemsize, int64_t tile_m, int64_t tile_n) {
 // about kTStageBytesLarge (constexpr: the kernels are compiled per tile).
 constexpr int64_t TMmaStep(int itemsize, int64_t tile_m, int64_t tile_n) {
   const int64_t padded = (tile_m + tile_n + 2 * kTMmaPad) * itemsize;
-  const int64_t mk = itemsize == 8 ? 4 : 8;  // rows per MMA: m8n8k4 f64, m16n8k8 TF32
+  // Rows per MMA: m8n8k4 f64, m16n8k8 TF32, m16n8k16 bf16/f16.
+  const int64_t mk = itemsize == 8 ? 4 : itemsize == 4 ? 8 : 16;
   return std::max(mk, kTStageBytesLarge / padded / mk * mk);
 }
 inline SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
