@@ -277,3 +277,93 @@ def test_tn_tf32_tiles_keep_ieee_nan_and_inf():
     scale = np.abs(a.astype(np.float64)).T @ np.abs(b.astype(np.float64))
     bound = 2 * k * np.finfo(np.float32).eps * scale
     assert (np.abs(c - want)[fin] <= bound[fin]).all()
+
+
+# T on bf16/f16 tensor cores (ffi/kernels/tn_half.cuh): output tiles of 1024+
+# entries with edges >= 16 x 8. One shape per tile the launcher has, with
+# tails in both edges where the tile allows; an edge that is not a multiple
+# of 8 (13, 50, 100, ...) is not whole 16-byte vectors of a half type, so
+# those shapes take the element copies.
+HALF_TILES = [
+    (5_003, 13, 50),  # 16 x 64
+    (5_003, 16, 100),  # 16 x 128
+    (5_003, 9, 200),  # 16 x 256
+    (5_003, 30, 20),  # 32 x 32
+    (5_003, 30, 50),  # 32 x 64
+    (5_003, 20, 100),  # 32 x 128
+    (5_003, 50, 13),  # 64 x 16
+    (5_003, 50, 30),  # 64 x 32
+    (20_011, 64, 64),  # 64 x 64, whole vectors
+    (5_003, 100, 7),  # 128 x 8
+    (5_003, 100, 16),  # 128 x 16
+    (5_003, 100, 20),  # 128 x 32
+    (5_003, 200, 6),  # 256 x 8
+    (5_003, 200, 13),  # 256 x 16
+    (20_011, 512, 8),  # 512 x 8, whole vectors
+    (3_001, 600, 5),  # 512 x 8, two tiles
+]
+
+
+def _plan(dtype, k, m, n):
+    from jax_tsm2._ffi import _tsm2_ext
+
+    sms = jax.devices()[0].core_count
+    return _tsm2_ext.split_plan(jnp.dtype(dtype).name, TSM2T, 1, m, k, n, sms)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(("k", "m", "n"), HALF_TILES, ids=str)
+def test_tn_half_tiles(dtype, k, m, n):
+    plan = _plan(dtype, k, m, n)
+    assert plan["mma"], "the shape should take the half tensor-core tiles"
+    rng = np.random.default_rng(k + m + n)
+    a, b = rand(rng, (k, m), dtype), rand(rng, (k, n), dtype)
+    check(_run(a, b, TSM2T, TN), a, b, TN)
+    check(_run(a, b, TSM2T, TN, jnp.float32), a, b, TN)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+def test_tn_half_tiles_sum_in_f32(dtype):
+    """Positive data: |A|^T |B| = A^T B, so rounding biases add up. Half products are exact
+    in f32, so the f32 output must be within 64 f32 eps of the float64 product of the
+    stored values. Whole-split chains on the truncating tensor-core adder (~1e-5 at
+    k = 2e6) or a half-precision accumulator would fail."""
+    k, m, n = 2_000_003, 64, 64
+    assert _plan(dtype, k, m, n)["mma"]
+    ka, kb = jax.random.split(jax.random.key(11))
+    a = jax.random.uniform(ka, (k, m), jnp.float32, 0.5, 1.0).astype(dtype)
+    b = jax.random.uniform(kb, (k, n), jnp.float32, 0.5, 1.0).astype(dtype)
+    c = np.asarray(_run(a, b, TSM2T, TN, jnp.float32), np.float64)
+    ref = np.asarray(a, np.float64).T @ np.asarray(b, np.float64)
+    rel = np.abs(c - ref) / ref
+    assert rel.max() <= 64 * np.finfo(np.float32).eps, rel.max()
+
+
+def test_tn_half_tiles_are_bitwise_reproducible():
+    rng = np.random.default_rng(12)
+    a, b = rand(rng, (200_003, 512), jnp.bfloat16), rand(rng, (200_003, 8), jnp.bfloat16)
+    c1 = np.asarray(_run(a, b, TSM2T, TN, jnp.float32))
+    c2 = np.asarray(_run(a, b, TSM2T, TN, jnp.float32))
+    assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+def test_tn_half_tiles_keep_ieee_nan_and_inf(dtype):
+    """The half MMAs take Inf and NaN as they come (no operand splitting): the patterns
+    must match the float64 product's."""
+    rng = np.random.default_rng(13)
+    k, m, n = 20_011, 64, 64
+    a = np.array(rand(rng, (k, m), jnp.float32))
+    b = np.array(rand(rng, (k, n), jnp.float32))
+    a[17, 3] = np.inf
+    a[18, 5], a[19, 5] = np.inf, -np.inf
+    a[12_000, 40] = np.nan
+    b[30, 9] = -np.inf
+    b[17, 20] = 0.0
+    a, b = a.astype(dtype), b.astype(dtype)
+    c = np.asarray(_run(jnp.asarray(a), jnp.asarray(b), TSM2T, TN, jnp.float32), np.float64)
+    want = a.astype(np.float64).T @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(c), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(c), np.isneginf(want))
+    assert np.isnan(c[3, 20]) and np.isinf(c[3, 0]) and np.isnan(c[40]).all()

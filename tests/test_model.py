@@ -230,6 +230,16 @@ def test_split_kernels_are_calibrated():
     assert "FMA/clk/SM" in s.reason and "measured" not in s.reason
 
 
+def test_tsm2t_half_tensor_core_tiles_are_calibrated():
+    """bf16 TN on m16n8k16 tiles (kernel lab, session 10, H100): 1e6 x 512 x 8 at 374 us,
+    64 x 64 at 116 us, 16 x 256 at 215 us. Charged as CUDA-core FMAs (rate x1) the
+    64 x 64 tile would be predicted compute-bound at ~3x its time."""
+    for (m, n), us in (((512, 8), 374), ((64, 64), 116), ((16, 256), 215)):
+        q = model.predict((m, 10**6, n), "bfloat16", "tn", "tsm2t", device=H100)
+        assert q.params["mma"], (m, n)
+        assert abs(q.seconds * 1e6 / us - 1) < 0.15, (m, n, q.seconds)
+
+
 def test_model_check_cli(capsys):
     mc = _model_check()
     assert mc.main([str(BENCH), "--quiet"]) == 0

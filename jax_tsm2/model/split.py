@@ -81,11 +81,15 @@ def split_prediction(
         t_mem = max(t_mem, cycles / (active * dev.clock_hz))
     elif not vec:
         t_mem = max(t_mem, elems / (cal.scalar_rate(kernel) * active * dev.clock_hz))
-    # TSM2T's tensor-core tiles (split_plans.h TUsesMma) are charged twice the
-    # FMA pipes' rate at the same efficiency: FP64 MMAs (h100-2026-11-23/tn-mma:
-    # 64 x 64 f64 at 408 us, predicted 400) and the 3xTF32 f32 tiles (session 8
-    # kernel lab: 64 x 64 at 206 us, 16 x 256 at 390; predicted 203 and 379).
-    rate = eta_fma * dev.fma_lanes(acc) * (2 if plan.get("mma") else 1)
+    # TSM2T's tensor-core tiles (split_plans.h TUsesMma) are charged a multiple
+    # of the FMA pipes' rate at the same efficiency: twice for FP64 MMAs
+    # (h100-2026-11-23/tn-mma: 64 x 64 f64 at 408 us, predicted 400) and the
+    # 3xTF32 f32 tiles (session 8 kernel lab: 64 x 64 at 206 us, 16 x 256 at
+    # 390; predicted 203 and 379); three times for bf16/f16 m16n8k16 tiles, one
+    # MMA per product (session 10 kernel lab, bf16 1e6 rows: 512 x 8 at 374 us,
+    # 64 x 64 at 116, 16 x 256 at 215; predicted 361, 121, 197).
+    mma = (3 if isz == 2 else 2) if plan.get("mma") else 1
+    rate = eta_fma * dev.fma_lanes(acc) * mma
     fmas = batch * p.m * p.k * p.n
     t_cmp = fmas / (rate * active * dev.clock_hz)
     body = soft_max(t_mem, t_cmp, cal.P)
