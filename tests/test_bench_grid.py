@@ -15,7 +15,7 @@ import pytest
 
 import jax_tsm2
 from jax_tsm2 import kernel_call, model
-from jax_tsm2.bench import case, cli, grid, grid_report, predict, report, suite
+from jax_tsm2.bench import case, cli, grid, grid_report, predict, report, suite, timing
 from jax_tsm2.bench.runner import Options, run_suite
 from jax_tsm2.routing import Problem
 
@@ -309,3 +309,45 @@ def test_grid_bar2_passes_with_enough_shapes():
     lines = report.summary_lines(doc)
     assert any("100/100 shapes within" in s and s.endswith("pass") for s in lines)
     assert not any(s.startswith("bar 1 ") for s in lines)  # a grid-only run: no issue 3 lines
+
+
+def _timed(rec, samples, program):
+    return {**rec, "samples": samples, "seconds": statistics.median(samples), "program": program}
+
+
+def test_grid_bar2_pools_one_program_timed_twice():
+    """Routed to XLA's own program (equal digests): the two medians are noise, so both count
+    as the pooled median. Different programs, or no digest, are never pooled."""
+    noisy = [12.3, 8.8, 9.2, 13.9, 6.1]  # seed 3, L 150977x4x4 f16, us
+    quiet = [8.2, 7.2, 7.5, 22.1, 6.1]
+    same = [
+        _timed(_rec("tsm2", "L:a", 0), noisy, "d1"),
+        _timed(_rec("jnp", "L:a", 0), quiet, "d1"),
+        _timed(_rec("tsm2l", "L:a", 0, "tsm2l"), [10.7] * 5, "k1"),
+    ]
+    b = grid_report.bar2(same)
+    v = b["results"][0]
+    assert v["pooled_seconds"] == pytest.approx(8.5) and v["ratio"] == pytest.approx(1.0)
+    assert not b["misses"] and b["pooled"] == 1
+    lines = grid_report.summary_lines(b)
+    assert any("1 shapes compiled to XLA's dot's own program" in s for s in lines)
+    for other in ("d2", None):  # a different program, or none recorded: medians as measured
+        recs = [same[0] | {"program": other}, same[1], same[2]]
+        b = grid_report.bar2(recs)
+        assert b["results"][0]["pooled_seconds"] is None and b["pooled"] == 0
+        assert b["misses"] and b["misses"][0]["ratio"] == pytest.approx(9.2 / 7.5)
+
+
+def test_program_digest_tells_programs_apart():
+    """Same program, same digest (jnp and the routed path where it lowers to XLA's dot on CPU);
+    a different one (another op, another precision) differs."""
+    a = [jnp.ones((100, 16), jnp.float32) + i for i in range(2)]
+    b = [jnp.ones((16, 8), jnp.float32) + i for i in range(2)]
+
+    def digest(f):
+        return timing.program_digest(timing.compile_jax(f, [a, b])[0])
+
+    plain = digest(jnp.matmul)
+    assert plain and plain == digest(lambda x, y: jax_tsm2.matmul(x, y))
+    assert plain != digest(lambda x, y: 2 * jnp.matmul(x, y))
+    assert plain != digest(lambda x, y: jnp.matmul(x, y, precision="highest"))

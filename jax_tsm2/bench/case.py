@@ -312,6 +312,7 @@ class CaseRun:
             del first
             fields: dict[str, Any] = {"rel_error": err, "tolerance": tol, "route": route}
             fields["route_detail"] = detail
+            fields["program"] = timing.program_digest(compiled)
             if status != "ok":
                 return self.record(impl, status, detail=why, **fields)
         except Exception as err:

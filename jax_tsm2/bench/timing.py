@@ -32,6 +32,7 @@ of each implementation is the median over ``repeats`` samples.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 import time
@@ -118,6 +119,23 @@ def compile_jax(apply: Callable[..., Any], copies: Copies) -> tuple[Any, str]:
     calls = len(copies[0])
     lowered = jax.jit(unrolled(apply, calls)).lower(*[tuple(c) for c in copies])
     return lowered.compile(), lowered.as_text()
+
+
+def program_digest(compiled: Any) -> str | None:
+    """A digest of the optimized HLO that two compilations share exactly when they run the
+    same program: XLA's fingerprint printing (canonical names, no metadata or source
+    locations) with backend configs kept, so that two GEMMs autotuned to different
+    algorithms differ. None where the compiled object does not expose its HLO."""
+    try:
+        from jaxlib import _hlo
+
+        opts = _hlo.HloPrintOptions.fingerprint()
+        opts.print_backend_config = True
+        modules = compiled.runtime_executable().hlo_modules()
+        text = "\n".join(m.to_string(opts) for m in modules)
+    except Exception:  # a jaxlib without these bindings: no digest, no pooling
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def run_jax(compiled: Any, copies: Copies) -> tuple[Any, ...]:
