@@ -255,10 +255,11 @@ def test_tn_tf32_tiles_are_bitwise_reproducible():
     assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32))
 
 
-def test_tn_tf32_tiles_keep_ieee_nan_and_inf():
-    """Inf splits into hi = Inf, lo = NaN on the tensor cores: blocks that meet a NaN or an
-    Inf recompute with f32 FMAs, so the patterns match the float64 product's."""
-    rng = np.random.default_rng(9)
+def _tn_operands_with_specials(seed, dtype):
+    """20011 x 64 operands of TN with Inf, -Inf, NaN and a zero against an Inf placed so that
+    output row 3 is +-inf, row 5 gets inf - inf, row 40 is NaN, column 9 is +-inf and
+    (3, 20) is 0 * inf; returned as NumPy arrays of `dtype`."""
+    rng = np.random.default_rng(seed)
     k, m, n = 20_011, 64, 64
     a = np.array(rand(rng, (k, m), jnp.float32))
     b = np.array(rand(rng, (k, n), jnp.float32))
@@ -267,15 +268,26 @@ def test_tn_tf32_tiles_keep_ieee_nan_and_inf():
     a[12_000, 40] = np.nan  # row 40: NaN
     b[30, 9] = -np.inf  # column 9: +-inf (NaN against rows 5 and 40)
     b[17, 20] = 0.0  # 0 * inf = NaN at (3, 20)
-    c = np.asarray(_run(jnp.asarray(a), jnp.asarray(b), TSM2T, TN), np.float64)
-    want = a.astype(np.float64).T @ b.astype(np.float64)
+    return a.astype(dtype), b.astype(dtype)
+
+
+def _assert_special_patterns(c, want):
     np.testing.assert_array_equal(np.isnan(c), np.isnan(want))
     np.testing.assert_array_equal(np.isposinf(c), np.isposinf(want))
     np.testing.assert_array_equal(np.isneginf(c), np.isneginf(want))
     assert np.isnan(c[3, 20]) and np.isinf(c[3, 0]) and np.isnan(c[40]).all()
+
+
+def test_tn_tf32_tiles_keep_ieee_nan_and_inf():
+    """Inf splits into hi = Inf, lo = NaN on the tensor cores: blocks that meet a NaN or an
+    Inf recompute with f32 FMAs, so the patterns match the float64 product's."""
+    a, b = _tn_operands_with_specials(9, np.float32)
+    c = np.asarray(_run(jnp.asarray(a), jnp.asarray(b), TSM2T, TN), np.float64)
+    want = a.astype(np.float64).T @ b.astype(np.float64)
+    _assert_special_patterns(c, want)
     fin = np.isfinite(want)
     scale = np.abs(a.astype(np.float64)).T @ np.abs(b.astype(np.float64))
-    bound = 2 * k * np.finfo(np.float32).eps * scale
+    bound = 2 * a.shape[0] * np.finfo(np.float32).eps * scale
     assert (np.abs(c - want)[fin] <= bound[fin]).all()
 
 
@@ -351,19 +363,6 @@ def test_tn_half_tiles_are_bitwise_reproducible():
 def test_tn_half_tiles_keep_ieee_nan_and_inf(dtype):
     """The half MMAs take Inf and NaN as they come (no operand splitting): the patterns
     must match the float64 product's."""
-    rng = np.random.default_rng(13)
-    k, m, n = 20_011, 64, 64
-    a = np.array(rand(rng, (k, m), jnp.float32))
-    b = np.array(rand(rng, (k, n), jnp.float32))
-    a[17, 3] = np.inf
-    a[18, 5], a[19, 5] = np.inf, -np.inf
-    a[12_000, 40] = np.nan
-    b[30, 9] = -np.inf
-    b[17, 20] = 0.0
-    a, b = a.astype(dtype), b.astype(dtype)
+    a, b = _tn_operands_with_specials(13, dtype)
     c = np.asarray(_run(jnp.asarray(a), jnp.asarray(b), TSM2T, TN, jnp.float32), np.float64)
-    want = a.astype(np.float64).T @ b.astype(np.float64)
-    np.testing.assert_array_equal(np.isnan(c), np.isnan(want))
-    np.testing.assert_array_equal(np.isposinf(c), np.isposinf(want))
-    np.testing.assert_array_equal(np.isneginf(c), np.isneginf(want))
-    assert np.isnan(c[3, 20]) and np.isinf(c[3, 0]) and np.isnan(c[40]).all()
+    _assert_special_patterns(c, a.astype(np.float64).T @ b.astype(np.float64))

@@ -183,6 +183,20 @@ struct TMmaTile {
   __device__ __forceinline__ static int Col0(int warp) { return warp * kPerWarp % kTileCols * 8; }
 };
 
+// acc += part, entry by entry (the m16n8 kernels close each stage's chain
+// of MMAs with this f32 add, rounded to nearest).
+template <int RW, int CW>
+__device__ __forceinline__ void AddTiles(float (&acc)[RW][CW][4], const float (&part)[RW][CW][4]) {
+#pragma unroll
+  for (int i = 0; i < RW; ++i) {
+#pragma unroll
+    for (int j = 0; j < CW; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] += part[i][j][e];
+    }
+  }
+}
+
 // One block of a tensor-core TSM2T launch: its output tile, its slice of the
 // contraction, and the kTStages-deep ring that streams the slice through
 // shared memory. Both tensor-core kernels run the same pipeline:
@@ -245,6 +259,27 @@ struct TMmaBlock {
   }
 
   __device__ __forceinline__ void Drain() const { CpAsyncWait<0>(); }
+
+  // The m16n8 kernels (TF32, bf16/f16): calls f(value, row, col) for each
+  // accumulator entry of this lane that lies inside the output. Lane (g, t)
+  // holds entries (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) of each
+  // MMA tile.
+  template <int RW, int CW, typename F>
+  __device__ __forceinline__ void ForEachM16Out(const SplitArgs& p, float (&acc)[RW][CW][4],
+                                                F&& f) const {
+#pragma unroll
+    for (int i = 0; i < RW; ++i) {
+#pragma unroll
+      for (int j = 0; j < CW; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t row = p0 + row0 + 16 * i + g + 8 * (e / 2);
+          const int64_t col = q0 + col0 + 8 * j + 2 * t + e % 2;
+          if (row < p.m && col < p.n) f(acc[i][j][e], row, col);
+        }
+      }
+    }
+  }
 
  private:
   // Stage `s` of the ring (A slice then B slice), rows past r_end zero-filled.

@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kTThreads, 2)
   static_assert(Tile::kMM == 16 && kStep % 16 == 0, "m16n8k16 steps");
   extern __shared__ __align__(16) char smem[];
   TMmaBlock<T, TM, TN> blk(p, reinterpret_cast<T*>(smem));
-  const int g = blk.g, t = blk.t, lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32;
 
   // The row and column this lane addresses for ldmatrix. A fragment's four
   // matrices are (M 0-7, K 0-7), (M 8-15, K 0-7), (M 0-7, K 8-15),
@@ -111,30 +111,12 @@ __global__ void __launch_bounds__(kTThreads, 2)
         for (int j = 0; j < CW; ++j) MmaHalf<T>(part[i][j], fa[i], fb[j]);
       }
     }
-#pragma unroll
-    for (int i = 0; i < RW; ++i) {
-#pragma unroll
-      for (int j = 0; j < CW; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] += part[i][j][e];
-      }
-    }
+    AddTiles(acc, part);
   }
   blk.Drain();
-
-  // Lane (g, t) holds entries (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) of each tile.
-#pragma unroll
-  for (int i = 0; i < RW; ++i) {
-#pragma unroll
-    for (int j = 0; j < CW; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t row = blk.p0 + blk.row0 + 16 * i + g + 8 * (e / 2);
-        const int64_t col = blk.q0 + blk.col0 + 8 * j + 2 * t + e % 2;
-        if (row < p.m && col < p.n) StoreSplitOut<T>(p, blk.split, row, col, acc[i][j][e]);
-      }
-    }
-  }
+  blk.ForEachM16Out(p, acc, [&](float v, int64_t row, int64_t col) {
+    StoreSplitOut<T>(p, blk.split, row, col, v);
+  });
 }
 
 }  // namespace tsm2

@@ -85,14 +85,7 @@ __global__ void __launch_bounds__(kTThreads, 2)
         for (int j = 0; j < CW; ++j) MmaTf32(cross[i][j], ah[i], bl[j][0], bl[j][1]);
       }
     }
-#pragma unroll
-    for (int i = 0; i < RW; ++i) {
-#pragma unroll
-      for (int j = 0; j < CW; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] += part[i][j][e];
-      }
-    }
+    AddTiles(acc, part);
   }
   blk.Drain();
 
@@ -107,27 +100,16 @@ __global__ void __launch_bounds__(kTThreads, 2)
   }
   const bool exact = __syncthreads_or(poisoned);
 
-  // Lane (g, t) holds entries (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) of each tile.
-#pragma unroll
-  for (int i = 0; i < RW; ++i) {
-#pragma unroll
-    for (int j = 0; j < CW; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t row = blk.p0 + blk.row0 + 16 * i + g + 8 * (e / 2);
-        const int64_t col = blk.q0 + blk.col0 + 8 * j + 2 * t + e % 2;
-        if (row >= p.m || col >= p.n) continue;
-        float v = acc[i][j][e] + cross[i][j][e];
-        if (exact) {  // IEEE semantics for NaN and Inf: plain FMAs over the split
-          v = 0.0f;
-          for (int64_t r = blk.r_begin; r < blk.r_end; ++r) {
-            v = fmaf(blk.a[r * p.m + row], blk.b[r * p.n + col], v);
-          }
-        }
-        StoreSplitOut<float>(p, blk.split, row, col, v);
+  AddTiles(acc, cross);
+  blk.ForEachM16Out(p, acc, [&](float v, int64_t row, int64_t col) {
+    if (exact) {  // IEEE semantics for NaN and Inf: plain FMAs over the split
+      v = 0.0f;
+      for (int64_t r = blk.r_begin; r < blk.r_end; ++r) {
+        v = fmaf(blk.a[r * p.m + row], blk.b[r * p.n + col], v);
       }
     }
-  }
+    StoreSplitOut<float>(p, blk.split, row, col, v);
+  });
 }
 
 }  // namespace tsm2
