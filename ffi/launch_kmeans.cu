@@ -50,41 +50,36 @@ cudaError_t LaunchReduce(const DeviceKmeans& p, const void* workspace, int owner
   return cudaGetLastError();
 }
 
+// Each step variant below gives its accumulator type, how many partials
+// (owners) its persistent grid can keep resident, and how to launch its step
+// kernel over a given number of owners; PlanOwners and LaunchVariant do the
+// rest for all of them.
+
 // The f32 tensor-core step (kernels/kmeans_mma.cuh): DC the row class (128
 // or 256 elements), MT the 16-centroid tiles.
 template <int DC, int MT>
 struct KmeansMmaVariant {
   using Cfg = KmeansMmaConfig<DC, MT>;
+  using Acc = float;
 
-  static cudaError_t Plan(const DeviceKmeans& p, size_t workspace_bytes, int* owners) {
-    int per_sm = 0, sms = 0;
+  static cudaError_t Resident(const DeviceKmeans& p, int sms, int64_t* cap) {
+    int per_sm = 0;
     if (cudaError_t e = BlocksPerSm(reinterpret_cast<const void*>(&KmeansMmaStepKernel<DC, MT>),
                                     Cfg::kThreads, Cfg::kSmemBytes, &per_sm);
         e != cudaSuccess) {
       return e;
     }
-    if (cudaError_t e = SmCount(&sms); e != cudaSuccess) return e;
     const int64_t tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
-    const int64_t by_workspace =
-        static_cast<int64_t>(workspace_bytes) /
-        (KmeansPartialElems(p.d, p.k) * static_cast<int64_t>(sizeof(float)));
-    *owners = static_cast<int>(std::min({tiles, static_cast<int64_t>(per_sm) * sms, by_workspace}));
+    *cap = std::min(tiles, static_cast<int64_t>(per_sm) * sms);
     return cudaSuccess;
   }
 
-  static cudaError_t Launch(const DeviceKmeans& p, void* workspace, size_t workspace_bytes,
-                            cudaStream_t stream) {
-    int owners = 0;
-    if (cudaError_t e = Plan(p, workspace_bytes, &owners); e != cudaSuccess) return e;
-    if (p.n > 0 && owners < 1) return cudaErrorInvalidValue;  // workspace too small
+  static cudaError_t Run(const DeviceKmeans& p, void* workspace, int owners, cudaStream_t stream) {
     KmeansArgs a = CommonArgs(p, workspace);
     a.tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
-    if (owners > 0) {
-      KmeansMmaStepKernel<DC, MT>
-          <<<static_cast<unsigned>(owners), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
-      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    }
-    return LaunchReduce<float>(p, workspace, owners, stream);
+    KmeansMmaStepKernel<DC, MT>
+        <<<static_cast<unsigned>(owners), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+    return cudaGetLastError();
   }
 };
 
@@ -114,13 +109,12 @@ struct KmeansVariant {
   }
 
   // Partials the launch writes: blocks (local plans) or clusters.
-  static cudaError_t Plan(const DeviceKmeans& p, size_t workspace_bytes, int* owners) {
-    int per_sm = 0, sms = 0;
+  static cudaError_t Resident(const DeviceKmeans& p, int sms, int64_t* cap) {
+    int per_sm = 0;
     if (cudaError_t e = BlocksPerSm(Kernel(), Cfg::kThreads, kP.smem_bytes, &per_sm);
         e != cudaSuccess) {
       return e;
     }
-    if (cudaError_t e = SmCount(&sms); e != cudaSuccess) return e;
     int64_t resident = static_cast<int64_t>(std::min(per_sm, kKmeansMaxBlocksPerSm)) * sms;
     if constexpr (Cfg::kCl > 1) {
       int clusters = 0;
@@ -134,18 +128,11 @@ struct KmeansVariant {
       if (clusters < 1) return cudaErrorInvalidConfiguration;
       resident = std::min<int64_t>(clusters, resident / Cfg::kCl);
     }
-    const int64_t by_plan = KmeansMaxOwners(kP, p.n, sms);
-    const int64_t per_owner = KmeansPartialElems(p.d, p.k) * static_cast<int64_t>(sizeof(Acc));
-    const int64_t by_workspace = static_cast<int64_t>(workspace_bytes) / per_owner;
-    *owners = static_cast<int>(std::min({by_plan, resident, by_workspace}));
+    *cap = std::min(KmeansMaxOwners(kP, p.n, sms), resident);
     return cudaSuccess;
   }
 
-  static cudaError_t Launch(const DeviceKmeans& p, void* workspace, size_t workspace_bytes,
-                            cudaStream_t stream) {
-    int owners = 0;
-    if (cudaError_t e = Plan(p, workspace_bytes, &owners); e != cudaSuccess) return e;
-    if (p.n > 0 && owners < 1) return cudaErrorInvalidValue;  // workspace too small
+  static cudaError_t Run(const DeviceKmeans& p, void* workspace, int owners, cudaStream_t stream) {
     const int itemsize = static_cast<int>(sizeof(T));
     KmeansArgs a = CommonArgs(p, workspace);
     a.tiles = KmeansTiles(kP, p.n);
@@ -153,18 +140,42 @@ struct KmeansVariant {
     a.nvd = static_cast<int>(KmeansRowVecs(itemsize, p.d));
     a.x_vec_ok =
         p.d % Cfg::kE == 0 && reinterpret_cast<uintptr_t>(p.x) % sizeof(typename Cfg::Raw) == 0;
-    if (owners > 0) {
-      cudaLaunchAttribute attr;
-      const cudaLaunchConfig_t cfg = Config(owners * Cfg::kCl, stream, &attr);
-      if (cudaError_t e = cudaLaunchKernelEx(&cfg, &KmeansStepKernel<T, KP, CLS>, a);
-          e != cudaSuccess) {
-        return e;
-      }
-      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = Config(owners * Cfg::kCl, stream, &attr);
+    if (cudaError_t e = cudaLaunchKernelEx(&cfg, &KmeansStepKernel<T, KP, CLS>, a);
+        e != cudaSuccess) {
+      return e;
     }
-    return LaunchReduce<Acc>(p, workspace, owners, stream);
+    return cudaGetLastError();
   }
 };
+
+// Partials a launch of variant V writes: what stays resident (and its plan
+// allows), and no more than the workspace holds.
+template <typename V>
+cudaError_t PlanOwners(const DeviceKmeans& p, size_t workspace_bytes, int* owners) {
+  int sms = 0;
+  if (cudaError_t e = SmCount(&sms); e != cudaSuccess) return e;
+  int64_t cap = 0;
+  if (cudaError_t e = V::Resident(p, sms, &cap); e != cudaSuccess) return e;
+  const int64_t per_owner =
+      KmeansPartialElems(p.d, p.k) * static_cast<int64_t>(sizeof(typename V::Acc));
+  *owners = static_cast<int>(std::min(cap, static_cast<int64_t>(workspace_bytes) / per_owner));
+  return cudaSuccess;
+}
+
+// The step of variant V, then the fixed-order reduction of its partials.
+template <typename V>
+cudaError_t LaunchVariant(const DeviceKmeans& p, void* workspace, size_t workspace_bytes,
+                          cudaStream_t stream) {
+  int owners = 0;
+  if (cudaError_t e = PlanOwners<V>(p, workspace_bytes, &owners); e != cudaSuccess) return e;
+  if (p.n > 0 && owners < 1) return cudaErrorInvalidValue;  // workspace too small
+  if (owners > 0) {
+    if (cudaError_t e = V::Run(p, workspace, owners, stream); e != cudaSuccess) return e;
+  }
+  return LaunchReduce<typename V::Acc>(p, workspace, owners, stream);
+}
 
 struct PlanOp {
   const DeviceKmeans& p;
@@ -172,7 +183,7 @@ struct PlanOp {
   int* owners;
   template <typename V>
   cudaError_t Run() const {
-    return V::Plan(p, workspace_bytes, owners);
+    return PlanOwners<V>(p, workspace_bytes, owners);
   }
 };
 
@@ -183,7 +194,7 @@ struct LaunchOp {
   cudaStream_t stream;
   template <typename V>
   cudaError_t Run() const {
-    return V::Launch(p, workspace, workspace_bytes, stream);
+    return LaunchVariant<V>(p, workspace, workspace_bytes, stream);
   }
 };
 
