@@ -102,16 +102,23 @@ class Calibration:
       16 / itemsize) it copies element by element, and streams at a rate in
       elements, whatever the dtype: on the grid R and L tiles about 1.2
       elements per clock per SM (bf16 at 18-22% of the ceiling, f32 at 41%),
-      TSM2T about 0.65 of its padded stage rows (f64 28%, half 5-11%); TSM2S:
-      ``s_scalar_cycles`` below.
+      TSM2T's bf16/f16 about 0.65 of its padded stage rows (half 5-11%); TSM2T
+      f32/f64: ``t_async_bytes_per_clk``; TSM2S: ``s_scalar_cycles`` below.
     Refitted to both grids (seeds 0 and 1, 226 shapes; ``grid_fit.py`` fits on
     one and tests on the other, then fits on both):
 
-    - ``s_scalar_cycles``: (per element, per element and row of A) SM cycles
-      of TSM2S's element-by-element copy of B (``n`` not a multiple of 16 /
-      itemsize): it feeds ``m`` FMAs per element, at half the rate in f64; the
-      grids measured ~0.3 cycles per element at m = 1 and ~1.8 at m = 11 (f32).
-      The same two values fitted on either grid alone (within one step).
+    - ``s_scalar_cycles``: (per copy, per element and row of A) SM cycles per
+      element of TSM2S's element-by-element copy of B (``n`` not a multiple of
+      16 / itemsize): 4/8-byte cp.async for f32/f64, 4-byte pairs for bf16/f16
+      with n even (a copy per two elements), else through registers; each
+      element feeds ``m`` FMAs, at half the rate in f64. Fitted to the session
+      11 kernel lab (h100-2026-11-23/session11/lab) on four grid-seed-3 shapes:
+      f32 1x10821x17697 306 us (+1%), bf16 3x6774x7418 74 us (-3%), bf16
+      15x10567x10659 422 us (+27%), f64 7x1001x3001 24 us (-23%).
+    - ``t_async_bytes_per_clk``: TSM2T's f32/f64 element copies (4/8-byte
+      cp.async), in bytes per clock per SM of the elements its tiles read; the
+      same lab: f32 2885541x11x67 and 1e6x13x7, f64 202954x23x5 and 99991x61x59
+      at 4.7-6.2 (predicted -8%, -2%, -6%, +21%).
     - ``xla_tall_ratio``: A counts as tall (XLA's dot reads it once) from
       ``m >= xla_tall_ratio * k``; seed 1's R/NT shapes with m = 2-5.5 k ran
       XLA's dot at a third of the ceiling (NT f32 12973x6236x4: 341 us, TSM2R 134).
@@ -154,7 +161,8 @@ class Calibration:
         ("tile", 1.2),
         ("tsm2t", TSM2T_SCALAR_ELEMS_PER_CLK),
     )
-    s_scalar_cycles: tuple[float, float] = (0.2, 0.14)
+    s_scalar_cycles: tuple[float, float] = (0.36, 0.056)
+    t_async_bytes_per_clk: float = 5.0
     xla_slow_passes: float = 3.3
     xla_tall_ratio: float = 6.0
     route_margin: tuple[tuple[str, float], ...] = (

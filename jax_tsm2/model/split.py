@@ -62,23 +62,30 @@ def split_prediction(
     eta_stream, eta_fma = cal.split_eta(kernel)
     t_mem = dram / (bw * eta_stream * active / dev.sm_count)
     # Element-by-element copies where operand rows are not whole 16-byte
-    # vectors (launch_split.cuh vec_ok): a rate in elements, whatever the dtype;
-    # T copies its padded tiles' rows, S the rows of B.
+    # vectors (launch_split.cuh vec_ok). T's f32/f64 elements go through 4- and
+    # 8-byte cp.async and stream at a rate in bytes of the elements it reads;
+    # its bf16/f16 elements go through registers at a rate in elements of its
+    # padded tiles' rows, whatever the dtype. S: see ``s_scalar_cycles``.
     kv = 16 // isz
     if kernel == "tsm2s":
         vec = p.n % (2 if isz == 8 else 4) == 0
         elems = (p.batch or 1) * p.k * p.n
     else:
         vec = all(v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"]))
+        read = plan["tiles_n"] * p.m + plan["tiles_m"] * p.n
         per_row = plan["tiles_m"] * plan["tiles_n"] * (plan["tile_m"] + plan["tile_n"])
         elems = batch * p.k * per_row
     if not vec and kernel == "tsm2s":
-        # S's element copy feeds m FMAs per element of B: its cost grows with m
-        # (seed-0 and seed-1 grids: ~0.3 cycles per element at m = 1, ~1.8 at
-        # m = 11 in f32, twice that in f64, where FMAs issue at half the rate).
-        per_elem, per_fma = cal.s_scalar_cycles
-        cycles = elems * (per_elem + per_fma * p.m * (2 if acc == "f64" else 1))
+        # S's element copy feeds m FMAs per element of B: its cost grows with m,
+        # at half the FMA rate in f64. bf16/f16 copy pairs when n is even
+        # (small_left.cuh LoadSBStage), so their per-copy cost halves.
+        per_copy, per_fma = cal.s_scalar_cycles
+        per_copy /= 2 if isz == 2 and p.n % 2 == 0 else 1
+        cycles = elems * (per_copy + per_fma * p.m * (2 if acc == "f64" else 1))
         t_mem = max(t_mem, cycles / (active * dev.clock_hz))
+    elif not vec and isz >= 4:
+        copied = batch * p.k * read * isz
+        t_mem = max(t_mem, copied / (cal.t_async_bytes_per_clk * active * dev.clock_hz))
     elif not vec:
         t_mem = max(t_mem, elems / (cal.scalar_rate(kernel) * active * dev.clock_hz))
     # TSM2T's tensor-core tiles (split_plans.h TUsesMma) are charged a multiple
