@@ -340,6 +340,12 @@ def test_xla_operand_passes_follow_the_grid_features():
     assert passes(1, 4087, 5830, "float64") == passes(13612, 6966, 1, "float64") == 1.0
     assert passes(1, 8961, 6300) == cal.xla_slow_passes  # grid seed 0: 3.1 passes
     assert passes(1, 1, 5000, "float64") == cal.xla_slow_passes  # k = 1: an outer product
+    # Short contractions (grid seed 3): few rows of A in nn, or f64 in nn and nt.
+    short = cal.xla_short_k_passes
+    assert passes(1, 1892, 8651, "bfloat16") == short  # 1847 GB/s
+    assert passes(5, 1483, 8543, "bfloat16") == cal.xla_slow_passes  # 5 rows: 1019 GB/s
+    assert passes(13345, 3587, 28, "float64") == short  # 1817 GB/s
+    assert passes(5798, 3588, 61, "float64", "nt") == cal.xla_slow_passes  # 738 GB/s
     assert passes(1, 3_086_114, 8, "float64", "tn") == 1.0  # a vector: grid 91%
     assert passes(16, 10**6, 16, "float32", "tn") == cal.xla_tn_passes
     slow = model.predict((7438, 10676, 2), "float32", "nn", "xla", device=model.H100_SXM)
@@ -397,6 +403,24 @@ def test_tsm2s_element_copy_costs_more_with_more_rows():
     assert t(3, "bfloat16", 2454).seconds < 0.8 * t(3, "bfloat16", 2455).seconds
     aligned = model.predict((11, 5064, 2456), "float32", "nn", "tsm2s", device=H)
     assert aligned.params["vec_ok"] and aligned.seconds < t(11).seconds
+
+
+# Grid seed 3 (session 11), XLA's dot (jnp), us: short contractions read
+# their operands about once, long ones about three times over.
+XLA_SHORT_K_GRID = (
+    ((1, 1892, 8651), "bfloat16", "nn", 17.7),
+    ((1, 1417, 10401), "float32", "nn", 23.3),
+    ((13345, 3587, 28), "float64", "nn", 212.9),
+    ((6986, 2988, 12), "float64", "nn", 70.9),
+    ((5798, 3588, 61), "float64", "nt", 231.7),
+    ((2, 4644, 3360), "float32", "nn", 66.8),
+)
+
+
+@pytest.mark.parametrize("shape,dtype,layout,us", XLA_SHORT_K_GRID)
+def test_xla_short_contractions_match_the_grid(shape, dtype, layout, us):
+    q = model.predict(shape, dtype, layout, "xla", device=model.H100_SXM)
+    assert abs(q.seconds * 1e6 / us - 1) < 0.30, (shape, dtype, q.seconds)
 
 
 def test_choose_uses_each_kernels_margin():

@@ -125,6 +125,17 @@ class Calibration:
     - ``route_margin``: per kernel, how much faster than XLA's dot a kernel
       must be predicted for mode auto to run it; fitted by bar 2 on the
       fitting grid from 10% up: 10% for every kernel (TSM2T's in its block above).
+    - ``xla_short_k``: XLA's dot reads its operands once in nn where A has at
+      most 4 rows and ``k`` is at most this (``xla.operand_passes``). Five
+      grids (seeds 0-3): k = 1221-1892 ran once, 2507 at 1.7 passes, 2927 and
+      up three times over.
+    - ``xla_f64_short_k``: the same for f64 in nn and nt, whatever m: on the
+      five grids every f64 R/NT/S shape of 30 MB or more with k of 1209-3587
+      ran at 1350-2800 GB/s, every one with k of 3588 or more at 740-960.
+    - ``xla_short_k_passes``: the passes over the operands for those two
+      rules: 1.1-1.7 on the grids (R f64 13345x3587x28 1.7, S f32 1x1417x10401
+      1.2); 1.0-1.2 score best on bar 2 over the five grids (346/363 outside
+      TN, 336 before the two rules).
     - ``xla_slow_passes``: on most grid shapes with ``m < 2 k`` and ``k`` not a
       multiple of 64 XLA's dot ran at 25-31% of the read ceiling in nn and nt,
       as in tn: as if it read its operands this many times over.
@@ -164,6 +175,9 @@ class Calibration:
     s_scalar_cycles: tuple[float, float] = (0.36, 0.056)
     t_async_bytes_per_clk: float = 5.0
     xla_slow_passes: float = 3.3
+    xla_short_k: int = 2400
+    xla_f64_short_k: int = 3587
+    xla_short_k_passes: float = 1.2
     xla_tall_ratio: float = 6.0
     route_margin: tuple[tuple[str, float], ...] = (
         ("tsm2r", 0.10),

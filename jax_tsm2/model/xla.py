@@ -35,7 +35,9 @@ def operand_passes(p: Problem, dtype: str, layout: str, cal: Calibration) -> tup
     and for f64 wherever the product is a matrix-vector one (m or n = 1, k > 1:
     0.95-1.37 passes on the three such grid shapes above the launch floor,
     while f32, bf16 and f16 matrix-vector products in nn/nt mostly read three
-    times over).
+    times over). In between (``xla_short_k_passes``): in nn with at most 4
+    rows and a short contraction (``k <= xla_short_k``), and f64 in nn and nt
+    wherever ``k <= xla_f64_short_k``.
     The features are what the grid separates, not XLA's rule, which we do not know.
     """
     isz = itemsize(dtype)
@@ -48,6 +50,9 @@ def operand_passes(p: Problem, dtype: str, layout: str, cal: Calibration) -> tup
         return 1.0, ""
     if p.k % 64 == 0 or p.m >= cal.xla_tall_ratio * p.k or (p.m <= 16 and p.m * isz % 32 == 0):
         return 1.0, ""
+    short = layout == "nn" and p.m <= 4 and p.k <= cal.xla_short_k
+    if p.k > 1 and (short or (isz == 8 and p.k <= cal.xla_f64_short_k)):
+        return cal.xla_short_k_passes, "a short contraction, as measured on the grid"
     why = f"m < {cal.xla_tall_ratio:g}k, k not a multiple of 64: as measured on the grid"
     return cal.xla_slow_passes, why
 
