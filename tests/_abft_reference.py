@@ -25,10 +25,11 @@ def masks(r: int) -> list[int]:
 
 def assert_colsums_close(out, m, v, abs_rows: int) -> None:
     """``out[q] ~ sum_i v[q, i] f_q(m[i])`` within rows + 2 roundings of the accumulator."""
-    m64, v64 = as_f64(m), as_f64(v)
-    f = [np.abs(m64) if abs_rows >> q & 1 else m64 for q in range(v64.shape[0])]
+    m64, v64 = as_f64(m), as_f64(v)  # m may come as float64 already (loops convert once)
+    m_abs = np.abs(m64)
+    f = [m_abs if abs_rows >> q & 1 else m64 for q in range(v64.shape[0])]
     ref = np.stack([v64[q] @ f[q] for q in range(v64.shape[0])])
-    scale = np.abs(v64) @ np.abs(m64)
+    scale = np.abs(v64) @ m_abs
     assert out.shape == ref.shape and out.dtype == v.dtype, (out.shape, out.dtype)
     # Any order of the rows (f64 data summed in f32 adds one rounding of each element,
     # also within the bound).

@@ -28,6 +28,8 @@ def rand(rng: np.random.Generator, shape, dtype) -> jax.Array:
 
 
 def as_f64(x) -> np.ndarray:
+    if isinstance(x, np.ndarray) and x.dtype == np.float64:
+        return x  # already on the host in float64: no device round trip
     return np.asarray(jnp.asarray(x).astype(jnp.float64))
 
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _abft_reference import acc_of, assert_colsums_close, assert_repaired, masks, repair_case
-from _helpers import FLOAT_DTYPES, rand
+from _helpers import FLOAT_DTYPES, as_f64, rand
 
 from jax_tsm2 import _hlo, abft_calls
 
@@ -40,10 +40,11 @@ _colsums = jax.jit(abft_calls.colsums, static_argnames="abs_rows")
 def test_colsums_matches_float64_reference(dtype, rows, cols):
     rng = np.random.default_rng(rows * 10_000 + cols)
     m = rand(rng, (rows, cols), dtype)
+    m64 = as_f64(m)
     for r in range(1, 5):
         v = rand(rng, (r, rows), acc_of(dtype))
         for mask in masks(r):
-            assert_colsums_close(_colsums(m, v, abs_rows=mask), m, v, mask)
+            assert_colsums_close(_colsums(m, v, abs_rows=mask), m64, v, mask)
 
 
 @pytest.mark.parametrize(
