@@ -62,19 +62,17 @@ def split_prediction(
     eta_stream, eta_fma = cal.split_eta(kernel)
     t_mem = dram / (bw * eta_stream * active / dev.sm_count)
     # Element-by-element copies where operand rows are not whole 16-byte
-    # vectors (launch_split.cuh vec_ok). T's f32/f64 elements go through 4- and
-    # 8-byte cp.async and stream at a rate in bytes of the elements it reads;
-    # its bf16/f16 elements go through registers at a rate in elements of its
-    # padded tiles' rows, whatever the dtype. S: see ``s_scalar_cycles``.
+    # vectors (launch_split.cuh vec_ok). T copies its f32/f64 elements, and its
+    # bf16/f16 ones in pairs where the operand has an even number of columns,
+    # through cp.async (tn.cuh LoadTSlice), at a rate in bytes of the elements
+    # it reads; other bf16/f16 elements at a rate in elements of its padded
+    # tiles' rows. S: see ``s_scalar_cycles``.
     kv = 16 // isz
     if kernel == "tsm2s":
         vec = p.n % (2 if isz == 8 else 4) == 0
         elems = (p.batch or 1) * p.k * p.n
     else:
         vec = all(v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"]))
-        read = plan["tiles_n"] * p.m + plan["tiles_m"] * p.n
-        per_row = plan["tiles_m"] * plan["tiles_n"] * (plan["tile_m"] + plan["tile_n"])
-        elems = batch * p.k * per_row
     if not vec and kernel == "tsm2s":
         # S's element copy feeds m FMAs per element of B: its cost grows with m,
         # at half the FMA rate in f64. bf16/f16 copy pairs when n is even
@@ -83,11 +81,22 @@ def split_prediction(
         per_copy /= 2 if isz == 2 and p.n % 2 == 0 else 1
         cycles = elems * (per_copy + per_fma * p.m * (2 if acc == "f64" else 1))
         t_mem = max(t_mem, cycles / (active * dev.clock_hz))
-    elif not vec and isz >= 4:
-        copied = batch * p.k * read * isz
-        t_mem = max(t_mem, copied / (cal.t_async_bytes_per_clk * active * dev.clock_hz))
     elif not vec:
-        t_mem = max(t_mem, elems / (cal.scalar_rate(kernel) * active * dev.clock_hz))
+        tiles = plan["tiles_m"] * plan["tiles_n"]
+        copied, elems = 0, 0  # bytes through cp.async, elements through registers
+        for cols, reads, width in (
+            (p.m, plan["tiles_n"], plan["tile_m"]),
+            (p.n, plan["tiles_m"], plan["tile_n"]),
+        ):
+            # Half pairs fitted on tensor-core tiles only (session 11 lab: 148 x 194
+            # at -2%, 30 x 20 +25%); the one CUDA-core tile measured, 6 x 10, ran
+            # at half the rate, so those keep the element rate.
+            if isz >= 4 or (cols % 2 == 0 and plan.get("mma")):
+                copied += batch * p.k * reads * cols * isz
+            else:
+                elems += batch * p.k * tiles * width
+        cycles = copied / cal.t_async_bytes_per_clk + elems / cal.scalar_rate(kernel)
+        t_mem = max(t_mem, cycles / (active * dev.clock_hz))
     # TSM2T's tensor-core tiles (split_plans.h TUsesMma) are charged a multiple
     # of the FMA pipes' rate at the same efficiency: twice for FP64 MMAs
     # (h100-2026-11-23/tn-mma: 64 x 64 f64 at 408 us, predicted 400) and the
