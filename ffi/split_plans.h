@@ -122,6 +122,12 @@ inline SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_
 // sums stay below an eighth of B's bytes.
 constexpr int kSThreads = 256;
 constexpr int kSMaxM = 16;
+// TSM2_S_BLOCKS_PER_SM: a kernel-lab knob (benchmarks/kernel_lab.cu builds only).
+#ifdef TSM2_S_BLOCKS_PER_SM
+constexpr int kSBlocksPerSm = TSM2_S_BLOCKS_PER_SM;
+#else
+constexpr int kSBlocksPerSm = kSplitBlocksPerSm;
+#endif
 constexpr int kSRowsPerStep = 8 * 4;  // 8 warps x 4 rows in flight per thread
 inline int SColsPerThread(int itemsize) { return itemsize == 8 ? 2 : 4; }
 inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
@@ -132,7 +138,7 @@ inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_
   s.tiles_n = CeilDiv(n, s.tile_n);
   s.step = kSRowsPerStep;
   const int64_t max_splits = std::max<int64_t>(1, k * itemsize / (8 * 4 * std::max<int64_t>(m, 1)));
-  ChooseSplits(batch * s.tiles_n, k, sm_count, kSplitBlocksPerSm, max_splits, &s);
+  ChooseSplits(batch * s.tiles_n, k, sm_count, kSBlocksPerSm, max_splits, &s);
   return s;
 }
 

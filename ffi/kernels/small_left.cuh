@@ -27,7 +27,12 @@
 
 namespace tsm2 {
 
+// TSM2_S_STAGES: a kernel-lab knob (benchmarks/kernel_lab.cu builds only).
+#ifdef TSM2_S_STAGES
+constexpr int kSStages = TSM2_S_STAGES;
+#else
 constexpr int kSStages = 4;
+#endif
 constexpr int kSRowsPerWarp = kSRowsPerStep / 8;
 
 template <typename T>
