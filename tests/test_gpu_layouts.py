@@ -231,6 +231,25 @@ def test_tn_tf32_tiles(k, m, n):
     check(_run(a, b, TSM2T, TN), a, b, TN)
 
 
+def _assert_positive_sums_within_64_eps(dtype, k, m, n, seed, out=None):
+    """A.T @ B of positive data (uniform in [0.5, 1), stored as ``dtype``): |A|^T |B| = A^T B,
+    so rounding biases add up instead of cancelling; within 64 f32 eps of the float64
+    product of the stored values."""
+    ka, kb = jax.random.split(jax.random.key(seed))
+    a = jax.random.uniform(ka, (k, m), jnp.float32, 0.5, 1.0).astype(dtype)
+    b = jax.random.uniform(kb, (k, n), jnp.float32, 0.5, 1.0).astype(dtype)
+    c = np.asarray(_run(a, b, TSM2T, TN, out), np.float64)
+    ref = np.asarray(a, np.float64).T @ np.asarray(b, np.float64)
+    rel = np.abs(c - ref) / ref
+    assert rel.max() <= 64 * np.finfo(np.float32).eps, rel.max()
+
+
+def _assert_bitwise_reproducible(a, b, out=None):
+    c1 = np.asarray(_run(a, b, TSM2T, TN, out))
+    c2 = np.asarray(_run(a, b, TSM2T, TN, out))
+    assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32))
+
+
 @pytest.mark.parametrize(("k", "m", "n"), [(2_000_003, 64, 64), (20_011, 16, 256)], ids=str)
 def test_tn_tf32_tiles_keep_f32_accuracy(k, m, n):
     """Positive data with full mantissas, so |A|^T |B| = A^T B and rounding biases add up:
@@ -238,21 +257,13 @@ def test_tn_tf32_tiles_keep_f32_accuracy(k, m, n):
     hi*hi chains of a whole split on the truncating tensor-core adder (~1e-5 at k = 2e6)
     would fail; the CUDA-core kernel's f32 sums pass."""
     assert _tf32_plan(k, m, n)["mma"]
-    ka, kb = jax.random.split(jax.random.key(k))
-    a = jax.random.uniform(ka, (k, m), jnp.float32, 0.5, 1.0)
-    b = jax.random.uniform(kb, (k, n), jnp.float32, 0.5, 1.0)
-    c = np.asarray(_run(a, b, TSM2T, TN), np.float64)
-    ref = np.asarray(a, np.float64).T @ np.asarray(b, np.float64)
-    rel = np.abs(c - ref) / ref
-    assert rel.max() <= 64 * np.finfo(np.float32).eps, rel.max()
+    _assert_positive_sums_within_64_eps(jnp.float32, k, m, n, seed=k)
 
 
 def test_tn_tf32_tiles_are_bitwise_reproducible():
     rng = np.random.default_rng(6)
     a, b = rand(rng, (200_003, 64), jnp.float32), rand(rng, (200_003, 64), jnp.float32)
-    c1 = np.asarray(_run(a, b, TSM2T, TN))
-    c2 = np.asarray(_run(a, b, TSM2T, TN))
-    assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32))
+    _assert_bitwise_reproducible(a, b)
 
 
 def _tn_operands_with_specials(seed, dtype):
@@ -342,21 +353,13 @@ def test_tn_half_tiles_sum_in_f32(dtype):
     k = 2e6) or a half-precision accumulator would fail."""
     k, m, n = 2_000_003, 64, 64
     assert _plan(dtype, k, m, n)["mma"]
-    ka, kb = jax.random.split(jax.random.key(11))
-    a = jax.random.uniform(ka, (k, m), jnp.float32, 0.5, 1.0).astype(dtype)
-    b = jax.random.uniform(kb, (k, n), jnp.float32, 0.5, 1.0).astype(dtype)
-    c = np.asarray(_run(a, b, TSM2T, TN, jnp.float32), np.float64)
-    ref = np.asarray(a, np.float64).T @ np.asarray(b, np.float64)
-    rel = np.abs(c - ref) / ref
-    assert rel.max() <= 64 * np.finfo(np.float32).eps, rel.max()
+    _assert_positive_sums_within_64_eps(dtype, k, m, n, seed=11, out=jnp.float32)
 
 
 def test_tn_half_tiles_are_bitwise_reproducible():
     rng = np.random.default_rng(12)
     a, b = rand(rng, (200_003, 512), jnp.bfloat16), rand(rng, (200_003, 8), jnp.bfloat16)
-    c1 = np.asarray(_run(a, b, TSM2T, TN, jnp.float32))
-    c2 = np.asarray(_run(a, b, TSM2T, TN, jnp.float32))
-    assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32))
+    _assert_bitwise_reproducible(a, b, jnp.float32)
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
