@@ -343,11 +343,22 @@ def test_xla_operand_passes_follow_the_grid_features():
     # Short contractions (grid seed 3): few rows of A in nn, or f64 in nn and nt.
     short = cal.xla_short_k_passes
     assert passes(1, 1892, 8651, "bfloat16") == short  # 1847 GB/s
-    assert passes(5, 1483, 8543, "bfloat16") == cal.xla_slow_passes  # 5 rows: 1019 GB/s
+    assert passes(9, 5360, 2373, "bfloat16") == cal.xla_slow_passes  # 9 rows: seed 0 1060 GB/s
     assert passes(13345, 3587, 28, "float64") == short  # 1817 GB/s
     assert passes(5798, 3588, 61, "float64", "nt") == cal.xla_slow_passes  # 738 GB/s
     assert passes(1, 3_086_114, 8, "float64", "tn") == 1.0  # a vector: grid 91%
-    assert passes(16, 10**6, 16, "float32", "tn") == cal.xla_tn_passes
+    assert passes(16, 10**7, 16, "float32", "tn") == cal.xla_tn_passes
+    # Grid seed 4: f64 short contractions only with a long side of 1.5 k or more,
+    # f64 32-byte rows only with n >= k, f32 8-row A never; a wide B (n >= 4.5 k)
+    # in between; tn under 200 MB of operands slower than the suites' large tn.
+    assert passes(2748, 2325, 2, "float64") == cal.xla_slow_passes  # 775 GB/s
+    assert passes(2287, 1209, 7, "float64") == short
+    assert passes(4, 17666, 2853, "float64") == cal.xla_slow_passes  # 744 GB/s
+    assert passes(8, 1755, 3241) == cal.xla_slow_passes  # seed 1: 2.85x of one pass
+    assert passes(10, 1955, 15284, "bfloat16") == cal.xla_wide_passes  # 1767 GB/s
+    assert passes(14, 10**6, 236, "bfloat16", "tn") == cal.xla_tn_passes  # 500 MB
+    assert passes(14, 41569, 236, "bfloat16", "tn") == cal.xla_tn_mid_passes  # 21 MB: 1.16x of 3
+    assert passes(41, 412329, 89, "float64", "tn") == cal.xla_tn_passes  # 429 MB
     slow = model.predict((7438, 10676, 2), "float32", "nn", "xla", device=model.H100_SXM)
     assert "3.3 times" in slow.reason and slow.seconds > 3 * 317e6 / 3.1e12
 
@@ -363,10 +374,11 @@ def test_xla_operand_passes_follow_the_grid_features():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_element_copies_are_slower_than_vector_copies(shape, odd, kernel, layout, dtype):
     """Rows that are not whole 16-byte vectors are copied element by element: on the
-    grid 2-10x slower than the same size with vector rows."""
+    grids 2-10x slower than the same size with vector rows through registers, still
+    1.3x or more through cp.async (S f32 8 x 4096 x 4097: 1.45x predicted)."""
     fast = model.predict(shape, dtype, layout, kernel, device=model.H100_SXM)
     slow = model.predict(odd, dtype, layout, kernel, device=model.H100_SXM)
-    assert slow.seconds > 1.5 * fast.seconds
+    assert slow.seconds > 1.3 * fast.seconds
     assert "element by element" in slow.reason and "element by element" not in fast.reason
 
 
@@ -388,7 +400,21 @@ ELEMENT_COPY_LAB = (
 )
 
 
-@pytest.mark.parametrize("kernel,layout,shape,dtype,us", ELEMENT_COPY_LAB)
+# Grid seed 4 (session 12, h100-2026-11-23/session12/grid-seed4), forced kernels,
+# us: half pairs on CUDA-core tiles (224 columns at the byte rate, 18 and 2 at
+# half of it) and on tensor-core tiles; S element copies with many rows of A.
+ELEMENT_COPY_GRID4 = (
+    ("tsm2t", "tn", (224, 341966, 2), "float16", 120.4),
+    ("tsm2t", "tn", (18, 330222, 2), "float16", 31.6),
+    ("tsm2t", "tn", (236, 41569, 14), "bfloat16", 18.1),
+    ("tsm2t", "tn", (78, 97735, 16), "float16", 17.8),
+    ("tsm2s", "nn", (11, 9300, 10730), "float32", 310.2),
+    ("tsm2s", "nn", (4, 17666, 2853), "float64", 181.5),
+    ("tsm2s", "nn", (4, 1903, 8667), "float64", 63.3),
+)
+
+
+@pytest.mark.parametrize("kernel,layout,shape,dtype,us", ELEMENT_COPY_LAB + ELEMENT_COPY_GRID4)
 def test_element_copies_match_the_lab(kernel, layout, shape, dtype, us):
     q = model.predict(shape, dtype, layout, kernel, device=model.H100_SXM)
     assert not q.params["vec_ok"]
@@ -396,11 +422,11 @@ def test_element_copies_match_the_lab(kernel, layout, shape, dtype, us):
 
 
 def test_tsm2s_element_copy_costs_more_with_more_rows():
-    """Each element of B feeds m FMAs (half rate in f64); bf16 pairs halve the copies."""
+    """Each element of B feeds m FMAs (quarter rate in f64); bf16 pairs halve the copies."""
     H = model.H100_SXM
     t = lambda m, dt="float32", n=2455: model.predict((m, 5064, n), dt, "nn", "tsm2s", device=H)
     assert not t(11).params["vec_ok"] and not t(11, "float64").params["vec_ok"]
-    assert t(11).seconds > 1.8 * t(1).seconds
+    assert t(11).seconds > 1.5 * t(1).seconds
     assert t(11, "float64").seconds > 1.5 * t(11).seconds
     assert t(3, "bfloat16", 2454).seconds < 0.8 * t(3, "bfloat16", 2455).seconds
     aligned = model.predict((11, 5064, 2456), "float32", "nn", "tsm2s", device=H)

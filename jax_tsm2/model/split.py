@@ -75,11 +75,12 @@ def split_prediction(
         vec = all(v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"]))
     if not vec and kernel == "tsm2s":
         # S's element copy feeds m FMAs per element of B: its cost grows with m,
-        # at half the FMA rate in f64. bf16/f16 copy pairs when n is even
+        # at a quarter of the rate in f64 (fitted: twice the FMA pipe's cost and
+        # twice the accumulator registers). bf16/f16 copy pairs when n is even
         # (small_left.cuh LoadSBStage), so their per-copy cost halves.
         per_copy, per_fma = cal.s_scalar_cycles
         per_copy /= 2 if isz == 2 and p.n % 2 == 0 else 1
-        cycles = elems * (per_copy + per_fma * p.m * (2 if acc == "f64" else 1))
+        cycles = elems * (per_copy + per_fma * p.m * (4 if acc == "f64" else 1))
         t_mem = max(t_mem, cycles / (active * dev.clock_hz))
     elif not vec:
         tiles = plan["tiles_m"] * plan["tiles_n"]
@@ -88,11 +89,13 @@ def split_prediction(
             (p.m, plan["tiles_n"], plan["tile_m"]),
             (p.n, plan["tiles_m"], plan["tile_n"]),
         ):
-            # Half pairs fitted on tensor-core tiles only (session 11 lab: 148 x 194
-            # at -2%, 30 x 20 +25%); the one CUDA-core tile measured, 6 x 10, ran
-            # at half the rate, so those keep the element rate.
-            if isz >= 4 or (cols % 2 == 0 and plan.get("mma")):
-                copied += batch * p.k * reads * cols * isz
+            # Half pairs: at the byte rate on tensor-core tiles (session 11 lab:
+            # 148 x 194 at -2%, 30 x 20 +25%) and for operands of 32 columns or
+            # more; at half of it for narrower ones on CUDA-core tiles (lab 6 x 10,
+            # grid seed 4 18 x 2; seed 4's 224 x 2 ran at the byte rate).
+            if isz >= 4 or cols % 2 == 0:
+                slow = 2 if isz == 2 and not plan.get("mma") and cols < 32 else 1
+                copied += batch * p.k * reads * cols * isz * slow
             else:
                 elems += batch * p.k * tiles * width
         cycles = copied / cal.t_async_bytes_per_clk + elems / cal.scalar_rate(kernel)

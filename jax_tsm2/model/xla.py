@@ -30,14 +30,17 @@ def operand_passes(p: Problem, dtype: str, layout: str, cal: Calibration) -> tup
     about three times (25-31%), as if it made a transposed or padded copy.
     Once in nn and nt where ``k`` is a multiple of 64 (the suites' powers of
     two), where A is tall (``m >= xla_tall_ratio * k``, the L shapes), or where A's few rows
-    are a multiple of 32 bytes (S f64 with m = 4, 8: 87-95%; m = 2, 6: 26-30%);
+    are a multiple of 32 bytes in f64 and n >= k (S f64 with m = 4, 8: 87-95%;
+    m = 2, 6: 26-30%; f32 m = 8, 16 and f64 with n < k ran slow);
     in tn only where one side of the result is a vector (m or n = 1: 91%);
     and for f64 wherever the product is a matrix-vector one (m or n = 1, k > 1:
     0.95-1.37 passes on the three such grid shapes above the launch floor,
     while f32, bf16 and f16 matrix-vector products in nn/nt mostly read three
     times over). In between (``xla_short_k_passes``): in nn with at most 4
     rows and a short contraction (``k <= xla_short_k``), and f64 in nn and nt
-    wherever ``k <= xla_f64_short_k``.
+    wherever ``k <= xla_f64_short_k`` and the result's long side is 1.5 k or more;
+    ``xla_wide_passes`` in nn where ``n >= xla_wide_ratio * k``; in tn, more
+    passes under ``xla_tn_big_bytes`` of operands.
     The features are what the grid separates, not XLA's rule, which we do not know.
     """
     isz = itemsize(dtype)
@@ -45,14 +48,27 @@ def operand_passes(p: Problem, dtype: str, layout: str, cal: Calibration) -> tup
     if layout == "tn":
         if min(p.m, p.n) == 1:
             return 1.0, ""
-        return cal.xla_tn_passes, "layout tn, as measured"
+        # Below a few hundred MB the grids ran tn about a fifth slower than the
+        # suites' large shapes (the 10-200 MB records at 1.1-1.4x of 3 passes).
+        big = (p.batch or 1) * (p.m + p.n) * p.k * itemsize(dtype) >= cal.xla_tn_big_bytes
+        if big:
+            return cal.xla_tn_passes, "layout tn, as measured"
+        return cal.xla_tn_mid_passes, "layout tn, under xla_tn_big_bytes of operands, as measured"
     if isz == 8 and gemv:
         return 1.0, ""
-    if p.k % 64 == 0 or p.m >= cal.xla_tall_ratio * p.k or (p.m <= 16 and p.m * isz % 32 == 0):
+    # f64 rows of whole 32-byte sectors read once only while the result is at
+    # least as wide as the contraction (seed 4: S f64 4x17666x2853 at 3.9 passes).
+    aligned = isz == 8 and p.m <= 16 and p.m * isz % 32 == 0 and p.n >= p.k
+    if p.k % 64 == 0 or p.m >= cal.xla_tall_ratio * p.k or aligned:
         return 1.0, ""
     short = layout == "nn" and p.m <= 4 and p.k <= cal.xla_short_k
-    if p.k > 1 and (short or (isz == 8 and p.k <= cal.xla_f64_short_k)):
+    # The f64 short contraction holds where the result's long side is at least
+    # 1.5 k (seeds 0-4: R f64 2748x2325x2 and NT 1521x2282x12 ran 3 passes).
+    f64_short = isz == 8 and p.k <= cal.xla_f64_short_k and 2 * max(p.m, p.n) >= 3 * p.k
+    if p.k > 1 and (short or f64_short):
         return cal.xla_short_k_passes, "a short contraction, as measured on the grid"
+    if layout == "nn" and p.k > 1 and p.n >= cal.xla_wide_ratio * p.k:
+        return cal.xla_wide_passes, f"n >= {cal.xla_wide_ratio:g}k, as measured on the grid"
     why = f"m < {cal.xla_tall_ratio:g}k, k not a multiple of 64: as measured on the grid"
     return cal.xla_slow_passes, why
 
