@@ -124,9 +124,10 @@ class Calibration:
     - ``t_async_bytes_per_clk``: TSM2T's f32/f64 element copies (4/8-byte
       cp.async), in bytes per clock per SM of the elements its tiles read; the
       same lab: f32 2885541x11x67 and 1e6x13x7, f64 202954x23x5 and 99991x61x59
-      at 4.7-6.2 (predicted -8%, -2%, -6%, +21%). bf16/f16 pairs on tensor-core
-      tiles (operands with an even number of columns): 148x194 and 30x20 at
-      4.9 and 6.4.
+      at 4.7-6.2 (predicted -8%, -2%, -6%, +21%). bf16/f16 pairs (operands
+      with an even number of columns) at the same rate on tensor-core tiles
+      (148x194 and 30x20 at 4.9 and 6.4) and for operands of 32 columns or
+      more, at half of it for narrower ones on CUDA-core tiles (split.py).
     - ``xla_tall_ratio``: A counts as tall (XLA's dot reads it once) from
       ``m >= xla_tall_ratio * k``; seed 1's R/NT shapes with m = 2-5.5 k ran
       XLA's dot at a third of the ceiling (NT f32 12973x6236x4: 341 us, TSM2R 134).

@@ -50,10 +50,10 @@ def operand_passes(p: Problem, dtype: str, layout: str, cal: Calibration) -> tup
             return 1.0, ""
         # Below a few hundred MB the grids ran tn about a fifth slower than the
         # suites' large shapes (the 10-200 MB records at 1.1-1.4x of 3 passes).
-        big = (p.batch or 1) * (p.m + p.n) * p.k * itemsize(dtype) >= cal.xla_tn_big_bytes
-        if big:
+        if (p.batch or 1) * (p.m + p.n) * p.k * isz >= cal.xla_tn_big_bytes:
             return cal.xla_tn_passes, "layout tn, as measured"
-        return cal.xla_tn_mid_passes, "layout tn, under xla_tn_big_bytes of operands, as measured"
+        mb = cal.xla_tn_big_bytes / 1e6
+        return cal.xla_tn_mid_passes, f"layout tn under {mb:g} MB of operands, as measured"
     if isz == 8 and gemv:
         return 1.0, ""
     # f64 rows of whole 32-byte sectors read once only while the result is at
