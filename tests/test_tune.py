@@ -88,6 +88,28 @@ def test_failing_candidate_is_left_out():
     assert out == {}
 
 
+def test_a_timer_with_time_all_times_the_candidates_together():
+    """GpuTimer-style timers time every candidate of a shape in one call (taking turns); a
+    candidate that failed comes back as its exception and is left out."""
+    calls = []
+
+    class Together:
+        def __call__(self, *args):
+            raise AssertionError("tune() should call time_all")
+
+        def time_all(self, targets, p, dtype, layout):
+            calls.append(tuple(targets))
+            times = {"tsm2r": 3e-3, "tsm2s": RuntimeError("not built"), "xla": 2e-3}
+            return {t: times[t] for t in targets}
+
+    out = cli.tune([Problem(None, 8, 4096, 4096)], ["float32"], ["nn"], timer=Together(),
+                   device=H100, log=lambda s: None)  # fmt: skip
+    e = out["float32/nn/1/8/4096/4096"]
+    assert calls == [("tsm2r", "tsm2s", "xla")]
+    assert e["target"] == "xla" and set(e["seconds"]) == {"tsm2r", "xla"}
+    assert e["failed"] == {"tsm2s": "RuntimeError: not built"}
+
+
 def test_cli_main_with_fake_timer(cache_in_tmp, capsys):
     timer = fake_timer({"tsm2r": 3e-3, "tsm2l": 1e-3, "tsm2s": 9e-3, "xla": 2e-3})
     assert cli.main(["--shapes", "1e6x8x8", "--dtype", "f32,bf16", "--dry-run"], timer=timer) == 0

@@ -5,8 +5,9 @@
 
 For each (shape, dtype, layout) the candidates are the kernels that take the
 layout and can run the shape (``model.KERNELS_FOR_LAYOUT``) and XLA's dot. Each
-is timed in steady state (``GpuTimer``: a jitted function of ``reps`` products
-on distinct buffers, called back to back; median over samples), the fastest
+is timed in steady state (``GpuTimer``: a jitted function of up to ``max_reps``
+products on distinct buffers, calls pipelined as the benchmark harness pipelines
+them; median over samples), the fastest
 is the entry's ``target``, and the entries are merged into this GPU's cache
 file (``jax_tsm2.tune.cache``), which routing consults before the model.
 A candidate that fails (a kernel this build does not have) is reported and
@@ -93,11 +94,12 @@ def tune(
             for layout in layouts:
                 times: dict[str, float] = {}
                 failed: dict[str, str] = {}
-                for target in candidates(p, dtype, layout, device):
-                    try:
-                        t = float(timer(target, p, dtype, layout))
-                    except Exception as err:  # a candidate this build cannot run
-                        failed[target] = f"{type(err).__name__}: {err}"
+                timed = _time_candidates(
+                    timer, candidates(p, dtype, layout, device), p, dtype, layout
+                )
+                for target, t in timed.items():
+                    if isinstance(t, str):  # a candidate this build cannot run
+                        failed[target] = t
                         continue
                     if not (t > 0 and np.isfinite(t)):
                         failed[target] = f"timer returned {t!r}"
@@ -133,34 +135,72 @@ def tune(
     return entries
 
 
-class GpuTimer:
-    """Steady-state time of one product per candidate on the current GPU.
+def _time_candidates(
+    timer: Timer, targets: Sequence[str], p: Problem, dtype: str, layout: str
+) -> dict[str, float | str]:
+    """Seconds per target, or why it failed: all at once (taking turns) where the timer has
+    ``time_all``, else one target at a time."""
+    why = lambda err: f"{type(err).__name__}: {err}"
+    time_all = getattr(timer, "time_all", None)
+    if time_all is not None:
+        try:
+            got = time_all(targets, p, dtype, layout)
+        except Exception as err:
+            return {t: why(err) for t in targets}
+        return {t: why(got[t]) if isinstance(got[t], Exception) else float(got[t]) for t in got}
+    out: dict[str, float | str] = {}
+    for t in targets:
+        try:
+            out[t] = float(timer(t, p, dtype, layout))
+        except Exception as err:
+            out[t] = why(err)
+    return out
 
-    ``reps`` products on distinct operand buffers (so L2 cannot serve them)
-    in one jitted call; ``calls`` calls back to back after a warm-up; a
-    sample is the wall time of the calls divided by ``calls * reps``; the
-    result is the median of ``samples``. Kernels are called through the FFI
-    target directly with their ``kernel`` attribute, so each one is timed
-    whatever routing would pick.
+
+class GpuTimer:
+    """Steady-state device time of one product per candidate on the current GPU.
+
+    Timed as the benchmark harness times a case (``jax_tsm2.bench.timing``): a
+    jitted function of ``R`` products, each on its own operand buffers (so L2
+    cannot serve them), called back to back with the next call always queued
+    before the host waits for the current one; a sample is the time between
+    completions divided by the products in between; the candidates take turns
+    sample by sample (``time_all``); the result is the median of ``samples``.
+    ``R`` aims at ``target_call_s`` of device work per call and 4x the L2 of
+    distinct inputs, within ``max_reps`` and ``budget_bytes``, so a 10 us
+    product is timed by the device, not by the host's dispatch (with 4 products
+    per call, a first version measured XLA's dot on a bf16 167420 x 2 x 21
+    product at 76 us against the harness's 11.7). Kernels are called
+    through the FFI target directly with their ``kernel`` attribute, so each one
+    is timed whatever routing would pick.
     """
 
-    def __init__(self, reps: int = 4, calls: int = 10, samples: int = 5, seed: int = 0):
-        self.reps, self.calls, self.samples, self.seed = reps, calls, samples, seed
+    def __init__(
+        self,
+        samples: int = 5,
+        *,
+        max_reps: int = 64,
+        target_call_s: float = 1e-3,
+        target_sample_s: float = 4e-3,
+        budget_bytes: int = 2 << 30,
+        seed: int = 0,
+    ):
+        self.samples, self.max_reps, self.seed = samples, max_reps, seed
+        self.target_call_s, self.target_sample_s = target_call_s, target_sample_s
+        self.budget_bytes = budget_bytes
 
-    def _operands(self, p: Problem, dtype: str, layout: str) -> list[tuple[Any, Any]]:
+    def _operands(self, p: Problem, dtype: str, layout: str, reps: int) -> list[list[Any]]:
         import jax
         from jax import numpy as jnp
 
         from jax_tsm2.kernel_call import stored_shapes
 
         a_shape, b_shape = stored_shapes(p, layout)
-        keys = jax.random.split(jax.random.key(self.seed), 2 * self.reps)
+        keys = jax.random.split(jax.random.key(self.seed), 2 * reps)
+        normal = lambda key, shape: jax.random.normal(key, shape, jnp.dtype(dtype))
         return [
-            (
-                jax.random.normal(keys[2 * i], a_shape, jnp.dtype(dtype)),
-                jax.random.normal(keys[2 * i + 1], b_shape, jnp.dtype(dtype)),
-            )
-            for i in range(self.reps)
+            [normal(keys[2 * i], a_shape) for i in range(reps)],
+            [normal(keys[2 * i + 1], b_shape) for i in range(reps)],
         ]
 
     def _product(self, target: str, p: Problem, dtype: str, layout: str) -> Callable:
@@ -171,20 +211,56 @@ class GpuTimer:
         return kernel_call.kernel_product(target, p, dtype, layout)
 
     def __call__(self, target: str, p: Problem, dtype: str, layout: str) -> float:
-        import jax
+        t = self.time_all([target], p, dtype, layout)[target]
+        if isinstance(t, Exception):
+            raise t
+        return t
 
-        ops = self._operands(p, dtype, layout)
-        one = self._product(target, p, dtype, layout)
-        fn = jax.jit(lambda ops: [one(a, b) for a, b in ops])
-        jax.block_until_ready(fn(ops))  # compile and warm up
-        samples = []
+    def time_all(
+        self, targets: Sequence[str], p: Problem, dtype: str, layout: str
+    ) -> dict[str, float | Exception]:
+        """Every target on the same buffers, taking turns sample by sample (as the harness's
+        implementations do), so that a drift of the clocks lands on all of them alike; a
+        target that fails to compile or run maps to its exception."""
+        from jax import numpy as jnp
+
+        from jax_tsm2.bench import timing
+
+        itemsize = jnp.dtype(DTYPES.get(dtype, dtype)).itemsize
+        batch = p.batch or 1
+        in_bytes = batch * (p.m + p.n) * p.k * itemsize
+        out_bytes = batch * p.m * p.n * itemsize
+        # A first guess of the time (at ~2.5 TB/s, at least a launch) sizes R.
+        guess = max((in_bytes + out_bytes) / 2.5e12, 5e-6)
+        plan = timing.make_plan(
+            in_bytes,
+            out_bytes,
+            guess,
+            budget_bytes=self.budget_bytes,
+            l2_bytes=model.current_device().l2_bytes,
+            target_call_s=self.target_call_s,
+            target_sample_s=self.target_sample_s,
+            max_calls=self.max_reps,
+        )
+        if plan.calls < 1:
+            return {t: MemoryError(plan.reason) for t in targets}
+        copies = self._operands(p, dtype, layout, plan.calls)
+        out: dict[str, float | Exception] = {}
+        compiled: dict[str, Any] = {}
+        samples: dict[str, list[float]] = {}
+        for t in targets:
+            try:
+                compiled[t], _ = timing.compile_jax(self._product(t, p, dtype, layout), copies)
+                timing.run_jax(compiled[t], copies)  # warm up
+                samples[t] = []
+            except Exception as err:
+                out[t] = err
+                compiled.pop(t, None)
         for _ in range(self.samples):
-            t0 = time.perf_counter()
-            for _ in range(self.calls):
-                out = fn(ops)
-            jax.block_until_ready(out)
-            samples.append((time.perf_counter() - t0) / (self.calls * self.reps))
-        return statistics.median(samples)
+            for t, c in compiled.items():
+                samples[t] += timing.time_jax(c, copies, per_sample=plan.per_sample, repeats=1)
+        out.update({t: statistics.median(v) for t, v in samples.items()})
+        return {t: out[t] for t in targets}
 
 
 def measure_read_bandwidth(nbytes: int = 1 << 30, samples: int = 5) -> float:
@@ -213,7 +289,7 @@ def main(argv: Sequence[str] | None = None, timer: Timer | None = None) -> int:
     ap.add_argument("--measure-bandwidth", action="store_true")
     ap.add_argument("--dry-run", action="store_true", help="time and print, write nothing")
     ap.add_argument("--cache-dir", help=f"overrides ${cache.ENV_DIR} for this run")
-    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--max-reps", type=int, default=64, help="most products per timed call")
     ap.add_argument("--samples", type=int, default=5)
     args = ap.parse_args(argv)
 
@@ -233,7 +309,7 @@ def main(argv: Sequence[str] | None = None, timer: Timer | None = None) -> int:
         if not (_ffi.cuda_backend_present() and _ffi.cuda_targets_available()):
             print("jax_tsm2.tune: needs a CUDA GPU and a CUDA build of jax_tsm2", file=sys.stderr)
             return 2
-        timer = GpuTimer(reps=args.reps, samples=args.samples)
+        timer = GpuTimer(samples=args.samples, max_reps=args.max_reps)
         device = model.device_from_driver(0)
     else:
         device = model.current_device()
