@@ -9,7 +9,14 @@ from importlib import metadata as _metadata
 from jax_tsm2 import abft
 from jax_tsm2._ffi import build_info
 from jax_tsm2.api import dot_general, matmul
-from jax_tsm2.config import custom_call_mode, get_custom_call_mode, set_custom_call_mode
+from jax_tsm2.config import (
+    autotune,
+    custom_call_mode,
+    get_autotune,
+    get_custom_call_mode,
+    set_autotune,
+    set_custom_call_mode,
+)
 from jax_tsm2.explain import explain
 from jax_tsm2.kmeans import KMeans, kmeans
 
@@ -22,12 +29,15 @@ __all__ = [
     "KMeans",
     "__version__",
     "abft",
+    "autotune",
     "build_info",
     "custom_call_mode",
     "dot_general",
     "explain",
+    "get_autotune",
     "get_custom_call_mode",
     "kmeans",
     "matmul",
+    "set_autotune",
     "set_custom_call_mode",
 ]

@@ -31,6 +31,7 @@ __all__ = [
     "apply_primitive",
     "axis_context_kind",
     "batching",
+    "bool_config_state",
     "canonicalize_precision",
     "canonicalize_user_dtype",
     "ensure_arraylike",
@@ -63,6 +64,17 @@ def enum_config_state(name: str, values: Sequence[str], default: str, help: str)
         help=help,
         include_in_jit_key=True,
         include_in_trace_context=True,
+    )
+
+
+def bool_config_state(name: str, default: bool, help: str) -> Any:
+    """A boolean JAX config option, part of jit's cache key as ``enum_config_state``'s.
+
+    Its env var ``NAME`` takes jax's truth values (``1``/``0``, ``true``/``false``,
+    ``on``/``off``, ``yes``/``no``, ``y``/``n``, ``t``/``f``, any case).
+    """
+    return _config.bool_state(
+        name, default, help=help, include_in_jit_key=True, include_in_trace_context=True
     )
 
 

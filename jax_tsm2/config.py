@@ -26,6 +26,14 @@ The mode is read when a product is lowered to XLA, not when it is traced. It is
 registered as a JAX config option that is part of jit's cache key, so flipping
 it makes the next call of an already-jitted function compile again instead of
 reusing the executable built under the old mode.
+
+A second switch, off by default, turns on autotuning at lowering time
+(``jax_tsm2.tune.online``): in mode "auto" on a GPU, the first lowering of a
+tall-and-skinny shape that this GPU's tune cache has no entry for times the
+candidate kernels and XLA's dot right there and stores the winner in the
+cache. Set it with ``JAX_TSM2_AUTOTUNE=1`` (read once, at import),
+``jax_tsm2.set_autotune(True)``, ``jax.config.update("jax_tsm2_autotune", True)``
+or ``with jax_tsm2.autotune(): ...``. It is part of jit's cache key too.
 """
 
 from __future__ import annotations
@@ -103,4 +111,77 @@ def custom_call_mode(mode: Mode) -> Iterator[None]:
         4.0
     """
     with _mode_state(_check_mode(mode, "custom_call_mode")):
+        yield
+
+
+AUTOTUNE_ENV_VAR = "JAX_TSM2_AUTOTUNE"
+_AUTOTUNE_OPTION = "jax_tsm2_autotune"
+# The strings jax's bool_env accepts (any case).
+_TRUTH_VALUES = ("1", "0", "true", "false", "on", "off", "yes", "no", "y", "n", "t", "f")
+
+if AUTOTUNE_ENV_VAR in os.environ and os.environ[AUTOTUNE_ENV_VAR].lower() not in _TRUTH_VALUES:
+    raise ValueError(
+        f"environment variable {AUTOTUNE_ENV_VAR}={os.environ[AUTOTUNE_ENV_VAR]!r}: "
+        "set it to 1 to time new shapes at lowering (or 0, the default; true/false, "
+        "on/off and yes/no work too)"
+    )
+
+_autotune_state = _compat.bool_config_state(
+    _AUTOTUNE_OPTION,
+    False,
+    help=(
+        "jax_tsm2: in custom-call mode 'auto' on a GPU, time the candidates of a shape "
+        "the tune cache has no entry for when it is first lowered, and cache the winner."
+    ),
+)
+
+
+def _check_bool(on: object, where: str) -> bool:
+    if not isinstance(on, bool):
+        raise TypeError(f"{where}: expected True or False, got {on!r}")
+    return on
+
+
+def get_autotune() -> bool:
+    """Whether lowering autotunes new shapes here (the context manager's, else the global one).
+
+    Example:
+        >>> import jax_tsm2
+        >>> jax_tsm2.get_autotune()
+        False
+    """
+    return bool(_autotune_state.value)
+
+
+def set_autotune(on: bool) -> None:
+    """Turns autotuning at lowering time on or off for the whole process.
+
+    Example:
+        >>> import jax_tsm2
+        >>> jax_tsm2.set_autotune(True)
+        >>> jax_tsm2.get_autotune()
+        True
+        >>> jax_tsm2.set_autotune(False)
+    """
+    _autotune_state._set(_check_bool(on, "set_autotune"))
+
+
+@contextlib.contextmanager
+def autotune(on: bool = True) -> Iterator[None]:
+    """Turns autotuning on (or off) inside a ``with`` block (thread-local), restoring it after.
+
+    What the block lowers in mode "auto" on a GPU is timed where this GPU's
+    tune cache has no entry yet (``jax_tsm2.tune.online``); without a GPU
+    (as here) nothing is timed and routing decides as usual.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jax_tsm2
+        >>> with jax_tsm2.autotune():
+        ...     c = jax.jit(jax_tsm2.matmul)(jnp.ones((8, 4)), jnp.ones((4, 2)))
+        ...     jax_tsm2.get_autotune()
+        True
+        >>> jax_tsm2.get_autotune()
+        False
+    """
+    with _autotune_state(_check_bool(on, "autotune")):
         yield

@@ -5,8 +5,11 @@ on the same device) and the performance model (``model.choose``: every
 candidate kernel's tile, occupancy and predicted time, and XLA's dot's),
 looks the shape up in the autotuner's cache for this GPU (``tune.cache``),
 and puts it all in one ``Explanation``, whose ``str()`` is a short report:
-the path, which routing layer decided it (the rules, the tune cache, a
-measured win, or the model), why, and where the tune cache lives.
+the path, which routing layer decided it (the rules, the tune cache,
+autotuning, a measured win, or the model), why, and where the tune cache
+lives. With autotuning on (``jax_tsm2.autotune``, or ``autotune=True``) and a
+GPU in the process, explaining a shape the cache has no entry for times it,
+as its first lowering would.
 
 Operands may be arrays, ``jax.ShapeDtypeStruct``s, or shapes (then give
 ``dtype``). ``layout`` says how they are stored: ``"nn"`` (``a[.., m, k] @
@@ -47,7 +50,8 @@ class Explanation:
 
     path: str  # what the lowering emits: "tsm2r", "tsm2l", "tsm2s", "tsm2t" or "xla"
     route_reason: str  # the router's sentence
-    layer: str  # which routing layer decided: "rules", "tune cache", "measured" or "model"
+    # Which routing layer decided: "rules", "tune cache", "autotune", "measured" or "model".
+    layer: str
     mode: str
     platform: str
     layout: str
@@ -182,17 +186,20 @@ def explain(
     precision: Any = None,
     device: model.Device | str | None = None,
     show: bool = True,
+    autotune: bool | None = None,
 ) -> Explanation:
     """Explains how ``a @ b`` (in ``layout``) is computed; prints the report if ``show``.
 
-    ``mode`` defaults to the current custom-call mode, ``device`` to this
-    process's GPU (the H100 preset without one), ``platform`` to ``"cuda"``.
+    ``mode`` defaults to the current custom-call mode, ``autotune`` to the
+    current autotune switch, ``device`` to this process's GPU (the H100
+    preset without one), ``platform`` to ``"cuda"``.
     """
     a, b = _as_struct(a, dtype), _as_struct(b, dtype)
     if np.dtype(a.dtype) != np.dtype(b.dtype):
         raise TypeError(f"explain: operand dtypes differ: {a.dtype} and {b.dtype}")
     out_dtype = a.dtype if out_dtype is None else out_dtype
     mode = config.get_custom_call_mode() if mode is None else mode
+    autotune = config.get_autotune() if autotune is None else autotune
     dev = model.resolve_device(device)
     p = model.problem_from((a, b), layout)
     cuda_targets = platform != "cuda" or (
@@ -204,6 +211,8 @@ def explain(
         kwargs["cuda_targets"] = cuda_targets
     if "device" in params:
         kwargs["device"] = dev
+    if "autotune" in params:
+        kwargs["autotune"] = autotune
     if "layout" in params:
         r = routing.route(a, b, out_dtype, layout=layout, **kwargs)
     elif layout == "nn":

@@ -28,8 +28,9 @@ Rules:
   and back), when a kernel takes the resulting layout and routing picks one.
   The transpose is then dead and XLA removes it. To see the producer the rule
   runs inline (jax's per-equation lowering cache is off for this primitive,
-  ``_compat.register_inline_lowering``). The custom-call mode is read here, at
-  lowering time (it is part of jit's cache key, see ``config.py``). In a
+  ``_compat.register_inline_lowering``). The custom-call mode and the autotune
+  switch are read here, at lowering time (both are part of jit's cache key,
+  see ``config.py``). In a
   program XLA partitions over several devices the lowering goes through
   ``sharding.lower_partitioned`` (a ``custom_partitioning`` rule), so each
   device routes its local product; there nothing is folded.
@@ -228,6 +229,7 @@ def _routed_lowering(platform: str):
             platform=platform,
             mode=mode,
             precision=precision,
+            autotune=config.get_autotune(),
         )
         choices = [*folded, (layout, a, b, tuple(ctx.avals_in))]
         if folded and mode == "auto":

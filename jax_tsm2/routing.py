@@ -3,7 +3,8 @@
 ``route`` decides from static facts (operand shapes and dtypes, the operand
 layout, the output dtype, precision, platform, the custom-call mode, whether
 the CUDA targets were built, and the GPU: ``model.current_device()``, or the
-H100 preset where there is none). The lowerings in ``primitive.py`` call it;
+H100 preset where there is none), and, where autotuning is on, from a
+measurement it takes. The lowerings in ``primitive.py`` call it;
 tests and ``jax_tsm2.explain`` call it directly. It returns a ``Route``: the
 decision, the layer that made it, and a sentence saying why.
 
@@ -32,7 +33,13 @@ performance model (``jax_tsm2.model``) picks the one it predicts fastest
 layer that answers decides (``Route.layer``):
 
 1. ``"tune cache"``: an entry for this GPU and shape written by ``python -m
-   jax_tsm2.tune`` (``jax_tsm2.tune.cache``), if its target takes the layout;
+   jax_tsm2.tune`` or by autotuning (``jax_tsm2.tune.cache``), if its target
+   takes the layout. ``"autotune"``: with autotuning on (``route(autotune=True)``;
+   the lowerings pass ``jax_tsm2.get_autotune()``, off by default) and no entry
+   yet, a shape that some kernel takes is timed first, on this GPU
+   (``jax_tsm2.tune.online``), and the entry it stores decides; later lowerings
+   find it as ``"tune cache"``. Without a GPU in the process, or where the
+   timing fails (a ``RuntimeWarning``), the next layers decide;
 2. ``"measured"``: a committed measurement where a candidate kernel beat XLA's
    dot for such shapes (``MEASURED_WINS``);
 3. ``"model"``: ``model.choose``: the best candidate if it is predicted faster
@@ -62,7 +69,7 @@ from jax import numpy as jnp
 
 from jax_tsm2 import _compat, model
 from jax_tsm2.problem import Problem
-from jax_tsm2.tune import cache
+from jax_tsm2.tune import cache, online
 
 # TSM2L: tall-and-skinny A (k small) times a small B (k x n).
 TSM2L_MAX_K = 64
@@ -170,7 +177,8 @@ class Route:
     problem: Problem | None = None
     layout: Layout = "nn"
     # Which layer decided: "rules" (platform, mode, dtypes, eligibility),
-    # "tune cache", "measured" (MEASURED_WINS) or "model" (model.choose).
+    # "tune cache", "autotune" (timed at this call), "measured" (MEASURED_WINS)
+    # or "model" (model.choose).
     layer: str = "rules"
 
     @property
@@ -320,22 +328,30 @@ def _model_choice(
 
 
 def _tuned(
-    p: Problem, dtype: np.dtype, layout: str, device: model.Device, why: str
+    p: Problem,
+    dtype: np.dtype,
+    layout: str,
+    device: model.Device,
+    why: str,
+    layer: str = "tune cache",
 ) -> Route | None:
-    """Layer 1 of mode "auto": this GPU's tune cache, if it has a usable entry."""
+    """Layer 1 of mode "auto": this GPU's tune cache, if it has a usable entry; ``layer``
+    "autotune" where the entry was just measured."""
     target = cache.lookup(device.key, dtype.name, layout, p.batch, p.m, p.k, p.n)
     if target is None:
         return None
     where = f"tune cache {cache.cache_path(device.key)}"
+    if layer == "autotune":
+        where = f"autotuned at this lowering, stored in {where}"
     if target == "xla":
         reason = f"{why}; XLA's dot measured fastest for this shape on this GPU ({where})"
-        return Route("xla", reason, p, layout, "tune cache")
+        return Route("xla", reason, p, layout, layer)
     if layout not in KERNEL_LAYOUTS.get(target, ()):
         return None
     if not model.predict(p, dtype, layout, target, device=device).supported:
         return None  # e.g. TSM2S for m > 16: the kernel would reject the problem
     reason = f"{why}; {target} measured fastest for this shape on this GPU ({where})"
-    return Route(target, reason, p, layout, "tune cache")
+    return Route(target, reason, p, layout, layer)
 
 
 def _auto(
@@ -347,9 +363,15 @@ def _auto(
     precision: Any,
     device: model.Device,
     calibration: model.Calibration,
+    autotune: bool,
 ) -> Route:
-    """Mode "auto" on a GPU with the targets: tune cache, then measured wins, then the model."""
+    """Mode "auto" on a GPU with the targets: tune cache (or autotune), then measured wins,
+    then the model."""
     r = _tuned(p, dtype, layout, device, why)
+    if r is None and names and autotune:
+        # Read the cache again even if this call did not time: another thread may have.
+        timed = online.tune_now(p, dtype.name, layout, device)
+        r = _tuned(p, dtype, layout, device, why, "autotune" if timed else "tune cache")
     if r is None and not names:
         r = Route("xla", f"{why}, XLA's dot", p, layout)
     for name in names if r is None else ():
@@ -379,6 +401,7 @@ def route(
     layout: str = "nn",
     device: model.Device | None = None,
     calibration: model.Calibration = model.CALIBRATION,
+    autotune: bool = False,
 ) -> Route:
     """Decides how the product of canonical rank-2/3 operands ``a``, ``b`` is computed.
 
@@ -401,6 +424,9 @@ def route(
       device: the GPU the model reasons about; default ``model.current_device()``.
       calibration: the model's constants in mode "auto" (benchmarks/grid_fit.py
         simulates routing with refitted ones).
+      autotune: in mode "auto" on CUDA, time a shape the tune cache has no entry
+        for now and cache the winner (``jax_tsm2.tune.online``; this may take
+        seconds, and does nothing without a GPU in the process).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -437,7 +463,7 @@ def route(
     dev = model.current_device() if device is None else device
     names, why = candidates(p, layout)
     if platform == "cuda" and mode == "auto":
-        return _auto(p, dtype, layout, names, why, precision, dev, calibration)
+        return _auto(p, dtype, layout, names, why, precision, dev, calibration, autotune)
     if not names:
         if mode != "always":
             return xla(f"{why.removeprefix(f'{layout}: ')}, XLA's dot")

@@ -63,7 +63,8 @@ def _empty_tune_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _restore_custom_call_mode():
-    """A test that sets the global mode must not leak it into the next test."""
-    before = jax_tsm2.get_custom_call_mode()
+    """A test that sets the global mode or autotune switch must not leak it into the next."""
+    before, autotune = jax_tsm2.get_custom_call_mode(), jax_tsm2.get_autotune()
     yield
     jax_tsm2.set_custom_call_mode(before)
+    jax_tsm2.set_autotune(autotune)

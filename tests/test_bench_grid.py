@@ -110,6 +110,7 @@ def test_grid_end_to_end_cpu(tmp_path, capsys):
     doc = json.loads((tmp_path / "bench.json").read_text())
     assert not (tmp_path / report.PARTIAL).exists()
     assert doc["grid"]["shapes"] == 6 and doc["grid"]["spec"] == "tiny"
+    assert doc["tsm2_autotune"] is False
     assert "torch" in doc["impls_skipped"]
     want = [(c.label, c.dtype) for c in grid.draw(6, 2, grid.TINY)]
     shapes: dict = {}
@@ -139,6 +140,26 @@ def test_grid_end_to_end_cpu(tmp_path, capsys):
     assert cli.main([*argv[:5], "--grid-start", "4", "--out", str(tmp_path / "b")]) == 0
     half = json.loads((tmp_path / "b" / "bench.json").read_text())
     assert [r["grid_index"] for r in half["records"] if r["impl"] == "tsm2"] == [4, 5]
+
+
+def test_grid_autotune_flag_lowers_the_routed_column_with_autotune_on(tmp_path, monkeypatch):
+    """--autotune: the routed column (only) is traced and lowered under jax_tsm2.autotune();
+    bench.json records it. On CPU nothing is timed (routing times in mode auto on CUDA)."""
+    seen = []
+    real = jax_tsm2.matmul
+
+    def matmul(a, b):
+        seen.append(jax_tsm2.get_autotune())
+        return real(a, b)
+
+    monkeypatch.setattr(jax_tsm2, "matmul", matmul)
+    argv = ["--tiny", "--grid", "2", "--family", "R", "--autotune", "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    assert doc["tsm2_autotune"] is True and doc["options"]["autotune"] is True
+    assert "autotune on" in doc["impls"]["tsm2"]
+    assert seen and all(seen)  # every product of the routed column; the others do not route
+    assert {r["status"] for r in doc["records"]} == {"ok"}
 
 
 def test_time_budget_and_checkpoint(tmp_path):

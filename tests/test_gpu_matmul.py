@@ -8,6 +8,8 @@ through jax_tsm2.matmul in "auto" and "always" modes.
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,6 +110,34 @@ def test_batched_with_broadcast(dtype, a_shape, b_shape):
     for kernel in kernels_for(k, n):
         # NumPy's matmul broadcasts a batch of 1 (or a missing one) the same way.
         assert_close_to_reference(jax.jit(ffi_matmul, static_argnums=2)(a, b, kernel), a, b)
+
+
+def test_autotune_times_the_candidates_inside_the_lowering():
+    """With autotuning on, the first lowering of a shape times TSM2L, TSM2R and XLA's dot on
+    this GPU (jitted products run while the user's program is being lowered), stores the
+    winner, emits what it says, and the product is right; the next lowering reads the entry
+    without timing again."""
+    from jax_tsm2.tune import cache
+
+    rng = np.random.default_rng(12)
+    a, b = rand(rng, (300_007, 16), jnp.float32), rand(rng, (16, 16), jnp.float32)
+    dev = jax_tsm2.model.current_device()
+    with jax_tsm2.autotune():
+        lowered = jax.jit(jax_tsm2.matmul).lower(a, b)
+        c = lowered.compile()(a, b)
+    (entry,) = json.loads(cache.cache_path(dev.key).read_text())["entries"].values()
+    assert set(entry["seconds"]) == {"tsm2l", "tsm2r", "xla"}
+    assert all(0 < t < 1e-2 for t in entry["seconds"].values()), entry
+    assert has_custom_call(lowered.as_text()) == (entry["target"] != "xla")
+    if entry["target"] == "xla":  # XLA's dot at default precision (TF32): same as jnp's
+        np.testing.assert_array_equal(np.asarray(c), np.asarray(jax.jit(jnp.matmul)(a, b)))
+    else:
+        assert_close_to_reference(c, a, b)
+    mtime = cache.cache_path(dev.key).stat().st_mtime_ns
+    with jax_tsm2.autotune():
+        again = jax.jit(lambda a, b: jax_tsm2.matmul(a, b) + 0).lower(a, b).as_text()
+    assert cache.cache_path(dev.key).stat().st_mtime_ns == mtime
+    assert has_custom_call(again) == (entry["target"] != "xla")
 
 
 # "prefer" and "always" run the kernels for these shapes; "auto" sends them to

@@ -8,7 +8,7 @@ import gc
 import re
 import statistics
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import ModuleType
@@ -297,7 +297,7 @@ class CaseRun:
         tol = tolerance(impl, case.dtype, fam.contraction(case))
         route = detail = None
         try:
-            with _mode(impl.custom_call_mode):
+            with _switches(impl):
                 compiled, text = timing.compile_jax(lambda *ops: impl.apply(fam, *ops), copies)
             route = route_of(text)
             if impl.name == "tsm2":
@@ -392,11 +392,16 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0][:300] if text else ""
 
 
-def _mode(mode: str | None) -> Any:
-    """The jax_tsm2 custom-call mode to lower under (read at lowering, so compiling inside the
-    block is enough), or no change."""
-    if mode is None:
-        return contextlib.nullcontext()
-    import jax_tsm2
+@contextlib.contextmanager
+def _switches(impl: Impl) -> Iterator[None]:
+    """The jax_tsm2 custom-call mode and autotune switch to lower ``impl`` under (both are read
+    at lowering, so compiling inside the block is enough), or no change."""
+    with contextlib.ExitStack() as stack:
+        if impl.custom_call_mode is not None or impl.autotune:
+            import jax_tsm2
 
-    return jax_tsm2.custom_call_mode(mode)
+            if impl.custom_call_mode is not None:
+                stack.enter_context(jax_tsm2.custom_call_mode(impl.custom_call_mode))
+            if impl.autotune:
+                stack.enter_context(jax_tsm2.autotune())
+        yield

@@ -89,6 +89,13 @@ def parser() -> argparse.ArgumentParser:
         "--grid-seed", type=int, default=0, metavar="S", help="seed of the grid (default 0)"
     )
     sel.add_argument(
+        "--autotune",
+        action="store_true",
+        help="lower the routed tsm2 implementation with jax_tsm2.autotune() on: on a GPU, a "
+        "shape this GPU's tune cache ($JAX_TSM2_CACHE_DIR) has no entry for is timed at its "
+        "first lowering and the winner runs (recorded as tsm2_autotune in bench.json)",
+    )
+    sel.add_argument(
         "--grid-start",
         type=int,
         default=0,
@@ -202,6 +209,7 @@ def options(args: argparse.Namespace, argv: Sequence[str]) -> Options:
         torch=not args.no_torch,
         torch_graph=not args.torch_eager,
         kernel_mode=args.kernel_mode,
+        autotune=args.autotune,
         repeats=args.repeats or (3 if mode == "tiny" else 5),
         warmup=args.warmup,
         per_sample=args.per_sample,

@@ -9,7 +9,8 @@ all there is to time). A family may have several regions (NT: R-like, L-like and
 shapes of BENCH.md); one is picked uniformly per draw. The draw is deterministic for a seed,
 and the first ``N`` shapes of a larger grid are the grid of ``N``.
 
-On each shape the harness times the routed ``jax_tsm2.matmul`` (mode "auto"), XLA's dot
+On each shape the harness times the routed ``jax_tsm2.matmul`` (mode "auto"; with
+``--autotune``, autotuned at its lowering: ``jax_tsm2.autotune``), XLA's dot
 (``jnp.matmul``, default precision) and every TSM2 kernel that can take the shape in the
 family's layout, each forced through the FFI target (``jax_tsm2.kernel_call``); the bar
 compares them in ``grid_report.py``.
@@ -179,18 +180,24 @@ def forced_impl(case: Case, kernel: str) -> Impl:
     return Impl(kernel, "jax", desc, fn, kernel=kernel, stored=True)
 
 
-def routed_and_xla() -> list[Impl]:
-    """The routed ``jax_tsm2.matmul`` (custom-call mode "auto") and ``jnp.matmul``."""
+def routed_and_xla(autotune: bool = False) -> list[Impl]:
+    """The routed ``jax_tsm2.matmul`` (custom-call mode "auto", autotuned at its lowering if
+    ``autotune``) and ``jnp.matmul``."""
     base = {i.name: i for i in jax_impls() if i.name in ("tsm2", "jnp")}
+    desc = 'jax_tsm2.matmul(a, b) under jit, custom-call mode "auto" (routed'
     tsm2 = dataclasses.replace(
         base["tsm2"],
         custom_call_mode="auto",
-        description='jax_tsm2.matmul(a, b) under jit, custom-call mode "auto" (routed)',
+        autotune=autotune,
+        description=desc + (", autotune on)" if autotune else ")"),
     )
     return [tsm2, base["jnp"]]
 
 
-def impls_for(case: Case, device: Any, wanted: set[str] | None = None) -> list[Impl]:
+def impls_for(
+    case: Case, device: Any, wanted: set[str] | None = None, autotune: bool = False
+) -> list[Impl]:
     """What runs on one grid case: routed, XLA's dot, then each kernel that takes it."""
-    impls = routed_and_xla() + [forced_impl(case, k) for k in kernels_for(case, device)]
+    routed = routed_and_xla(autotune)
+    impls = routed + [forced_impl(case, k) for k in kernels_for(case, device)]
     return [i for i in impls if wanted is None or i.name in wanted]

@@ -32,6 +32,9 @@ class Impl:
     reduced_f32: bool = False
     #: jax_tsm2 custom-call mode to compile under ("always" forces our kernels), or None.
     custom_call_mode: str | None = None
+    #: Compile with jax_tsm2's autotune switch on (``--autotune``): a shape without a tune
+    #: cache entry is timed at its first lowering and the winner runs.
+    autotune: bool = False
     #: The TSM2 kernel this implementation forces through the FFI target (the grid), or None.
     kernel: str | None = None
     #: ``matmul`` takes the family's operands as stored (a kernel called in the family's

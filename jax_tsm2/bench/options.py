@@ -25,6 +25,7 @@ class Options:
     torch: bool = True
     torch_graph: bool = True
     kernel_mode: str = "always"  # custom-call mode of the tsm2_kernel column
+    autotune: bool = False  # --autotune: the routed tsm2 column lowers with autotune on
     repeats: int = 5
     warmup: int = 1
     per_sample: int | None = None  # None: adaptive (see timing.make_plan)

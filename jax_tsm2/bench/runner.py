@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from types import ModuleType
 from typing import Any
@@ -122,6 +122,8 @@ def _impls(
     for impl in all_impls:
         if wanted is not None and impl.name not in wanted:
             continue
+        if impl.name == "tsm2" and opts.autotune:
+            impl = replace(impl, autotune=True, description=impl.description + ", autotune on")
         if impl.name == "tsm2" and tsm2_reason:
             skipped[impl] = tsm2_reason
         else:
@@ -154,7 +156,8 @@ def _run(opts: Options, log: Log, checkpoint: Checkpoint | None) -> dict[str, An
         impls, skipped = [], {}  # each grid case runs its own list, skipped ones get no records
         what = f"grid of {len(cases)} random shapes (seed {opts.grid_seed}"
         what += f", from shape {opts.grid_start})" if opts.grid_start else ")"
-        what += ", implementations: tsm2 (auto), jnp and each TSM2 kernel that takes the shape"
+        routed = "tsm2 (auto, autotune on)" if opts.autotune else "tsm2 (auto)"
+        what += f", implementations: {routed}, jnp and each TSM2 kernel that takes the shape"
     else:
         what = f"{len(cases)} cases, implementations: {', '.join(i.name for i in impls)}"
     head = f"jax_tsm2.bench: {what} on {device.name} ({platform})"
@@ -184,6 +187,7 @@ def _run(opts: Options, log: Log, checkpoint: Checkpoint | None) -> dict[str, An
         "versions": env.versions(torch),
         "build_info": env.build_info(),
         "tsm2_custom_call_mode": env.custom_call_mode(),
+        "tsm2_autotune": opts.autotune,
         "device": device.to_json(),
         "ceilings": ceil,
         "impls": {i.name: i.description for i in impls},
@@ -216,7 +220,7 @@ def _run(opts: Options, log: Log, checkpoint: Checkpoint | None) -> dict[str, An
             break
         extra, case_impls = None, impls
         if opts.grid:
-            case_impls = grid.impls_for(case, model_dev, wanted)
+            case_impls = grid.impls_for(case, model_dev, wanted, opts.autotune)
             extra = {"grid": True, "grid_index": opts.grid_start + index - 1}
             doc["impls"].update({i.name: i.description for i in case_impls})
         case_records = CaseRun(case, ctx, opts, extra).run(case_impls, skipped)
