@@ -351,12 +351,29 @@ def test_grid_bar2_pools_one_program_timed_twice():
     assert v["pooled_seconds"] == pytest.approx(8.5) and v["ratio"] == pytest.approx(1.0)
     assert not b["misses"] and b["pooled"] == 1
     lines = grid_report.summary_lines(b)
-    assert any("1 shapes compiled to XLA's dot's own program" in s for s in lines)
+    assert any("1 shapes compiled to a reference's own program (1 XLA's dot's" in s for s in lines)
     for other in ("d2", None):  # a different program, or none recorded: medians as measured
         recs = [same[0] | {"program": other}, same[1], same[2]]
         b = grid_report.bar2(recs)
         assert b["results"][0]["pooled_seconds"] is None and b["pooled"] == 0
         assert b["misses"] and b["misses"][0]["ratio"] == pytest.approx(9.2 / 7.5)
+
+
+def test_grid_bar2_pools_the_routed_kernel_with_the_same_forced_kernel():
+    """Routed to TSM2L, which was also forced: one program (seed 6, L 35969x6x32 f32, us),
+    pooled with the forced kernel's samples, and judged against XLA's dot as before."""
+    recs = [
+        _timed(_rec("tsm2", "L:a", 0), [17.5, 17.7, 18.0, 14.5, 16.1], "k1"),
+        _timed(_rec("jnp", "L:a", 0), [17.0, 38.2, 13.4, 14.4, 14.2], "x1"),
+        _timed(_rec("tsm2l", "L:a", 0, "tsm2l"), [14.3, 22.6, 15.0, 13.5, 13.8], "k1"),
+    ]
+    b = grid_report.bar2(recs)
+    v = b["results"][0]
+    assert v["pooled_with"] == "tsm2l" and v["pooled_seconds"] == pytest.approx(15.55)
+    assert v["best"] == "xla" and v["ratio"] == pytest.approx(15.55 / 14.4)
+    assert not b["misses"] and b["pooled"] == 1 and b["pooled_with_xla"] == 0
+    lines = grid_report.summary_lines(b)
+    assert any("(0 XLA's dot's, 1 a forced kernel's)" in s for s in lines)
 
 
 def test_program_digest_tells_programs_apart():

@@ -7,11 +7,13 @@ implementation itself failed. A shape where neither XLA's dot nor any kernel was
 judged (and listed). Forced kernels that fail their float64 check are listed too: a kernel
 that computes a wrong answer is a bug whatever its speed.
 
-Where the routed path compiled to exactly XLA's dot's program (the records' ``program``
-digests match: routed to XLA), the two are one program timed twice, and their medians differ
-only by noise (seed 3, L 150977x4x4 f16: samples of 6.1-13.9 us against 6.1-22.1 us, medians
-9.2 and 7.5). Both then count as the median of their pooled samples. Without digests (older
-records, or a jaxlib that does not expose the HLO) nothing is pooled.
+Where the routed path compiled to exactly the program of a reference (the records' ``program``
+digests match: routed to XLA's dot, or to the kernel that was also forced), the two are one
+program timed twice, and their medians differ only by noise (seed 3, L 150977x4x4 f16: samples
+of 6.1-13.9 us against 6.1-22.1 us, medians 9.2 and 7.5; seed 6, L 35969x6x32 f32, routed and
+forced TSM2L: medians 17.5 and 14.3 us). Both then count as the median of their pooled
+samples. Without digests (older records, or a jaxlib that does not expose the HLO) nothing is
+pooled.
 """
 
 from __future__ import annotations
@@ -45,13 +47,15 @@ def verdict(recs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     routed, xla = recs.get(ROUTED), recs.get(XLA)
     kernels = {r["kernel"]: r for r in recs.values() if r.get("kernel") and _ok(r)}
     best_kernel = min(kernels, key=lambda k: kernels[k]["seconds"]) if kernels else None
-    refs = {name: r["seconds"] for name, r in kernels.items()}
-    pooled = None
-    if _ok(xla):
-        refs["xla"] = xla["seconds"]
-        if _ok(routed) and routed.get("program") and routed.get("program") == xla.get("program"):
-            pooled = statistics.median([*routed["samples"], *xla["samples"]])
-            refs["xla"] = pooled
+    timed = {**kernels, **({"xla": xla} if _ok(xla) else {})}
+    refs = {name: r["seconds"] for name, r in timed.items()}
+    pooled, pooled_with = None, None
+    program = routed.get("program") if _ok(routed) else None
+    for name, r in timed.items():
+        if program and r.get("program") == program:
+            pooled = statistics.median([*routed["samples"], *r["samples"]])
+            pooled_with, refs[name] = name, pooled
+            break
     best = min(refs, key=refs.__getitem__) if refs else None
     out: dict[str, Any] = {
         "case": any_rec["case"],
@@ -67,6 +71,7 @@ def verdict(recs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "ratio": None,
         "judged": best is not None and routed is not None,
         "pooled_seconds": pooled,
+        "pooled_with": pooled_with,
         "miss": False,
         "why": None,
     }
@@ -113,6 +118,7 @@ def bar2(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         "worst_ratio": max(ratios) if ratios else None,
         "routes": routes,
         "pooled": sum(r["pooled_seconds"] is not None for r in judged),
+        "pooled_with_xla": sum(r.get("pooled_with") == "xla" for r in judged),
         "pass": len(judged) >= BAR2_MIN_SHAPES and not misses,
         "results": results,
     }
@@ -131,9 +137,10 @@ def summary_lines(b: dict[str, Any] | None) -> list[str]:
         "grid routes: " + ", ".join(f"{k} {v}" for k, v in sorted(b["routes"].items())),
     ]
     if b.get("pooled"):
+        on_xla = b.get("pooled_with_xla", b["pooled"])
         out.append(
-            f"grid: {b['pooled']} shapes compiled to XLA's dot's own program, "
-            "timed as one (pooled samples)"
+            f"grid: {b['pooled']} shapes compiled to a reference's own program ({on_xla} XLA's "
+            f"dot's, {b['pooled'] - on_xla} a forced kernel's), timed as one (pooled samples)"
         )
     if b["not_judged"]:
         out.append(f"grid: {len(b['not_judged'])} shapes not judged (nothing to compare with)")
