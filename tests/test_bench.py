@@ -142,6 +142,16 @@ def test_wrong_implementation_is_reported_not_timed(monkeypatch):
     assert "FAIL" in table
 
 
+def test_short_cases_take_more_samples(ensure_matmul):
+    """A case estimated under short_case_s takes short_repeats samples per implementation
+    (on CPU the estimate includes a 50 us launch, so the threshold is raised here)."""
+    for short_case_s, want in ((1.0, 7), (1e-9, 2)):
+        opts = _tiny_opts(cases=["L:1000x8x8"], impls=["tsm2", "jnp"], repeats=2)
+        opts.short_case_s, opts.short_repeats = short_case_s, 7
+        doc = run_suite(opts, log=lambda _: None)
+        assert [len(r["samples"]) for r in doc["records"]] == [want, want]
+
+
 def test_x64_flag_is_restored(ensure_matmul):
     before = jax.config.jax_enable_x64
     run_suite(_tiny_opts(cases=["R:96x320x16"], dtypes=["f64"], impls=["jnp"]), log=lambda _: None)

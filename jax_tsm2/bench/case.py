@@ -202,6 +202,9 @@ class CaseRun:
         if plan.reason:
             return records + [self.record(i, f"skipped: {plan.reason}") for i in impls]
         self.plan = plan
+        self.rounds = opts.repeats
+        if est < opts.short_case_s:
+            self.rounds = max(opts.repeats, opts.short_repeats)
         try:
             copies = _operands(case, plan.calls, opts.seed, ctx["platform"] == "cpu")
             rng = np.random.default_rng(opts.seed)
@@ -244,7 +247,7 @@ class CaseRun:
                     prep.sample(per_sample)
             except Exception as err:
                 prep.error = err
-        for _ in range(self.opts.repeats):
+        for _ in range(self.rounds):
             for prep in ready:
                 if prep.error is not None:
                     continue

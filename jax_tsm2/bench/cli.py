@@ -120,6 +120,12 @@ def parser() -> argparse.ArgumentParser:
         help="timed samples, median reported (default 5; --tiny 3)",
     )
     tim.add_argument(
+        "--short-repeats",
+        type=int,
+        default=15,
+        help="timed samples of a case estimated under 20 us (default 15; at least --repeats)",
+    )
+    tim.add_argument(
         "--warmup", type=int, default=1, help="untimed samples before timing (default 1)"
     )
     tim.add_argument(
@@ -211,6 +217,7 @@ def options(args: argparse.Namespace, argv: Sequence[str]) -> Options:
         kernel_mode=args.kernel_mode,
         autotune=args.autotune,
         repeats=args.repeats or (3 if mode == "tiny" else 5),
+        short_repeats=args.short_repeats if mode != "tiny" else 0,
         warmup=args.warmup,
         per_sample=args.per_sample,
         target_call_s=target_ms / 1e3,

@@ -27,6 +27,11 @@ class Options:
     kernel_mode: str = "always"  # custom-call mode of the tsm2_kernel column
     autotune: bool = False  # --autotune: the routed tsm2 column lowers with autotune on
     repeats: int = 5
+    # Cases estimated under short_case_s take short_repeats samples: at ~10 us a product's
+    # samples jump between two levels (grid seed 7, L f32 13007x38x7: 8.5 or 14 us in every
+    # implementation), and five samples decided the grid's bar by a coin toss.
+    short_case_s: float = 20e-6
+    short_repeats: int = 15
     warmup: int = 1
     per_sample: int | None = None  # None: adaptive (see timing.make_plan)
     target_call_s: float = 0.005
