@@ -198,7 +198,7 @@ def register_local_lowerings(
 
     Called once by ``primitive.py``. ``lowerings`` maps a platform (``None``
     for the default) to the primitive's lowering rule; the twin runs that rule
-    with the custom-call mode it was bound with.
+    with the custom-call mode it was bound with, and without autotuning.
 
     Example:
         >>> import jax_tsm2.primitive  # registers them on import
@@ -208,8 +208,10 @@ def register_local_lowerings(
     _local_p.def_abstract_eval(lambda a, b, *, mode, **params: abstract_eval(a, b, **params))
 
     def pinned(rule):
+        # Autotuning stays off here: this runs inside XLA's partitioner, where timing jitted
+        # programs would compile and run JAX work from within a compilation.
         def lowering(ctx, a, b, *, mode, **params):
-            with config.custom_call_mode(mode):
+            with config.custom_call_mode(mode), config.autotune(False):
                 return rule(ctx, a, b, **params)
 
         return lowering
