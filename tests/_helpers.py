@@ -9,6 +9,10 @@ floating-point dot products actually err.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,6 +54,16 @@ def assert_close_to_reference(c, a, b, *, k: int | None = None) -> None:
     assert not bad.any(), (
         f"{bad.sum()} of {bad.size} elements off: worst err {err.max():.3g}, "
         f"bound there {bound.flat[np.argmax(err - bound)]:.3g} (dtype {out}, k={k})"
+    )
+
+
+def import_with_env(name: str, value: str, expr: str) -> subprocess.CompletedProcess:
+    """Imports jax_tsm2 in a fresh interpreter with environment variable ``name`` set to
+    ``value`` (settings read at import) and prints ``expr``."""
+    env = dict(os.environ, **{name: value})
+    code = f"import jax_tsm2; print({expr})"
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
 
 

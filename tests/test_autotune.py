@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -17,7 +15,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 import pytest
-from _helpers import has_custom_call
+from _helpers import has_custom_call, import_with_env
 
 import jax_tsm2
 from jax_tsm2 import model, routing
@@ -263,12 +261,8 @@ def test_switch_rejects_non_bools(bad):
         pass
 
 
-def _run_with_env(value: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, JAX_TSM2_AUTOTUNE=value)
-    code = "import jax_tsm2; print(jax_tsm2.get_autotune())"
-    return subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
+def _run_with_env(value: str):
+    return import_with_env("JAX_TSM2_AUTOTUNE", value, "jax_tsm2.get_autotune()")
 
 
 @pytest.mark.parametrize("value,on", [("1", True), ("off", False), ("True", True)])

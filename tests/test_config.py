@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import ffi_matmul
+from _helpers import ffi_matmul, import_with_env
 
 import jax_tsm2
 
@@ -57,12 +55,8 @@ def test_invalid_modes_are_rejected(bad):
         pass
 
 
-def _run_with_env(value: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, JAX_TSM2_CUSTOM_CALL=value)
-    code = "import jax_tsm2; print(jax_tsm2.get_custom_call_mode())"
-    return subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
+def _run_with_env(value: str):
+    return import_with_env("JAX_TSM2_CUSTOM_CALL", value, "jax_tsm2.get_custom_call_mode()")
 
 
 def test_environment_variable():
