@@ -59,8 +59,11 @@ __device__ __forceinline__ void StoreSMmaA(const T (&regs)[SMmaSmem<T>::kAPerThr
   }
 }
 
+// kSBlocksPerSm resident blocks, as the plan assumes: 64 registers, no spills
+// (ptxas -v; 111 without the bound, which left room for two).
 template <typename T>
-__global__ void __launch_bounds__(kSThreads) Tsm2SMmaKernel(const __grid_constant__ SplitArgs p) {
+__global__ void __launch_bounds__(kSThreads, kSBlocksPerSm)
+    Tsm2SMmaKernel(const __grid_constant__ SplitArgs p) {
   using Sm = SMmaSmem<T>;
   constexpr int kLda = Sm::kLda, kLdb = Sm::kLdb;
   extern __shared__ __align__(16) char smem[];
