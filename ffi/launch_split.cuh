@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "ffi/kernels/small_left.cuh"
+#include "ffi/kernels/small_left_mma.cuh"
 #include "ffi/kernels/split_reduce.cuh"
 #include "ffi/kernels/tn.cuh"
 #include "ffi/kernels/tn_half.cuh"
@@ -95,6 +96,18 @@ struct SplitLauncher {
     a.vec_ok = p.n % kCpt == 0 && reinterpret_cast<uintptr_t>(p.b) % SCols<T>::kBytes == 0;
     const int64_t mt = Pow2AtLeast(p.m);
     const int blocks = static_cast<int>(a.splits * a.tiles_n * p.batch);
+    if constexpr (sizeof(T) == 2) {
+      if (p.m >= kSMmaMinM && HasMmaSync()) {
+        constexpr int kSmem = SMmaSmem<T>::kBytes;
+        const void* kernel = reinterpret_cast<const void*>(&Tsm2SMmaKernel<T>);
+        int per_sm = 0;  // also opts the kernel in to kSmem bytes of shared memory
+        if (cudaError_t e = BlocksPerSm(kernel, kSThreads, kSmem, &per_sm); e != cudaSuccess) {
+          return e;
+        }
+        Tsm2SMmaKernel<T><<<blocks, kSThreads, kSmem, stream>>>(a);
+        return cudaGetLastError();
+      }
+    }
     switch (mt) {
       case 1:
         return LaunchSWith<1>(a, blocks, stream);

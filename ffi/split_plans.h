@@ -129,6 +129,13 @@ constexpr int kSBlocksPerSm = TSM2_S_BLOCKS_PER_SM;
 constexpr int kSBlocksPerSm = kSplitBlocksPerSm;
 #endif
 constexpr int kSRowsPerStep = 8 * 4;  // 8 warps x 4 rows in flight per thread
+// bf16/f16 with at least this many rows of A take the tensor-core kernel
+// (small_left_mma.cuh). TSM2_S_MMA_MIN_M: a kernel-lab knob.
+#ifdef TSM2_S_MMA_MIN_M
+constexpr int kSMmaMinM = TSM2_S_MMA_MIN_M;
+#else
+constexpr int kSMmaMinM = 8;
+#endif
 inline int SColsPerThread(int itemsize) { return itemsize == 8 ? 2 : 4; }
 inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
   SplitPlan s;

@@ -56,8 +56,9 @@ struct SSmem {
 };
 
 // Queues the copy of B rows [r0, r0 + kSRowsPerStep) of this column tile into
-// a stage; rows past r_end and columns past n are zero-filled.
-template <typename T>
+// a stage, rows kLd elements apart; rows past r_end and columns past n are
+// zero-filled.
+template <typename T, int kLd = SCols<T>::kTileCols>
 __device__ __forceinline__ void LoadSBStage(const SplitArgs& p, const T* b, int64_t col0,
                                             int64_t r0, int64_t r_end, char* stage) {
   constexpr int kCpt = SCols<T>::kCpt, kBytes = SCols<T>::kBytes;
@@ -69,7 +70,7 @@ __device__ __forceinline__ void LoadSBStage(const SplitArgs& p, const T* b, int6
   for (int u = 0; u < kSRowsPerWarp; ++u) {
     const int r = warp * kSRowsPerWarp + u;
     const int64_t row = r0 + r;
-    T* dst = reinterpret_cast<T*>(stage) + r * SCols<T>::kTileCols + lane * kCpt;
+    T* dst = reinterpret_cast<T*>(stage) + r * kLd + lane * kCpt;
     if (p.vec_ok) {
       const bool valid = row < r_end && col < p.n;
       const T* src = valid ? b + row * p.n + col : b;
