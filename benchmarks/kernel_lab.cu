@@ -372,7 +372,10 @@ void RunAll(Buffers& buf, const char* f) {
       {"TN bf16 1e6x30x20", 2, 30, 1000000, 20, Kernel::kTsm2t, Layout::kTN},
       {"TN bf16 1e6x6x10", 2, 6, 1000000, 10, Kernel::kTsm2t, Layout::kTN},
       {"S bf16 1x4096x4096", 2, 1, 4096, 4096, Kernel::kTsm2s, Layout::kNN},
+      {"S bf16 2x4096x4096", 2, 2, 4096, 4096, Kernel::kTsm2s, Layout::kNN},
+      {"S bf16 4x4096x4096", 2, 4, 4096, 4096, Kernel::kTsm2s, Layout::kNN},
       {"S bf16 8x4096x4096", 2, 8, 4096, 4096, Kernel::kTsm2s, Layout::kNN},
+      {"S bf16 16x4096x4096", 2, 16, 4096, 4096, Kernel::kTsm2s, Layout::kNN},
       {"NN bf16 1e6x512x8", 2, 1000000, 512, 8, Kernel::kTsm2r, Layout::kNN},
   };
   for (const auto& lc : lib_cases) {

@@ -11,6 +11,7 @@
 
 #include "ffi/kernels/small_left.cuh"
 #include "ffi/kernels/small_left_mma.cuh"
+#include "ffi/kernels/small_left_strip.cuh"
 #include "ffi/kernels/split_reduce.cuh"
 #include "ffi/kernels/tn.cuh"
 #include "ffi/kernels/tn_half.cuh"
@@ -91,13 +92,28 @@ struct SplitLauncher {
     return cudaGetLastError();
   }
 
-  static cudaError_t LaunchS(const DeviceMatmul& p, SplitArgs a, cudaStream_t stream) {
+  static cudaError_t LaunchS(const DeviceMatmul& p, SplitArgs a, const SplitPlan& s,
+                             cudaStream_t stream) {
     constexpr int kCpt = SCols<T>::kCpt;
     a.vec_ok = p.n % kCpt == 0 && reinterpret_cast<uintptr_t>(p.b) % SCols<T>::kBytes == 0;
     const int64_t mt = Pow2AtLeast(p.m);
     const int blocks = static_cast<int>(a.splits * a.tiles_n * p.batch);
     if constexpr (sizeof(T) == 2) {
-      if (p.m >= kSMmaMinM && HasMmaSync()) {
+      if (s.strip) {  // no CUDA-core kernel runs a strip plan
+        if (!HasMmaSync()) return cudaErrorInvalidDeviceFunction;
+        a.vec_ok = p.n % 8 == 0 && p.k % 8 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
+        constexpr int kSmem = StripSmem<T>::kBytes;
+        const void* kernel = reinterpret_cast<const void*>(&Tsm2SStripKernel<T>);
+        int per_sm = 0;  // also opts the kernel in to kSmem bytes of shared memory
+        if (cudaError_t e = BlocksPerSm(kernel, kStripWarps * 32, kSmem, &per_sm);
+            e != cudaSuccess) {
+          return e;
+        }
+        Tsm2SStripKernel<T><<<blocks, kStripWarps * 32, kSmem, stream>>>(a);
+        return cudaGetLastError();
+      }
+      if (s.mma && HasMmaSync()) {
         constexpr int kSmem = SMmaSmem<T>::kBytes;
         const void* kernel = reinterpret_cast<const void*>(&Tsm2SMmaKernel<T>);
         int per_sm = 0;  // also opts the kernel in to kSmem bytes of shared memory
@@ -240,7 +256,7 @@ struct SplitLauncher {
     if (plan.workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
     const SplitArgs a = Args(p, plan, s, workspace);
     cudaError_t e =
-        plan.family == Kernel::kTsm2t ? LaunchT(p, a, s, stream) : LaunchS(p, a, stream);
+        plan.family == Kernel::kTsm2t ? LaunchT(p, a, s, stream) : LaunchS(p, a, s, stream);
     if (e != cudaSuccess || plan.splits <= 1) return e;
     // Many splits of few outputs (T): a warp per output; else a thread per output.
     const int64_t outputs = p.batch * p.m * p.n;

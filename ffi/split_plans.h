@@ -39,7 +39,8 @@ struct SplitPlan {
   int64_t tiles_m = 0, tiles_n = 0;  // output tiles per batch entry
   int64_t step = 0;                  // contraction rows staged per pipeline step
   int64_t thread_edge = 4;           // T: each thread holds a thread_edge^2 block of the tile
-  bool mma = false;                  // T: tensor-core tiles (tn_mma/tf32/half.cuh) instead
+  bool mma = false;                  // tensor-core tiles (tn_mma/tf32/half.cuh, small_left_mma.cuh)
+  bool strip = false;                // S: 32-column strips (small_left_strip.cuh)
   int64_t splits = 1;                // contraction ranges per output tile
   int64_t split_len = 0;             // rows per split (a multiple of step)
   int64_t Blocks(int64_t batch) const { return batch * tiles_m * tiles_n * splits; }
@@ -136,14 +137,60 @@ constexpr int kSMmaMinM = TSM2_S_MMA_MIN_M;
 #else
 constexpr int kSMmaMinM = 8;
 #endif
+// bf16/f16 products whose strips of kStripCols columns all fit in one wave
+// run in strips (small_left_strip.cuh): a block's warps split the contraction
+// among them, so that few or no splits are needed across blocks. n and k
+// multiples of 8: the copies are 16-byte chunks. Kernel lab, S bf16 m x 4096
+// x 4096 (rows per stage / stages / warps, m = 1 and 16): 16/6/8 15.7 and
+// 17.3 us; 32/6/8 12.3 and 18.0; 32/3/16 12.3 and 18.2; 32/4/12 12.2 and
+// 18.0; 64/3/8 12.4 and 15.8 (taken: 178 KiB of ring, one block per SM).
+// TSM2_S_STRIP=0, TSM2_STRIP_ROWS, _STAGES, _WARPS, _PER_SM: kernel-lab knobs.
+#ifndef TSM2_S_STRIP
+#define TSM2_S_STRIP 1
+#endif
+#ifndef TSM2_STRIP_ROWS
+#define TSM2_STRIP_ROWS 64
+#endif
+#ifndef TSM2_STRIP_STAGES
+#define TSM2_STRIP_STAGES 3
+#endif
+#ifndef TSM2_STRIP_PER_SM
+#define TSM2_STRIP_PER_SM 1
+#endif
+#ifndef TSM2_STRIP_WARPS
+#define TSM2_STRIP_WARPS 8
+#endif
+constexpr bool kSStrip = TSM2_S_STRIP;
+constexpr int kStripCols = 32, kStripRows = TSM2_STRIP_ROWS, kStripWarps = TSM2_STRIP_WARPS;
+constexpr int kStripStages = TSM2_STRIP_STAGES, kStripBlocksPerSm = TSM2_STRIP_PER_SM;
+
+inline bool SUsesStrip(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
+  return kSStrip && itemsize == 2 && n % 8 == 0 && k % 8 == 0 &&
+         batch * CeilDiv(n, kStripCols) <= int64_t{kStripBlocksPerSm} * sm_count;
+}
+
 inline int SColsPerThread(int itemsize) { return itemsize == 8 ? 2 : 4; }
 inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
   SplitPlan s;
+  if (SUsesStrip(itemsize, batch, k, n, sm_count)) {
+    s.strip = s.mma = true;
+    s.tile_m = m;
+    s.tile_n = kStripCols;
+    s.tiles_m = 1;
+    s.tiles_n = CeilDiv(n, kStripCols);
+    s.step = kStripWarps * kStripRows;
+    // Split across blocks only where the strips leave a quarter of the SMs idle.
+    const int64_t strips = batch * s.tiles_n;
+    const bool fills = strips * 4 >= int64_t{sm_count} * 3;
+    ChooseSplits(strips, k, sm_count, 1, fills ? 1 : std::max<int64_t>(1, k / (4 * s.step)), &s);
+    return s;
+  }
   s.tile_m = m;
   s.tile_n = 32 * SColsPerThread(itemsize);
   s.tiles_m = 1;
   s.tiles_n = CeilDiv(n, s.tile_n);
   s.step = kSRowsPerStep;
+  s.mma = itemsize == 2 && m >= kSMmaMinM;
   const int64_t max_splits = std::max<int64_t>(1, k * itemsize / (8 * 4 * std::max<int64_t>(m, 1)));
   ChooseSplits(batch * s.tiles_n, k, sm_count, kSBlocksPerSm, max_splits, &s);
   return s;

@@ -369,3 +369,83 @@ def test_tn_half_tiles_keep_ieee_nan_and_inf(dtype):
     a, b = _tn_operands_with_specials(13, dtype)
     c = np.asarray(_run(jnp.asarray(a), jnp.asarray(b), TSM2T, TN, jnp.float32), np.float64)
     _assert_special_patterns(c, a.astype(np.float64).T @ b.astype(np.float64))
+
+
+# S for bf16/f16 on tensor cores: 32-column strips whose warps split the
+# contraction (small_left_strip.cuh, n and k multiples of 8, the strips in
+# one wave) and 128-column tiles (small_left_mma.cuh, m >= 8 otherwise). The
+# plan is asserted, so each case exercises the variant it names.
+def _s_plan(dtype, batch, m, k, n):
+    from jax_tsm2._ffi import _tsm2_ext
+
+    sms = jax.devices()[0].core_count
+    return _tsm2_ext.split_plan(jnp.dtype(dtype).name, TSM2S, batch, m, k, n, sms)
+
+
+S_STRIP_SHAPES = [
+    (4096, 4096),  # 128 strips: one wave, no splits
+    (4104, 8),  # one strip, split across blocks
+    (8000, 1000),  # the last strip part-filled (1000 = 31 x 32 + 8)
+    (8, 264),  # one stage: seven of the eight warps have no rows
+    (50_000, 256),  # many stages per warp, split across blocks
+]
+S_MMA_TILE_SHAPES = [(1024, 10_000), (1001, 9001)]  # 16-byte rows; odd n, element copies
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 13, 16])
+@pytest.mark.parametrize(("k", "n"), S_STRIP_SHAPES, ids=str)
+def test_small_left_strips(dtype, m, k, n):
+    assert _s_plan(dtype, 1, m, k, n)["strip"], "the shape should take the strips"
+    rng = np.random.default_rng(m * 31 + k + n)
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    check(_run(a, b, TSM2S, NN), a, b, NN)
+    check(_run(a, b, TSM2S, NN, jnp.float32), a, b, NN)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize("m", [8, 13, 16])
+@pytest.mark.parametrize(("k", "n"), S_MMA_TILE_SHAPES, ids=str)
+def test_small_left_mma_tiles(dtype, m, k, n):
+    plan = _s_plan(dtype, 1, m, k, n)
+    assert plan["mma"] and not plan["strip"], plan
+    rng = np.random.default_rng(m * 37 + k + n)
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    check(_run(a, b, TSM2S, NN), a, b, NN)
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [((3, 5, 4096), (3, 4096, 520)), ((9, 2048), (4, 2048, 1032))],  # both batched; a shared
+    ids=str,
+)
+def test_small_left_strips_batched(a_shape, b_shape):
+    assert _s_plan(jnp.bfloat16, b_shape[0], a_shape[-2], a_shape[-1], b_shape[-1])["strip"]
+    rng = np.random.default_rng(8)
+    a, b = rand(rng, a_shape, jnp.bfloat16), rand(rng, b_shape, jnp.bfloat16)
+    check(_run(a, b, TSM2S, NN), a, b, NN)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(("m", "k", "n"), [(16, 2_000_000, 8), (3, 200_000, 4096)], ids=str)
+def test_small_left_tensor_cores_sum_in_f32(dtype, m, k, n):
+    """Positive data, so rounding biases add up: the f32 output is within 64 f32 eps of the
+    float64 product of the stored values (a chain of a whole warp's rows on the truncating
+    tensor-core adder, or a half accumulator, would fail)."""
+    assert _s_plan(dtype, 1, m, k, n)["strip"]
+    ka, kb = jax.random.split(jax.random.key(k + n))
+    a = jax.random.uniform(ka, (m, k), jnp.float32, 0.5, 1.0).astype(dtype)
+    b = jax.random.uniform(kb, (k, n), jnp.float32, 0.5, 1.0).astype(dtype)
+    c = np.asarray(_run(a, b, TSM2S, NN, jnp.float32), np.float64)
+    ref = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    rel = np.abs(c - ref) / ref
+    assert rel.max() <= 64 * np.finfo(np.float32).eps, rel.max()
+
+
+def test_small_left_strips_are_bitwise_reproducible():
+    rng = np.random.default_rng(14)
+    a, b = rand(rng, (8, 50_000), jnp.bfloat16), rand(rng, (50_000, 256), jnp.bfloat16)
+    assert _s_plan(jnp.bfloat16, 1, 8, 50_000, 256)["splits"] > 1
+    c1 = np.asarray(_run(a, b, TSM2S, NN, jnp.float32))
+    c2 = np.asarray(_run(a, b, TSM2S, NN, jnp.float32))
+    assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32))

@@ -225,9 +225,17 @@ def test_split_kernels_are_calibrated():
     t = model.predict((16, 10**7, 16), "float64", "tn", "tsm2t", device=H100)
     # measured: TN f64 1e7 x 16 x 16 (h100-2026-11-23/tn-rewrite, the rewritten kernel)
     assert t.seconds == pytest.approx(841.2e-6, rel=0.1)
+    # S bf16 on tensor cores (session 14's family S, forced kernels): 128-column
+    # tiles at m = 16 ...
     s = model.predict((16, 8192, 14336), "bfloat16", "nn", "tsm2s", device=H100)
-    assert s.bound == "compute" and s.seconds == pytest.approx(351.6e-6, rel=0.1)
+    assert s.params["mma"] and not s.params["strip"]
+    assert s.bound == "compute" and s.seconds == pytest.approx(139.4e-6, rel=0.15)
     assert "FMA/clk/SM" in s.reason and "measured" not in s.reason
+    # ... and 32-column strips where they fit in one wave.
+    for m, measured in ((1, 15.5e-6), (8, 16.7e-6), (16, 17.9e-6)):
+        s = model.predict((m, 4096, 4096), "bfloat16", "nn", "tsm2s", device=H100)
+        assert s.params["strip"] and "strips" in s.reason
+        assert s.seconds == pytest.approx(measured, rel=0.1)
 
 
 def test_tsm2t_half_tensor_core_tiles_are_calibrated():
@@ -395,7 +403,7 @@ ELEMENT_COPY_LAB = (
     ("tsm2t", "tn", (30, 1000000, 20), "bfloat16", 65.0),
     ("tsm2s", "nn", (1, 10821, 17697), "float32", 306.4),
     ("tsm2s", "nn", (3, 6774, 7418), "bfloat16", 74.4),
-    ("tsm2s", "nn", (15, 10567, 10659), "bfloat16", 422.0),
+    ("tsm2s", "nn", (15, 10567, 10659), "bfloat16", 249.0),  # tensor-core tiles (session 14)
     ("tsm2s", "nn", (7, 1001, 3001), "float64", 24.05),
 )
 

@@ -191,6 +191,8 @@ class Calibration:
         ("tsm2t", TSM2T_SCALAR_ELEMS_PER_CLK),
     )
     s_scalar_cycles: tuple[float, float] = (0.40, 0.035)
+    strip_eta_stream: float = 0.92
+    strip_l2_weight: float = 0.45
     t_async_bytes_per_clk: float = 5.0
     xla_slow_passes: float = 3.3
     xla_short_k: int = 2400

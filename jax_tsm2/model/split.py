@@ -60,6 +60,8 @@ def split_prediction(
     active = min(dev.sm_count, blocks)
     bw = dev.bandwidth(cal)
     eta_stream, eta_fma = cal.split_eta(kernel)
+    if plan.get("strip"):
+        return _strip_prediction(p, dtype, layout, plan, dram, a_bytes, dev, cal)
     t_mem = dram / (bw * eta_stream * active / dev.sm_count)
     # Element-by-element copies where operand rows are not whole 16-byte
     # vectors (launch_split.cuh vec_ok). T copies its f32/f64 elements, and its
@@ -80,7 +82,10 @@ def split_prediction(
         # (small_left.cuh LoadSBStage), so their per-copy cost halves.
         per_copy, per_fma = cal.s_scalar_cycles
         per_copy /= 2 if isz == 2 and p.n % 2 == 0 else 1
-        cycles = elems * (per_copy + per_fma * p.m * (4 if acc == "f64" else 1))
+        # The tensor-core S (m >= 8 bf16/f16) costs as 16 rows at a quarter of
+        # the rate (kernel lab, bf16 15 x 10567 x 10659: 0.52 cycles per element).
+        rows = 16 / 4 if plan.get("mma") else p.m * (4 if acc == "f64" else 1)
+        cycles = elems * (per_copy + per_fma * rows)
         t_mem = max(t_mem, cycles / (active * dev.clock_hz))
     elif not vec:
         tiles = plan["tiles_m"] * plan["tiles_n"]
@@ -107,9 +112,13 @@ def split_prediction(
     # 390; predicted 203 and 379); three times for bf16/f16 m16n8k16 tiles, one
     # MMA per product (session 10 kernel lab, bf16 1e6 rows: 512 x 8 at 374 us,
     # 64 x 64 at 116, 16 x 256 at 215; predicted 361, 121, 197).
+    # TSM2S on tensor cores (m >= 8 bf16/f16, small_left_mma.cuh) pays for A's
+    # rows padded to 16 at the same three times (kernel lab, bf16: 8 x 8192 x
+    # 14336 at 133 us, 16 x 4096 x 4096 at 23; predicted 127 and 22).
     mma = (3 if isz == 2 else 2) if plan.get("mma") else 1
     rate = eta_fma * dev.fma_lanes(acc) * mma
-    fmas = batch * p.m * p.k * p.n
+    rows = 16 if kernel == "tsm2s" and plan.get("mma") else p.m
+    fmas = batch * rows * p.k * p.n
     t_cmp = fmas / (rate * active * dev.clock_hz)
     body = soft_max(t_mem, t_cmp, cal.P)
     launch = cal.t_launch + (cal.fixup_s if plan["splits"] > 1 else 0.0)
@@ -137,4 +146,46 @@ def split_prediction(
         f"streaming at {eta_stream:.0%} of the read ceiling, {rate:.0f} FMA/clk/SM"
         + ("" if vec else "; rows not 16-byte vectors: copied element by element")
         + ")",
+    )
+
+
+def _strip_prediction(
+    p: Problem,
+    dtype: str,
+    layout: str,
+    plan: dict,
+    dram: float,
+    a_bytes: float,
+    dev: Device,
+    cal: Calibration,
+) -> Prediction:
+    """TSM2S in 32-column strips (bf16/f16, ``small_left_strip.cuh``): a stream of B at
+    ``strip_eta_stream`` of the read ceiling, plus every strip's read of A from L2 at
+    ``strip_l2_weight`` of a DRAM byte; the tensor cores have time to spare."""
+    bw = dev.bandwidth(cal)
+    l2 = plan["tiles_n"] * a_bytes * cal.strip_l2_weight
+    t_mem = (dram + l2) / (bw * cal.strip_eta_stream)
+    body = t_mem
+    launch = cal.t_launch + (cal.fixup_s if plan["splits"] > 1 else 0.0)
+    seconds, bound = total(body, launch, cal.t_floor, t_mem, 0.0)
+    params = dict(plan)
+    params["vec_ok"] = True
+    return Prediction(
+        kernel="tsm2s",
+        dtype=dtype,
+        layout=layout,
+        problem=p,
+        seconds=seconds,
+        bytes=dram,
+        bound=bound,
+        t_mem=t_mem,
+        t_cmp=0.0,
+        t_overhead=seconds - body,
+        occupancy=None,
+        params=params,
+        t2_threshold=t2_threshold(dev, dtype, cal),
+        tile_threshold=None,
+        reason=f"{bound}-bound (tsm2s in {plan['tiles_n']} strips of {plan['tile_n']} columns, "
+        f"{plan['splits']} splits; B streamed at {cal.strip_eta_stream:.0%} of the read ceiling, "
+        f"A read {plan['tiles_n']} times from L2)",
     )
