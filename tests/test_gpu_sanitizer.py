@@ -150,3 +150,33 @@ def test_abft_kernels_sanitizers_report_no_errors(tmp_path, tool):
     """tsm2_colsums, tsm2_repair_column and tsm2_abft_judge (kernels named "Abft..."), whose
     blocks share shared-memory buffers between barriers."""
     _assert_sanitizer_clean(tmp_path, ABFT_SWEEP, tool, "Abft")
+
+
+S_SWEEP = """
+import itertools, sys
+import jax, jax.numpy as jnp, numpy as np
+sys.path.insert(0, {tests!r})
+from _helpers import assert_close_to_reference, ffi_matmul, rand
+
+# TSM2S for bf16/f16 on tensor cores: strips with no split, with splits and
+# batched, a part-filled strip; 128-column tiles with 16-byte rows and with
+# odd n (element copies).
+rng = np.random.default_rng(1)
+shapes = [(1, 8, 8), (3, 4104, 8), (9, 2048, 264), (16, 1000, 1000), (8, 200, 4240),
+          (13, 33, 4241)]
+count = 0
+for (m, k, n), dtype, batch in itertools.product(shapes, [jnp.bfloat16, jnp.float16], [None, 3]):
+    a_shape = (m, k) if batch is None else (batch, m, k)
+    b_shape = (k, n) if batch is None else (batch, k, n)
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+    c = jax.block_until_ready(ffi_matmul(a, b, 2))
+    assert_close_to_reference(c, a, b)
+    count += 1
+print("sweep calls:", count)
+"""
+
+
+@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+def test_small_left_tensor_core_sanitizers_report_no_errors(tmp_path, tool):
+    _assert_sanitizer_clean(tmp_path, S_SWEEP, tool, "Tsm2S")
