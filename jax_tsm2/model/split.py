@@ -1,7 +1,9 @@
 """TSM2S and TSM2T: the split-contraction kernels (``ffi/split_plans.h``).
 
 Both cut a long contraction into splits, one output tile per block, and add
-the splits' partial sums in a second launch. The plan (tiles, splits,
+the splits' partial sums in a second launch. bf16/f16 TSM2S whose 32-column
+strips fit in one wave runs them instead (its warps split the contraction),
+modelled as a stream of B plus every strip's read of A from L2. The plan (tiles, splits,
 blocks, workspace) comes from the extension (``_tsm2_ext.split_plan``), the
 same code the launcher runs. Each kernel streams at a measured fraction of
 the read ceiling and computes at a measured fraction of the FMA lanes
@@ -61,7 +63,20 @@ def split_prediction(
     bw = dev.bandwidth(cal)
     eta_stream, eta_fma = cal.split_eta(kernel)
     if plan.get("strip"):
-        return _strip_prediction(p, dtype, layout, plan, dram, a_bytes, dev, cal)
+        # bf16/f16 strips (small_left_strip.cuh): B streamed at their own
+        # efficiency, plus every strip's read of A from L2 at a fraction of a
+        # DRAM byte; the tensor cores have time to spare.
+        l2 = plan["tiles_n"] * a_bytes * cal.strip_l2_weight
+        t_mem = (dram + l2) / (bw * cal.strip_eta_stream)
+        how = (
+            f"tsm2s in {plan['tiles_n']} strips of {plan['tile_n']} columns on tensor cores, "
+            f"{plan['splits']} split{'s' if plan['splits'] != 1 else ''}; B streamed at "
+            f"{cal.strip_eta_stream:.0%} of the read ceiling, A read {plan['tiles_n']} times "
+            "from L2"
+        )
+        return _finish(
+            p, dtype, layout, kernel, plan, dram, (t_mem, 0.0), None, True, how, dev, cal
+        )
     t_mem = dram / (bw * eta_stream * active / dev.sm_count)
     # Element-by-element copies where operand rows are not whole 16-byte
     # vectors (launch_split.cuh vec_ok). T copies its f32/f64 elements, and its
@@ -120,12 +135,38 @@ def split_prediction(
     rows = 16 if kernel == "tsm2s" and plan.get("mma") else p.m
     fmas = batch * rows * p.k * p.n
     t_cmp = fmas / (rate * active * dev.clock_hz)
+    how = (
+        f"{kernel}{' on tensor cores' if plan.get('mma') else ''}: {plan['splits']} splits of "
+        f"{plan['split_len']}, streaming at "
+        f"{eta_stream:.0%} of the read ceiling, {rate:.0f} FMA/clk/SM"
+        + ("" if vec else "; rows not 16-byte vectors: copied element by element")
+    )
+    return _finish(p, dtype, layout, kernel, plan, dram, (t_mem, t_cmp), rate, vec, how, dev, cal)
+
+
+def _finish(
+    p: Problem,
+    dtype: str,
+    layout: str,
+    kernel: str,
+    plan: dict,
+    dram: float,
+    times: tuple[float, float],
+    rate: float | None,
+    vec: bool,
+    how: str,
+    dev: Device,
+    cal: Calibration,
+) -> Prediction:
+    """The prediction from ``times`` (t_mem, t_cmp): their soft maximum plus the launch
+    (and the split sums' second launch), floored."""
+    t_mem, t_cmp = times
     body = soft_max(t_mem, t_cmp, cal.P)
     launch = cal.t_launch + (cal.fixup_s if plan["splits"] > 1 else 0.0)
     seconds, bound = total(body, launch, cal.t_floor, t_mem, t_cmp)
-    t2 = t2_threshold(dev, dtype, cal)
     params = dict(plan)
-    params["fma_per_clk_per_sm"] = round(rate, 1)
+    if rate is not None:
+        params["fma_per_clk_per_sm"] = round(rate, 1)
     params["vec_ok"] = vec
     return Prediction(
         kernel=kernel,
@@ -140,52 +181,7 @@ def split_prediction(
         t_overhead=seconds - body,
         occupancy=None,  # not modelled: the time depends on the measured efficiencies
         params=params,
-        t2_threshold=t2,
-        tile_threshold=None,
-        reason=f"{bound}-bound ({kernel}: {plan['splits']} splits of {plan['split_len']}, "
-        f"streaming at {eta_stream:.0%} of the read ceiling, {rate:.0f} FMA/clk/SM"
-        + ("" if vec else "; rows not 16-byte vectors: copied element by element")
-        + ")",
-    )
-
-
-def _strip_prediction(
-    p: Problem,
-    dtype: str,
-    layout: str,
-    plan: dict,
-    dram: float,
-    a_bytes: float,
-    dev: Device,
-    cal: Calibration,
-) -> Prediction:
-    """TSM2S in 32-column strips (bf16/f16, ``small_left_strip.cuh``): a stream of B at
-    ``strip_eta_stream`` of the read ceiling, plus every strip's read of A from L2 at
-    ``strip_l2_weight`` of a DRAM byte; the tensor cores have time to spare."""
-    bw = dev.bandwidth(cal)
-    l2 = plan["tiles_n"] * a_bytes * cal.strip_l2_weight
-    t_mem = (dram + l2) / (bw * cal.strip_eta_stream)
-    body = t_mem
-    launch = cal.t_launch + (cal.fixup_s if plan["splits"] > 1 else 0.0)
-    seconds, bound = total(body, launch, cal.t_floor, t_mem, 0.0)
-    params = dict(plan)
-    params["vec_ok"] = True
-    return Prediction(
-        kernel="tsm2s",
-        dtype=dtype,
-        layout=layout,
-        problem=p,
-        seconds=seconds,
-        bytes=dram,
-        bound=bound,
-        t_mem=t_mem,
-        t_cmp=0.0,
-        t_overhead=seconds - body,
-        occupancy=None,
-        params=params,
         t2_threshold=t2_threshold(dev, dtype, cal),
         tile_threshold=None,
-        reason=f"{bound}-bound (tsm2s in {plan['tiles_n']} strips of {plan['tile_n']} columns, "
-        f"{plan['splits']} splits; B streamed at {cal.strip_eta_stream:.0%} of the read ceiling, "
-        f"A read {plan['tiles_n']} times from L2)",
+        reason=f"{bound}-bound ({how})",
     )
