@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -165,10 +166,17 @@ def _peer_bar(cases: Cases, families: tuple[str, ...]) -> tuple[int, list[dict[s
         if not timed:
             continue
         count += 1
+        mine = ours["seconds"] if ok else None
+        # Routed to the very program a peer compiled (XLA's dot: the same optimized HLO),
+        # the two are one program timed twice: judged on their pooled samples, as the
+        # grid judge does (grid_report.verdict).
+        same = _same_program(ours, recs) if ok else None
+        if same is not None:
+            mine = timed[same] = statistics.median([*ours["samples"], *recs[same]["samples"]])
         best = min(timed, key=timed.__getitem__)
-        if not ok or ours["seconds"] > timed[best]:
-            why = ours["status"] if not ok else f"{timed[best] / ours['seconds']:.3f}x of {best}"
-            noise = ok and ours["seconds"] <= timed[best] * (1 + BAR2_NOISE)
+        if not ok or mine > timed[best]:
+            why = ours["status"] if not ok else f"{timed[best] / mine:.3f}x of {best}"
+            noise = ok and mine <= timed[best] * (1 + BAR2_NOISE)
             misses.append(
                 {
                     "case": case,
@@ -179,6 +187,22 @@ def _peer_bar(cases: Cases, families: tuple[str, ...]) -> tuple[int, list[dict[s
                 }
             )
     return count, misses
+
+
+def _same_program(ours: dict[str, Any], recs: dict[str, dict[str, Any]]) -> str | None:
+    """The peer whose record carries ours's program digest (both with samples), if any."""
+    program = ours.get("program")
+    if not program or not ours.get("samples"):
+        return None
+    for name, r in recs.items():
+        if (
+            is_peer(name)
+            and r["status"] == "ok"
+            and r.get("program") == program
+            and r.get("samples")
+        ):
+            return name
+    return None
 
 
 def _grad_bar(cases: Cases) -> dict[str, Any]:
