@@ -30,19 +30,6 @@
 
 namespace tsm2 {
 
-// Four 8 x 8 matrices of 16-bit elements: lane l gives the address of row
-// l % 8 of matrix l / 8.
-__device__ __forceinline__ void LdMatrixX4(const void* row, uint32_t (&r)[4]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-#else
-  __trap();  // strip plans never launch below sm_80 (LaunchS checks the device)
-#endif
-}
-
 template <typename T>
 struct StripSmem {
   static constexpr int kLdb = kStripCols + kTMmaPad;  // B rows: [kStripRows][kLdb]

@@ -41,6 +41,17 @@ __device__ __forceinline__ void LdMatrixX4Trans(const void* row, uint32_t (&r)[4
   __trap();  // TUsesMma plans never launch below sm_80 (LaunchT checks the device)
 #endif
 }
+// The same four, not transposed (the row-major A operand, small_left_strip.cuh).
+__device__ __forceinline__ void LdMatrixX4(const void* row, uint32_t (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#else
+  __trap();
+#endif
+}
 // Two of them (lanes 0-15 give the addresses).
 __device__ __forceinline__ void LdMatrixX2Trans(const void* row, uint32_t (&r)[2]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
