@@ -11,7 +11,9 @@ sees exactly the kernels of one call::
 
 Workloads: ``abft`` (``jax_tsm2.abft.abft_matmul`` on n x n x n) and ``matmul``
 (the plain product it is measured against); ``kmeans`` (the fused step's FFI
-call, ``jax_tsm2.kmeans.fused.ffi_step``).
+call, ``jax_tsm2.kmeans.fused.ffi_step``); ``product`` (``a @ b`` on ``--case
+M,K,N,DTYPE`` three ways in one profiled range: ``jax_tsm2.matmul`` with the
+custom call forced, ``jnp.matmul``, then torch's ``matmul`` if torch is there).
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def _workload(args):
         b = jax.random.normal(kb, (n, n), jnp.float32)
         fn = jax.jit(abft.abft_matmul if args.what == "abft" else jax_tsm2.matmul)
         return fn, (a, b)
+    if args.what == "product":
+        return _products(args.case)
     n, d, k, dtype = args.case.split(",")
     n, d, k = int(n), int(d), int(k)
     x = jax.random.normal(key, (n, d), jnp.float32).astype(dtype)
@@ -60,11 +64,42 @@ def _workload(args):
     return jax.jit(fused.ffi_step), (x, x[:k].astype(acc), jnp.ones((n,), acc))
 
 
+def _products(case: str):
+    """``a @ b`` forced onto our kernel, by XLA's dot and by torch, one after another."""
+    m, k, n, dtype = case.split(",")
+    ka, kb = jax.random.split(jax.random.key(0))
+    a = jax.random.normal(ka, (int(m), int(k)), jnp.float32).astype(dtype)
+    b = jax.random.normal(kb, (int(k), int(n)), jnp.float32).astype(dtype)
+    with jax_tsm2.custom_call_mode("always"):
+        ours = jax.jit(jax_tsm2.matmul).lower(a, b).compile()
+    xla = jax.jit(jnp.matmul).lower(a, b).compile()
+    calls = [lambda: ours(a, b), lambda: xla(a, b)]
+    try:
+        import torch
+
+        ta, tb = (torch.from_dlpack(v) for v in (a, b))
+        calls.append(lambda: torch.matmul(ta, tb))
+    except ImportError:
+        pass
+
+    def fn():
+        out = [call() for call in calls]
+        if len(calls) > 2:
+            torch.cuda.synchronize()
+        return out[:2]
+
+    return fn, ()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("abft", "matmul", "kmeans"))
+    p.add_argument("what", choices=("abft", "matmul", "kmeans", "product"))
     p.add_argument("--size", type=int, default=8192)
-    p.add_argument("--case", default="1000000,256,16,float32", help="N,D,K,DTYPE (kmeans)")
+    p.add_argument(
+        "--case",
+        default="1000000,256,16,float32",
+        help="N,D,K,DTYPE (kmeans) or M,K,N,DTYPE (product)",
+    )
     args = p.parse_args()
     fn, operands = _workload(args)
     for _ in range(3):
