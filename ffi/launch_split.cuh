@@ -110,7 +110,20 @@ struct SplitLauncher {
             e != cudaSuccess) {
           return e;
         }
-        Tsm2SStripKernel<T><<<blocks, kStripWarps * 32, kSmem, stream>>>(a);
+        // kStripPdl (a kernel-lab knob, off): programmatic dependent launch.
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+        cfg.blockDim = dim3(kStripWarps * 32);
+        cfg.dynamicSmemBytes = kSmem;
+        cfg.stream = stream;
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = &attr;
+        cfg.numAttrs = kStripPdl && HasPdl() ? 1 : 0;
+        if (cudaError_t e = cudaLaunchKernelEx(&cfg, &Tsm2SStripKernel<T>, a); e != cudaSuccess) {
+          return e;
+        }
         return cudaGetLastError();
       }
       if (s.mma && HasMmaSync()) {
@@ -206,6 +219,12 @@ struct SplitLauncher {
       default:
         return cudaErrorInvalidValue;  // TUsesMma admits no other tile
     }
+  }
+  static bool HasPdl() {  // programmatic dependent launch: sm_90 and later
+    int dev = 0, major = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+           major >= 9;
   }
   static bool HasMmaSync() {  // FP64, TF32, bf16 mma.sync and ldmatrix.trans: sm_80 and later
     int dev = 0, major = 0;

@@ -144,7 +144,8 @@ constexpr int kSMmaMinM = 8;
 // x 4096 (rows per stage / stages / warps, m = 1 and 16): 16/6/8 15.7 and
 // 17.3 us; 32/6/8 12.3 and 18.0; 32/3/16 12.3 and 18.2; 32/4/12 12.2 and
 // 18.0; 64/3/8 12.4 and 15.8 (taken: 178 KiB of ring, one block per SM).
-// TSM2_S_STRIP=0, TSM2_STRIP_ROWS, _STAGES, _WARPS, _PER_SM: kernel-lab knobs.
+// TSM2_S_STRIP=0, TSM2_STRIP_ROWS, _STAGES, _WARPS, _PER_SM, _PDL: kernel-lab
+// knobs.
 #ifndef TSM2_S_STRIP
 #define TSM2_S_STRIP 1
 #endif
@@ -160,7 +161,15 @@ constexpr int kSMmaMinM = 8;
 #ifndef TSM2_STRIP_WARPS
 #define TSM2_STRIP_WARPS 8
 #endif
-constexpr bool kSStrip = TSM2_S_STRIP;
+// TSM2_STRIP_PDL=1 launches the strips with programmatic dependent launch.
+// Off: inside XLA it changed nothing (bf16 1 x 4096 x 4096, harness 15.5 us
+// either way; CUPTI saw ~0 us between consecutive strips), although it saved
+// ~1.4 us per launch in the kernel lab, whose launches on the legacy default
+// stream leave gaps that XLA's do not (session 15).
+#ifndef TSM2_STRIP_PDL
+#define TSM2_STRIP_PDL 0
+#endif
+constexpr bool kSStrip = TSM2_S_STRIP, kStripPdl = TSM2_STRIP_PDL;
 constexpr int kStripCols = 32, kStripRows = TSM2_STRIP_ROWS, kStripWarps = TSM2_STRIP_WARPS;
 constexpr int kStripStages = TSM2_STRIP_STAGES, kStripBlocksPerSm = TSM2_STRIP_PER_SM;
 

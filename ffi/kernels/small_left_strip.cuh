@@ -116,6 +116,7 @@ __global__ void __launch_bounds__(kStripWarps * 32, kStripBlocksPerSm)
       rows[v] = make_uint4(0, 0, 0, 0);
   }
 
+  GridDependencyWait();  // nothing above touched global memory
 #pragma unroll
   for (int s = 0; s < kStripStages - 1; ++s) {
     if (s < steps) {
