@@ -1,0 +1,610 @@
+// S lab: "cluster split-K", a candidate kernel for C[m, n] = A[m, k] @ B[k, n]
+// with bf16 inputs, m <= 16 and a large row-major B (n contiguous), timed
+// beside a plain read of B and the library's strips kernel.
+//
+// Why this design. The strips kernel (ffi/kernels/small_left_strip.cuh)
+// gives each block a 32-column strip of B: 64 bytes per row, so DRAM sees
+// short runs, and all 128 strips re-read the whole of A from the L2. Here a
+// block owns NC = 256 columns (512-byte runs of each row of B) and only one
+// KC-th of the contraction, so the grid is still one wave (4096 x 4096: 16
+// column tiles x 8 = 128 blocks) and each block reads only its own k-range of
+// A. The KC blocks of a column tile form a thread-block cluster; their
+// partial sums meet through distributed shared memory, in rank order
+// (deterministic), with no workspace and no second kernel.
+//
+// A block streams its k/KC x NC slice of B through a STAGES-deep cp.async
+// ring (ROWS rows per stage, the whole block copying, B's first stage
+// issued before anything else; A's k-range follows as its own cp.async
+// group, then the rest of the prologue). Stage rows are 16-byte chunks with
+// chunk c of row r stored at c ^ (r % 8), so the 8 rows x 16 bytes that one
+// ldmatrix.trans matrix reads fall in 8 distinct bank groups. A sits in
+// shared memory as 16 rows (rows m..15 zero) of an odd number of 16-byte
+// chunks, for the same reason. The product is mma.sync m16n8k16 (bf16 in,
+// f32 accumulators): warp w covers columns [32w, 32w + 32) (4 n8 tiles).
+// Each stage's k16 chain starts from zero and is added to the running sum
+// with an f32 add, as in tn_half.cuh.
+//
+// Build (no GPU needed) and run:
+//   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I. -Xptxas -v \
+//     benchmarks/s_cluster_lab.cu ffi/launch_stream.cu -o build/labs/s_cluster_lab
+//   build/labs/s_cluster_lab [filter] [k] [n]    # filter: comma-separated substrings
+// Knobs of the first variant: -DSC_NC=256 -DSC_KC=8 -DSC_ROWS=32 -DSC_STAGES=6
+// -DSC_WK=1 (warps splitting a stage's rows) -DSC_A_AFTER=1 (B stages issued
+// before A); -DSC_SWEEP=0 drops the other built-in variants; -DSC_PDL=1 launches
+// with programmatic dependent launch (the strips follow -DTSM2_STRIP_PDL).
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "benchmarks/lab_common.cuh"
+#include "ffi/kernels/common.cuh"
+#include "ffi/kernels/tn_half.cuh"
+#include "ffi/launch_split.cuh"
+
+#ifndef SC_NC
+#define SC_NC 256
+#endif
+#ifndef SC_KC
+#define SC_KC 8
+#endif
+#ifndef SC_ROWS
+#define SC_ROWS 32
+#endif
+#ifndef SC_STAGES
+#define SC_STAGES 6
+#endif
+#ifndef SC_WK
+#define SC_WK (SC_NC >= 256 ? 1 : 256 / SC_NC)
+#endif
+#ifndef SC_A_AFTER
+#define SC_A_AFTER 1
+#endif
+#ifndef SC_SWEEP
+#define SC_SWEEP 1
+#endif
+#ifndef SC_PDL  // launch with programmatic stream serialization (overlaps the previous launch)
+#define SC_PDL 0
+#endif
+
+namespace {
+
+namespace cg = cooperative_groups;
+using bf16 = __nv_bfloat16;
+using tsm2::CpAsync16;
+using tsm2::CpAsyncCommit;
+using tsm2::CpAsyncWait;
+using tsm2::LdMatrixX4;
+using tsm2::LdMatrixX4Trans;
+using tsm2::MmaHalf;
+
+constexpr double kPeakGbs = 3080.0;  // H100 80GB HBM3, our read ceiling
+
+struct ScArgs {
+  const bf16* a;  // [m][k]
+  const bf16* b;  // [k][n]
+  bf16* c;        // [m][n]
+  int m, k, n;
+};
+
+// NC columns per block, KC blocks (one cluster) per column tile, ROWS rows of
+// B per stage, STAGES stages, WK warps sharing each 32-column slice (they
+// split a stage's k16 steps), B stages issued before A's copy (A_AFTER).
+template <int NC_, int KC_, int ROWS_, int STAGES_, int WK_, int A_AFTER_ = 1>
+struct ScCfg {
+  static constexpr int kNC = NC_, kKC = KC_, kRows = ROWS_, kStages = STAGES_, kWK = WK_;
+  static constexpr int kAAfter = A_AFTER_;
+  static constexpr int kWarpsN = kNC / 32;
+  static constexpr int kWarps = kWarpsN * kWK;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kChunksPerRow = kNC / 8;                  // 16-byte chunks of a B row
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // rows one copy pass covers
+  static constexpr int kStageElems = kRows * kNC;
+  static constexpr int kRingBytes = kStages * kStageElems * 2;
+  static constexpr int kLdp = kNC + 8;  // row stride of the partial sums (floats)
+  static constexpr int kPartBytes = kWK * 16 * kLdp * 4;
+  static constexpr int kRedCols = kNC / kKC;  // columns each rank reduces and writes
+  static constexpr int kK16PerWarp = kRows / 16 / kWK;
+  static_assert(kNC % 64 == 0, "the swizzle needs at least 8 chunks per row");
+  static_assert(kKC >= 1 && kKC <= 16, "cluster size");
+  static_assert(kThreads <= 1024 && kThreads % kChunksPerRow == 0, "whole rows per copy pass");
+  static_assert(kRows % kRowsPerPass == 0, "whole passes per stage");
+  static_assert(kRows % 16 == 0 && (kRows / 16) % kWK == 0, "k16 steps split evenly");
+  static_assert(kRedCols % 4 == 0, "float4 reduction");
+  static_assert(kStages >= 2 && kAAfter >= 1 && kAAfter <= kStages - 1, "prologue order");
+  static_assert(kPartBytes <= kRingBytes, "the partial sums reuse the ring");
+
+  static int ASlice(int k) { return k / kKC; }  // contraction rows per block
+  static int Lda(int k) { return ASlice(k) + 8; }
+  static int SmemBytes(int k) { return kRingBytes + 16 * Lda(k) * 2; }
+  static bool Takes(const ScArgs& p) {
+    return p.m >= 1 && p.m <= 16 && p.k % (kKC * kRows) == 0 && p.n % kNC == 0 &&
+           reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(p.b) % 16 == 0 && reinterpret_cast<uintptr_t>(p.c) % 8 == 0;
+  }
+};
+
+// Queues one stage: rows [row0, row0 + kRows) of the block's slice of B
+// (already offset to the block's first row and column) into `stage`, swizzled.
+template <class Cfg>
+__device__ __forceinline__ void LoadBStage(const bf16* b_blk, int64_t n, int row0, bf16* stage) {
+  const int c = threadIdx.x % Cfg::kChunksPerRow, r0 = threadIdx.x / Cfg::kChunksPerRow;
+  const bf16* src = b_blk + (row0 + r0) * n + 8 * c;
+#pragma unroll
+  for (int j = 0; j < Cfg::kRows / Cfg::kRowsPerPass; ++j) {
+    const int r = r0 + j * Cfg::kRowsPerPass;
+    CpAsync16(stage + r * Cfg::kNC + 8 * (c ^ (r % 8)), src + j * Cfg::kRowsPerPass * n, true);
+  }
+}
+
+// Queues A[:m, k0:k0 + ks] into rows 0..m-1 of `as` (row stride ks + 8) and
+// commits it as one cp.async group.
+template <class Cfg>
+__device__ __forceinline__ void LoadA(const ScArgs& p, int64_t k0, int ks, bf16* as) {
+  const int a_chunks = ks / 8, lda = ks + 8;
+  for (int e = threadIdx.x; e < p.m * a_chunks; e += Cfg::kThreads) {
+    const int i = e / a_chunks, j = 8 * (e % a_chunks);
+    CpAsync16(as + i * lda + j, p.a + static_cast<int64_t>(i) * p.k + k0 + j, true);
+  }
+  CpAsyncCommit();
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 2)
+    ScClusterKernel(const __grid_constant__ ScArgs p) {
+  constexpr int NC = Cfg::kNC, KC = Cfg::kKC, S = Cfg::kStages;
+  extern __shared__ __align__(16) char smem[];
+  bf16* ring = reinterpret_cast<bf16*>(smem);
+  bf16* as = reinterpret_cast<bf16*>(smem + Cfg::kRingBytes);  // [16][lda]
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int ks = p.k / KC, lda = ks + 8, steps = ks / Cfg::kRows;
+  const int64_t n = p.n;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * NC;
+  const int64_t k0 = static_cast<int64_t>(rank) * ks;
+  const bf16* b_blk = p.b + k0 * n + col0;
+  tsm2::GridDependencyWait();
+
+  // Prologue: S - 1 stages of B and, after the first A_AFTER of them, A's
+  // k-range as its own group (S groups in all).
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s == Cfg::kAAfter) LoadA<Cfg>(p, k0, ks, as);
+    if (s < steps) LoadBStage<Cfg>(b_blk, n, s * Cfg::kRows, ring + s * Cfg::kStageElems);
+    CpAsyncCommit();
+  }
+  if (Cfg::kAAfter == S - 1) LoadA<Cfg>(p, k0, ks, as);
+  // A's rows m..15 are zeros (seen by all after the first barrier of the loop).
+  const int a_chunks = ks / 8;
+  for (int e = p.m * a_chunks + tid; e < 16 * a_chunks; e += Cfg::kThreads) {
+    const int i = e / a_chunks, j = 8 * (e % a_chunks);
+    *reinterpret_cast<uint4*>(as + i * lda + j) = make_uint4(0, 0, 0, 0);
+  }
+
+  // ldmatrix rows: lane l addresses row l % 8 of matrix l / 8. A's matrices
+  // are (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15); B's, per
+  // 16 columns h, (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15,
+  // n 8-15). A k16 step starts at a multiple of 16 rows, so a lane's row % 8
+  // is lane % 8 and its swizzled chunk is fixed for the whole loop.
+  const int wn = warp % Cfg::kWarpsN, wk = warp / Cfg::kWarpsN;
+  const int lrow = lane % 8 + 8 * (lane / 8 % 2), lhi = lane / 16;
+  const int a_off = lrow * lda + 8 * lhi;
+  int b_off[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) b_off[h] = lrow * NC + 8 * ((4 * wn + 2 * h + lhi) ^ (lane % 8));
+
+  float acc[4][4] = {};
+  for (int it = 0; it < steps; ++it) {
+    if (it == 0) {
+      CpAsyncWait<S - 1 - Cfg::kAAfter>();  // stage 0 and A
+    } else {
+      CpAsyncWait<S - 2>();
+    }
+    __syncthreads();  // stage `it` landed for every thread; stage it - 1 is free
+    const int ip = it + S - 1;
+    if (ip < steps) LoadBStage<Cfg>(b_blk, n, ip * Cfg::kRows, ring + (ip % S) * Cfg::kStageElems);
+    CpAsyncCommit();
+
+    const bf16* st = ring + (it % S) * Cfg::kStageElems;
+    float part[4][4] = {};
+#pragma unroll
+    for (int q = 0; q < Cfg::kK16PerWarp; ++q) {
+      const int kr = 16 * (wk + Cfg::kWK * q);
+      uint32_t fa[4], fb[2][4];
+      LdMatrixX4(as + a_off + it * Cfg::kRows + kr, fa);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) LdMatrixX4Trans(st + kr * NC + b_off[h], fb[h]);
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+        const uint32_t frag[2] = {fb[f / 2][2 * (f % 2)], fb[f / 2][2 * (f % 2) + 1]};
+        MmaHalf<bf16>(part[f], fa, frag);
+      }
+    }
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[f][e] += part[f][e];
+    }
+  }
+  CpAsyncWait<0>();  // only empty groups are left, but leave none behind
+  __syncthreads();   // every warp is done with the ring: it now takes the partial sums
+
+  // m16n8 accumulators: lane holds rows lane / 4 and lane / 4 + 8, columns
+  // 2 (lane % 4) and the next, of each n8 tile. Only the m real rows are kept.
+  float* part_s = reinterpret_cast<float*>(smem);  // [kWK][16][kLdp]
+#pragma unroll
+  for (int f = 0; f < 4; ++f) {
+    const int j = 32 * wn + 8 * f + 2 * (lane % 4);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = lane / 4 + 8 * hh;
+      if (i < p.m) {
+        *reinterpret_cast<float2*>(part_s + (wk * 16 + i) * Cfg::kLdp + j) =
+            make_float2(acc[f][2 * hh], acc[f][2 * hh + 1]);
+      }
+    }
+  }
+  cluster.sync();  // every rank's partial sums are in its shared memory
+
+  // Rank r reduces columns [r * kRedCols, (r + 1) * kRedCols) over the KC
+  // ranks (and WK warp groups) in a fixed order, 4 columns per thread.
+  constexpr int kQuads = Cfg::kRedCols / 4;
+  for (int e = tid; e < p.m * kQuads; e += Cfg::kThreads) {
+    const int i = e / kQuads, j = rank * Cfg::kRedCols + 4 * (e % kQuads);
+    float4 v[KC * Cfg::kWK];
+#pragma unroll
+    for (int src = 0; src < KC; ++src) {
+      const float* remote = cluster.map_shared_rank(part_s, src);
+#pragma unroll
+      for (int g = 0; g < Cfg::kWK; ++g) {
+        v[src * Cfg::kWK + g] =
+            *reinterpret_cast<const float4*>(remote + (g * 16 + i) * Cfg::kLdp + j);
+      }
+    }
+    float4 s = v[0];
+#pragma unroll
+    for (int u = 1; u < KC * Cfg::kWK; ++u) {
+      s.x += v[u].x;
+      s.y += v[u].y;
+      s.z += v[u].z;
+      s.w += v[u].w;
+    }
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(s.x, s.y);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(s.z, s.w);
+    const uint64_t packed = uint64_t{*reinterpret_cast<const uint32_t*>(&hi)} << 32 |
+                            *reinterpret_cast<const uint32_t*>(&lo);
+    *reinterpret_cast<uint64_t*>(p.c + static_cast<int64_t>(i) * n + col0 + j) = packed;
+  }
+  cluster.sync();  // no rank exits while another may still read its shared memory
+}
+
+// Launch configuration of one variant, prepared once outside the timed loop.
+template <class Cfg>
+struct ScLauncher {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[2];
+  int smem = 0, max_clusters = 0;
+
+  // Sets up the launch for problem p; false (with a reason printed) when the
+  // variant cannot run it.
+  bool Setup(const ScArgs& p, const char* name, bool verbose) {
+    if (!Cfg::Takes(p)) {
+      if (verbose) std::printf("# %s: skipped (m, k, n or alignment not supported)\n", name);
+      return false;
+    }
+    smem = Cfg::SmemBytes(p.k);
+    const void* kernel = reinterpret_cast<const void*>(&ScClusterKernel<Cfg>);
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (Cfg::kKC > 8) {
+      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    }
+    cfg.gridDim = dim3(Cfg::kKC, p.n / Cfg::kNC, 1);
+    cfg.blockDim = dim3(Cfg::kThreads, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = nullptr;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = Cfg::kKC;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = SC_PDL ? 2 : 1;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &cfg);
+    if (e != cudaSuccess || max_clusters < 1) {
+      std::printf("# %s: cannot launch (%s, max active clusters %d)\n", name, cudaGetErrorString(e),
+                  max_clusters);
+      cudaGetLastError();
+      return false;
+    }
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, smem));
+    const int clusters = p.n / Cfg::kNC;
+    if (!verbose) return true;
+    std::printf(
+        "# %s: grid %d x %d, %d threads, smem %d B, %d blocks/SM, at most %d active "
+        "clusters of %d for %d%s\n",
+        name, Cfg::kKC, clusters, Cfg::kThreads, smem, per_sm, max_clusters, Cfg::kKC, clusters,
+        max_clusters < clusters ? ": MORE THAN ONE WAVE" : "");
+    return true;
+  }
+  void Launch(const ScArgs& p) { CHECK(cudaLaunchKernelEx(&cfg, ScClusterKernel<Cfg>, p)); }
+};
+
+// ---------------------------------------------------------------------------
+// Harness kernels: fill, reference, error, plain read of B.
+
+__global__ void FillKernel(bf16* x, int64_t count, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = __float2bfloat16(static_cast<float>(h & 0xffffff) / 8388608.0f - 1.0f);
+  }
+}
+
+// ref[i, j] = sum_kk A[i, kk] B[kk, j], accumulated in double.
+__global__ void ReferenceKernel(const bf16* a, const bf16* b, float* ref, int m, int k, int n) {
+  const int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (o >= int64_t{m} * n) return;
+  const int64_t i = o / n, j = o % n;
+  double s = 0;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    s += static_cast<double>(__bfloat162float(a[i * k + kk])) *
+         static_cast<double>(__bfloat162float(b[kk * n + j]));
+  }
+  ref[o] = static_cast<float>(s);
+}
+
+// Largest |c - ref| / max(|ref|, 1) over the m x n outputs (NaN: 1e30).
+__global__ void ErrorKernel(const bf16* c, const float* ref, int64_t count, unsigned* worst) {
+  const int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (o >= count) return;
+  float err = fabsf(__bfloat162float(c[o]) - ref[o]) / fmaxf(fabsf(ref[o]), 1.0f);
+  if (!(err == err)) err = 1e30f;
+  atomicMax(worst, __float_as_uint(err));  // non-negative floats order as their bits
+}
+
+// "What a read of B costs": 16-byte non-allocating loads, kUnroll in flight
+// per thread, XOR-reduced to one word per block so they are not dead.
+template <int kThreads, int kUnroll>
+__global__ void __launch_bounds__(kThreads)
+    ReadKernel(const uint4* __restrict__ x, int64_t n_vec, uint32_t* __restrict__ out) {
+  uint32_t acc = 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  for (; i + (kUnroll - 1) * stride < n_vec; i += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = tsm2::LoadStream16(x + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n_vec; i += stride) {
+    const uint4 v = tsm2::LoadStream16(x + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc ^= __shfl_xor_sync(0xffffffffu, acc, off);
+  __shared__ uint32_t warp_acc[kThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t total = 0;
+    for (int w = 0; w < kThreads / 32; ++w) total ^= warp_acc[w];
+    out[blockIdx.x] = total;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Harness.
+
+struct Lab {
+  int k = 4096, n = 4096;
+  int64_t b_elems = 0, b_stride = 0, copies = 1;
+  bf16* a = nullptr;     // [16][k]: the problem with m rows uses the first m
+  bf16* b = nullptr;     // `copies` copies of [k][n]
+  bf16* c = nullptr;     // [16][n]
+  float* ref = nullptr;  // [16][n], for A's 16 rows (a prefix serves every m)
+  unsigned* worst = nullptr;
+  uint32_t* sink = nullptr;
+  void* ws = nullptr;
+  size_t ws_bytes = size_t{64} << 20;
+  int sms = 0;
+  const char* filter = nullptr;
+
+  const bf16* B(int64_t copy) const { return b + (copy % copies) * b_stride; }
+  ScArgs Args(int m, int64_t copy) const { return ScArgs{a, B(copy), c, m, k, n}; }
+};
+
+// Per-launch seconds over 200 back-to-back launches (after 20), launch i on
+// copy i of B (the copies total >= 4x the L2, so B comes from DRAM).
+template <typename F>
+double TimeRotating(const Lab& lab, const F& launch) {
+  constexpr int kWarm = 20, kTimed = 200;
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  int64_t turn = 0;
+  for (int i = 0; i < kWarm; ++i) launch(turn++);
+  CHECK(cudaEventRecord(e0));
+  for (int i = 0; i < kTimed; ++i) launch(turn++);
+  CHECK(cudaEventRecord(e1));
+  CHECK(cudaEventSynchronize(e1));
+  CHECK(cudaGetLastError());
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+  return ms * 1e-3 / kTimed;
+}
+
+// Fills C with garbage, runs one launch (on copy 0) and returns the worst error.
+template <typename F>
+double WorstError(const Lab& lab, int m, const F& launch) {
+  CHECK(cudaMemset(lab.c, 0xff, size_t{16} * lab.n * sizeof(bf16)));
+  launch(int64_t{0});
+  CHECK(cudaMemset(lab.worst, 0, sizeof(unsigned)));
+  const int64_t outs = int64_t{m} * lab.n;
+  ErrorKernel<<<static_cast<unsigned>((outs + 255) / 256), 256>>>(lab.c, lab.ref, outs, lab.worst);
+  unsigned bits = 0;
+  CHECK(cudaMemcpy(&bits, lab.worst, sizeof bits, cudaMemcpyDeviceToHost));
+  float err;
+  std::memcpy(&err, &bits, sizeof err);
+  return err;
+}
+
+void Report(const Lab& lab, const char* name, int m, double sec, double bytes, double err) {
+  const double gbs = bytes / sec * 1e-9;
+  std::printf("%-30s %3d %6d %6d %8.2f us %7.0f GB/s %6.1f %%  err %.2e%s\n", name, m, lab.k, lab.n,
+              sec * 1e6, gbs, 100.0 * gbs / kPeakGbs, err, err > 1e-2 ? "  FAIL" : "");
+  std::fflush(stdout);
+}
+
+double ProductBytes(const Lab& lab, int m) {
+  return 2.0 * (static_cast<double>(m) * lab.k + static_cast<double>(lab.k) * lab.n +
+                static_cast<double>(m) * lab.n);
+}
+
+void TryRead(const Lab& lab) {
+  const char* name = "read B";
+  if (!lab::Wanted(name, lab.filter)) return;
+  constexpr int kThreads = 256;
+  const int blocks = lab.sms * 8;
+  const int64_t n_vec = lab.b_elems * 2 / 16;
+  auto launch = [&](int64_t turn) {
+    ReadKernel<kThreads, 4>
+        <<<blocks, kThreads>>>(reinterpret_cast<const uint4*>(lab.B(turn)), n_vec, lab.sink);
+  };
+  const double sec = TimeRotating(lab, launch);
+  Report(lab, name, 0, sec, 2.0 * lab.b_elems, 0.0);
+}
+
+template <class Cfg>
+void TryCluster(const Lab& lab, int m) {
+  char name[96];
+  std::snprintf(name, sizeof name, "cluster nc%d kc%d r%d s%d wk%d a%d", Cfg::kNC, Cfg::kKC,
+                Cfg::kRows, Cfg::kStages, Cfg::kWK, Cfg::kAAfter);
+  if (!lab::Wanted(name, lab.filter)) return;
+  ScLauncher<Cfg> launcher;
+  static bool said = false;  // the setup line once per variant
+  if (!launcher.Setup(lab.Args(m, 0), name, !said)) return;
+  said = true;
+  auto launch = [&](int64_t turn) { launcher.Launch(lab.Args(m, turn)); };
+  const double err = WorstError(lab, m, launch);
+  const double sec = TimeRotating(lab, launch);
+  Report(lab, name, m, sec, ProductBytes(lab, m), err);
+}
+
+// The library's S plan (strips at 4096 x 4096), launched as
+// SplitLauncher<bf16>::Launch does but without instantiating the T kernels.
+void TryLib(Lab& lab, int m) {
+  const char* name = "lib S (strips)";
+  if (!lab::Wanted(name, lab.filter)) return;
+  using L = tsm2::SplitLauncher<bf16>;
+  tsm2::DeviceMatmul p;
+  p.a = lab.a;
+  p.b = lab.b;
+  p.c = lab.c;
+  p.m = m;
+  p.k = lab.k;
+  p.n = lab.n;
+  p.type = tsm2::ElemType::kBF16;
+  p.layout = tsm2::Layout::kNN;
+  tsm2::MatmulPlan plan;
+  plan.family = tsm2::Kernel::kTsm2s;
+  CHECK(L::Plan(p, tsm2::Kernel::kTsm2s, lab.ws_bytes, &plan));
+  const tsm2::SplitPlan s = L::MakePlan(p, tsm2::Kernel::kTsm2s, lab.sms);
+  if (plan.splits >= 32) {  // Launch would reduce with a warp per output
+    std::printf("# %s m=%d: plan has %lld splits, skipped\n", name, m,
+                static_cast<long long>(plan.splits));
+    return;
+  }
+  auto launch = [&](int64_t turn) {
+    tsm2::DeviceMatmul q = p;
+    q.b = lab.B(turn);
+    const tsm2::SplitArgs args = L::Args(q, plan, s, lab.ws);
+    CHECK(L::LaunchS(q, args, s, nullptr));
+    if (plan.splits > 1) {
+      const int64_t outputs = int64_t{m} * lab.n;
+      const int blocks = static_cast<int>(std::min<int64_t>((outputs + 255) / 256, 16 * lab.sms));
+      tsm2::Tsm2SplitReduceKernel<bf16, false><<<blocks, 256>>>(args, int64_t{1});
+      CHECK(cudaGetLastError());
+    }
+  };
+  const double err = WorstError(lab, m, launch);
+  const double sec = TimeRotating(lab, launch);
+  if (m == 1) {
+    std::printf("# %s: strip %d, blocks %d, splits %lld, tile_n %lld\n", name, s.strip ? 1 : 0,
+                plan.blocks, static_cast<long long>(plan.splits), static_cast<long long>(s.tile_n));
+  }
+  Report(lab, name, m, sec, ProductBytes(lab, m), err);
+}
+
+using MainCfg = ScCfg<SC_NC, SC_KC, SC_ROWS, SC_STAGES, SC_WK, SC_A_AFTER>;
+
+void RunM(Lab& lab, int m) {
+  TryLib(lab, m);
+  TryCluster<MainCfg>(lab, m);
+#if SC_SWEEP
+  TryCluster<ScCfg<256, 8, 32, 4, 1>>(lab, m);
+  TryCluster<ScCfg<256, 8, 64, 3, 1>>(lab, m);
+  TryCluster<ScCfg<256, 8, 32, 6, 1, 3>>(lab, m);
+  TryCluster<ScCfg<128, 4, 32, 6, 2>>(lab, m);
+  TryCluster<ScCfg<128, 8, 32, 4, 2>>(lab, m);
+  TryCluster<ScCfg<256, 16, 32, 4, 1>>(lab, m);
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Lab lab;
+  lab.filter = argc > 1 && argv[1][0] != '\0' ? argv[1] : nullptr;
+  if (argc > 2) lab.k = std::atoi(argv[2]);
+  if (argc > 3) lab.n = std::atoi(argv[3]);
+  if (lab.k < 1 || lab.n < 1) {
+    std::fprintf(stderr, "usage: %s [filter] [k] [n]\n", argv[0]);
+    return 2;
+  }
+  int l2 = 0;
+  CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  CHECK(cudaDeviceGetAttribute(&lab.sms, cudaDevAttrMultiProcessorCount, 0));
+  lab.b_elems = int64_t{lab.k} * lab.n;
+  lab.b_stride = (lab.b_elems + 127) / 128 * 128;  // 256-byte aligned copies
+  const int64_t b_bytes = lab.b_elems * 2;
+  lab.copies = std::max<int64_t>(2, (4 * int64_t{l2} + b_bytes - 1) / b_bytes);
+  CHECK(cudaMalloc(&lab.a, size_t{16} * lab.k * sizeof(bf16)));
+  CHECK(cudaMalloc(&lab.b, static_cast<size_t>(lab.copies * lab.b_stride) * sizeof(bf16)));
+  CHECK(cudaMalloc(&lab.c, size_t{16} * lab.n * sizeof(bf16)));
+  CHECK(cudaMalloc(&lab.ref, size_t{16} * lab.n * sizeof(float)));
+  CHECK(cudaMalloc(&lab.worst, sizeof(unsigned)));
+  CHECK(cudaMalloc(&lab.sink, static_cast<size_t>(lab.sms) * 8 * sizeof(uint32_t)));
+  CHECK(cudaMalloc(&lab.ws, lab.ws_bytes));
+  FillKernel<<<1024, 256>>>(lab.a, int64_t{16} * lab.k, 1234u);
+  FillKernel<<<4096, 256>>>(lab.b, lab.b_elems, 99u);
+  for (int64_t i = 1; i < lab.copies; ++i) {
+    CHECK(cudaMemcpy(lab.b + i * lab.b_stride, lab.b, b_bytes, cudaMemcpyDeviceToDevice));
+  }
+  const int64_t outs = int64_t{16} * lab.n;
+  ReferenceKernel<<<static_cast<unsigned>((outs + 255) / 256), 256>>>(lab.a, lab.b, lab.ref, 16,
+                                                                      lab.k, lab.n);
+  CHECK(cudaDeviceSynchronize());
+  std::printf("# %d SMs, L2 %d MB, B %.1f MB x %lld copies; %% of %.0f GB/s\n", lab.sms, l2 >> 20,
+              b_bytes * 1e-6, static_cast<long long>(lab.copies), kPeakGbs);
+  std::printf("# %-28s %3s %6s %6s %11s %12s %8s  %s\n", "name", "m", "k", "n", "time", "bandwidth",
+              "of peak", "err");
+  TryRead(lab);
+  for (int m : {1, 2, 4, 8, 16}) RunM(lab, m);
+  return 0;
+}
