@@ -1,8 +1,9 @@
 // S lab: "cluster split-K", a candidate kernel for C[m, n] = A[m, k] @ B[k, n]
 // with bf16 inputs, m <= 16 and a large row-major B (n contiguous), timed
-// beside a plain read of B and the library's strips kernel.
+// beside a plain read of B and the library's S plan.
 //
-// Why this design. The strips kernel (ffi/kernels/small_left_strip.cuh)
+// Why this design. The strips kernel (ffi/kernels/small_left_strip.cuh until
+// session 15)
 // gives each block a 32-column strip of B: 64 bytes per row, so DRAM sees
 // short runs, and all 128 strips re-read the whole of A from the L2. Here a
 // block owns NC = 256 columns (512-byte runs of each row of B) and only one
@@ -31,7 +32,7 @@
 // Knobs of the first variant: -DSC_NC=256 -DSC_KC=8 -DSC_ROWS=32 -DSC_STAGES=6
 // -DSC_WK=1 (warps splitting a stage's rows) -DSC_A_AFTER=1 (B stages issued
 // before A); -DSC_SWEEP=0 drops the other built-in variants; -DSC_PDL=1 launches
-// with programmatic dependent launch (the strips follow -DTSM2_STRIP_PDL).
+// with programmatic dependent launch (the library launches without it).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -506,10 +507,11 @@ void TryCluster(const Lab& lab, int m) {
   Report(lab, name, m, sec, ProductBytes(lab, m), err);
 }
 
-// The library's S plan (strips at 4096 x 4096), launched as
+// The library's S plan (the cluster kernel at 4096 x 4096 since session 15,
+// strips before), launched as
 // SplitLauncher<bf16>::Launch does but without instantiating the T kernels.
 void TryLib(Lab& lab, int m) {
-  const char* name = "lib S (strips)";
+  const char* name = "lib S";
   if (!lab::Wanted(name, lab.filter)) return;
   using L = tsm2::SplitLauncher<bf16>;
   tsm2::DeviceMatmul p;
@@ -545,7 +547,7 @@ void TryLib(Lab& lab, int m) {
   const double err = WorstError(lab, m, launch);
   const double sec = TimeRotating(lab, launch);
   if (m == 1) {
-    std::printf("# %s: strip %d, blocks %d, splits %lld, tile_n %lld\n", name, s.strip ? 1 : 0,
+    std::printf("# %s: cluster %d, blocks %d, splits %lld, tile_n %lld\n", name, s.cluster ? 1 : 0,
                 plan.blocks, static_cast<long long>(plan.splits), static_cast<long long>(s.tile_n));
   }
   Report(lab, name, m, sec, ProductBytes(lab, m), err);

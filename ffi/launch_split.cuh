@@ -10,8 +10,8 @@
 #include <type_traits>
 
 #include "ffi/kernels/small_left.cuh"
+#include "ffi/kernels/small_left_cluster.cuh"
 #include "ffi/kernels/small_left_mma.cuh"
-#include "ffi/kernels/small_left_strip.cuh"
 #include "ffi/kernels/split_reduce.cuh"
 #include "ffi/kernels/tn.cuh"
 #include "ffi/kernels/tn_half.cuh"
@@ -99,29 +99,29 @@ struct SplitLauncher {
     const int64_t mt = Pow2AtLeast(p.m);
     const int blocks = static_cast<int>(a.splits * a.tiles_n * p.batch);
     if constexpr (sizeof(T) == 2) {
-      if (s.strip) {  // no CUDA-core kernel runs a strip plan
-        if (!HasMmaSync()) return cudaErrorInvalidDeviceFunction;
+      if (s.cluster) {  // no other kernel runs a cluster plan
+        if (!HasClusters()) return cudaErrorInvalidDeviceFunction;
         a.vec_ok = p.n % 8 == 0 && p.k % 8 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
-        constexpr int kSmem = StripSmem<T>::kBytes;
-        const void* kernel = reinterpret_cast<const void*>(&Tsm2SStripKernel<T>);
+        constexpr int kSmem = ClusterSmem<T>::kBytes, kThreads = ClusterSmem<T>::kThreads;
+        const void* kernel = reinterpret_cast<const void*>(&Tsm2SClusterKernel<T>);
         int per_sm = 0;  // also opts the kernel in to kSmem bytes of shared memory
-        if (cudaError_t e = BlocksPerSm(kernel, kStripWarps * 32, kSmem, &per_sm);
-            e != cudaSuccess) {
+        if (cudaError_t e = BlocksPerSm(kernel, kThreads, kSmem, &per_sm); e != cudaSuccess) {
           return e;
         }
-        // kStripPdl (a kernel-lab knob, off): programmatic dependent launch.
         cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-        cfg.blockDim = dim3(kStripWarps * 32);
+        cfg.gridDim = dim3(static_cast<unsigned>(blocks * kSClusterBlocks));
+        cfg.blockDim = dim3(kThreads);
         cfg.dynamicSmemBytes = kSmem;
         cfg.stream = stream;
         cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr.val.programmaticStreamSerializationAllowed = 1;
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = kSClusterBlocks;
+        attr.val.clusterDim.y = 1;
+        attr.val.clusterDim.z = 1;
         cfg.attrs = &attr;
-        cfg.numAttrs = kStripPdl && HasPdl() ? 1 : 0;
-        if (cudaError_t e = cudaLaunchKernelEx(&cfg, &Tsm2SStripKernel<T>, a); e != cudaSuccess) {
+        cfg.numAttrs = 1;
+        if (cudaError_t e = cudaLaunchKernelEx(&cfg, &Tsm2SClusterKernel<T>, a); e != cudaSuccess) {
           return e;
         }
         return cudaGetLastError();
@@ -220,7 +220,7 @@ struct SplitLauncher {
         return cudaErrorInvalidValue;  // TUsesMma admits no other tile
     }
   }
-  static bool HasPdl() {  // programmatic dependent launch: sm_90 and later
+  static bool HasClusters() {  // thread-block clusters: sm_90 and later
     int dev = 0, major = 0;
     return cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&

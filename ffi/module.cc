@@ -186,7 +186,7 @@ nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, i
   d["tiles_n"] = s.tiles_n;
   d["step"] = s.step;
   d["mma"] = s.mma;
-  d["strip"] = s.strip;
+  d["cluster"] = s.cluster;
   d["splits"] = s.splits;
   d["split_len"] = s.split_len;
   d["blocks"] = s.Blocks(batch);

@@ -34,16 +34,22 @@ inline int64_t Pow2AtLeast(int64_t x) {
   return p;
 }
 
+// Blocks of one thread-block cluster in the S cluster plans (below).
+constexpr int kSClusterBlocks = 8;
+
 struct SplitPlan {
   int64_t tile_m = 0, tile_n = 0;    // output tile of one block
   int64_t tiles_m = 0, tiles_n = 0;  // output tiles per batch entry
   int64_t step = 0;                  // contraction rows staged per pipeline step
   int64_t thread_edge = 4;           // T: each thread holds a thread_edge^2 block of the tile
   bool mma = false;                  // tensor-core tiles (tn_mma/tf32/half.cuh, small_left_mma.cuh)
-  bool strip = false;                // S: 32-column strips (small_left_strip.cuh)
+  bool cluster = false;              // S: 256-column tiles over clusters (small_left_cluster.cuh)
   int64_t splits = 1;                // contraction ranges per output tile
   int64_t split_len = 0;             // rows per split (a multiple of step)
-  int64_t Blocks(int64_t batch) const { return batch * tiles_m * tiles_n * splits; }
+  // Blocks of the grid (a cluster plan's units are clusters of kSClusterBlocks).
+  int64_t Blocks(int64_t batch) const {
+    return batch * tiles_m * tiles_n * splits * (cluster ? kSClusterBlocks : 1);
+  }
 };
 
 // Picks the number of splits for `tiles` output tiles and a contraction of
@@ -137,61 +143,47 @@ constexpr int kSMmaMinM = TSM2_S_MMA_MIN_M;
 #else
 constexpr int kSMmaMinM = 8;
 #endif
-// bf16/f16 products whose strips of kStripCols columns all fit in one wave
-// run in strips (small_left_strip.cuh): a block's warps split the contraction
-// among them, so that few or no splits are needed across blocks. n and k
-// multiples of 8: the copies are 16-byte chunks. Kernel lab, S bf16 m x 4096
-// x 4096 (rows per stage / stages / warps, m = 1 and 16): 16/6/8 15.7 and
-// 17.3 us; 32/6/8 12.3 and 18.0; 32/3/16 12.3 and 18.2; 32/4/12 12.2 and
-// 18.0; 64/3/8 12.4 and 15.8 (taken: 178 KiB of ring, one block per SM).
-// TSM2_S_STRIP=0, TSM2_STRIP_ROWS, _STAGES, _WARPS, _PER_SM, _PDL: kernel-lab
-// knobs.
-#ifndef TSM2_S_STRIP
-#define TSM2_S_STRIP 1
+// bf16/f16 products whose 256-column tiles, 8 blocks each, fit in one wave of
+// two blocks per SM run over thread-block clusters (small_left_cluster.cuh):
+// the 8 blocks of a cluster split the contraction and add their sums through
+// distributed shared memory. n and k multiples of 8: the copies are 16-byte
+// chunks. Clusters need sm_90, so builds for older GPUs (TSM2_MIN_CUDA_ARCH,
+// set by CMake from the build's architectures; 90 when not given) keep the
+// other S kernels. Kernel lab (benchmarks/s_cluster_lab.cu, bf16 m x 4096 x
+// 4096, m = 1 / 16, rows per stage x stages): 32 x 4 15.4 / 16.7 us, 64 x 3
+// 15.8 / 16.9, 32 x 6 16.6 / 18.3 (taken: 32 x 4, 69 KiB). TSM2_S_CLUSTER=0:
+// a kernel-lab knob.
+#ifndef TSM2_S_CLUSTER
+#define TSM2_S_CLUSTER 1
 #endif
-#ifndef TSM2_STRIP_ROWS
-#define TSM2_STRIP_ROWS 64
+#ifndef TSM2_MIN_CUDA_ARCH
+#define TSM2_MIN_CUDA_ARCH 90
 #endif
-#ifndef TSM2_STRIP_STAGES
-#define TSM2_STRIP_STAGES 3
-#endif
-#ifndef TSM2_STRIP_PER_SM
-#define TSM2_STRIP_PER_SM 1
-#endif
-#ifndef TSM2_STRIP_WARPS
-#define TSM2_STRIP_WARPS 8
-#endif
-// TSM2_STRIP_PDL=1 launches the strips with programmatic dependent launch.
-// Off: inside XLA it changed nothing (bf16 1 x 4096 x 4096, harness 15.5 us
-// either way; CUPTI saw ~0 us between consecutive strips), although it saved
-// ~1.4 us per launch in the kernel lab, whose launches on the legacy default
-// stream leave gaps that XLA's do not (session 15).
-#ifndef TSM2_STRIP_PDL
-#define TSM2_STRIP_PDL 0
-#endif
-constexpr bool kSStrip = TSM2_S_STRIP, kStripPdl = TSM2_STRIP_PDL;
-constexpr int kStripCols = 32, kStripRows = TSM2_STRIP_ROWS, kStripWarps = TSM2_STRIP_WARPS;
-constexpr int kStripStages = TSM2_STRIP_STAGES, kStripBlocksPerSm = TSM2_STRIP_PER_SM;
+constexpr bool kSCluster = TSM2_S_CLUSTER && TSM2_MIN_CUDA_ARCH >= 90;
+constexpr int kSClusterCols = 256, kSClusterRows = 32, kSClusterStages = 4;
+constexpr int kSClusterBlocksPerSm = 2;
 
-inline bool SUsesStrip(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
-  return kSStrip && itemsize == 2 && n % 8 == 0 && k % 8 == 0 &&
-         batch * CeilDiv(n, kStripCols) <= int64_t{kStripBlocksPerSm} * sm_count;
+inline bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
+  return kSCluster && itemsize == 2 && n % 8 == 0 && k % 8 == 0 &&
+         batch * CeilDiv(n, kSClusterCols) * kSClusterBlocks <=
+             int64_t{kSClusterBlocksPerSm} * sm_count;
 }
 
 inline int SColsPerThread(int itemsize) { return itemsize == 8 ? 2 : 4; }
 inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
   SplitPlan s;
-  if (SUsesStrip(itemsize, batch, k, n, sm_count)) {
-    s.strip = s.mma = true;
+  if (SUsesCluster(itemsize, batch, k, n, sm_count)) {
+    s.cluster = s.mma = true;
     s.tile_m = m;
-    s.tile_n = kStripCols;
+    s.tile_n = kSClusterCols;
     s.tiles_m = 1;
-    s.tiles_n = CeilDiv(n, kStripCols);
-    s.step = kStripWarps * kStripRows;
-    // Split across blocks only where the strips leave a quarter of the SMs idle.
-    const int64_t strips = batch * s.tiles_n;
-    const bool fills = strips * 4 >= int64_t{sm_count} * 3;
-    ChooseSplits(strips, k, sm_count, 1, fills ? 1 : std::max<int64_t>(1, k / (4 * s.step)), &s);
+    s.tiles_n = CeilDiv(n, kSClusterCols);
+    s.step = kSClusterBlocks * kSClusterRows;
+    // Split across clusters only where they leave a quarter of the SMs idle,
+    // and then into ranges of 4+ steps.
+    const int64_t blocks = batch * s.tiles_n * kSClusterBlocks;
+    const bool fills = blocks * 4 >= int64_t{sm_count} * 3;
+    ChooseSplits(blocks, k, sm_count, 1, fills ? 1 : std::max<int64_t>(1, k / (4 * s.step)), &s);
     return s;
   }
   s.tile_m = m;

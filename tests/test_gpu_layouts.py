@@ -371,10 +371,10 @@ def test_tn_half_tiles_keep_ieee_nan_and_inf(dtype):
     _assert_special_patterns(c, a.astype(np.float64).T @ b.astype(np.float64))
 
 
-# S for bf16/f16 on tensor cores: 32-column strips whose warps split the
-# contraction (small_left_strip.cuh, n and k multiples of 8, the strips in
-# one wave) and 128-column tiles (small_left_mma.cuh, m >= 8 otherwise). The
-# plan is asserted, so each case exercises the variant it names.
+# S for bf16/f16 on tensor cores: 256-column tiles whose cluster of 8 blocks
+# splits the contraction (small_left_cluster.cuh, n and k multiples of 8, the
+# clusters in one wave) and 128-column tiles (small_left_mma.cuh, m >= 8
+# otherwise). The plan is asserted, so each case exercises the variant it names.
 def _s_plan(dtype, batch, m, k, n):
     from jax_tsm2._ffi import _tsm2_ext
 
@@ -382,21 +382,22 @@ def _s_plan(dtype, batch, m, k, n):
     return _tsm2_ext.split_plan(jnp.dtype(dtype).name, TSM2S, batch, m, k, n, sms)
 
 
-S_STRIP_SHAPES = [
-    (4096, 4096),  # 128 strips: one wave, no splits
-    (4104, 8),  # one strip, split across blocks
-    (8000, 1000),  # the last strip part-filled (1000 = 31 x 32 + 8)
-    (8, 264),  # one stage: seven of the eight warps have no rows
-    (50_000, 256),  # many stages per warp, split across blocks
+S_CLUSTER_SHAPES = [
+    (4096, 4096),  # 16 tiles of 8 blocks: one wave, no splits
+    (4104, 8),  # one tile, split across clusters
+    (8000, 1000),  # the last tile part-filled (1000 = 3 x 256 + 232)
+    (8, 264),  # one stage: seven of the eight blocks have no rows; 8 columns in the last tile
+    (50_000, 256),  # many stages per block, split across clusters
+    (1000, 4104),  # k not a multiple of a stage (1000 = 31 x 32 + 8)
 ]
 S_MMA_TILE_SHAPES = [(1024, 10_000), (1001, 9001)]  # 16-byte rows; odd n, element copies
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 13, 16])
-@pytest.mark.parametrize(("k", "n"), S_STRIP_SHAPES, ids=str)
-def test_small_left_strips(dtype, m, k, n):
-    assert _s_plan(dtype, 1, m, k, n)["strip"], "the shape should take the strips"
+@pytest.mark.parametrize(("k", "n"), S_CLUSTER_SHAPES, ids=str)
+def test_small_left_clusters(dtype, m, k, n):
+    assert _s_plan(dtype, 1, m, k, n)["cluster"], "the shape should take the cluster kernel"
     rng = np.random.default_rng(m * 31 + k + n)
     a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
     check(_run(a, b, TSM2S, NN), a, b, NN)
@@ -408,7 +409,7 @@ def test_small_left_strips(dtype, m, k, n):
 @pytest.mark.parametrize(("k", "n"), S_MMA_TILE_SHAPES, ids=str)
 def test_small_left_mma_tiles(dtype, m, k, n):
     plan = _s_plan(dtype, 1, m, k, n)
-    assert plan["mma"] and not plan["strip"], plan
+    assert plan["mma"] and not plan["cluster"], plan
     rng = np.random.default_rng(m * 37 + k + n)
     a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
     check(_run(a, b, TSM2S, NN), a, b, NN)
@@ -419,8 +420,8 @@ def test_small_left_mma_tiles(dtype, m, k, n):
     [((3, 5, 4096), (3, 4096, 520)), ((9, 2048), (4, 2048, 1032))],  # both batched; a shared
     ids=str,
 )
-def test_small_left_strips_batched(a_shape, b_shape):
-    assert _s_plan(jnp.bfloat16, b_shape[0], a_shape[-2], a_shape[-1], b_shape[-1])["strip"]
+def test_small_left_clusters_batched(a_shape, b_shape):
+    assert _s_plan(jnp.bfloat16, b_shape[0], a_shape[-2], a_shape[-1], b_shape[-1])["cluster"]
     rng = np.random.default_rng(8)
     a, b = rand(rng, a_shape, jnp.bfloat16), rand(rng, b_shape, jnp.bfloat16)
     check(_run(a, b, TSM2S, NN), a, b, NN)
@@ -432,7 +433,7 @@ def test_small_left_tensor_cores_sum_in_f32(dtype, m, k, n):
     """Positive data, so rounding biases add up: the f32 output is within 64 f32 eps of the
     float64 product of the stored values (a chain of a whole warp's rows on the truncating
     tensor-core adder, or a half accumulator, would fail)."""
-    assert _s_plan(dtype, 1, m, k, n)["strip"]
+    assert _s_plan(dtype, 1, m, k, n)["cluster"]
     ka, kb = jax.random.split(jax.random.key(k + n))
     a = jax.random.uniform(ka, (m, k), jnp.float32, 0.5, 1.0).astype(dtype)
     b = jax.random.uniform(kb, (k, n), jnp.float32, 0.5, 1.0).astype(dtype)
@@ -442,7 +443,7 @@ def test_small_left_tensor_cores_sum_in_f32(dtype, m, k, n):
     assert rel.max() <= 64 * np.finfo(np.float32).eps, rel.max()
 
 
-def test_small_left_strips_are_bitwise_reproducible():
+def test_small_left_clusters_are_bitwise_reproducible():
     rng = np.random.default_rng(14)
     a, b = rand(rng, (8, 50_000), jnp.bfloat16), rand(rng, (50_000, 256), jnp.bfloat16)
     assert _s_plan(jnp.bfloat16, 1, 8, 50_000, 256)["splits"] > 1

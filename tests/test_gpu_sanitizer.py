@@ -158,8 +158,8 @@ import jax, jax.numpy as jnp, numpy as np
 sys.path.insert(0, {tests!r})
 from _helpers import assert_close_to_reference, ffi_matmul, rand
 
-# TSM2S for bf16/f16 on tensor cores: strips with no split, with splits and
-# batched, a part-filled strip; 128-column tiles with 16-byte rows and with
+# TSM2S for bf16/f16 on tensor cores: clusters with no split, with splits and
+# batched, a part-filled tile; 128-column tiles with 16-byte rows and with
 # odd n (element copies).
 rng = np.random.default_rng(1)
 shapes = [(1, 8, 8), (3, 4104, 8), (9, 2048, 264), (16, 1000, 1000), (8, 200, 4240),

@@ -228,13 +228,14 @@ def test_split_kernels_are_calibrated():
     # S bf16 on tensor cores (session 14's family S, forced kernels): 128-column
     # tiles at m = 16 ...
     s = model.predict((16, 8192, 14336), "bfloat16", "nn", "tsm2s", device=H100)
-    assert s.params["mma"] and not s.params["strip"]
+    assert s.params["mma"] and not s.params["cluster"]
     assert s.bound == "compute" and s.seconds == pytest.approx(139.4e-6, rel=0.15)
     assert "FMA/clk/SM" in s.reason and "measured" not in s.reason
-    # ... and 32-column strips where they fit in one wave.
-    for m, measured in ((1, 15.5e-6), (8, 16.7e-6), (16, 17.9e-6)):
+    # ... and 256-column tiles over clusters where they fit in one wave
+    # (session 15's family S, forced).
+    for m, measured in ((1, 15.1e-6), (8, 15.7e-6), (16, 16.3e-6)):
         s = model.predict((m, 4096, 4096), "bfloat16", "nn", "tsm2s", device=H100)
-        assert s.params["strip"] and "strips" in s.reason
+        assert s.params["cluster"] and "clusters" in s.reason
         assert s.seconds == pytest.approx(measured, rel=0.1)
 
 

@@ -108,17 +108,6 @@ __device__ __forceinline__ uint4 LoadStream16(const void* p) {
   return v;
 }
 
-// Programmatic dependent launch (sm_90+): a kernel launched with
-// cudaLaunchAttributeProgrammaticStreamSerialization may start while the
-// kernel before it in the stream drains; this waits until that kernel has
-// finished and its writes are visible. Every global read and write must come
-// after it. A no-op without the attribute and below sm_90.
-__device__ __forceinline__ void GridDependencyWait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
 // Asynchronous 16-byte global -> shared copy (sm_80+). With valid == false
 // the destination is zero-filled and nothing is read.
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {

@@ -26,8 +26,7 @@ struct SplitArgs {
 struct SplitBlock {
   int64_t batch, tile_m, tile_n, split;
 };
-__device__ __forceinline__ SplitBlock DecodeSplitBlock(const SplitArgs& p) {
-  int64_t u = blockIdx.x;
+__device__ __forceinline__ SplitBlock DecodeSplitBlockAt(const SplitArgs& p, int64_t u) {
   SplitBlock s;
   s.split = u % p.splits;
   u /= p.splits;
@@ -36,6 +35,9 @@ __device__ __forceinline__ SplitBlock DecodeSplitBlock(const SplitArgs& p) {
   s.tile_m = u % p.tiles_m;
   s.batch = u / p.tiles_m;
   return s;
+}
+__device__ __forceinline__ SplitBlock DecodeSplitBlock(const SplitArgs& p) {
+  return DecodeSplitBlockAt(p, blockIdx.x);
 }
 
 // Where a block's sums for C[batch, i, j] go: C itself when the contraction

@@ -41,7 +41,7 @@ __device__ __forceinline__ void LdMatrixX4Trans(const void* row, uint32_t (&r)[4
   __trap();  // TUsesMma plans never launch below sm_80 (LaunchT checks the device)
 #endif
 }
-// The same four, not transposed (the row-major A operand, small_left_strip.cuh).
+// The same four, not transposed (the row-major A operand, small_left_cluster.cuh).
 __device__ __forceinline__ void LdMatrixX4(const void* row, uint32_t (&r)[4]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));

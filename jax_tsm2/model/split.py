@@ -1,9 +1,10 @@
 """TSM2S and TSM2T: the split-contraction kernels (``ffi/split_plans.h``).
 
 Both cut a long contraction into splits, one output tile per block, and add
-the splits' partial sums in a second launch. bf16/f16 TSM2S whose 32-column
-strips fit in one wave runs them instead (its warps split the contraction),
-modelled as a stream of B plus every strip's read of A from L2. The plan (tiles, splits,
+the splits' partial sums in a second launch. bf16/f16 TSM2S whose 256-column
+tiles, 8 blocks each, fit in one wave runs over thread-block clusters instead
+(the blocks of a cluster split the contraction), modelled as a stream of B
+plus each tile's read of A from L2. The plan (tiles, splits,
 blocks, workspace) comes from the extension (``_tsm2_ext.split_plan``), the
 same code the launcher runs. Each kernel streams at a measured fraction of
 the read ceiling and computes at a measured fraction of the FMA lanes
@@ -62,17 +63,17 @@ def split_prediction(
     active = min(dev.sm_count, blocks)
     bw = dev.bandwidth(cal)
     eta_stream, eta_fma = cal.split_eta(kernel)
-    if plan.get("strip"):
-        # bf16/f16 strips (small_left_strip.cuh): B streamed at their own
-        # efficiency, plus every strip's read of A from L2 at a fraction of a
-        # DRAM byte; the tensor cores have time to spare.
-        l2 = plan["tiles_n"] * a_bytes * cal.strip_l2_weight
-        t_mem = (dram + l2) / (bw * cal.strip_eta_stream)
+    if plan.get("cluster"):
+        # bf16/f16 over clusters (small_left_cluster.cuh): B streamed at their
+        # own efficiency, plus each column tile's read of A from L2 at a
+        # fraction of a DRAM byte; the tensor cores have time to spare.
+        l2 = plan["tiles_n"] * a_bytes * cal.cluster_l2_weight
+        t_mem = (dram + l2) / (bw * cal.cluster_eta_stream)
         how = (
-            f"tsm2s in {plan['tiles_n']} strips of {plan['tile_n']} columns on tensor cores, "
-            f"{plan['splits']} split{'s' if plan['splits'] != 1 else ''}; B streamed at "
-            f"{cal.strip_eta_stream:.0%} of the read ceiling, A read {plan['tiles_n']} times "
-            "from L2"
+            f"tsm2s in {plan['tiles_n']} tiles of {plan['tile_n']} columns over clusters of 8 "
+            f"on tensor cores, {plan['splits']} split{'s' if plan['splits'] != 1 else ''}; "
+            f"B streamed at {cal.cluster_eta_stream:.0%} of the read ceiling, A read "
+            f"{plan['tiles_n']} times from L2"
         )
         return _finish(
             p, dtype, layout, kernel, plan, dram, (t_mem, 0.0), None, True, how, dev, cal
