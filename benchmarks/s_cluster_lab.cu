@@ -172,7 +172,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
   const int64_t col0 = static_cast<int64_t>(blockIdx.y) * NC;
   const int64_t k0 = static_cast<int64_t>(rank) * ks;
   const bf16* b_blk = p.b + k0 * n + col0;
-  tsm2::GridDependencyWait();
+#if SC_PDL
+  // Launched with programmatic stream serialization: wait here for the
+  // previous launch (and its writes) before the first global read.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 
   // Prologue: S - 1 stages of B and, after the first A_AFTER of them, A's
   // k-range as its own group (S groups in all).

@@ -151,16 +151,23 @@ constexpr int kSMmaMinM = 8;
 // set by CMake from the build's architectures; 90 when not given) keep the
 // other S kernels. Kernel lab (benchmarks/s_cluster_lab.cu, bf16 m x 4096 x
 // 4096, m = 1 / 16, rows per stage x stages): 32 x 4 15.4 / 16.7 us, 64 x 3
-// 15.8 / 16.9, 32 x 6 16.6 / 18.3 (taken: 32 x 4, 69 KiB). TSM2_S_CLUSTER=0:
-// a kernel-lab knob.
+// 15.8 / 16.9, 32 x 6 16.6 / 18.3 (taken: 32 x 4, 69 KiB). TSM2_S_CLUSTER=0,
+// TSM2_S_CLUSTER_ROWS, _STAGES: kernel-lab knobs.
 #ifndef TSM2_S_CLUSTER
 #define TSM2_S_CLUSTER 1
+#endif
+#ifndef TSM2_S_CLUSTER_ROWS
+#define TSM2_S_CLUSTER_ROWS 32
+#endif
+#ifndef TSM2_S_CLUSTER_STAGES
+#define TSM2_S_CLUSTER_STAGES 4
 #endif
 #ifndef TSM2_MIN_CUDA_ARCH
 #define TSM2_MIN_CUDA_ARCH 90
 #endif
 constexpr bool kSCluster = TSM2_S_CLUSTER && TSM2_MIN_CUDA_ARCH >= 90;
-constexpr int kSClusterCols = 256, kSClusterRows = 32, kSClusterStages = 4;
+constexpr int kSClusterCols = 256, kSClusterRows = TSM2_S_CLUSTER_ROWS;
+constexpr int kSClusterStages = TSM2_S_CLUSTER_STAGES;
 constexpr int kSClusterBlocksPerSm = 2;
 
 inline bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
