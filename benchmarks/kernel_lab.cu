@@ -46,18 +46,6 @@ struct Shape {
   };
 };
 
-template <typename T>
-__global__ void FillKernel(T* x, int64_t count, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    x[i] = T(static_cast<float>(h & 0xffffff) / 8388608.0f - 1.0f);
-  }
-}
-
 // ref[r, j] = sum_k op(A)[r, k] op(B)[k, j] in float64, and the sum of
 // |products|; op() transposes A for layout TN and B for NT.
 template <typename T>
@@ -112,8 +100,8 @@ double ceiling_gbs = 0;
 
 template <typename T>
 void Prepare(const Case& cs, Buffers& buf) {
-  FillKernel<T><<<2048, 256>>>(static_cast<T*>(buf.a), cs.m * cs.k, 1234u);
-  FillKernel<T><<<256, 256>>>(static_cast<T*>(buf.b), cs.k * cs.n, 99u);
+  lab::FillKernel<T><<<2048, 256>>>(static_cast<T*>(buf.a), cs.m * cs.k, 1234u);
+  lab::FillKernel<T><<<256, 256>>>(static_cast<T*>(buf.b), cs.k * cs.n, 99u);
   const int64_t outs = cs.m * cs.n;
   ReferenceKernel<T><<<static_cast<unsigned>((outs + 255) / 256), 256>>>(
       static_cast<const T*>(buf.a), static_cast<const T*>(buf.b), buf.ref, buf.mag, cs.m, cs.k,
@@ -422,7 +410,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&buf.mag, size_t{1400} << 20));
   CHECK(cudaMalloc(&buf.ws, buf.ws_bytes));
   CHECK(cudaMalloc(&buf.worst, sizeof(unsigned long long)));
-  FillKernel<float><<<2048, 256>>>(static_cast<float*>(buf.a), a_bytes / 4, 7u);
+  lab::FillKernel<float><<<2048, 256>>>(static_cast<float*>(buf.a), a_bytes / 4, 7u);
 
   ceiling_gbs = lab::ReadCeilingGbs(buf.a, int64_t{2} << 30);
   RunAll(buf, filter);

@@ -81,6 +81,19 @@ static double TimeLaunches(const F& launch) {
   return ms[ms.size() / 2] * 1e-3;
 }
 
+// Values in [-1, 1) from a hash of the index: the same data every run.
+template <typename T>
+__global__ void FillKernel(T* x, int64_t count, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = T(static_cast<float>(h & 0xffffff) / 8388608.0f - 1.0f);
+  }
+}
+
 // The read ceiling in GB/s: the harness's streaming-read kernel over `bytes`
 // of `buf`, best of 5 (after one warm-up); printed as the labs' first line.
 static double ReadCeilingGbs(const void* buf, int64_t bytes) {

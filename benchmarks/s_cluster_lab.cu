@@ -345,18 +345,8 @@ struct ScLauncher {
 };
 
 // ---------------------------------------------------------------------------
-// Harness kernels: fill, reference, error, plain read of B.
-
-__global__ void FillKernel(bf16* x, int64_t count, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    x[i] = __float2bfloat16(static_cast<float>(h & 0xffffff) / 8388608.0f - 1.0f);
-  }
-}
+// Harness kernels: reference, error (fill: lab_common.cuh; the plain read of
+// B: the harness's own streaming-read kernel, tsm2::LaunchStreamRead).
 
 // ref[i, j] = sum_kk A[i, kk] B[kk, j], accumulated in double.
 __global__ void ReferenceKernel(const bf16* a, const bf16* b, float* ref, int m, int k, int n) {
@@ -378,37 +368,6 @@ __global__ void ErrorKernel(const bf16* c, const float* ref, int64_t count, unsi
   float err = fabsf(__bfloat162float(c[o]) - ref[o]) / fmaxf(fabsf(ref[o]), 1.0f);
   if (!(err == err)) err = 1e30f;
   atomicMax(worst, __float_as_uint(err));  // non-negative floats order as their bits
-}
-
-// "What a read of B costs": 16-byte non-allocating loads, kUnroll in flight
-// per thread, XOR-reduced to one word per block so they are not dead.
-template <int kThreads, int kUnroll>
-__global__ void __launch_bounds__(kThreads)
-    ReadKernel(const uint4* __restrict__ x, int64_t n_vec, uint32_t* __restrict__ out) {
-  uint32_t acc = 0;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  for (; i + (kUnroll - 1) * stride < n_vec; i += kUnroll * stride) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = tsm2::LoadStream16(x + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n_vec; i += stride) {
-    const uint4 v = tsm2::LoadStream16(x + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) acc ^= __shfl_xor_sync(0xffffffffu, acc, off);
-  __shared__ uint32_t warp_acc[kThreads / 32];
-  if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t total = 0;
-    for (int w = 0; w < kThreads / 32; ++w) total ^= warp_acc[w];
-    out[blockIdx.x] = total;
-  }
 }
 
 // ---------------------------------------------------------------------------
@@ -484,12 +443,8 @@ double ProductBytes(const Lab& lab, int m) {
 void TryRead(const Lab& lab) {
   const char* name = "read B";
   if (!lab::Wanted(name, lab.filter)) return;
-  constexpr int kThreads = 256;
-  const int blocks = lab.sms * 8;
-  const int64_t n_vec = lab.b_elems * 2 / 16;
   auto launch = [&](int64_t turn) {
-    ReadKernel<kThreads, 4>
-        <<<blocks, kThreads>>>(reinterpret_cast<const uint4*>(lab.B(turn)), n_vec, lab.sink);
+    CHECK(tsm2::LaunchStreamRead(lab.B(turn), lab.b_elems * 2, lab.sink, lab.sms * 8, nullptr));
   };
   const double sec = TimeRotating(lab, launch);
   Report(lab, name, 0, sec, 2.0 * lab.b_elems, 0.0);
@@ -597,8 +552,8 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&lab.worst, sizeof(unsigned)));
   CHECK(cudaMalloc(&lab.sink, static_cast<size_t>(lab.sms) * 8 * sizeof(uint32_t)));
   CHECK(cudaMalloc(&lab.ws, lab.ws_bytes));
-  FillKernel<<<1024, 256>>>(lab.a, int64_t{16} * lab.k, 1234u);
-  FillKernel<<<4096, 256>>>(lab.b, lab.b_elems, 99u);
+  lab::FillKernel<<<1024, 256>>>(lab.a, int64_t{16} * lab.k, 1234u);
+  lab::FillKernel<<<4096, 256>>>(lab.b, lab.b_elems, 99u);
   for (int64_t i = 1; i < lab.copies; ++i) {
     CHECK(cudaMemcpy(lab.b + i * lab.b_stride, lab.b, b_bytes, cudaMemcpyDeviceToDevice));
   }
