@@ -29,10 +29,14 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I. -Xptxas -v \
 //     benchmarks/s_cluster_lab.cu ffi/launch_stream.cu -o build/labs/s_cluster_lab
 //   build/labs/s_cluster_lab [filter] [k] [n]    # filter: comma-separated substrings
-// Knobs of the first variant: -DSC_NC=256 -DSC_KC=8 -DSC_ROWS=32 -DSC_STAGES=6
+// Knobs of the first variant: -DSC_NC=256 -DSC_KC=8 -DSC_ROWS=32 -DSC_STAGES=4
 // -DSC_WK=1 (warps splitting a stage's rows) -DSC_A_AFTER=1 (B stages issued
 // before A); -DSC_SWEEP=0 drops the other built-in variants; -DSC_PDL=1 launches
-// with programmatic dependent launch (the library launches without it).
+// the lab's kernels with programmatic dependent launch (the library does by
+// default; -DTSM2_S_CLUSTER_PDL=0 turns it off there). SC_TRACE=1 in the
+// environment adds a per-block timeline of one launch of each kernel (SM,
+// start, first stage, loop, cluster exchange, stores, exit: TraceLaunch),
+// the library's through the TSM2_S_CLUSTER_MARK hook.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -48,6 +52,24 @@
 #include "benchmarks/lab_common.cuh"
 #include "ffi/kernels/common.cuh"
 #include "ffi/kernels/tn_half.cuh"
+
+// The library kernel's timeline hook (small_left_cluster.cuh): thread 0 of
+// each block writes its SM and %globaltimer at the four marks into
+// g_lib_trace, laid out as BlockTrace::Store's words, when it is set.
+__constant__ uint64_t* g_lib_trace = nullptr;
+__device__ __forceinline__ void LibMark(int i) {
+  if (g_lib_trace == nullptr || threadIdx.x != 0) return;
+  uint64_t* out = g_lib_trace + static_cast<uint64_t>(blockIdx.x) * 8;
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  out[1 + i] = t;
+  if (i == 0) {
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+    out[0] = sm;
+  }
+}
+#define TSM2_S_CLUSTER_MARK(i) LibMark(i)
 #include "ffi/launch_split.cuh"
 
 #ifndef SC_NC
@@ -60,7 +82,7 @@
 #define SC_ROWS 32
 #endif
 #ifndef SC_STAGES
-#define SC_STAGES 6
+#define SC_STAGES 4
 #endif
 #ifndef SC_WK
 #define SC_WK (SC_NC >= 256 ? 1 : 256 / SC_NC)
@@ -79,6 +101,8 @@ namespace {
 
 namespace cg = cooperative_groups;
 using bf16 = __nv_bfloat16;
+using tsm2::ClusterArriveRelaxed;
+using tsm2::ClusterWait;
 using tsm2::CpAsync16;
 using tsm2::CpAsyncCommit;
 using tsm2::CpAsyncWait;
@@ -93,15 +117,41 @@ struct ScArgs {
   const bf16* b;  // [k][n]
   bf16* c;        // [m][n]
   int m, k, n;
+  uint64_t* trace = nullptr;  // kTraceWords per block when set (TraceLaunch)
+};
+
+// Per-block timeline of one launch (lab only): SM, then %globaltimer (ns) at
+// six marks: entry, first stage landed, main loop done, partial sums shared
+// (first cluster barrier), own outputs written, exit.
+constexpr int kTraceWords = 8, kMarks = 6;
+__device__ __forceinline__ uint64_t GlobalTimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+struct BlockTrace {
+  uint64_t t[kMarks] = {};
+  __device__ __forceinline__ void Mark(const ScArgs& p, int i) {
+    if (p.trace && threadIdx.x == 0) t[i] = GlobalTimer();
+  }
+  __device__ __forceinline__ void Store(const ScArgs& p) {
+    if (!p.trace || threadIdx.x != 0) return;
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+    uint64_t* out = p.trace + (blockIdx.y * gridDim.x + blockIdx.x) * kTraceWords;
+    out[0] = sm;
+    for (int i = 0; i < kMarks; ++i) out[1 + i] = t[i];
+  }
 };
 
 // NC columns per block, KC blocks (one cluster) per column tile, ROWS rows of
 // B per stage, STAGES stages, WK warps sharing each 32-column slice (they
 // split a stage's k16 steps), B stages issued before A's copy (A_AFTER).
-template <int NC_, int KC_, int ROWS_, int STAGES_, int WK_, int A_AFTER_ = 1>
+// RX: the last cluster barrier arrives relaxed (see the kernel).
+template <int NC_, int KC_, int ROWS_, int STAGES_, int WK_, int A_AFTER_ = 1, int RX_ = 0>
 struct ScCfg {
   static constexpr int kNC = NC_, kKC = KC_, kRows = ROWS_, kStages = STAGES_, kWK = WK_;
-  static constexpr int kAAfter = A_AFTER_;
+  static constexpr int kAAfter = A_AFTER_, kRelaxedExit = RX_;
   static constexpr int kWarpsN = kNC / 32;
   static constexpr int kWarps = kWarpsN * kWK;
   static constexpr int kThreads = 32 * kWarps;
@@ -124,7 +174,7 @@ struct ScCfg {
 
   static int ASlice(int k) { return k / kKC; }  // contraction rows per block
   static int Lda(int k) { return ASlice(k) + 8; }
-  static int SmemBytes(int k) { return kRingBytes + 16 * Lda(k) * 2; }
+  static int SmemBytes(const ScArgs& p) { return kRingBytes + 16 * Lda(p.k) * 2; }
   static bool Takes(const ScArgs& p) {
     return p.m >= 1 && p.m <= 16 && p.k % (kKC * kRows) == 0 && p.n % kNC == 0 &&
            reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
@@ -157,6 +207,61 @@ __device__ __forceinline__ void LoadA(const ScArgs& p, int64_t k0, int ks, bf16*
   CpAsyncCommit();
 }
 
+// m16n8 accumulators: lane holds rows lane / 4 and lane / 4 + 8, columns
+// 2 (lane % 4) and the next, of each n8 tile. Only the m real rows are kept.
+template <class Cfg>
+__device__ __forceinline__ void WritePartials(const ScArgs& p, const float (&acc)[4][4], int wn,
+                                              int wk, float* part_s) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int f = 0; f < 4; ++f) {
+    const int j = 32 * wn + 8 * f + 2 * (lane % 4);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = lane / 4 + 8 * hh;
+      if (i < p.m) {
+        *reinterpret_cast<float2*>(part_s + (wk * 16 + i) * Cfg::kLdp + j) =
+            make_float2(acc[f][2 * hh], acc[f][2 * hh + 1]);
+      }
+    }
+  }
+}
+
+// Rank r reduces columns [r * kRedCols, (r + 1) * kRedCols) over the KC
+// ranks (and WK warp groups) in a fixed order, 4 columns per thread, and
+// writes them as bf16.
+template <class Cfg>
+__device__ __forceinline__ void ReduceOverCluster(const ScArgs& p, cg::cluster_group& cluster,
+                                                  int rank, int64_t col0, float* part_s) {
+  constexpr int KC = Cfg::kKC, kQuads = Cfg::kRedCols / 4;
+  for (int e = threadIdx.x; e < p.m * kQuads; e += Cfg::kThreads) {
+    const int i = e / kQuads, j = rank * Cfg::kRedCols + 4 * (e % kQuads);
+    float4 v[KC * Cfg::kWK];
+#pragma unroll
+    for (int src = 0; src < KC; ++src) {
+      const float* remote = cluster.map_shared_rank(part_s, src);
+#pragma unroll
+      for (int g = 0; g < Cfg::kWK; ++g) {
+        v[src * Cfg::kWK + g] =
+            *reinterpret_cast<const float4*>(remote + (g * 16 + i) * Cfg::kLdp + j);
+      }
+    }
+    float4 s = v[0];
+#pragma unroll
+    for (int u = 1; u < KC * Cfg::kWK; ++u) {
+      s.x += v[u].x;
+      s.y += v[u].y;
+      s.z += v[u].z;
+      s.w += v[u].w;
+    }
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(s.x, s.y);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(s.z, s.w);
+    const uint64_t packed = uint64_t{*reinterpret_cast<const uint32_t*>(&hi)} << 32 |
+                            *reinterpret_cast<const uint32_t*>(&lo);
+    *reinterpret_cast<uint64_t*>(p.c + static_cast<int64_t>(i) * p.n + col0 + j) = packed;
+  }
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 2)
     ScClusterKernel(const __grid_constant__ ScArgs p) {
@@ -172,6 +277,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
   const int64_t col0 = static_cast<int64_t>(blockIdx.y) * NC;
   const int64_t k0 = static_cast<int64_t>(rank) * ks;
   const bf16* b_blk = p.b + k0 * n + col0;
+  BlockTrace trace;
+  trace.Mark(p, 0);
 #if SC_PDL
   // Launched with programmatic stream serialization: wait here for the
   // previous launch (and its writes) before the first global read.
@@ -214,6 +321,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
       CpAsyncWait<S - 2>();
     }
     __syncthreads();  // stage `it` landed for every thread; stage it - 1 is free
+    if (it == 0) trace.Mark(p, 1);
     const int ip = it + S - 1;
     if (ip < steps) LoadBStage<Cfg>(b_blk, n, ip * Cfg::kRows, ring + (ip % S) * Cfg::kStageElems);
     CpAsyncCommit();
@@ -241,58 +349,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
   }
   CpAsyncWait<0>();  // only empty groups are left, but leave none behind
   __syncthreads();   // every warp is done with the ring: it now takes the partial sums
+  trace.Mark(p, 2);
 
-  // m16n8 accumulators: lane holds rows lane / 4 and lane / 4 + 8, columns
-  // 2 (lane % 4) and the next, of each n8 tile. Only the m real rows are kept.
   float* part_s = reinterpret_cast<float*>(smem);  // [kWK][16][kLdp]
-#pragma unroll
-  for (int f = 0; f < 4; ++f) {
-    const int j = 32 * wn + 8 * f + 2 * (lane % 4);
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = lane / 4 + 8 * hh;
-      if (i < p.m) {
-        *reinterpret_cast<float2*>(part_s + (wk * 16 + i) * Cfg::kLdp + j) =
-            make_float2(acc[f][2 * hh], acc[f][2 * hh + 1]);
-      }
-    }
-  }
+  WritePartials<Cfg>(p, acc, wn, wk, part_s);
   cluster.sync();  // every rank's partial sums are in its shared memory
-
-  // Rank r reduces columns [r * kRedCols, (r + 1) * kRedCols) over the KC
-  // ranks (and WK warp groups) in a fixed order, 4 columns per thread.
-  constexpr int kQuads = Cfg::kRedCols / 4;
-  for (int e = tid; e < p.m * kQuads; e += Cfg::kThreads) {
-    const int i = e / kQuads, j = rank * Cfg::kRedCols + 4 * (e % kQuads);
-    float4 v[KC * Cfg::kWK];
-#pragma unroll
-    for (int src = 0; src < KC; ++src) {
-      const float* remote = cluster.map_shared_rank(part_s, src);
-#pragma unroll
-      for (int g = 0; g < Cfg::kWK; ++g) {
-        v[src * Cfg::kWK + g] =
-            *reinterpret_cast<const float4*>(remote + (g * 16 + i) * Cfg::kLdp + j);
-      }
-    }
-    float4 s = v[0];
-#pragma unroll
-    for (int u = 1; u < KC * Cfg::kWK; ++u) {
-      s.x += v[u].x;
-      s.y += v[u].y;
-      s.z += v[u].z;
-      s.w += v[u].w;
-    }
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(s.x, s.y);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(s.z, s.w);
-    const uint64_t packed = uint64_t{*reinterpret_cast<const uint32_t*>(&hi)} << 32 |
-                            *reinterpret_cast<const uint32_t*>(&lo);
-    *reinterpret_cast<uint64_t*>(p.c + static_cast<int64_t>(i) * n + col0 + j) = packed;
+  trace.Mark(p, 3);
+  ReduceOverCluster<Cfg>(p, cluster, rank, col0, part_s);
+  trace.Mark(p, 4);
+  // No rank exits while another may still read its shared memory. RX: a
+  // relaxed arrival does not wait for this block's stores of C to land.
+  if constexpr (Cfg::kRelaxedExit) {
+    ClusterArriveRelaxed();
+    ClusterWait();
+  } else {
+    cluster.sync();
   }
-  cluster.sync();  // no rank exits while another may still read its shared memory
+  trace.Mark(p, 5);
+  trace.Store(p);
 }
 
 // Launch configuration of one variant, prepared once outside the timed loop.
-template <class Cfg>
+template <class Cfg, void (*Kernel)(ScArgs)>
 struct ScLauncher {
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[2];
@@ -300,13 +378,13 @@ struct ScLauncher {
 
   // Sets up the launch for problem p; false (with a reason printed) when the
   // variant cannot run it.
-  bool Setup(const ScArgs& p, const char* name, bool verbose) {
+  bool Setup(const ScArgs& p, cudaStream_t stream, const char* name, bool verbose) {
     if (!Cfg::Takes(p)) {
       if (verbose) std::printf("# %s: skipped (m, k, n or alignment not supported)\n", name);
       return false;
     }
-    smem = Cfg::SmemBytes(p.k);
-    const void* kernel = reinterpret_cast<const void*>(&ScClusterKernel<Cfg>);
+    smem = Cfg::SmemBytes(p);
+    const void* kernel = reinterpret_cast<const void*>(Kernel);
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     if (Cfg::kKC > 8) {
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -314,7 +392,7 @@ struct ScLauncher {
     cfg.gridDim = dim3(Cfg::kKC, p.n / Cfg::kNC, 1);
     cfg.blockDim = dim3(Cfg::kThreads, 1, 1);
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = nullptr;
+    cfg.stream = stream;
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = Cfg::kKC;
     attr[0].val.clusterDim.y = 1;
@@ -341,7 +419,7 @@ struct ScLauncher {
         max_clusters < clusters ? ": MORE THAN ONE WAVE" : "");
     return true;
   }
-  void Launch(const ScArgs& p) { CHECK(cudaLaunchKernelEx(&cfg, ScClusterKernel<Cfg>, p)); }
+  void Launch(const ScArgs& p) { CHECK(cudaLaunchKernelEx(&cfg, Kernel, p)); }
 };
 
 // ---------------------------------------------------------------------------
@@ -382,6 +460,9 @@ struct Lab {
   float* ref = nullptr;  // [16][n], for A's 16 rows (a prefix serves every m)
   unsigned* worst = nullptr;
   uint32_t* sink = nullptr;
+  uint64_t* trace = nullptr;      // kTraceWords per block of a traced launch
+  cudaStream_t stream = nullptr;  // every timed launch (blocking: it orders with the legacy stream)
+  bool tracing = false;           // SC_TRACE=1 in the environment
   void* ws = nullptr;
   size_t ws_bytes = size_t{64} << 20;
   int sms = 0;
@@ -391,26 +472,52 @@ struct Lab {
   ScArgs Args(int m, int64_t copy) const { return ScArgs{a, B(copy), c, m, k, n}; }
 };
 
-// Per-launch seconds over 200 back-to-back launches (after 20), launch i on
-// copy i of B (the copies total >= 4x the L2, so B comes from DRAM).
+// Per-launch seconds over 200 launches (after 20), launch i on copy i of B
+// (the copies total >= 4x the L2, so B comes from DRAM), timed twice: back to
+// back on lab.stream (the host's launch cost can show between kernels), and
+// the same launches captured in a CUDA graph and replayed (kernels follow
+// each other with no host in between, as XLA's do: its kernel timelines show
+// ~0.03 us gaps). The graph's time is the one to compare with the harness.
+struct Timing {
+  double graph = 0, stream = 0;  // seconds per launch
+};
 template <typename F>
-double TimeRotating(const Lab& lab, const F& launch) {
+Timing TimeRotating(const Lab& lab, const F& launch) {
   constexpr int kWarm = 20, kTimed = 200;
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
+  auto elapsed = [&] {
+    CHECK(cudaEventSynchronize(e1));
+    CHECK(cudaGetLastError());
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms * 1e-3 / kTimed;
+  };
+  Timing t;
   int64_t turn = 0;
   for (int i = 0; i < kWarm; ++i) launch(turn++);
-  CHECK(cudaEventRecord(e0));
+  CHECK(cudaEventRecord(e0, lab.stream));
   for (int i = 0; i < kTimed; ++i) launch(turn++);
-  CHECK(cudaEventRecord(e1));
-  CHECK(cudaEventSynchronize(e1));
-  CHECK(cudaGetLastError());
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  CHECK(cudaEventRecord(e1, lab.stream));
+  t.stream = elapsed();
+
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(lab.stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kTimed; ++i) launch(turn++);
+  CHECK(cudaStreamEndCapture(lab.stream, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, lab.stream));  // warm-up replay
+  CHECK(cudaEventRecord(e0, lab.stream));
+  CHECK(cudaGraphLaunch(exec, lab.stream));
+  CHECK(cudaEventRecord(e1, lab.stream));
+  t.graph = elapsed();
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
   CHECK(cudaEventDestroy(e0));
   CHECK(cudaEventDestroy(e1));
-  return ms * 1e-3 / kTimed;
+  return t;
 }
 
 // Fills C with garbage, runs one launch (on copy 0) and returns the worst error.
@@ -428,10 +535,11 @@ double WorstError(const Lab& lab, int m, const F& launch) {
   return err;
 }
 
-void Report(const Lab& lab, const char* name, int m, double sec, double bytes, double err) {
-  const double gbs = bytes / sec * 1e-9;
-  std::printf("%-30s %3d %6d %6d %8.2f us %7.0f GB/s %6.1f %%  err %.2e%s\n", name, m, lab.k, lab.n,
-              sec * 1e6, gbs, 100.0 * gbs / kPeakGbs, err, err > 1e-2 ? "  FAIL" : "");
+void Report(const Lab& lab, const char* name, int m, const Timing& t, double bytes, double err) {
+  const double gbs = bytes / t.graph * 1e-9;
+  std::printf("%-30s %3d %6d %6d %8.2f us %7.0f GB/s %6.1f %%  err %.2e  (stream %.2f us)%s\n",
+              name, m, lab.k, lab.n, t.graph * 1e6, gbs, 100.0 * gbs / kPeakGbs, err,
+              t.stream * 1e6, err > 1e-2 ? "  FAIL" : "");
   std::fflush(stdout);
 }
 
@@ -444,26 +552,103 @@ void TryRead(const Lab& lab) {
   const char* name = "read B";
   if (!lab::Wanted(name, lab.filter)) return;
   auto launch = [&](int64_t turn) {
-    CHECK(tsm2::LaunchStreamRead(lab.B(turn), lab.b_elems * 2, lab.sink, lab.sms * 8, nullptr));
+    CHECK(tsm2::LaunchStreamRead(lab.B(turn), lab.b_elems * 2, lab.sink, lab.sms * 8, lab.stream));
   };
-  const double sec = TimeRotating(lab, launch);
+  const Timing sec = TimeRotating(lab, launch);
   Report(lab, name, 0, sec, 2.0 * lab.b_elems, 0.0);
+}
+
+// Runs one launch with the per-block trace on (after warm-up launches, on a
+// copy of B not in the L2) and prints where the time went: the kernel's span,
+// how late blocks started, how long their first stage took to land, their
+// main loops and their reduction tails, and whether blocks that shared an SM
+// ran longer than blocks alone on theirs.
+template <typename F>
+void TraceLaunch(const Lab& lab, const char* name, int m, int blocks, int cluster,
+                 const F& launch) {
+  for (int64_t turn = 1; turn <= 20; ++turn) launch(turn, nullptr);
+  launch(int64_t{21}, lab.trace);
+  CHECK(cudaDeviceSynchronize());
+  std::vector<uint64_t> t(static_cast<size_t>(blocks) * kTraceWords);
+  CHECK(cudaMemcpy(t.data(), lab.trace, t.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  auto at = [&](int b, int w) { return t[static_cast<size_t>(b) * kTraceWords + w]; };
+  uint64_t t0 = ~uint64_t{0}, t1 = 0;
+  std::vector<int> per_sm(1024, 0);
+  for (int b = 0; b < blocks; ++b) {
+    t0 = std::min(t0, at(b, 1));
+    t1 = std::max(t1, at(b, kMarks));
+    ++per_sm[at(b, 0) % 1024];
+  }
+  // Phases between consecutive marks (us), per block.
+  const char* kPhase[kMarks - 1] = {"first stage", "loop", "share", "reduce", "exit"};
+  std::vector<double> enter, phase[kMarks - 1], loop_shared, loop_alone;
+  for (int b = 0; b < blocks; ++b) {
+    enter.push_back((at(b, 1) - t0) * 1e-3);
+    for (int q = 0; q < kMarks - 1; ++q) phase[q].push_back((at(b, 2 + q) - at(b, 1 + q)) * 1e-3);
+    (per_sm[at(b, 0) % 1024] > 1 ? loop_shared : loop_alone).push_back(phase[1].back());
+  }
+  auto med = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  auto mx = [](const std::vector<double>& v) {
+    return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
+  };
+  int shared_sms = 0, used_sms = 0;
+  for (int c : per_sm) {
+    used_sms += c > 0;
+    shared_sms += c > 1;
+  }
+  std::printf("trace %-28s m=%2d span %5.2f us | enter max %4.2f", name, m, (t1 - t0) * 1e-3,
+              mx(enter));
+  for (int q = 0; q < kMarks - 1; ++q) {
+    std::printf(" | %s %4.2f (max %4.2f)", kPhase[q], med(phase[q]), mx(phase[q]));
+  }
+  std::printf(" | %d SMs, %d with 2+ blocks: loop %4.2f shared, %4.2f alone\n", used_sms,
+              shared_sms, med(loop_shared), med(loop_alone));
+  if (m == 1) {  // one line per cluster: SMs, and start / loop end / exit offsets in us
+    for (int c0 = 0; c0 < blocks; c0 += cluster) {
+      std::printf("#   cluster %3d:", c0 / cluster);
+      for (int b = c0; b < c0 + cluster; ++b) {
+        std::printf(" sm%3llu%s %4.1f/%4.1f/%4.1f", static_cast<unsigned long long>(at(b, 0)),
+                    per_sm[at(b, 0) % 1024] > 1 ? "*" : " ", (at(b, 1) - t0) * 1e-3,
+                    (at(b, 3) - t0) * 1e-3, (at(b, kMarks) - t0) * 1e-3);
+      }
+      std::printf("\n");
+    }
+  }
+  std::fflush(stdout);
+}
+
+template <class Cfg, void (*Kernel)(ScArgs)>
+void TryVariant(const Lab& lab, int m, const char* kind) {
+  char name[96];
+  std::snprintf(name, sizeof name, "%s%s nc%d kc%d r%d s%d wk%d a%d", kind,
+                Cfg::kRelaxedExit ? " rx" : "", Cfg::kNC, Cfg::kKC, Cfg::kRows, Cfg::kStages,
+                Cfg::kWK, Cfg::kAAfter);
+  if (!lab::Wanted(name, lab.filter)) return;
+  ScLauncher<Cfg, Kernel> launcher;
+  static bool said = false;  // the setup line once per variant
+  if (!launcher.Setup(lab.Args(m, 0), lab.stream, name, !said)) return;
+  said = true;
+  auto launch = [&](int64_t turn) { launcher.Launch(lab.Args(m, turn)); };
+  const double err = WorstError(lab, m, launch);
+  const Timing sec = TimeRotating(lab, launch);
+  Report(lab, name, m, sec, ProductBytes(lab, m), err);
+  if (lab.tracing) {
+    TraceLaunch(lab, name, m, Cfg::kKC * (lab.n / Cfg::kNC), Cfg::kKC,
+                [&](int64_t turn, uint64_t* trace) {
+                  ScArgs a = lab.Args(m, turn);
+                  a.trace = trace;
+                  launcher.Launch(a);
+                });
+  }
 }
 
 template <class Cfg>
 void TryCluster(const Lab& lab, int m) {
-  char name[96];
-  std::snprintf(name, sizeof name, "cluster nc%d kc%d r%d s%d wk%d a%d", Cfg::kNC, Cfg::kKC,
-                Cfg::kRows, Cfg::kStages, Cfg::kWK, Cfg::kAAfter);
-  if (!lab::Wanted(name, lab.filter)) return;
-  ScLauncher<Cfg> launcher;
-  static bool said = false;  // the setup line once per variant
-  if (!launcher.Setup(lab.Args(m, 0), name, !said)) return;
-  said = true;
-  auto launch = [&](int64_t turn) { launcher.Launch(lab.Args(m, turn)); };
-  const double err = WorstError(lab, m, launch);
-  const double sec = TimeRotating(lab, launch);
-  Report(lab, name, m, sec, ProductBytes(lab, m), err);
+  TryVariant<Cfg, ScClusterKernel<Cfg>>(lab, m, "cluster");
 }
 
 // The library's S plan (the cluster kernel at 4096 x 4096 since session 15,
@@ -495,16 +680,26 @@ void TryLib(Lab& lab, int m) {
     tsm2::DeviceMatmul q = p;
     q.b = lab.B(turn);
     const tsm2::SplitArgs args = L::Args(q, plan, s, lab.ws);
-    CHECK(L::LaunchS(q, args, s, nullptr));
+    CHECK(L::LaunchS(q, args, s, lab.stream));
     if (plan.splits > 1) {
       const int64_t outputs = int64_t{m} * lab.n;
       const int blocks = static_cast<int>(std::min<int64_t>((outputs + 255) / 256, 16 * lab.sms));
-      tsm2::Tsm2SplitReduceKernel<bf16, false><<<blocks, 256>>>(args, int64_t{1});
+      tsm2::Tsm2SplitReduceKernel<bf16, false><<<blocks, 256, 0, lab.stream>>>(args, int64_t{1});
       CHECK(cudaGetLastError());
     }
   };
   const double err = WorstError(lab, m, launch);
-  const double sec = TimeRotating(lab, launch);
+  const Timing sec = TimeRotating(lab, launch);
+  if (lab.tracing && s.cluster) {
+    const int blocks =
+        static_cast<int>(plan.splits * ((lab.n + 255) / 256)) * tsm2::kSClusterBlocks;
+    TraceLaunch(lab, name, m, blocks, tsm2::kSClusterBlocks, [&](int64_t turn, uint64_t* trace) {
+      CHECK(cudaMemcpyToSymbol(g_lib_trace, &trace, sizeof trace));
+      launch(turn);
+    });
+    uint64_t* none = nullptr;
+    CHECK(cudaMemcpyToSymbol(g_lib_trace, &none, sizeof none));
+  }
   if (m == 1) {
     std::printf("# %s: cluster %d, blocks %d, splits %lld, tile_n %lld\n", name, s.cluster ? 1 : 0,
                 plan.blocks, static_cast<long long>(plan.splits), static_cast<long long>(s.tile_n));
@@ -516,14 +711,9 @@ using MainCfg = ScCfg<SC_NC, SC_KC, SC_ROWS, SC_STAGES, SC_WK, SC_A_AFTER>;
 
 void RunM(Lab& lab, int m) {
   TryLib(lab, m);
-  TryCluster<MainCfg>(lab, m);
+  TryCluster<MainCfg>(lab, m);  // by default the library's stage shape, 32 rows x 4
 #if SC_SWEEP
-  TryCluster<ScCfg<256, 8, 32, 4, 1>>(lab, m);
-  TryCluster<ScCfg<256, 8, 64, 3, 1>>(lab, m);
-  TryCluster<ScCfg<256, 8, 32, 6, 1, 3>>(lab, m);
-  TryCluster<ScCfg<128, 4, 32, 6, 2>>(lab, m);
-  TryCluster<ScCfg<128, 8, 32, 4, 2>>(lab, m);
-  TryCluster<ScCfg<256, 16, 32, 4, 1>>(lab, m);
+  TryCluster<ScCfg<256, 8, 32, 4, 1, 1, 1>>(lab, m);
 #endif
 }
 
@@ -552,6 +742,9 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&lab.worst, sizeof(unsigned)));
   CHECK(cudaMalloc(&lab.sink, static_cast<size_t>(lab.sms) * 8 * sizeof(uint32_t)));
   CHECK(cudaMalloc(&lab.ws, lab.ws_bytes));
+  CHECK(cudaStreamCreate(&lab.stream));
+  CHECK(cudaMalloc(&lab.trace, size_t{4096} * kTraceWords * sizeof(uint64_t)));
+  lab.tracing = std::getenv("SC_TRACE") && std::getenv("SC_TRACE")[0] == '1';
   lab::FillKernel<<<1024, 256>>>(lab.a, int64_t{16} * lab.k, 1234u);
   lab::FillKernel<<<4096, 256>>>(lab.b, lab.b_elems, 99u);
   for (int64_t i = 1; i < lab.copies; ++i) {
@@ -565,6 +758,31 @@ int main(int argc, char** argv) {
               b_bytes * 1e-6, static_cast<long long>(lab.copies), kPeakGbs);
   std::printf("# %-28s %3s %6s %6s %11s %12s %8s  %s\n", "name", "m", "k", "n", "time", "bandwidth",
               "of peak", "err");
+  {  // how many clusters of each size fit at once, at one and at two blocks per SM
+    const void* kernel = reinterpret_cast<const void*>(ScClusterKernel<MainCfg>);
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 150 << 10));
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    for (int smem : {150 << 10, 100 << 10}) {
+      std::printf("# max active clusters, %d KiB smem:", smem >> 10);
+      for (int cs : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
+        cudaLaunchConfig_t cfg{};
+        cudaLaunchAttribute attr{};
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = cs;
+        attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+        cfg.gridDim = dim3(cs * 16, 1, 1);
+        cfg.blockDim = dim3(MainCfg::kThreads, 1, 1);
+        cfg.dynamicSmemBytes = smem;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        int clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) clusters = -1;
+        cudaGetLastError();
+        std::printf(" %d:%d", cs, clusters);
+      }
+      std::printf("\n");
+    }
+  }
   TryRead(lab);
   for (int m : {1, 2, 4, 8, 16}) RunM(lab, m);
   return 0;

@@ -114,13 +114,15 @@ struct SplitLauncher {
         cfg.blockDim = dim3(kThreads);
         cfg.dynamicSmemBytes = kSmem;
         cfg.stream = stream;
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeClusterDimension;
-        attr.val.clusterDim.x = kSClusterBlocks;
-        attr.val.clusterDim.y = 1;
-        attr.val.clusterDim.z = 1;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
+        cudaLaunchAttribute attr[2];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = kSClusterBlocks;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[1].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = kSClusterPdl ? 2 : 1;
         if (cudaError_t e = cudaLaunchKernelEx(&cfg, &Tsm2SClusterKernel<T>, a); e != cudaSuccess) {
           return e;
         }

@@ -150,9 +150,10 @@ constexpr int kSMmaMinM = 8;
 // chunks. Clusters need sm_90, so builds for older GPUs (TSM2_MIN_CUDA_ARCH,
 // set by CMake from the build's architectures; 90 when not given) keep the
 // other S kernels. Kernel lab (benchmarks/s_cluster_lab.cu, bf16 m x 4096 x
-// 4096, m = 1 / 16, rows per stage x stages): 32 x 4 15.4 / 16.7 us, 64 x 3
-// 15.8 / 16.9, 32 x 6 16.6 / 18.3 (taken: 32 x 4, 69 KiB). TSM2_S_CLUSTER=0,
-// TSM2_S_CLUSTER_ROWS, _STAGES: kernel-lab knobs.
+// 4096, m = 1 / 16, rows per stage x stages, session 15): 32 x 4 15.4 / 16.7
+// us, 64 x 3 15.8 / 16.9, 32 x 6 16.6 / 18.3 (taken: 32 x 4; 6 stages leave
+// one block per SM). TSM2_S_CLUSTER=0, TSM2_S_CLUSTER_ROWS, _STAGES:
+// kernel-lab knobs.
 #ifndef TSM2_S_CLUSTER
 #define TSM2_S_CLUSTER 1
 #endif
@@ -169,6 +170,18 @@ constexpr bool kSCluster = TSM2_S_CLUSTER && TSM2_MIN_CUDA_ARCH >= 90;
 constexpr int kSClusterCols = 256, kSClusterRows = TSM2_S_CLUSTER_ROWS;
 constexpr int kSClusterStages = TSM2_S_CLUSTER_STAGES;
 constexpr int kSClusterBlocksPerSm = 2;
+// A block holds up to this many columns of its slice of A (16 rows, 33 KB
+// beside the 64 KB ring: two blocks per SM still fit); longer slices stream
+// through in halves.
+constexpr int kSClusterMaxRankK = 1024;
+// Launched as a programmatic dependent (PDL): the blocks start while the
+// previous kernel drains and wait for its writes (griddepcontrol.wait) before
+// their first load. Lab, CUDA-graph replay (session 16): 14.39 -> 13.95 us at
+// bf16 1 x 4096 x 4096. TSM2_S_CLUSTER_PDL=0: a kernel-lab knob.
+#ifndef TSM2_S_CLUSTER_PDL
+#define TSM2_S_CLUSTER_PDL 1
+#endif
+constexpr bool kSClusterPdl = TSM2_S_CLUSTER_PDL;
 
 inline bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
   return kSCluster && itemsize == 2 && n % 8 == 0 && k % 8 == 0 &&

@@ -389,6 +389,7 @@ S_CLUSTER_SHAPES = [
     (8, 264),  # one stage: seven of the eight blocks have no rows; 8 columns in the last tile
     (50_000, 256),  # many stages per block, split across clusters
     (1000, 4104),  # k not a multiple of a stage (1000 = 31 x 32 + 8)
+    (12_000, 3584),  # 47 stages per rank: A's slice streams through its two halves
 ]
 S_MMA_TILE_SHAPES = [(1024, 10_000), (1001, 9001)]  # 16-byte rows; odd n, element copies
 

@@ -9,82 +9,175 @@
 // distributed shared memory, in rank order (deterministic), with no
 // workspace and no second kernel unless the plan also splits across
 // clusters. 4096 x 4096 is 16 column tiles x 8 = 128 blocks, one wave.
-// Kernel lab (benchmarks/s_cluster_lab.cu, bf16 m x 4096 x 4096, m = 1 / 16):
-// 15.4 / 16.7 us against the strips' 16.9 / 19.1 and a read of B's 13.6.
+// Kernel lab (benchmarks/s_cluster_lab.cu, bf16 m x 4096 x 4096, m = 1 / 16,
+// CUDA-graph replay, session 16): 14.4 / 15.6 us (13.95 / 15.1 with PDL)
+// against a read of B's 12.6.
 //
 // A stage is kSClusterRows rows of the block's 256 columns, with chunk c of
 // row r stored at c ^ (r % 8) so that the 8 rows x 16 bytes of an
-// ldmatrix.trans matrix fall in 8 distinct bank groups, and A's matching 16 x
-// kSClusterRows slice (rows m..15 zero, rows padded to an odd number of
-// 16-byte chunks). Warp w multiplies its 32 columns (4 n8 tiles) with
-// mma.sync m16n8k16; each stage's k16 chain starts from zero and is added to
-// the running f32 sum, as in the other half-precision kernels.
+// ldmatrix.trans matrix fall in 8 distinct bank groups. A's slice of the rank
+// (rows m..15 zero, rows padded to an odd number of 16-byte chunks) lands
+// right after B's first stage, up to 1024 columns of it; a longer slice is
+// refilled 512 columns at a time, each half ahead of its first stage (this
+// replaced a 16 x 32 slice of A in every stage: 0.25 us at 1 x 4096 x 4096).
+// Warp w multiplies its 32 columns (4 n8 tiles) with mma.sync m16n8k16; each
+// stage's k16 chain starts from zero and is added to the running f32 sum, as
+// in the other half-precision kernels.
+//
+// Where the time goes (the lab's per-block timeline, m = 1): the first stage
+// lands after ~1.2-1.6 us (every SM asks at once), the loop streams B at the
+// read ceiling for ~9.5 us, then ~0.7 us waits on the cluster's slowest rank
+// and ~0.3-0.5 us adds and stores. The 16th cluster shares SMs with the 8th
+// (only 15 clusters of 8 fit one block per SM) and ends ~0.5 us after the rest.
 #pragma once
 
 #include <cooperative_groups.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ffi/kernels/split_reduce.cuh"
 #include "ffi/kernels/tn_half.cuh"
 #include "ffi/split_plans.h"
 
+// A per-block timeline hook for the S lab (benchmarks/s_cluster_lab.cu): it
+// marks entry (0), the first stage landed (1), the main loop done (2), the
+// partial sums shared (3), this rank's outputs written (4) and exit (5).
+// Empty in the library.
+#ifndef TSM2_S_CLUSTER_MARK
+#define TSM2_S_CLUSTER_MARK(i)
+#endif
+
 namespace tsm2 {
+
+// The two halves of a cluster barrier (sm_90). The arrival is relaxed: it
+// publishes no memory, it only says "this block is done with the others'
+// shared memory".
+__device__ __forceinline__ void ClusterArriveRelaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ClusterWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
+}
+
+// Two floats rounded to T and packed in 32 bits, the first in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t PackPair(float x, float y) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(x, y);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
 
 template <typename T>
 struct ClusterSmem {
   static constexpr int kThreads = 256, kWarps = kThreads / 32;
   static constexpr int kCols = kSClusterCols, kRows = kSClusterRows;
-  static constexpr int kLda = kRows + kTMmaPad;  // A rows: [16][kLda]
-  static constexpr int kBElems = kRows * kCols;
-  static constexpr int kStageElems = kBElems + 16 * kLda;
-  static constexpr int kBytes = kSClusterStages * kStageElems * static_cast<int>(sizeof(T));
+  static constexpr int kStageElems = kRows * kCols;
+  static constexpr int kRingBytes = kSClusterStages * kStageElems * static_cast<int>(sizeof(T));
+  // A's slice of the rank: [16][kLda], rows m..15 zero, rows an odd number
+  // of 16-byte chunks apart (ldmatrix rows in distinct bank groups), in two
+  // halves of kAHalf columns; a longer slice streams through them in turn.
+  static constexpr int kLda = kSClusterMaxRankK + 8;
+  static constexpr int kAHalf = kSClusterMaxRankK / 2, kAHalfStages = kAHalf / kRows;
+  static constexpr int kBytes = kRingBytes + 16 * kLda * static_cast<int>(sizeof(T));
   static constexpr int kLdp = kCols + 8;  // row stride of the partial sums (floats)
   static constexpr int kRedCols = kCols / kSClusterBlocks;  // columns each rank adds up
+  static constexpr int kRedQuads = kRedCols / 4;
+  static_assert(kRedCols % 4 == 0 && 16 * kRedQuads <= kThreads, "one quad of outputs per thread");
   static_assert(kCols == 32 * kWarps && kRows % 16 == 0, "32 columns per warp, whole k16 steps");
   static_assert(kThreads % (kCols / 8) == 0 && kRows % (kThreads / (kCols / 8)) == 0,
                 "whole rows per copy pass");
+  static_assert(kAHalf % kRows == 0 && kSClusterStages - 1 <= kAHalfStages, "whole stages of A");
   static_assert(kLda * sizeof(T) % 32 == 16, "A's rows: an odd number of 16-byte chunks");
-  static_assert(16 * kLdp * 4 <= kBytes, "the partial sums fit in the ring");
+  static_assert(16 * kLdp * 4 <= kRingBytes, "the partial sums fit in the ring");
 };
 
-// Queues B rows [r0, r0 + kRows) of the block's columns and A[:m, r0:r0 +
-// kRows] into a stage; rows past r_end and columns past n are zeros. vec_ok:
-// 16-byte cp.async chunks; else element by element through registers.
+// Where this thread's 16-byte copies of B go, worked out once per block:
+// chunk c of rows r, r + kPass, ... of every stage (kPass = 8 rows per copy
+// pass, so the swizzle r % 8 is the same for all of them). Per stage the
+// copies then cost a pointer step and a row check, not 64-bit index math
+// (the lab's timeline had the library kernel 0.7 us behind one without it).
 template <typename T>
-__device__ __forceinline__ void LoadClusterStage(const SplitArgs& p, const T* a, const T* b,
-                                                 int64_t col0, int64_t r0, int64_t r_end,
-                                                 T* stage) {
+struct ClusterCopier {
   using Sm = ClusterSmem<T>;
-  constexpr int kChunks = Sm::kCols / 8, kPass = Sm::kThreads / kChunks;
-  const int tid = threadIdx.x;
-  if (p.vec_ok) {
-    const int c = tid % kChunks, r = tid / kChunks;
-    const bool col_ok = col0 + 8 * c < p.n;
-    const T* src = b + (r0 + r) * p.n + col0 + 8 * c;
+  static constexpr int kChunks = Sm::kCols / 8, kPass = Sm::kThreads / kChunks;
+  static_assert(kPass % 8 == 0 && Sm::kRows % kPass == 0, "one swizzle per thread");
+  const T* src;       // row r of the rank's first stage, chunk c of the tile
+  int64_t pass_step;  // kPass rows of B
+  int row, dst;       // r, and where chunk c of row r lands in a stage
+  bool col_ok;
+
+  __device__ ClusterCopier(const SplitArgs& p, const T* b, int64_t col0, int64_t r_begin) {
+    const int c = threadIdx.x % kChunks;
+    row = threadIdx.x / kChunks;
+    col_ok = col0 + 8 * c < p.n;
+    src = b + (r_begin + row) * p.n + col0 + 8 * c;
+    pass_step = kPass * p.n;
+    dst = row * Sm::kCols + 8 * (c ^ (row % 8));
+  }
+  // Queues stage s (rows r_begin + s * kRows ...) into `stage`; rows at or
+  // past `rows` (the rank's row count) and columns past n are zeros.
+  __device__ __forceinline__ void Stage(const T* b, int s, int rows, T* stage) const {
+    const T* from = src + s * (Sm::kRows / kPass) * pass_step;
 #pragma unroll
     for (int u = 0; u < Sm::kRows / kPass; ++u) {
-      const int rr = r + u * kPass;
-      const bool valid = col_ok && r0 + rr < r_end;
-      CpAsync16(stage + rr * Sm::kCols + 8 * (c ^ (rr % 8)),
-                valid ? src + static_cast<int64_t>(u) * kPass * p.n : b, valid);
+      const bool valid = col_ok && s * Sm::kRows + row + u * kPass < rows;
+      CpAsync16(stage + dst + u * kPass * Sm::kCols, valid ? from + u * pass_step : b, valid);
     }
-    constexpr int kAChunks = Sm::kRows / 8;
-    if (tid < p.m * kAChunks) {
-      const int i = tid / kAChunks, j = 8 * (tid % kAChunks);
-      const bool valid = r0 + j < r_end;
-      CpAsync16(stage + Sm::kBElems + i * Sm::kLda + j, valid ? a + i * p.k + r0 + j : a, valid);
+  }
+};
+
+// Element by element through registers (B's rows not 16-byte aligned): rows
+// [r0, r0 + kRows) of the block's columns into a stage, zeros past r_end
+// and n.
+template <typename T>
+__device__ __forceinline__ void LoadClusterStageElems(const SplitArgs& p, const T* b, int64_t col0,
+                                                      int64_t r0, int64_t r_end, T* stage) {
+  using Sm = ClusterSmem<T>;
+  for (int e = threadIdx.x; e < Sm::kRows * Sm::kCols; e += Sm::kThreads) {
+    const int rr = e / Sm::kCols, j = e % Sm::kCols;
+    const bool valid = r0 + rr < r_end && col0 + j < p.n;
+    stage[rr * Sm::kCols + 8 * ((j / 8) ^ (rr % 8)) + j % 8] =
+        valid ? b[(r0 + rr) * p.n + col0 + j] : T(0.0f);
+  }
+}
+
+// Zeros rows m..15 of A's buffer (the copies below never write them).
+template <typename T>
+__device__ __forceinline__ void ZeroClusterARows(const SplitArgs& p, T* as) {
+  using Sm = ClusterSmem<T>;
+  constexpr int kChunks = kSClusterMaxRankK / 8;
+  for (int e = p.m * kChunks + threadIdx.x; e < 16 * kChunks; e += Sm::kThreads) {
+    *reinterpret_cast<uint4*>(as + (e / kChunks) * Sm::kLda + 8 * (e % kChunks)) =
+        make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Queues A[:m, r_begin:r_begin + cols] into rows 0..m-1 of `as` (row stride
+// kLda), zeros past r_end.
+template <typename T>
+__device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int64_t r_begin,
+                                             int64_t r_end, int cols, T* as) {
+  using Sm = ClusterSmem<T>;
+  const int tid = threadIdx.x, chunks = cols / 8;
+  if (p.vec_ok) {
+    for (int e = tid; e < p.m * chunks; e += Sm::kThreads) {
+      const int i = e / chunks, j = 8 * (e % chunks);
+      const bool valid = r_begin + j < r_end;
+      CpAsync16(as + i * Sm::kLda + j, valid ? a + i * p.k + r_begin + j : a, valid);
     }
   } else {
-    for (int e = tid; e < Sm::kRows * Sm::kCols; e += Sm::kThreads) {
-      const int rr = e / Sm::kCols, j = e % Sm::kCols;
-      const bool valid = r0 + rr < r_end && col0 + j < p.n;
-      stage[rr * Sm::kCols + 8 * ((j / 8) ^ (rr % 8)) + j % 8] =
-          valid ? b[(r0 + rr) * p.n + col0 + j] : T(0.0f);
-    }
-    for (int e = tid; e < p.m * Sm::kRows; e += Sm::kThreads) {
-      const int i = e / Sm::kRows, j = e % Sm::kRows;
-      stage[Sm::kBElems + i * Sm::kLda + j] = r0 + j < r_end ? a[i * p.k + r0 + j] : T(0.0f);
+    for (int e = tid; e < p.m * cols; e += Sm::kThreads) {
+      const int i = e / cols, j = e % cols;
+      as[i * Sm::kLda + j] = r_begin + j < r_end ? a[i * p.k + r_begin + j] : T(0.0f);
     }
   }
 }
@@ -110,25 +203,40 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   const int64_t rank_len = p.split_len / kSClusterBlocks;
   const int64_t r_begin = split_begin + rank * rank_len;
   const int64_t r_end = min(split_end, r_begin + rank_len);
-  const int64_t steps = r_end > r_begin ? (r_end - r_begin + Sm::kRows - 1) / Sm::kRows : 0;
+  const int steps =
+      r_end > r_begin ? static_cast<int>((r_end - r_begin + Sm::kRows - 1) / Sm::kRows) : 0;
   const T* a = static_cast<const T*>(p.a) + blk.batch * p.a_batch_stride;
   const T* b = static_cast<const T*>(p.b) + blk.batch * p.b_batch_stride;
-
-  // A's rows m..15 stay zero in every stage: the copies never touch them.
-  constexpr int kARowVecs = Sm::kLda * static_cast<int>(sizeof(T)) / 16;
-#pragma unroll
-  for (int s = 0; s < S; ++s) {
-    uint4* rows = reinterpret_cast<uint4*>(ring + s * Sm::kStageElems + Sm::kBElems);
-    for (int v = p.m * kARowVecs + tid; v < 16 * kARowVecs; v += Sm::kThreads)
-      rows[v] = make_uint4(0, 0, 0, 0);
+  TSM2_S_CLUSTER_MARK(0);
+  if constexpr (kSClusterPdl) {
+    // Launched as a programmatic dependent: the previous kernel's writes are
+    // visible only after this.
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
   }
+
+  // Prologue: B's first stage, then A's whole slice as its own group (B is
+  // the long pole: it goes first), then the next S - 2 stages of B. Every
+  // later wait then leaves S - 2 groups pending.
+  T* as = reinterpret_cast<T*>(smem + Sm::kRingBytes);
+  const ClusterCopier<T> copier(p, b, col0, r_begin);
+  const int rows = static_cast<int>(r_end - r_begin);
+  auto load_stage = [&](int s) {
+    T* stage = ring + (s % S) * Sm::kStageElems;
+    if (p.vec_ok) {
+      copier.Stage(b, s, rows, stage);
+    } else {
+      LoadClusterStageElems<T>(p, b, col0, r_begin + int64_t{s} * Sm::kRows, r_end, stage);
+    }
+  };
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < steps) {
-      LoadClusterStage<T>(p, a, b, col0, r_begin + s * Sm::kRows, r_end,
-                          ring + s * Sm::kStageElems);
-    }
+    if (s < steps) load_stage(s);
     CpAsyncCommit();
+    if (s == 0) {  // A's first two halves
+      ZeroClusterARows<T>(p, as);
+      LoadClusterA<T>(p, a, r_begin, r_end, min(steps, 2 * Sm::kAHalfStages) * Sm::kRows, as);
+      CpAsyncCommit();
+    }
   }
 
   // ldmatrix rows: lane l addresses row l % 8 of matrix l / 8. A's matrices
@@ -137,20 +245,26 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   // n 8-15). A k16 step starts at a multiple of 16 rows, so a lane's row % 8
   // is lane % 8 and its swizzled chunk is the same at every step.
   const int lrow = lane % 8 + 8 * (lane / 8 % 2), lhi = lane / 16;
-  const int a_off = Sm::kBElems + lrow * Sm::kLda + 8 * lhi;
+  const int a_off = lrow * Sm::kLda + 8 * lhi;
   int b_off[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     b_off[h] = lrow * Sm::kCols + 8 * ((4 * warp + 2 * h + lhi) ^ (lane % 8));
 
   float acc[4][4] = {};
-  for (int64_t it = 0; it < steps; ++it) {
+  for (int it = 0; it < steps; ++it) {
     CpAsyncWait<S - 2>();
-    __syncthreads();  // stage `it` landed for every thread; stage it - 1 is free
-    const int64_t ip = it + S - 1;
-    if (ip < steps) {
-      LoadClusterStage<T>(p, a, b, col0, r_begin + ip * Sm::kRows, r_end,
-                          ring + (ip % S) * Sm::kStageElems);
+    __syncthreads();  // stage `it` (and A) landed for every thread; stage it - 1 is free
+    if (it == 0) TSM2_S_CLUSTER_MARK(1);
+    if (it + S - 1 < steps) load_stage(it + S - 1);
+    // Entering half h of A: the other half's stages are done (the barrier
+    // above), so it takes the half after this one, in this stage's group,
+    // which lands S - 1 <= kAHalfStages stages before its first use.
+    const int next = it + Sm::kAHalfStages;
+    if (it % Sm::kAHalfStages == 0 && it > 0 && next < steps) {
+      LoadClusterA<T>(p, a, r_begin + int64_t{next} * Sm::kRows, r_end,
+                      min(steps - next, Sm::kAHalfStages) * Sm::kRows,
+                      as + (next / Sm::kAHalfStages % 2) * Sm::kAHalf);
     }
     CpAsyncCommit();
 
@@ -159,7 +273,9 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
 #pragma unroll
     for (int kr = 0; kr < Sm::kRows; kr += 16) {
       uint32_t fa[4], fb[2][4];
-      LdMatrixX4(st + a_off + kr, fa);
+      LdMatrixX4(as + a_off + (it / Sm::kAHalfStages % 2) * Sm::kAHalf +
+                     (it % Sm::kAHalfStages) * Sm::kRows + kr,
+                 fa);
 #pragma unroll
       for (int h = 0; h < 2; ++h) LdMatrixX4Trans(st + kr * Sm::kCols + b_off[h], fb[h]);
 #pragma unroll
@@ -176,6 +292,7 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   }
   CpAsyncWait<0>();
   __syncthreads();  // every warp is done with the ring: it now takes the partial sums
+  TSM2_S_CLUSTER_MARK(2);
 
   // m16n8 accumulators: lane holds rows lane / 4 and lane / 4 + 8, columns
   // 2 (lane % 4) and the next, of each n8 tile. Only the m real rows are kept.
@@ -193,22 +310,51 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
     }
   }
   cluster.sync();  // every rank's partial sums are in its shared memory
+  TSM2_S_CLUSTER_MARK(3);
 
   // Rank r adds up columns [r * kRedCols, (r + 1) * kRedCols) of the tile
-  // over the ranks, in rank order.
-  for (int e = tid; e < p.m * Sm::kRedCols; e += Sm::kThreads) {
-    const int i = e / Sm::kRedCols, j = rank * Sm::kRedCols + e % Sm::kRedCols;
-    float v[kSClusterBlocks];
+  // over the ranks, in rank order, four columns per thread (one quad each:
+  // static_assert in ClusterSmem).
+  const int i = tid / Sm::kRedQuads, j = rank * Sm::kRedCols + 4 * (tid % Sm::kRedQuads);
+  const bool mine = i < p.m;
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (mine) {
+    float4 v[kSClusterBlocks];
 #pragma unroll
     for (int src = 0; src < kSClusterBlocks; ++src) {
-      v[src] = cluster.map_shared_rank(part_s, src)[i * Sm::kLdp + j];
+      v[src] =
+          *reinterpret_cast<const float4*>(cluster.map_shared_rank(part_s, src) + i * Sm::kLdp + j);
     }
-    float sum = v[0];
+    sum = v[0];
 #pragma unroll
-    for (int src = 1; src < kSClusterBlocks; ++src) sum += v[src];
-    if (col0 + j < p.n) StoreSplitOut<T>(p, blk, i, col0 + j, sum);
+    for (int src = 1; src < kSClusterBlocks; ++src) {
+      sum.x += v[src].x;
+      sum.y += v[src].y;
+      sum.z += v[src].z;
+      sum.w += v[src].w;
+    }
   }
-  cluster.sync();  // no rank leaves while another may still read its shared memory
+  // No rank may exit while another still reads its shared memory, but the
+  // reads are done (their sums are in registers): a relaxed arrival lets the
+  // stores of C below proceed without waiting on the barrier, and the
+  // barrier without waiting on them (a cluster.sync here cost ~0.4 us in the
+  // lab's timeline, benchmarks/s_cluster_lab.cu).
+  ClusterArriveRelaxed();
+  if (mine && p.vec_ok && p.splits == 1 && !p.out_f32 && col0 + j + 4 <= p.n) {
+    // One 8-byte store (n % 8 == 0 under vec_ok keeps it aligned).
+    T* dst = static_cast<T*>(p.c) + (blk.batch * p.m + i) * p.n + col0 + j;
+    *reinterpret_cast<uint2*>(dst) =
+        make_uint2(PackPair<T>(sum.x, sum.y), PackPair<T>(sum.z, sum.w));
+  } else if (mine) {
+    const float out[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (col0 + j + u < p.n) StoreSplitOut<T>(p, blk, i, col0 + j + u, out[u]);
+    }
+  }
+  TSM2_S_CLUSTER_MARK(4);
+  ClusterWait();
+  TSM2_S_CLUSTER_MARK(5);
 #endif
 }
 

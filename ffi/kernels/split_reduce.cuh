@@ -26,14 +26,20 @@ struct SplitArgs {
 struct SplitBlock {
   int64_t batch, tile_m, tile_n, split;
 };
-__device__ __forceinline__ SplitBlock DecodeSplitBlockAt(const SplitArgs& p, int64_t u) {
+// In 32 bits: u is a block (or cluster) index and the counts divide the grid,
+// so all are below 2^31, and a 64-bit division is a long software routine on
+// the path of every block's first load.
+__device__ __forceinline__ SplitBlock DecodeSplitBlockAt(const SplitArgs& p, int64_t u64) {
+  const auto splits = static_cast<uint32_t>(p.splits), tiles_n = static_cast<uint32_t>(p.tiles_n),
+             tiles_m = static_cast<uint32_t>(p.tiles_m);
+  auto u = static_cast<uint32_t>(u64);
   SplitBlock s;
-  s.split = u % p.splits;
-  u /= p.splits;
-  s.tile_n = u % p.tiles_n;
-  u /= p.tiles_n;
-  s.tile_m = u % p.tiles_m;
-  s.batch = u / p.tiles_m;
+  s.split = u % splits;
+  u /= splits;
+  s.tile_n = u % tiles_n;
+  u /= tiles_n;
+  s.tile_m = u % tiles_m;
+  s.batch = u / tiles_m;
   return s;
 }
 __device__ __forceinline__ SplitBlock DecodeSplitBlock(const SplitArgs& p) {
