@@ -254,11 +254,8 @@ __device__ __forceinline__ void ReduceOverCluster(const ScArgs& p, cg::cluster_g
       s.z += v[u].z;
       s.w += v[u].w;
     }
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(s.x, s.y);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(s.z, s.w);
-    const uint64_t packed = uint64_t{*reinterpret_cast<const uint32_t*>(&hi)} << 32 |
-                            *reinterpret_cast<const uint32_t*>(&lo);
-    *reinterpret_cast<uint64_t*>(p.c + static_cast<int64_t>(i) * p.n + col0 + j) = packed;
+    *reinterpret_cast<uint2*>(p.c + static_cast<int64_t>(i) * p.n + col0 + j) =
+        make_uint2(tsm2::PackPair<bf16>(s.x, s.y), tsm2::PackPair<bf16>(s.z, s.w));
   }
 }
 
@@ -393,14 +390,7 @@ struct ScLauncher {
     cfg.blockDim = dim3(Cfg::kThreads, 1, 1);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = Cfg::kKC;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = SC_PDL ? 2 : 1;
+    tsm2::SetClusterLaunch(&cfg, attr, Cfg::kKC, SC_PDL);
     const cudaError_t e = cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &cfg);
     if (e != cudaSuccess || max_clusters < 1) {
       std::printf("# %s: cannot launch (%s, max active clusters %d)\n", name, cudaGetErrorString(e),

@@ -32,6 +32,21 @@ inline cudaError_t SmCount(int* sms) {
   return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
 }
 
+// Points cfg at attr, filled for 1-D clusters of `cluster` blocks and, with
+// pdl, programmatic dependent launch (the kernel must griddepcontrol.wait
+// before its first read of another kernel's output).
+inline void SetClusterLaunch(cudaLaunchConfig_t* cfg, cudaLaunchAttribute (&attr)[2], int cluster,
+                             bool pdl) {
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg->attrs = attr;
+  cfg->numAttrs = pdl ? 2 : 1;
+}
+
 template <typename T>
 struct SplitLauncher {
   static SplitPlan MakePlan(const DeviceMatmul& p, Kernel f, int sms) {
@@ -115,14 +130,7 @@ struct SplitLauncher {
         cfg.dynamicSmemBytes = kSmem;
         cfg.stream = stream;
         cudaLaunchAttribute attr[2];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = kSClusterBlocks;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[1].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = kSClusterPdl ? 2 : 1;
+        SetClusterLaunch(&cfg, attr, kSClusterBlocks, kSClusterPdl);
         if (cudaError_t e = cudaLaunchKernelEx(&cfg, &Tsm2SClusterKernel<T>, a); e != cudaSuccess) {
           return e;
         }
