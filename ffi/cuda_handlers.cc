@@ -79,6 +79,22 @@ ffi::Error StreamReadImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi
   return ffi::Error::Success();
 }
 
+// Operands are ignored: they only order the stamp after whatever made them.
+ffi::Error DeviceClockImpl(cudaStream_t stream, ffi::RemainingArgs,
+                           ffi::Result<ffi::AnyBuffer> out) {
+  if (out->element_type() != ffi::DataType::U32 || out->element_count() != 2) {
+    return ffi::Error::InvalidArgument("tsm2_device_clock: result must be u32[2], got " +
+                                       DescribeBuffer(*out));
+  }
+  (void)cudaGetLastError();
+  cudaError_t e = LaunchDeviceClock(static_cast<uint32_t*>(out->untyped_data()), stream);
+  if (e != cudaSuccess) {
+    return ffi::Error::Internal(std::string("tsm2_device_clock: launch failed: ") +
+                                cudaGetErrorString(e));
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace tsm2
 
@@ -92,4 +108,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2StreamReadCuda, tsm2::StreamReadImpl,
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<xla::ffi::AnyBuffer>()   // x: any dtype and shape
                                   .Ret<xla::ffi::AnyBuffer>(),  // u32[blocks]: XOR per block
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2DeviceClockCuda, tsm2::DeviceClockImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .RemainingArgs()              // dependencies only
+                                  .Ret<xla::ffi::AnyBuffer>(),  // u32[2]: ns, low word first
                               {xla::ffi::Traits::kCmdBufferCompatible});

@@ -53,4 +53,8 @@ cudaError_t LaunchMatmul(const DeviceMatmul& p, const MatmulPlan& plan, void* wo
 cudaError_t LaunchStreamRead(const void* x, int64_t bytes, uint32_t* out, int64_t blocks,
                              cudaStream_t stream);
 
+// Writes the GPU's %globaltimer (ns) to out[0] (low word) and out[1] (high
+// word) once every earlier kernel on `stream` is done: the harness's timer.
+cudaError_t LaunchDeviceClock(uint32_t* out, cudaStream_t stream);
+
 }  // namespace tsm2

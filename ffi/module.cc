@@ -42,6 +42,7 @@ nb::dict Registrations() {
   nb::dict cuda;
   cuda["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCuda);
   cuda["tsm2_stream_read"] = EncapsulateHandler(Tsm2StreamReadCuda);
+  cuda["tsm2_device_clock"] = EncapsulateHandler(Tsm2DeviceClockCuda);
   cuda["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCuda);
   cuda["tsm2_colsums"] = EncapsulateHandler(Tsm2ColsumsCuda);
   cuda["tsm2_repair_column"] = EncapsulateHandler(Tsm2RepairColumnCuda);

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from functools import partial
 
 import jax
@@ -230,6 +231,8 @@ def test_route_of_lowered_text():
     assert case.route_of(line) in ("tsm2l", "tsm2_matmul[1]")
     assert case.route_of("%0 = stablehlo.dot_general %arg0, %arg1") == "xla"
     assert case.route_of("stablehlo.custom_call @tsm2_other(%a) {}") == "tsm2_other"
+    clock = f"%1 = stablehlo.custom_call @{timing.CLOCK_TARGET}() {{has_side_effect = true}}"
+    assert case.route_of(clock) == "xla"  # the harness's timer is not a route
 
 
 def test_bars_and_speedups():
@@ -270,6 +273,30 @@ def test_gpu_ceiling_and_torch_peer():
     assert doc["ceilings"]["read_bytes_per_s"] > 1e11
     assert doc["ceilings"]["read_method"] == "ffi:tsm2_stream_read"
     assert all(r["status"] == "ok" for r in doc["records"] if not r["status"].startswith("skip"))
+
+
+@pytest.mark.gpu
+def test_gpu_device_clock_times_the_products():
+    """The device clock's samples are the products' time: positive, about the host clock's
+    where the products are long enough for the host to keep ahead (8 x 64 MB reads), and
+    the stamped programs still return the products."""
+    assert timing.device_clock_available()
+    rng = np.random.default_rng(1)
+    a = [jnp.asarray(rng.standard_normal((4096, 4096), dtype=np.float32)) for _ in range(8)]
+    b = [jnp.asarray(rng.standard_normal((4096, 8), dtype=np.float32)) for _ in range(8)]
+    prod = partial(jnp.matmul, precision="highest")
+    compiled, text = timing.compile_jax(prod, [a, b])
+    assert compiled.clocked and timing.CLOCK_TARGET in text and case.route_of(text) == "xla"
+    outs = timing.run_jax(compiled, [a, b])
+    np.testing.assert_allclose(outs[7], np.asarray(a[7]) @ np.asarray(b[7]), rtol=1e-4, atol=1e-3)
+    host: list[float] = []
+    dev = timing.time_jax(compiled, [a, b], per_sample=4, repeats=3, host=host)
+    assert len(dev) == 3 and len(host) == 3
+    read = 4096 * 4096 * 4 / 3.5e12  # no faster than an H100/H200's HBM allows
+    assert all(read < d < 1e-3 for d in dev), dev
+    assert 0.7 < statistics.median(dev) / statistics.median(host) < 1.05, (dev, host)
+    plain, _ = timing.compile_jax(prod, [a, b], clock=False)
+    assert not plain.clocked and len(timing.run_jax(plain, [a, b])) == 8
 
 
 # -- issue 4: NT, TN, S and the gradient benchmark -------------------------------------------

@@ -24,6 +24,7 @@ RECORD_OPTIONAL = (
     "seconds_max",
     "samples",
     "seconds_isolated",
+    "seconds_host",
     "seconds_eager",
     "calls",
     "per_sample",

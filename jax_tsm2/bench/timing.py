@@ -12,12 +12,20 @@ One *call* is ``R`` products back to back, each on its own operand buffers, so t
 JAX: one jitted function performs the ``R`` products unrolled and returns all outputs, so
 nothing is dead code; it is compiled ahead of time and warmed up. Then calls run back to back
 with the next call always enqueued before the host waits for the current one (as in any
-pipelined JAX program), and the host clock is read each time a call completes. A *sample* is
-the time between the completions of call ``i`` and call ``i + P``, divided by ``P * R``: the
-device's steady-state time per product. Nothing is subtracted. Timing one call alone instead
-(``seconds_isolated`` in the JSON, ``isolated=True`` here) also charges the host's dispatch
-(~60 us plus ~0.8 us per argument on an H100, and the update of XLA's command buffers, which
-were seen to add up to ~2 ms for 34 custom calls) to JAX, but not to torch's event timing.
+pipelined JAX program). On a GPU with our extension built, the function also stamps the GPU's
+clock (``tsm2_device_clock``, ``%globaltimer``) before its first product and after its last,
+in stream order; a *sample* is the stamped time of ``P`` calls divided by ``P * R``: the
+device's time per product, as torch's CUDA events give it. Elsewhere a sample is the host
+clock between the completions of call ``i`` and call ``i + P``, divided by ``P * R``; on a GPU
+that figure is kept too (``seconds_host`` in the JSON). Why the device clock: a call passes
+``2 R`` buffers, and on an H100 the host spends ~3 us per buffer before any launch (a
+do-nothing function of the same buffers takes ~1.6 ms for ``R = 256``), so for products
+under ~15 us the host, not the GPU, set the pace and the host-clock samples of one case
+spread from 14 to 22 us (session 16, bf16 S 1 x 4096 x 4096) while torch's spread 0.04 us.
+Nothing is subtracted from either clock. Timing one call alone instead (``seconds_isolated``
+in the JSON, ``isolated=True`` here) also charges the host's dispatch (and the update of
+XLA's command buffers, which were seen to add up to ~2 ms for 34 custom calls) to JAX, but
+not to torch's event timing.
 
 torch: the same ``R`` products on the same buffers (DLPack), captured once in a CUDA graph
 (XLA launches from compiled thunks/command buffers, not from Python), a sample is ``P`` graph
@@ -43,6 +51,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Copies = Sequence[Sequence[Any]]  # one sequence per operand, one buffer per product
 
@@ -114,11 +123,69 @@ def unrolled(apply: Callable[..., Any], calls: int) -> Callable[..., tuple[Any, 
     return products
 
 
-def compile_jax(apply: Callable[..., Any], copies: Copies) -> tuple[Any, str]:
-    """Jit and compile the unrolled products ahead of time; also return the lowered text."""
+CLOCK_TARGET = "tsm2_device_clock"
+
+
+def device_clock_available() -> bool:
+    """True where JAX runs on a GPU and our extension registered ``tsm2_device_clock``."""
+    if jax.default_backend() != "gpu":
+        return False
+    try:
+        from jax_tsm2._ffi import registered_targets
+    except Exception:  # the extension is not built: host clock only
+        return False
+    return CLOCK_TARGET in registered_targets().get("CUDA", ())
+
+
+def _stamp(*after: Any) -> Any:
+    """The GPU clock (u32[2], ns, low word first) once everything in ``after`` is computed."""
+    call = jax.ffi.ffi_call(
+        CLOCK_TARGET, jax.ShapeDtypeStruct((2,), jnp.uint32), has_side_effect=True
+    )
+    return call(*after)
+
+
+def clocked(products: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
+    """``products`` between two clock stamps: returns its outputs and u32[2, 2] stamps."""
+
+    def run(*copies: Sequence[Any]) -> tuple[Any, Any]:
+        t0 = _stamp()
+        # The barrier makes every product wait for t0; t1 waits for every output.
+        t0, copies = jax.lax.optimization_barrier((t0, copies))
+        outs = products(*copies)
+        t1 = _stamp(*jax.tree.leaves(outs))
+        return outs, jnp.stack([t0, t1])
+
+    return run
+
+
+@dataclass
+class JaxProgram:
+    """A compiled unrolled function; ``clocked`` ones also return their two clock stamps."""
+
+    executable: Any
+    clocked: bool
+
+    def __call__(self, *args: Any) -> tuple[Any, Any]:
+        """(outputs, stamps or None)."""
+        out = self.executable(*args)
+        return out if self.clocked else (out, None)
+
+    def as_text(self) -> str:
+        return self.executable.as_text()
+
+
+def compile_jax(
+    apply: Callable[..., Any], copies: Copies, *, clock: bool | None = None
+) -> tuple[JaxProgram, str]:
+    """Jit and compile the unrolled products ahead of time (between clock stamps where the
+    device clock is available, or as ``clock`` says); also return the lowered text."""
     calls = len(copies[0])
-    lowered = jax.jit(unrolled(apply, calls)).lower(*[tuple(c) for c in copies])
-    return lowered.compile(), lowered.as_text()
+    if clock is None:
+        clock = device_clock_available()
+    fn = unrolled(apply, calls)
+    lowered = jax.jit(clocked(fn) if clock else fn).lower(*[tuple(c) for c in copies])
+    return JaxProgram(lowered.compile(), clock), lowered.as_text()
 
 
 def program_digest(compiled: Any) -> str | None:
@@ -131,44 +198,66 @@ def program_digest(compiled: Any) -> str | None:
 
         opts = _hlo.HloPrintOptions.fingerprint()
         opts.print_backend_config = True
-        modules = compiled.runtime_executable().hlo_modules()
+        executable = getattr(compiled, "executable", compiled)
+        modules = executable.runtime_executable().hlo_modules()
         text = "\n".join(m.to_string(opts) for m in modules)
     except Exception:  # a jaxlib without these bindings: no digest, no pooling
         return None
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def run_jax(compiled: Any, copies: Copies) -> tuple[Any, ...]:
-    """One call of a compiled unrolled function; waits for it."""
-    return jax.block_until_ready(compiled(*[tuple(c) for c in copies]))
+def run_jax(compiled: JaxProgram, copies: Copies) -> tuple[Any, ...]:
+    """One call of a compiled unrolled function; waits for it and returns its outputs."""
+    return jax.block_until_ready(compiled(*[tuple(c) for c in copies])[0])
+
+
+def _elapsed_ns(stamps: Any) -> int:
+    words = np.asarray(stamps, dtype=np.uint64)
+    t0, t1 = (int(w[0]) | (int(w[1]) << 32) for w in words)
+    return t1 - t0
 
 
 def time_jax(
-    compiled: Any, copies: Copies, *, per_sample: int, repeats: int, warmup: int = 1
+    compiled: JaxProgram,
+    copies: Copies,
+    *,
+    per_sample: int,
+    repeats: int,
+    warmup: int = 1,
+    host: list[float] | None = None,
 ) -> list[float]:
     """Seconds per product for each of ``repeats`` samples of ``per_sample`` calls, in steady
-    state: one call always queued behind the one the host waits for (module docstring)."""
+    state: one call always queued behind the one the host waits for (module docstring). The
+    device clock's samples where ``compiled`` is clocked, else the host clock's; ``host``, if
+    given, receives the host clock's samples as well."""
     args = [tuple(c) for c in copies]
     calls = len(copies[0])
     total = (warmup + repeats) * per_sample
     pending = compiled(*args)
-    marks = []
+    marks, stamps = [], []
     for _ in range(total):
         queued = compiled(*args)  # enqueue the next call before waiting for this one
         jax.block_until_ready(pending)
         marks.append(time.perf_counter())
+        stamps.append(pending[1])  # a few bytes; read back once the loop is done
         pending = queued  # rebinding frees the finished call's outputs
     jax.block_until_ready(pending)
     marks.append(time.perf_counter())
     del pending, queued
     marks = marks[warmup * per_sample :]
-    return [
-        (marks[(i + 1) * per_sample] - marks[i * per_sample]) / (per_sample * calls)
-        for i in range(repeats)
+    per = per_sample * calls
+    host_samples = [
+        (marks[(i + 1) * per_sample] - marks[i * per_sample]) / per for i in range(repeats)
     ]
+    if host is not None:
+        host.extend(host_samples)
+    if not compiled.clocked:
+        return host_samples
+    ns = [_elapsed_ns(s) for s in stamps[warmup * per_sample :]]
+    return [sum(ns[i * per_sample : (i + 1) * per_sample]) * 1e-9 / per for i in range(repeats)]
 
 
-def time_jax_isolated(compiled: Any, copies: Copies, *, repeats: int = 3) -> list[float]:
+def time_jax_isolated(compiled: JaxProgram, copies: Copies, *, repeats: int = 3) -> list[float]:
     """Seconds per product of one call timed alone: host clock from dispatch to
     ``block_until_ready``, divided by ``R`` (includes the host's dispatch)."""
     args = [tuple(c) for c in copies]
