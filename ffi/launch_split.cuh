@@ -107,35 +107,56 @@ struct SplitLauncher {
     return cudaGetLastError();
   }
 
+  // `blocks` clusters of kSClusterBlocks blocks (small_left_cluster.cuh).
+  template <int MT>
+  static cudaError_t LaunchSCluster(const SplitArgs& a, int blocks, cudaStream_t stream) {
+    constexpr int kSmem = ClusterSmem<T>::kBytes, kThreads = ClusterSmem<T>::kThreads;
+    const void* kernel = reinterpret_cast<const void*>(&Tsm2SClusterKernel<T, MT>);
+    int per_sm = 0;  // also opts the kernel in to kSmem bytes of shared memory
+    if (cudaError_t e = BlocksPerSm(kernel, kThreads, kSmem, &per_sm); e != cudaSuccess) return e;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks * kSClusterBlocks));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    SetClusterLaunch(&cfg, attr, kSClusterBlocks, kSClusterPdl);
+    if (cudaError_t e = cudaLaunchKernelEx(&cfg, &Tsm2SClusterKernel<T, MT>, a); e != cudaSuccess) {
+      return e;
+    }
+    return cudaGetLastError();
+  }
+
   static cudaError_t LaunchS(const DeviceMatmul& p, SplitArgs a, const SplitPlan& s,
                              cudaStream_t stream) {
     constexpr int kCpt = SCols<T>::kCpt;
     a.vec_ok = p.n % kCpt == 0 && reinterpret_cast<uintptr_t>(p.b) % SCols<T>::kBytes == 0;
     const int64_t mt = Pow2AtLeast(p.m);
     const int blocks = static_cast<int>(a.splits * a.tiles_n * p.batch);
-    if constexpr (sizeof(T) == 2) {
+    if constexpr (sizeof(T) <= 4) {
       if (s.cluster) {  // no other kernel runs a cluster plan
         if (!HasClusters()) return cudaErrorInvalidDeviceFunction;
         a.vec_ok = p.n % 8 == 0 && p.k % 8 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
-        constexpr int kSmem = ClusterSmem<T>::kBytes, kThreads = ClusterSmem<T>::kThreads;
-        const void* kernel = reinterpret_cast<const void*>(&Tsm2SClusterKernel<T>);
-        int per_sm = 0;  // also opts the kernel in to kSmem bytes of shared memory
-        if (cudaError_t e = BlocksPerSm(kernel, kThreads, kSmem, &per_sm); e != cudaSuccess) {
-          return e;
+        if constexpr (sizeof(T) == 2) {
+          return LaunchSCluster<16>(a, blocks, stream);
+        } else {
+          switch (mt) {  // f32 multiplies m rounded up to a power of two rows of A
+            case 1:
+              return LaunchSCluster<1>(a, blocks, stream);
+            case 2:
+              return LaunchSCluster<2>(a, blocks, stream);
+            case 4:
+              return LaunchSCluster<4>(a, blocks, stream);
+            case 8:
+              return LaunchSCluster<8>(a, blocks, stream);
+            default:
+              return LaunchSCluster<16>(a, blocks, stream);
+          }
         }
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(static_cast<unsigned>(blocks * kSClusterBlocks));
-        cfg.blockDim = dim3(kThreads);
-        cfg.dynamicSmemBytes = kSmem;
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[2];
-        SetClusterLaunch(&cfg, attr, kSClusterBlocks, kSClusterPdl);
-        if (cudaError_t e = cudaLaunchKernelEx(&cfg, &Tsm2SClusterKernel<T>, a); e != cudaSuccess) {
-          return e;
-        }
-        return cudaGetLastError();
       }
+    }
+    if constexpr (sizeof(T) == 2) {
       if (s.mma && HasMmaSync()) {
         constexpr int kSmem = SMmaSmem<T>::kBytes;
         const void* kernel = reinterpret_cast<const void*>(&Tsm2SMmaKernel<T>);

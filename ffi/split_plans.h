@@ -143,8 +143,8 @@ constexpr int kSMmaMinM = TSM2_S_MMA_MIN_M;
 #else
 constexpr int kSMmaMinM = 8;
 #endif
-// bf16/f16 products whose 256-column tiles, 8 blocks each, fit in one wave of
-// two blocks per SM run over thread-block clusters (small_left_cluster.cuh):
+// bf16/f16/f32 products whose 256-column tiles, 8 blocks each, fit in one wave
+// of two blocks per SM run over thread-block clusters (small_left_cluster.cuh):
 // the 8 blocks of a cluster split the contraction and add their sums through
 // distributed shared memory. n and k multiples of 8: the copies are 16-byte
 // chunks. Clusters need sm_90, so builds for older GPUs (TSM2_MIN_CUDA_ARCH,
@@ -167,13 +167,15 @@ constexpr int kSMmaMinM = 8;
 #define TSM2_MIN_CUDA_ARCH 90
 #endif
 constexpr bool kSCluster = TSM2_S_CLUSTER && TSM2_MIN_CUDA_ARCH >= 90;
-constexpr int kSClusterCols = 256, kSClusterRows = TSM2_S_CLUSTER_ROWS;
-constexpr int kSClusterStages = TSM2_S_CLUSTER_STAGES;
+constexpr int kSClusterCols = 256, kSClusterStages = TSM2_S_CLUSTER_STAGES;
 constexpr int kSClusterBlocksPerSm = 2;
+// Rows of B per stage: TSM2_S_CLUSTER_ROWS for 2-byte types, half as many for
+// f32, so a stage is 16 KB (the ring 64 KB) for every type.
+constexpr int SClusterRows(int itemsize) { return TSM2_S_CLUSTER_ROWS * 2 / itemsize; }
 // A block holds up to this many columns of its slice of A (16 rows, 33 KB
 // beside the 64 KB ring: two blocks per SM still fit); longer slices stream
 // through in halves.
-constexpr int kSClusterMaxRankK = 1024;
+constexpr int SClusterMaxRankK(int itemsize) { return 2048 / itemsize; }
 // Launched as a programmatic dependent (PDL): the blocks start while the
 // previous kernel drains and wait for its writes (griddepcontrol.wait) before
 // their first load. Lab, CUDA-graph replay (session 16): 14.39 -> 13.95 us at
@@ -184,7 +186,7 @@ constexpr int kSClusterMaxRankK = 1024;
 constexpr bool kSClusterPdl = TSM2_S_CLUSTER_PDL;
 
 inline bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
-  return kSCluster && itemsize == 2 && n % 8 == 0 && k % 8 == 0 &&
+  return kSCluster && (itemsize == 2 || itemsize == 4) && n % 8 == 0 && k % 8 == 0 &&
          batch * CeilDiv(n, kSClusterCols) * kSClusterBlocks <=
              int64_t{kSClusterBlocksPerSm} * sm_count;
 }
@@ -193,12 +195,13 @@ inline int SColsPerThread(int itemsize) { return itemsize == 8 ? 2 : 4; }
 inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
   SplitPlan s;
   if (SUsesCluster(itemsize, batch, k, n, sm_count)) {
-    s.cluster = s.mma = true;
+    s.cluster = true;
+    s.mma = itemsize == 2;  // f32 multiplies on the CUDA cores
     s.tile_m = m;
     s.tile_n = kSClusterCols;
     s.tiles_m = 1;
     s.tiles_n = CeilDiv(n, kSClusterCols);
-    s.step = kSClusterBlocks * kSClusterRows;
+    s.step = kSClusterBlocks * SClusterRows(itemsize);
     // Split across clusters only where they leave a quarter of the SMs idle,
     // and then into ranges of 4+ steps.
     const int64_t blocks = batch * s.tiles_n * kSClusterBlocks;

@@ -371,10 +371,12 @@ def test_tn_half_tiles_keep_ieee_nan_and_inf(dtype):
     _assert_special_patterns(c, a.astype(np.float64).T @ b.astype(np.float64))
 
 
-# S for bf16/f16 on tensor cores: 256-column tiles whose cluster of 8 blocks
-# splits the contraction (small_left_cluster.cuh, n and k multiples of 8, the
-# clusters in one wave) and 128-column tiles (small_left_mma.cuh, m >= 8
-# otherwise). The plan is asserted, so each case exercises the variant it names.
+# S over clusters: 256-column tiles whose cluster of 8 blocks splits the
+# contraction (small_left_cluster.cuh, n and k multiples of 8, the clusters in
+# one wave; bf16/f16 on tensor cores, f32 on CUDA cores with every power-of-two
+# row count of A), and bf16/f16 128-column tensor-core tiles (small_left_mma.cuh,
+# m >= 8 otherwise). The plan is asserted, so each case exercises the variant
+# it names.
 def _s_plan(dtype, batch, m, k, n):
     from jax_tsm2._ffi import _tsm2_ext
 
@@ -394,15 +396,18 @@ S_CLUSTER_SHAPES = [
 S_MMA_TILE_SHAPES = [(1024, 10_000), (1001, 9001)]  # 16-byte rows; odd n, element copies
 
 
-@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize("dtype", [*HALF_DTYPES, jnp.float32], ids=dtype_ids)
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 13, 16])
 @pytest.mark.parametrize(("k", "n"), S_CLUSTER_SHAPES, ids=str)
 def test_small_left_clusters(dtype, m, k, n):
-    assert _s_plan(dtype, 1, m, k, n)["cluster"], "the shape should take the cluster kernel"
+    plan = _s_plan(dtype, 1, m, k, n)
+    assert plan["cluster"], "the shape should take the cluster kernel"
+    assert plan["mma"] == (dtype != jnp.float32), plan  # f32 stays off TF32
     rng = np.random.default_rng(m * 31 + k + n)
     a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
     check(_run(a, b, TSM2S, NN), a, b, NN)
-    check(_run(a, b, TSM2S, NN, jnp.float32), a, b, NN)
+    if dtype != jnp.float32:
+        check(_run(a, b, TSM2S, NN, jnp.float32), a, b, NN)
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
@@ -421,10 +426,11 @@ def test_small_left_mma_tiles(dtype, m, k, n):
     [((3, 5, 4096), (3, 4096, 520)), ((9, 2048), (4, 2048, 1032))],  # both batched; a shared
     ids=str,
 )
-def test_small_left_clusters_batched(a_shape, b_shape):
-    assert _s_plan(jnp.bfloat16, b_shape[0], a_shape[-2], a_shape[-1], b_shape[-1])["cluster"]
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=dtype_ids)
+def test_small_left_clusters_batched(a_shape, b_shape, dtype):
+    assert _s_plan(dtype, b_shape[0], a_shape[-2], a_shape[-1], b_shape[-1])["cluster"]
     rng = np.random.default_rng(8)
-    a, b = rand(rng, a_shape, jnp.bfloat16), rand(rng, b_shape, jnp.bfloat16)
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
     check(_run(a, b, TSM2S, NN), a, b, NN)
 
 
@@ -444,10 +450,11 @@ def test_small_left_tensor_cores_sum_in_f32(dtype, m, k, n):
     assert rel.max() <= 64 * np.finfo(np.float32).eps, rel.max()
 
 
-def test_small_left_clusters_are_bitwise_reproducible():
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=dtype_ids)
+def test_small_left_clusters_are_bitwise_reproducible(dtype):
     rng = np.random.default_rng(14)
-    a, b = rand(rng, (8, 50_000), jnp.bfloat16), rand(rng, (50_000, 256), jnp.bfloat16)
-    assert _s_plan(jnp.bfloat16, 1, 8, 50_000, 256)["splits"] > 1
+    a, b = rand(rng, (8, 50_000), dtype), rand(rng, (50_000, 256), dtype)
+    assert _s_plan(dtype, 1, 8, 50_000, 256)["splits"] > 1
     c1 = np.asarray(_run(a, b, TSM2S, NN, jnp.float32))
     c2 = np.asarray(_run(a, b, TSM2S, NN, jnp.float32))
     assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32))

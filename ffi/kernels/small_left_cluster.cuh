@@ -1,4 +1,4 @@
-// TSM2S over thread-block clusters, for bf16 and f16 on sm_90: C[m, n] =
+// TSM2S over thread-block clusters, for bf16, f16 and f32 on sm_90: C[m, n] =
 // A[m, k] @ B[k, n], m <= 16.
 //
 // Why: a block of the strips this replaced owned 32 columns of B, so DRAM saw
@@ -23,6 +23,12 @@
 // Warp w multiplies its 32 columns (4 n8 tiles) with mma.sync m16n8k16; each
 // stage's k16 chain starts from zero and is added to the running f32 sum, as
 // in the other half-precision kernels.
+//
+// f32 takes the same ring, slices and reduction with 16-row stages (16 KB,
+// as for 2-byte types) and no swizzle, but multiplies on the CUDA cores in
+// f32: thread t owns column t of the tile and keeps MT (m rounded up to a
+// power of two) sums, reading A's slice as broadcast float4s over 4 rows. So
+// f32 results are exact f32 sums (no TF32), like the other f32 kernels.
 //
 // Where the time goes (the lab's per-block timeline, m = 1): the first stage
 // lands after ~1.2-1.6 us (every SM asks at once), the loop streams B at the
@@ -78,38 +84,44 @@ __device__ __forceinline__ uint32_t PackPair(float x, float y) {
 
 template <typename T>
 struct ClusterSmem {
+  static constexpr bool kHalf = sizeof(T) == 2;  // tensor cores; f32: CUDA cores
   static constexpr int kThreads = 256, kWarps = kThreads / 32;
-  static constexpr int kCols = kSClusterCols, kRows = kSClusterRows;
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte copy
+  static constexpr int kCols = kSClusterCols, kRows = SClusterRows(sizeof(T));
   static constexpr int kStageElems = kRows * kCols;
   static constexpr int kRingBytes = kSClusterStages * kStageElems * static_cast<int>(sizeof(T));
   // A's slice of the rank: [16][kLda], rows m..15 zero, rows an odd number
   // of 16-byte chunks apart (ldmatrix rows in distinct bank groups), in two
   // halves of kAHalf columns; a longer slice streams through them in turn.
-  static constexpr int kLda = kSClusterMaxRankK + 8;
-  static constexpr int kAHalf = kSClusterMaxRankK / 2, kAHalfStages = kAHalf / kRows;
+  static constexpr int kMaxRankK = SClusterMaxRankK(sizeof(T));
+  static constexpr int kLda = kMaxRankK + kVec;
+  static constexpr int kAHalf = kMaxRankK / 2, kAHalfStages = kAHalf / kRows;
   static constexpr int kBytes = kRingBytes + 16 * kLda * static_cast<int>(sizeof(T));
   static constexpr int kLdp = kCols + 8;  // row stride of the partial sums (floats)
   static constexpr int kRedCols = kCols / kSClusterBlocks;  // columns each rank adds up
   static constexpr int kRedQuads = kRedCols / 4;
   static_assert(kRedCols % 4 == 0 && 16 * kRedQuads <= kThreads, "one quad of outputs per thread");
-  static_assert(kCols == 32 * kWarps && kRows % 16 == 0, "32 columns per warp, whole k16 steps");
-  static_assert(kThreads % (kCols / 8) == 0 && kRows % (kThreads / (kCols / 8)) == 0,
+  static_assert(kCols == 32 * kWarps && kCols == kThreads, "32 columns per warp, one per thread");
+  static_assert(kRows % 16 == 0, "whole k16 steps (and float4s of A)");
+  static_assert(kThreads % (kCols / kVec) == 0 && kRows % (kThreads / (kCols / kVec)) == 0,
                 "whole rows per copy pass");
   static_assert(kAHalf % kRows == 0 && kSClusterStages - 1 <= kAHalfStages, "whole stages of A");
-  static_assert(kLda * sizeof(T) % 32 == 16, "A's rows: an odd number of 16-byte chunks");
+  static_assert(!kHalf || kLda * sizeof(T) % 32 == 16, "A's rows: odd numbers of 16-byte chunks");
   static_assert(16 * kLdp * 4 <= kRingBytes, "the partial sums fit in the ring");
 };
 
 // Where this thread's 16-byte copies of B go, worked out once per block:
 // chunk c of rows r, r + kPass, ... of every stage (kPass = 8 rows per copy
-// pass, so the swizzle r % 8 is the same for all of them). Per stage the
-// copies then cost a pointer step and a row check, not 64-bit index math
-// (the lab's timeline had the library kernel 0.7 us behind one without it).
+// pass for 2-byte types, so the swizzle r % 8 is the same for all of them;
+// f32 is not swizzled). Per stage the copies then cost a pointer step and a
+// row check, not 64-bit index math (the lab's timeline had the library kernel
+// 0.7 us behind one without it).
 template <typename T>
 struct ClusterCopier {
   using Sm = ClusterSmem<T>;
-  static constexpr int kChunks = Sm::kCols / 8, kPass = Sm::kThreads / kChunks;
-  static_assert(kPass % 8 == 0 && Sm::kRows % kPass == 0, "one swizzle per thread");
+  static constexpr int kChunks = Sm::kCols / Sm::kVec, kPass = Sm::kThreads / kChunks;
+  static_assert(!Sm::kHalf || kPass % 8 == 0, "one swizzle per thread");
+  static_assert(Sm::kRows % kPass == 0, "whole copy passes per stage");
   const T* src;       // row r of the rank's first stage, chunk c of the tile
   int64_t pass_step;  // kPass rows of B
   int row, dst;       // r, and where chunk c of row r lands in a stage
@@ -118,10 +130,10 @@ struct ClusterCopier {
   __device__ ClusterCopier(const SplitArgs& p, const T* b, int64_t col0, int64_t r_begin) {
     const int c = threadIdx.x % kChunks;
     row = threadIdx.x / kChunks;
-    col_ok = col0 + 8 * c < p.n;
-    src = b + (r_begin + row) * p.n + col0 + 8 * c;
+    col_ok = col0 + Sm::kVec * c < p.n;
+    src = b + (r_begin + row) * p.n + col0 + Sm::kVec * c;
     pass_step = kPass * p.n;
-    dst = row * Sm::kCols + 8 * (c ^ (row % 8));
+    dst = row * Sm::kCols + Sm::kVec * (Sm::kHalf ? c ^ (row % 8) : c);
   }
   // Queues stage s (rows r_begin + s * kRows ...) into `stage`; rows at or
   // past `rows` (the rank's row count) and columns past n are zeros.
@@ -145,8 +157,8 @@ __device__ __forceinline__ void LoadClusterStageElems(const SplitArgs& p, const 
   for (int e = threadIdx.x; e < Sm::kRows * Sm::kCols; e += Sm::kThreads) {
     const int rr = e / Sm::kCols, j = e % Sm::kCols;
     const bool valid = r0 + rr < r_end && col0 + j < p.n;
-    stage[rr * Sm::kCols + 8 * ((j / 8) ^ (rr % 8)) + j % 8] =
-        valid ? b[(r0 + rr) * p.n + col0 + j] : T(0.0f);
+    const int at = Sm::kHalf ? 8 * ((j / 8) ^ (rr % 8)) + j % 8 : j;
+    stage[rr * Sm::kCols + at] = valid ? b[(r0 + rr) * p.n + col0 + j] : T(0.0f);
   }
 }
 
@@ -154,9 +166,9 @@ __device__ __forceinline__ void LoadClusterStageElems(const SplitArgs& p, const 
 template <typename T>
 __device__ __forceinline__ void ZeroClusterARows(const SplitArgs& p, T* as) {
   using Sm = ClusterSmem<T>;
-  constexpr int kChunks = kSClusterMaxRankK / 8;
+  constexpr int kChunks = Sm::kMaxRankK / Sm::kVec;
   for (int e = p.m * kChunks + threadIdx.x; e < 16 * kChunks; e += Sm::kThreads) {
-    *reinterpret_cast<uint4*>(as + (e / kChunks) * Sm::kLda + 8 * (e % kChunks)) =
+    *reinterpret_cast<uint4*>(as + (e / kChunks) * Sm::kLda + Sm::kVec * (e % kChunks)) =
         make_uint4(0, 0, 0, 0);
   }
 }
@@ -167,10 +179,10 @@ template <typename T>
 __device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int64_t r_begin,
                                              int64_t r_end, int cols, T* as) {
   using Sm = ClusterSmem<T>;
-  const int tid = threadIdx.x, chunks = cols / 8;
+  const int tid = threadIdx.x, chunks = cols / Sm::kVec;
   if (p.vec_ok) {
     for (int e = tid; e < p.m * chunks; e += Sm::kThreads) {
-      const int i = e / chunks, j = 8 * (e % chunks);
+      const int i = e / chunks, j = Sm::kVec * (e % chunks);
       const bool valid = r_begin + j < r_end;
       CpAsync16(as + i * Sm::kLda + j, valid ? a + i * p.k + r_begin + j : a, valid);
     }
@@ -182,11 +194,36 @@ __device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int
   }
 }
 
-template <typename T>
+// One f32 stage on the CUDA cores: thread t adds column t of the stage's rows
+// times A's MT rows (broadcast float4s over 4 rows) to its MT sums, in row order.
+template <int MT>
+__device__ __forceinline__ void ClusterStageF32(const float* st, const float* as_stage,
+                                                float (&acc)[MT]) {
+  using Sm = ClusterSmem<float>;
+#pragma unroll
+  for (int kr = 0; kr < Sm::kRows; kr += 4) {
+    float bv[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) bv[u] = st[(kr + u) * Sm::kCols + threadIdx.x];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const float4 av = *reinterpret_cast<const float4*>(as_stage + i * Sm::kLda + kr);
+      acc[i] = fmaf(av.x, bv[0], acc[i]);
+      acc[i] = fmaf(av.y, bv[1], acc[i]);
+      acc[i] = fmaf(av.z, bv[2], acc[i]);
+      acc[i] = fmaf(av.w, bv[3], acc[i]);
+    }
+  }
+}
+
+// MT: rows of A the f32 path multiplies (m rounded up to a power of two);
+// 16 for 2-byte types, whose m16 tiles always take 16.
+template <typename T, int MT>
 __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
     Tsm2SClusterKernel(const __grid_constant__ SplitArgs p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Sm = ClusterSmem<T>;
+  static_assert(!Sm::kHalf || MT == 16, "2-byte types take m16 tiles");
   constexpr int S = kSClusterStages;
   extern __shared__ __align__(16) char smem[];
   T* ring = reinterpret_cast<T*>(smem);
@@ -251,7 +288,8 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   for (int h = 0; h < 2; ++h)
     b_off[h] = lrow * Sm::kCols + 8 * ((4 * warp + 2 * h + lhi) ^ (lane % 8));
 
-  float acc[4][4] = {};
+  float acc[4][4] = {};    // 2-byte types: four m16n8 accumulators
+  float acc_f32[MT] = {};  // f32: this thread's column, rows 0..MT-1
   for (int it = 0; it < steps; ++it) {
     CpAsyncWait<S - 2>();
     __syncthreads();  // stage `it` (and A) landed for every thread; stage it - 1 is free
@@ -269,25 +307,29 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
     CpAsyncCommit();
 
     const T* st = ring + (it % S) * Sm::kStageElems;
-    float part[4][4] = {};
+    const T* as_stage =
+        as + (it / Sm::kAHalfStages % 2) * Sm::kAHalf + (it % Sm::kAHalfStages) * Sm::kRows;
+    if constexpr (Sm::kHalf) {
+      float part[4][4] = {};
 #pragma unroll
-    for (int kr = 0; kr < Sm::kRows; kr += 16) {
-      uint32_t fa[4], fb[2][4];
-      LdMatrixX4(as + a_off + (it / Sm::kAHalfStages % 2) * Sm::kAHalf +
-                     (it % Sm::kAHalfStages) * Sm::kRows + kr,
-                 fa);
+      for (int kr = 0; kr < Sm::kRows; kr += 16) {
+        uint32_t fa[4], fb[2][4];
+        LdMatrixX4(as_stage + a_off + kr, fa);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) LdMatrixX4Trans(st + kr * Sm::kCols + b_off[h], fb[h]);
+        for (int h = 0; h < 2; ++h) LdMatrixX4Trans(st + kr * Sm::kCols + b_off[h], fb[h]);
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+          const uint32_t frag[2] = {fb[f / 2][2 * (f % 2)], fb[f / 2][2 * (f % 2) + 1]};
+          MmaHalf<T>(part[f], fa, frag);
+        }
+      }
 #pragma unroll
       for (int f = 0; f < 4; ++f) {
-        const uint32_t frag[2] = {fb[f / 2][2 * (f % 2)], fb[f / 2][2 * (f % 2) + 1]};
-        MmaHalf<T>(part[f], fa, frag);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[f][e] += part[f][e];
       }
-    }
-#pragma unroll
-    for (int f = 0; f < 4; ++f) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[f][e] += part[f][e];
+    } else {
+      ClusterStageF32<MT>(st, as_stage, acc_f32);
     }
   }
   CpAsyncWait<0>();
@@ -297,13 +339,19 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   // m16n8 accumulators: lane holds rows lane / 4 and lane / 4 + 8, columns
   // 2 (lane % 4) and the next, of each n8 tile. Only the m real rows are kept.
   float* part_s = reinterpret_cast<float*>(smem);  // [16][kLdp]
+  if constexpr (!Sm::kHalf) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      if (i < p.m) part_s[i * Sm::kLdp + tid] = acc_f32[i];
+    }
+  }
 #pragma unroll
   for (int f = 0; f < 4; ++f) {
     const int j = 32 * warp + 8 * f + 2 * (lane % 4);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int i = lane / 4 + 8 * hh;
-      if (i < p.m) {
+      if (Sm::kHalf && i < p.m) {
         *reinterpret_cast<float2*>(part_s + i * Sm::kLdp + j) =
             make_float2(acc[f][2 * hh], acc[f][2 * hh + 1]);
       }
@@ -341,10 +389,14 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   // lab's timeline, benchmarks/s_cluster_lab.cu).
   ClusterArriveRelaxed();
   if (mine && p.vec_ok && p.splits == 1 && !p.out_f32 && col0 + j + 4 <= p.n) {
-    // One 8-byte store (n % 8 == 0 under vec_ok keeps it aligned).
+    // One 8-byte (16-byte for f32) store; n % 8 == 0 under vec_ok aligns it.
     T* dst = static_cast<T*>(p.c) + (blk.batch * p.m + i) * p.n + col0 + j;
-    *reinterpret_cast<uint2*>(dst) =
-        make_uint2(PackPair<T>(sum.x, sum.y), PackPair<T>(sum.z, sum.w));
+    if constexpr (Sm::kHalf) {
+      *reinterpret_cast<uint2*>(dst) =
+          make_uint2(PackPair<T>(sum.x, sum.y), PackPair<T>(sum.z, sum.w));
+    } else {
+      *reinterpret_cast<float4*>(dst) = sum;
+    }
   } else if (mine) {
     const float out[4] = {sum.x, sum.y, sum.z, sum.w};
 #pragma unroll

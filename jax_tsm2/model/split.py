@@ -64,14 +64,16 @@ def split_prediction(
     bw = dev.bandwidth(cal)
     eta_stream, eta_fma = cal.split_eta(kernel)
     if plan.get("cluster"):
-        # bf16/f16 over clusters (small_left_cluster.cuh): B streamed at their
-        # own efficiency, plus each column tile's read of A from L2 at a
-        # fraction of a DRAM byte; the tensor cores have time to spare.
+        # Over clusters (small_left_cluster.cuh): B streamed at their own
+        # efficiency, plus each column tile's read of A from L2 at a fraction
+        # of a DRAM byte; the tensor cores (bf16/f16) and CUDA cores (f32, at
+        # most 16 FMAs per element of B) have time to spare.
         l2 = plan["tiles_n"] * a_bytes * cal.cluster_l2_weight
         t_mem = (dram + l2) / (bw * cal.cluster_eta_stream)
         how = (
             f"tsm2s in {plan['tiles_n']} tiles of {plan['tile_n']} columns over clusters of 8 "
-            f"on tensor cores, {plan['splits']} split{'s' if plan['splits'] != 1 else ''}; "
+            f"on {'tensor' if plan.get('mma') else 'CUDA'} cores, "
+            f"{plan['splits']} split{'s' if plan['splits'] != 1 else ''}; "
             f"B streamed at {cal.cluster_eta_stream:.0%} of the read ceiling, A read "
             f"{plan['tiles_n']} times from L2"
         )
