@@ -26,9 +26,8 @@
 //
 // f32 takes the same ring, slices and reduction with 16-row stages (16 KB,
 // as for 2-byte types) and no swizzle, but multiplies on the CUDA cores in
-// f32: thread t owns column t of the tile and keeps MT (m rounded up to a
-// power of two) sums, reading A's slice as broadcast float4s over 4 rows. So
-// f32 results are exact f32 sums (no TF32), like the other f32 kernels.
+// f32 (ClusterF32 below), so its results are f32 sums (no TF32), like the
+// other f32 kernels.
 //
 // Where the time goes (the lab's per-block timeline, m = 1): the first stage
 // lands after ~1.2-1.6 us (every SM asks at once), the loop streams B at the
@@ -194,27 +193,89 @@ __device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int
   }
 }
 
-// One f32 stage on the CUDA cores: thread t adds column t of the stage's rows
-// times A's MT rows (broadcast float4s over 4 rows) to its MT sums, in row order.
+// The f32 product on the CUDA cores. Each thread owns 4 columns and up to 4
+// rows of A (kMI) and adds their 4 x 4 outer products over 4 rows of B at a
+// time: per 4 rows, 4 float4 reads of B and kMI float4 reads of A (row-major
+// in shared memory, so a float4 is 4 rows of B's contraction) feed 16 kMI
+// independent FMAs. The 256 threads are 4 groups of 64 (two warps): groups
+// split A's rows into 4-row groups (kIG of them) and, where A has fewer than
+// 16 rows, the stage's rows (kG of them), whose sums are added in group order
+// at the end. (A thread per column with MT chained sums, read from broadcast
+// float4s of A, took 33 and 52 us at m = 8 and 16 on 1 x 4096 x 4096 against
+// 24.5 at m = 1: latency-bound.)
 template <int MT>
-__device__ __forceinline__ void ClusterStageF32(const float* st, const float* as_stage,
-                                                float (&acc)[MT]) {
+struct ClusterF32 {
   using Sm = ClusterSmem<float>;
+  static constexpr int kIG = MT >= 4 ? MT / 4 : 1;  // groups of A's rows
+  static constexpr int kG = 4 / kIG;                // groups of a stage's rows
+  static constexpr int kMI = MT < 4 ? MT : 4;       // rows of A per thread
+  static constexpr int kGroupRows = Sm::kRows / kG;
+  static_assert(kG * kIG == 4 && kG * MT <= 16 && kGroupRows % 4 == 0, "4 groups of 64 threads");
+  int g, ig, col;  // stage-row group, A-row group, first of the thread's 4 columns
+  float acc[kMI][4] = {};
+
+  __device__ ClusterF32() {
+    const int group = static_cast<int>(threadIdx.x) / 64;
+    g = group / kIG;
+    ig = group % kIG;
+    col = 4 * (static_cast<int>(threadIdx.x) % 64);
+  }
+
+  __device__ __forceinline__ void Stage(const float* st, const float* as_stage) {
 #pragma unroll
-  for (int kr = 0; kr < Sm::kRows; kr += 4) {
-    float bv[4];
+    for (int s = 0; s < kGroupRows; s += 4) {
+      const int r0 = g * kGroupRows + s;
+      float4 bq[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) bv[u] = st[(kr + u) * Sm::kCols + threadIdx.x];
+      for (int u = 0; u < 4; ++u) {
+        bq[u] = *reinterpret_cast<const float4*>(st + (r0 + u) * Sm::kCols + col);
+      }
 #pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      const float4 av = *reinterpret_cast<const float4*>(as_stage + i * Sm::kLda + kr);
-      acc[i] = fmaf(av.x, bv[0], acc[i]);
-      acc[i] = fmaf(av.y, bv[1], acc[i]);
-      acc[i] = fmaf(av.z, bv[2], acc[i]);
-      acc[i] = fmaf(av.w, bv[3], acc[i]);
+      for (int j = 0; j < kMI; ++j) {
+        const float4 aq = *reinterpret_cast<const float4*>(as_stage + (4 * ig + j) * Sm::kLda + r0);
+        const float av[4] = {aq.x, aq.y, aq.z, aq.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          acc[j][0] = fmaf(av[u], bq[u].x, acc[j][0]);
+          acc[j][1] = fmaf(av[u], bq[u].y, acc[j][1]);
+          acc[j][2] = fmaf(av[u], bq[u].z, acc[j][2]);
+          acc[j][3] = fmaf(av[u], bq[u].w, acc[j][3]);
+        }
+      }
     }
   }
-}
+
+  // Leaves the block's sums of rows 0..m-1 in part_s[i][0..kCols). Rows
+  // g * MT + i hold group g's until they are added (all threads call this).
+  __device__ __forceinline__ void Share(float* part_s, int m) const {
+#pragma unroll
+    for (int j = 0; j < kMI; ++j) {
+      const int i = 4 * ig + j;
+      if (i < m) {
+        *reinterpret_cast<float4*>(part_s + (g * MT + i) * Sm::kLdp + col) =
+            make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+      }
+    }
+    if constexpr (kG > 1) {
+      __syncthreads();
+      for (int e = threadIdx.x; e < m * (Sm::kCols / 4); e += Sm::kThreads) {
+        float* row = part_s + (e / (Sm::kCols / 4)) * Sm::kLdp + 4 * (e % (Sm::kCols / 4));
+        float4 v = *reinterpret_cast<const float4*>(row);
+#pragma unroll
+        for (int gg = 1; gg < kG; ++gg) {
+          const float4 w = *reinterpret_cast<const float4*>(row + gg * MT * Sm::kLdp);
+          v.x += w.x;
+          v.y += w.y;
+          v.z += w.z;
+          v.w += w.w;
+        }
+        *reinterpret_cast<float4*>(row) = v;
+      }
+    }
+  }
+};
+
+struct ClusterNoF32 {};  // 2-byte types keep their sums in m16n8 fragments
 
 // MT: rows of A the f32 path multiplies (m rounded up to a power of two);
 // 16 for 2-byte types, whose m16 tiles always take 16.
@@ -288,8 +349,8 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   for (int h = 0; h < 2; ++h)
     b_off[h] = lrow * Sm::kCols + 8 * ((4 * warp + 2 * h + lhi) ^ (lane % 8));
 
-  float acc[4][4] = {};    // 2-byte types: four m16n8 accumulators
-  float acc_f32[MT] = {};  // f32: this thread's column, rows 0..MT-1
+  float acc[4][4] = {};  // 2-byte types: four m16n8 accumulators
+  std::conditional_t<Sm::kHalf, ClusterNoF32, ClusterF32<MT>> f32;  // f32's sums
   for (int it = 0; it < steps; ++it) {
     CpAsyncWait<S - 2>();
     __syncthreads();  // stage `it` (and A) landed for every thread; stage it - 1 is free
@@ -329,7 +390,7 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
         for (int e = 0; e < 4; ++e) acc[f][e] += part[f][e];
       }
     } else {
-      ClusterStageF32<MT>(st, as_stage, acc_f32);
+      f32.Stage(st, as_stage);
     }
   }
   CpAsyncWait<0>();
@@ -339,12 +400,7 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   // m16n8 accumulators: lane holds rows lane / 4 and lane / 4 + 8, columns
   // 2 (lane % 4) and the next, of each n8 tile. Only the m real rows are kept.
   float* part_s = reinterpret_cast<float*>(smem);  // [16][kLdp]
-  if constexpr (!Sm::kHalf) {
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      if (i < p.m) part_s[i * Sm::kLdp + tid] = acc_f32[i];
-    }
-  }
+  if constexpr (!Sm::kHalf) f32.Share(part_s, p.m);
 #pragma unroll
   for (int f = 0; f < 4; ++f) {
     const int j = 32 * warp + 8 * f + 2 * (lane % 4);
