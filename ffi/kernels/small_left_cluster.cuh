@@ -193,84 +193,74 @@ __device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int
   }
 }
 
-// The f32 product on the CUDA cores. Each thread owns 4 columns and up to 4
-// rows of A (kMI) and adds their 4 x 4 outer products over 4 rows of B at a
-// time: per 4 rows, 4 float4 reads of B and kMI float4 reads of A (row-major
-// in shared memory, so a float4 is 4 rows of B's contraction) feed 16 kMI
-// independent FMAs. The 256 threads are 4 groups of 64 (two warps): groups
-// split A's rows into 4-row groups (kIG of them) and, where A has fewer than
-// 16 rows, the stage's rows (kG of them), whose sums are added in group order
-// at the end. (A thread per column with MT chained sums, read from broadcast
-// float4s of A, took 33 and 52 us at m = 8 and 16 on 1 x 4096 x 4096 against
-// 24.5 at m = 1: latency-bound.)
+// The f32 product on the CUDA cores. Each thread owns 4 columns and all MT
+// rows of A and adds their outer products with 4 rows of B at a time: 4 float4
+// reads of B and MT float4 reads of A (row-major in shared memory, so a
+// float4 is 4 rows of the contraction) feed 16 MT independent FMAs. The 256
+// threads are 4 groups of 64 (two warps) that take rows 4g..4g+3 of each
+// 16-row stage; their sums are added in group order at the end. Lab history
+// at 1 x 4096 x 4096 (harness, device clock; m = 1 / 8 / 16): a thread per
+// column with MT chained sums, 24.5 / 33 / 52 us (latency-bound); 4 x 4 tiles
+// with A's rows split between the groups, 24.5 / 27.9 / 40 (B read from
+// shared memory once per group of A's rows).
 template <int MT>
 struct ClusterF32 {
   using Sm = ClusterSmem<float>;
-  static constexpr int kIG = MT >= 4 ? MT / 4 : 1;  // groups of A's rows
-  static constexpr int kG = 4 / kIG;                // groups of a stage's rows
-  static constexpr int kMI = MT < 4 ? MT : 4;       // rows of A per thread
-  static constexpr int kGroupRows = Sm::kRows / kG;
-  static_assert(kG * kIG == 4 && kG * MT <= 16 && kGroupRows % 4 == 0, "4 groups of 64 threads");
-  int g, ig, col;  // stage-row group, A-row group, first of the thread's 4 columns
-  float acc[kMI][4] = {};
+  static constexpr int kGroups = Sm::kThreads / (Sm::kCols / 4);
+  static_assert(kGroups * 4 == Sm::kRows, "one 4-row step per group per stage");
+  static_assert(kGroups * MT * Sm::kLdp * 4 <= Sm::kBytes, "every group's sums fit");
+  int g, col;  // the thread's rows 4g..4g+3 of a stage, first of its 4 columns
+  float acc[MT][4] = {};
 
   __device__ ClusterF32() {
-    const int group = static_cast<int>(threadIdx.x) / 64;
-    g = group / kIG;
-    ig = group % kIG;
-    col = 4 * (static_cast<int>(threadIdx.x) % 64);
+    g = static_cast<int>(threadIdx.x) / (Sm::kCols / 4);
+    col = 4 * (static_cast<int>(threadIdx.x) % (Sm::kCols / 4));
   }
 
   __device__ __forceinline__ void Stage(const float* st, const float* as_stage) {
+    float4 bq[4];
 #pragma unroll
-    for (int s = 0; s < kGroupRows; s += 4) {
-      const int r0 = g * kGroupRows + s;
-      float4 bq[4];
+    for (int u = 0; u < 4; ++u) {
+      bq[u] = *reinterpret_cast<const float4*>(st + (4 * g + u) * Sm::kCols + col);
+    }
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const float4 aq = *reinterpret_cast<const float4*>(as_stage + i * Sm::kLda + 4 * g);
+      const float av[4] = {aq.x, aq.y, aq.z, aq.w};
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        bq[u] = *reinterpret_cast<const float4*>(st + (r0 + u) * Sm::kCols + col);
-      }
-#pragma unroll
-      for (int j = 0; j < kMI; ++j) {
-        const float4 aq = *reinterpret_cast<const float4*>(as_stage + (4 * ig + j) * Sm::kLda + r0);
-        const float av[4] = {aq.x, aq.y, aq.z, aq.w};
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          acc[j][0] = fmaf(av[u], bq[u].x, acc[j][0]);
-          acc[j][1] = fmaf(av[u], bq[u].y, acc[j][1]);
-          acc[j][2] = fmaf(av[u], bq[u].z, acc[j][2]);
-          acc[j][3] = fmaf(av[u], bq[u].w, acc[j][3]);
-        }
+        acc[i][0] = fmaf(av[u], bq[u].x, acc[i][0]);
+        acc[i][1] = fmaf(av[u], bq[u].y, acc[i][1]);
+        acc[i][2] = fmaf(av[u], bq[u].z, acc[i][2]);
+        acc[i][3] = fmaf(av[u], bq[u].w, acc[i][3]);
       }
     }
   }
 
-  // Leaves the block's sums of rows 0..m-1 in part_s[i][0..kCols). Rows
-  // g * MT + i hold group g's until they are added (all threads call this).
+  // Leaves the block's sums of rows 0..m-1 in part_s[i][0..kCols), from
+  // group g's in rows g * MT + i (all threads call this; the ring and A's
+  // slice are free by then).
   __device__ __forceinline__ void Share(float* part_s, int m) const {
 #pragma unroll
-    for (int j = 0; j < kMI; ++j) {
-      const int i = 4 * ig + j;
+    for (int i = 0; i < MT; ++i) {
       if (i < m) {
         *reinterpret_cast<float4*>(part_s + (g * MT + i) * Sm::kLdp + col) =
-            make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+            make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
       }
     }
-    if constexpr (kG > 1) {
-      __syncthreads();
-      for (int e = threadIdx.x; e < m * (Sm::kCols / 4); e += Sm::kThreads) {
-        float* row = part_s + (e / (Sm::kCols / 4)) * Sm::kLdp + 4 * (e % (Sm::kCols / 4));
-        float4 v = *reinterpret_cast<const float4*>(row);
+    __syncthreads();
+    for (int e = threadIdx.x; e < m * (Sm::kCols / 4); e += Sm::kThreads) {
+      float* row = part_s + (e / (Sm::kCols / 4)) * Sm::kLdp + 4 * (e % (Sm::kCols / 4));
+      float4 v = *reinterpret_cast<const float4*>(row);
 #pragma unroll
-        for (int gg = 1; gg < kG; ++gg) {
-          const float4 w = *reinterpret_cast<const float4*>(row + gg * MT * Sm::kLdp);
-          v.x += w.x;
-          v.y += w.y;
-          v.z += w.z;
-          v.w += w.w;
-        }
-        *reinterpret_cast<float4*>(row) = v;
+      for (int gg = 1; gg < kGroups; ++gg) {
+        const float4 w = *reinterpret_cast<const float4*>(row + gg * MT * Sm::kLdp);
+        v.x += w.x;
+        v.y += w.y;
+        v.z += w.z;
+        v.w += w.w;
       }
+      *reinterpret_cast<float4*>(row) = v;
     }
   }
 };
