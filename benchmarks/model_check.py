@@ -55,14 +55,18 @@ COMMITTED = (
     "h100-2026-11-22c/layouts-before-routing/bench.json",
     "h100-2026-11-22c/tn-grad-routed/bench.json",
     "h100-2026-11-23/layouts-final/bench.json",
+    "h100-2026-11-23/session17/bench-s/bench.json",
 )
 # Families whose kernel records in a file measured a kernel since rewritten
 # (TSM2T's staging and its f64 tensor-core tiles, 2026-11-23; the gradient
 # runs TSM2T): the model describes the current kernel, so only those files'
 # XLA records still count. layouts-final has them measured again.
 SUPERSEDED: dict[str, frozenset[str]] = {
-    "h100-2026-11-22c/layouts-before-routing": frozenset({"TN"}),
+    "h100-2026-11-22c/layouts-before-routing": frozenset({"TN", "S"}),
     "h100-2026-11-22c/tn-grad-routed": frozenset({"TN", "GRAD"}),
+    # TSM2S's strips gave way to the cluster kernel (sessions 15-17), measured
+    # again in session17/bench-s.
+    "h100-2026-11-23/layouts-final": frozenset({"S"}),
 }
 # What the calibration (jax_tsm2/model/calibration.py) was fitted to, per file:
 # those families' figures are in-sample. tn-grad-routed repeats the fitted TN
@@ -240,7 +244,9 @@ def _forced_times(recs: dict[str, dict[str, Any]], layouts: list[str]) -> dict[t
     return out
 
 
-def routing_check(doc: dict[str, Any], device: model.Device) -> list[dict[str, Any]]:
+def routing_check(
+    doc: dict[str, Any], device: model.Device, label: str = ""
+) -> list[dict[str, Any]]:
     """Per case with a forced kernel and ``jnp`` measured: what ``routing.route`` picks in
     mode "auto" on ``device`` for each product, and how the choice measured.
 
@@ -249,9 +255,13 @@ def routing_check(doc: dict[str, Any], device: model.Device) -> list[dict[str, A
     slower than ``jnp``. ``slowdown`` is the chosen path's measured time (``jnp``,
     a forced kernel, or the routed ``tsm2`` record where it ran the same targets)
     over the best of the forced kernels and ``jnp``, minus one; None where that
-    combination was not measured in the file."""
+    combination was not measured in the file. Kernel records of the families
+    ``SUPERSEDED`` for ``label`` do not count."""
     by_case: dict[tuple, dict[str, dict[str, Any]]] = {}
+    old = SUPERSEDED.get(label, frozenset())
     for rec in doc.get("records", []):
+        if rec.get("family") in old and not rec["impl"].startswith("jnp"):
+            continue
         if rec.get("status") == "ok" and rec.get("seconds"):
             by_case.setdefault((rec["case"], rec["dtype"]), {})[rec["impl"]] = rec
     out = []
@@ -339,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: {f}: GPU {doc['gpu']!r}, model device {dev.name!r}", file=sys.stderr)
         label = file_label(f)
         rows += check(doc, dev, label)
-        routes += [dict(r, file=label) for r in routing_check(doc, model.PRESETS[args.preset])]
+        routes += [
+            dict(r, file=label) for r in routing_check(doc, model.PRESETS[args.preset], label)
+        ]
     if not args.quiet:
         print(
             f"{'case':24} {'dtype':5} {'impl':12} {'kernel':12} {'measured':>10} "

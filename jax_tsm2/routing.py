@@ -114,6 +114,7 @@ class MeasuredWin:
     # m and n must be multiples of this: the measured shapes were, and the
     # kernels' vector copies need it (the grid's odd m, n ran 2-5x slower).
     align: int = 1
+    min_n: int = 0
 
     def covers(self, target: str, dtype: np.dtype, p: Problem, layout: str = "nn") -> bool:
         rows = (p.batch or 1) * p.m
@@ -123,7 +124,7 @@ class MeasuredWin:
             and dtype.name in self.dtypes
             and self.min_rows <= rows <= self.max_rows
             and self.min_k <= p.k <= self.max_k
-            and p.n <= self.max_n
+            and self.min_n <= p.n <= self.max_n
             and p.m % self.align == 0
             and p.n % self.align == 0
         )
@@ -155,6 +156,31 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         align=4,
         evidence="H100: TN f32 1e7x16x16 2.25x, 1e6x16x256 1.85x, 1e6x64x64 1.19x; f64 "
         "2.48x, 2.20x, 1.38x over jnp.matmul (h100-2026-11-22c); measured at k >= 1e6",
+    ),
+    # A few rows times a 4096 x 4096 B on the cluster kernel (one wave of
+    # 16 clusters), device-clock timed. At m >= 8 in f32 and m >= 2 in bf16
+    # XLA's dot was as fast or faster, so the regions stop there.
+    MeasuredWin(
+        "tsm2s",
+        frozenset({"float32"}),
+        max_rows=4,
+        max_k=4096,
+        max_n=4096,
+        min_k=4096,
+        min_n=4096,
+        evidence="H100: S f32 1/2/4x4096x4096 24.5/24.7/25.2 us against XLA's dot "
+        "25.1/25.2/25.6 (h100-2026-11-23/session17); measured at k = n = 4096 only",
+    ),
+    MeasuredWin(
+        "tsm2s",
+        frozenset({"bfloat16"}),
+        max_rows=1,
+        max_k=4096,
+        max_n=4096,
+        min_k=4096,
+        min_n=4096,
+        evidence="H100: S bf16 1x4096x4096 14.2 us against XLA's dot 14.6-15.2 "
+        "(h100-2026-11-23/session17); measured at k = n = 4096 only",
     ),
 )
 SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(

@@ -433,7 +433,8 @@ def _committed_routes(mc):
     routes = []
     for f in mc.committed_files():
         doc = json.loads(f.read_text())
-        routes += [dict(r, file=mc.file_label(f)) for r in mc.routing_check(doc, model.H100_SXM)]
+        label = mc.file_label(f)
+        routes += [dict(r, file=label) for r in mc.routing_check(doc, model.H100_SXM, label)]
     return routes
 
 
@@ -553,3 +554,23 @@ def test_measured_wins_need_the_measured_alignment():
     l_win = next(w for w in routing.MEASURED_WINS if w.target == "tsm2l")
     assert l_win.covers("tsm2l", bf16, model.Problem(None, 10**6, 8, 8), "nn")
     assert not l_win.covers("tsm2l", bf16, model.Problem(None, 596_634, 4, 4), "nn")
+
+
+def test_small_left_wins_cover_only_the_measured_shapes():
+    """The S wins were measured at k = n = 4096 (cluster kernel, one wave)."""
+    f32, bf16 = np.dtype("float32"), np.dtype(jnp.bfloat16)
+    for m in (1, 2, 4):
+        r = route((m, 4096), (4096, 4096), dtype=jnp.float32, mode="auto")
+        assert r.target == "tsm2s" and r.layer == "measured", r
+    assert route((1, 4096), (4096, 4096), dtype=jnp.bfloat16, mode="auto").target == "tsm2s"
+    for a, b, dtype in [
+        ((8, 4096), (4096, 4096), jnp.float32),  # 27.9 us against XLA's 26.0
+        ((2, 4096), (4096, 4096), jnp.bfloat16),  # 14.3 against 14.1-14.2
+        ((1, 4096), (4096, 2048), jnp.float32),  # not measured
+        ((1, 8192), (8192, 4096), jnp.float32),
+    ]:
+        assert route(a, b, dtype=dtype, mode="auto").layer != "measured"
+    wins = [w for w in routing.MEASURED_WINS if w.target == "tsm2s"]
+    assert {w.dtypes for w in wins} == {frozenset({"float32"}), frozenset({"bfloat16"})}
+    assert not any(w.covers("tsm2s", f32, model.Problem(None, 1, 4096, 4104), "nn") for w in wins)
+    assert not any(w.covers("tsm2s", bf16, model.Problem(2, 1, 4096, 4096), "nn") for w in wins)
