@@ -277,9 +277,9 @@ def test_gpu_ceiling_and_torch_peer():
 
 @pytest.mark.gpu
 def test_gpu_device_clock_times_the_products():
-    """The device clock's samples are the products' time: positive, about the host clock's
-    where the products are long enough for the host to keep ahead (8 x 64 MB reads), and
-    the stamped programs still return the products."""
+    """The device clock's samples are the products' time: no faster than HBM allows, within
+    the host clock's (which adds each call's dispatch: 30 us against 45-79 us per product
+    here on an H100), steady, and the stamped programs still return the products."""
     assert timing.device_clock_available()
     rng = np.random.default_rng(1)
     a = [jnp.asarray(rng.standard_normal((4096, 4096), dtype=np.float32)) for _ in range(8)]
@@ -294,7 +294,8 @@ def test_gpu_device_clock_times_the_products():
     assert len(dev) == 3 and len(host) == 3
     read = 4096 * 4096 * 4 / 3.5e12  # no faster than an H100/H200's HBM allows
     assert all(read < d < 1e-3 for d in dev), dev
-    assert 0.7 < statistics.median(dev) / statistics.median(host) < 1.05, (dev, host)
+    assert statistics.median(dev) <= 1.02 * statistics.median(host), (dev, host)
+    assert max(dev) < 1.05 * min(dev), dev
     plain, _ = timing.compile_jax(prod, [a, b], clock=False)
     assert not plain.clocked and len(timing.run_jax(plain, [a, b])) == 8
 

@@ -169,7 +169,7 @@ def test_bar1_median_error_per_family_on_committed_h100_results():
     mc, rows = _committed_rows()
     fams = mc.by_family(rows)
     kernel_rows = [r for r in rows if r["group"] == "kernel"]
-    assert len(kernel_rows) >= 103  # R 21, L 36, NT 8 + 8, S 20 + 20, TN 6, GRAD 6
+    assert len(kernel_rows) >= 105  # R 21, L 36, NT 8 + 8, S 20 (session 17), TN 6, GRAD 3 + 3
     seen = {(s["family"], s["group"]) for s in fams}
     for fam in ("R", "L", "NT", "S", "TN", "GRAD"):
         assert {(fam, "kernel"), (fam, "xla")} <= seen, fam

@@ -452,7 +452,8 @@ def test_auto_never_picks_a_kernel_that_measured_slower_than_xla():
     assert all(r["slowdown"] is None or r["slowdown"] <= 0.10 for r in routes)
     faster = [r for r in routes if r["kernel_over_xla"] < 1 / 1.10]
     missed = [r for r in faster if r["target"].replace("+", "").replace("xla", "") == ""]
-    assert len(faster) >= 20  # TN, GRAD, bf16 L 8 x 8
+    # TN, GRAD, bf16 L 8 x 8 (the superseded files' kernel records no longer count)
+    assert len(faster) >= 14
     assert not missed, [(r["file"], r["case"], r["dtype"]) for r in missed]
 
 
