@@ -160,12 +160,14 @@ from _helpers import assert_close_to_reference, ffi_matmul, rand
 
 # TSM2S for bf16/f16 on tensor cores: clusters with no split, with splits and
 # batched, a part-filled tile; 128-column tiles with 16-byte rows and with
-# odd n (element copies).
+# odd n (element copies). f32 (unbatched): the same clusters on CUDA cores.
 rng = np.random.default_rng(1)
 shapes = [(1, 8, 8), (3, 4104, 8), (9, 2048, 264), (16, 1000, 1000), (8, 200, 4240),
           (13, 33, 4241)]
+runs = list(itertools.product(shapes, [jnp.bfloat16, jnp.float16], [None, 3]))
+runs += list(itertools.product(shapes, [jnp.float32], [None]))
 count = 0
-for (m, k, n), dtype, batch in itertools.product(shapes, [jnp.bfloat16, jnp.float16], [None, 3]):
+for (m, k, n), dtype, batch in runs:
     a_shape = (m, k) if batch is None else (batch, m, k)
     b_shape = (k, n) if batch is None else (batch, k, n)
     a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
@@ -178,5 +180,5 @@ print("sweep calls:", count)
 
 @pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
-def test_small_left_tensor_core_sanitizers_report_no_errors(tmp_path, tool):
+def test_small_left_sanitizers_report_no_errors(tmp_path, tool):
     _assert_sanitizer_clean(tmp_path, S_SWEEP, tool, "Tsm2S")
