@@ -1,8 +1,8 @@
 """TSM2S and TSM2T: the split-contraction kernels (``ffi/split_plans.h``).
 
 Both cut a long contraction into splits, one output tile per block, and add
-the splits' partial sums in a second launch. bf16/f16 TSM2S whose 256-column
-tiles, 8 blocks each, fit in one wave runs over thread-block clusters instead
+the splits' partial sums in a second launch. bf16/f16/f32 TSM2S whose
+256-column tiles, 8 blocks each, fit in one wave runs over thread-block clusters instead
 (the blocks of a cluster split the contraction), modelled as a stream of B
 plus each tile's read of A from L2. The plan (tiles, splits,
 blocks, workspace) comes from the extension (``_tsm2_ext.split_plan``), the
@@ -19,10 +19,14 @@ Example:
     >>> from jax_tsm2.model.device import H100_SXM
     >>> from jax_tsm2.model.calibration import CALIBRATION
     >>> from jax_tsm2.problem import Problem
-    >>> p = split_prediction(Problem(None, 8, 4096, 4096), "float32", "nn", "tsm2s",
+    >>> p = split_prediction(Problem(None, 8, 4096, 4096), "float64", "nn", "tsm2s",
     ...                      H100_SXM, CALIBRATION)
-    >>> p.params["splits"] > 1, p.bound
-    (True, 'memory')
+    >>> p.params["splits"] > 1, p.params["cluster"], p.bound
+    (True, False, 'memory')
+    >>> q = split_prediction(Problem(None, 8, 4096, 4096), "float32", "nn", "tsm2s",
+    ...                      H100_SXM, CALIBRATION)
+    >>> q.params["cluster"], q.params["splits"]
+    (True, 1)
 """
 
 from __future__ import annotations
