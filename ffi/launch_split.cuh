@@ -140,19 +140,10 @@ struct SplitLauncher {
                    reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
         if constexpr (sizeof(T) == 2) {
           return LaunchSCluster<16>(a, blocks, stream);
-        } else {
-          switch (mt) {  // f32 multiplies m rounded up to a power of two rows of A
-            case 1:
-              return LaunchSCluster<1>(a, blocks, stream);
-            case 2:
-              return LaunchSCluster<2>(a, blocks, stream);
-            case 4:
-              return LaunchSCluster<4>(a, blocks, stream);
-            case 8:
-              return LaunchSCluster<8>(a, blocks, stream);
-            default:
-              return LaunchSCluster<16>(a, blocks, stream);
-          }
+        } else {  // f32 multiplies m rounded up to a power of two rows of A
+          return WithRowsOfA(mt, [&](auto rows) {
+            return LaunchSCluster<decltype(rows)::value>(a, blocks, stream);
+          });
         }
       }
     }
@@ -168,17 +159,25 @@ struct SplitLauncher {
         return cudaGetLastError();
       }
     }
+    return WithRowsOfA(
+        mt, [&](auto rows) { return LaunchSWith<decltype(rows)::value>(a, blocks, stream); });
+  }
+
+  // launch(std::integral_constant<int, MT>) for MT = mt, one of the row
+  // counts the S kernels are compiled for (1, 2, 4, 8, 16).
+  template <typename Launch>
+  static cudaError_t WithRowsOfA(int64_t mt, Launch&& launch) {
     switch (mt) {
       case 1:
-        return LaunchSWith<1>(a, blocks, stream);
+        return launch(std::integral_constant<int, 1>{});
       case 2:
-        return LaunchSWith<2>(a, blocks, stream);
+        return launch(std::integral_constant<int, 2>{});
       case 4:
-        return LaunchSWith<4>(a, blocks, stream);
+        return launch(std::integral_constant<int, 4>{});
       case 8:
-        return LaunchSWith<8>(a, blocks, stream);
+        return launch(std::integral_constant<int, 8>{});
       case 16:
-        return LaunchSWith<16>(a, blocks, stream);
+        return launch(std::integral_constant<int, 16>{});
       default:
         return cudaErrorInvalidValue;
     }
