@@ -31,8 +31,8 @@
 //   build/labs/s_cluster_lab [filter] [k] [n]    # filter: comma-separated substrings
 // Knobs of the first variant: -DSC_NC=256 -DSC_KC=8 -DSC_ROWS=32 -DSC_STAGES=4
 // -DSC_WK=1 (warps splitting a stage's rows) -DSC_A_AFTER=1 (B stages issued
-// before A); -DSC_SWEEP=0 drops the other built-in variants; -DSC_PDL=1 launches
-// the lab's kernels with programmatic dependent launch (the library does by
+// before A) -DSC_RX=0 (relaxed last barrier); -DSC_SWEEP=0 drops the other built-in variants;
+// -DSC_PDL=1 launches the lab's kernels with programmatic dependent launch (the library does by
 // default; -DTSM2_S_CLUSTER_PDL=0 turns it off there). SC_TRACE=1 in the
 // environment adds a per-block timeline of one launch of each kernel (SM,
 // start, first stage, loop, cluster exchange, stores, exit: TraceLaunch),
@@ -90,6 +90,21 @@ __device__ __forceinline__ void LibMark(int i) {
 #ifndef SC_A_AFTER
 #define SC_A_AFTER 1
 #endif
+#ifndef SC_RX  // the main variant's last cluster barrier arrives relaxed
+#define SC_RX 0
+#endif
+#ifndef SC_GRID1D  // a 1-D grid (clusters of consecutive blocks), as the library launches
+#define SC_GRID1D 0
+#endif
+#ifndef SC_A_STAGE  // A's slice in a ring beside B's, one kRows piece per stage (not whole)
+#define SC_A_STAGE 0
+#endif
+#ifndef SC_ARGS_PAD  // extra bytes of kernel parameters (unused)
+#define SC_ARGS_PAD 0
+#endif
+#ifndef SC_SMEM_PAD  // extra bytes of dynamic shared memory (unused)
+#define SC_SMEM_PAD 0
+#endif
 #ifndef SC_SWEEP
 #define SC_SWEEP 1
 #endif
@@ -118,6 +133,9 @@ struct ScArgs {
   bf16* c;        // [m][n]
   int m, k, n;
   uint64_t* trace = nullptr;  // kTraceWords per block when set (TraceLaunch)
+#if SC_ARGS_PAD
+  char pad[SC_ARGS_PAD] = {};  // unused: the library's SplitArgs is larger
+#endif
 };
 
 // Per-block timeline of one launch (lab only): SM, then %globaltimer (ns) at
@@ -173,8 +191,10 @@ struct ScCfg {
   static_assert(kPartBytes <= kRingBytes, "the partial sums reuse the ring");
 
   static int ASlice(int k) { return k / kKC; }  // contraction rows per block
-  static int Lda(int k) { return ASlice(k) + 8; }
-  static int SmemBytes(const ScArgs& p) { return kRingBytes + 16 * Lda(p.k) * 2; }
+  static int Lda(int k) { return SC_A_STAGE ? kRows + 8 : ASlice(k) + 8; }
+  static int SmemBytes(const ScArgs& p) {
+    return kRingBytes + (SC_A_STAGE ? kStages : 1) * 16 * Lda(p.k) * 2 + SC_SMEM_PAD;
+  }
   static bool Takes(const ScArgs& p) {
     return p.m >= 1 && p.m <= 16 && p.k % (kKC * kRows) == 0 && p.n % kNC == 0 &&
            reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
@@ -205,6 +225,17 @@ __device__ __forceinline__ void LoadA(const ScArgs& p, int64_t k0, int ks, bf16*
     CpAsync16(as + i * lda + j, p.a + static_cast<int64_t>(i) * p.k + k0 + j, true);
   }
   CpAsyncCommit();
+}
+
+// SC_A_STAGE: A[:m, k0 + row0 : k0 + row0 + kRows] into one stage of A's
+// ring (row stride kRows + 8), in the current cp.async group.
+template <class Cfg>
+__device__ __forceinline__ void LoadAStage(const ScArgs& p, int64_t k0, int row0, bf16* as_stage) {
+  constexpr int kChunks = Cfg::kRows / 8, kLda = Cfg::kRows + 8;
+  for (int e = threadIdx.x; e < p.m * kChunks; e += Cfg::kThreads) {
+    const int i = e / kChunks, j = 8 * (e % kChunks);
+    CpAsync16(as_stage + i * kLda + j, p.a + static_cast<int64_t>(i) * p.k + k0 + row0 + j, true);
+  }
 }
 
 // m16n8 accumulators: lane holds rows lane / 4 and lane / 4 + 8, columns
@@ -269,9 +300,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int ks = p.k / KC, lda = ks + 8, steps = ks / Cfg::kRows;
+  const int ks = p.k / KC, lda = SC_A_STAGE ? Cfg::kRows + 8 : ks + 8, steps = ks / Cfg::kRows;
   const int64_t n = p.n;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * NC;
+  const int64_t col0 = static_cast<int64_t>(SC_GRID1D ? blockIdx.x / KC : blockIdx.y) * NC;
   const int64_t k0 = static_cast<int64_t>(rank) * ks;
   const bf16* b_blk = p.b + k0 * n + col0;
   BlockTrace trace;
@@ -284,6 +315,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
 
   // Prologue: S - 1 stages of B and, after the first A_AFTER of them, A's
   // k-range as its own group (S groups in all).
+#if SC_A_STAGE
+  constexpr int kAStage = 16 * (Cfg::kRows + 8);  // elements of one stage of A's ring
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < steps) {
+      LoadBStage<Cfg>(b_blk, n, s * Cfg::kRows, ring + s * Cfg::kStageElems);
+      LoadAStage<Cfg>(p, k0, s * Cfg::kRows, as + s * kAStage);
+    }
+    CpAsyncCommit();
+  }
+  // Rows m..15 of every stage of A's ring are zeros.
+  constexpr int kAChunks = (Cfg::kRows + 8) / 8;
+  for (int e = p.m * kAChunks + tid; e < 16 * kAChunks * S; e += Cfg::kThreads) {
+    const int st = e / (16 * kAChunks), r = e % (16 * kAChunks);
+    if (r >= p.m * kAChunks) {
+      *reinterpret_cast<uint4*>(as + st * kAStage + 8 * r) = make_uint4(0, 0, 0, 0);
+    }
+  }
+#else
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s == Cfg::kAAfter) LoadA<Cfg>(p, k0, ks, as);
@@ -297,6 +347,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
     const int i = e / a_chunks, j = 8 * (e % a_chunks);
     *reinterpret_cast<uint4*>(as + i * lda + j) = make_uint4(0, 0, 0, 0);
   }
+#endif
 
   // ldmatrix rows: lane l addresses row l % 8 of matrix l / 8. A's matrices
   // are (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15); B's, per
@@ -312,7 +363,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
 
   float acc[4][4] = {};
   for (int it = 0; it < steps; ++it) {
-    if (it == 0) {
+    if (it == 0 && !SC_A_STAGE) {
       CpAsyncWait<S - 1 - Cfg::kAAfter>();  // stage 0 and A
     } else {
       CpAsyncWait<S - 2>();
@@ -320,7 +371,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
     __syncthreads();  // stage `it` landed for every thread; stage it - 1 is free
     if (it == 0) trace.Mark(p, 1);
     const int ip = it + S - 1;
-    if (ip < steps) LoadBStage<Cfg>(b_blk, n, ip * Cfg::kRows, ring + (ip % S) * Cfg::kStageElems);
+    if (ip < steps) {
+      LoadBStage<Cfg>(b_blk, n, ip * Cfg::kRows, ring + (ip % S) * Cfg::kStageElems);
+#if SC_A_STAGE
+      LoadAStage<Cfg>(p, k0, ip * Cfg::kRows, as + (ip % S) * kAStage);
+#endif
+    }
     CpAsyncCommit();
 
     const bf16* st = ring + (it % S) * Cfg::kStageElems;
@@ -329,7 +385,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
     for (int q = 0; q < Cfg::kK16PerWarp; ++q) {
       const int kr = 16 * (wk + Cfg::kWK * q);
       uint32_t fa[4], fb[2][4];
-      LdMatrixX4(as + a_off + it * Cfg::kRows + kr, fa);
+      LdMatrixX4(as + (SC_A_STAGE ? (it % S) * 16 * lda : it * Cfg::kRows) + a_off + kr, fa);
 #pragma unroll
       for (int h = 0; h < 2; ++h) LdMatrixX4Trans(st + kr * NC + b_off[h], fb[h]);
 #pragma unroll
@@ -386,7 +442,8 @@ struct ScLauncher {
     if (Cfg::kKC > 8) {
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     }
-    cfg.gridDim = dim3(Cfg::kKC, p.n / Cfg::kNC, 1);
+    cfg.gridDim =
+        SC_GRID1D ? dim3(Cfg::kKC * (p.n / Cfg::kNC), 1, 1) : dim3(Cfg::kKC, p.n / Cfg::kNC, 1);
     cfg.blockDim = dim3(Cfg::kThreads, 1, 1);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
@@ -682,7 +739,8 @@ void TryLib(Lab& lab, int m) {
   const Timing sec = TimeRotating(lab, launch);
   if (lab.tracing && s.cluster) {
     const int blocks =
-        static_cast<int>(plan.splits * ((lab.n + 255) / 256)) * tsm2::kSClusterBlocks;
+        static_cast<int>(plan.splits * ((lab.n + tsm2::kSClusterCols - 1) / tsm2::kSClusterCols)) *
+        tsm2::kSClusterBlocks;
     TraceLaunch(lab, name, m, blocks, tsm2::kSClusterBlocks, [&](int64_t turn, uint64_t* trace) {
       CHECK(cudaMemcpyToSymbol(g_lib_trace, &trace, sizeof trace));
       launch(turn);
@@ -697,7 +755,7 @@ void TryLib(Lab& lab, int m) {
   Report(lab, name, m, sec, ProductBytes(lab, m), err);
 }
 
-using MainCfg = ScCfg<SC_NC, SC_KC, SC_ROWS, SC_STAGES, SC_WK, SC_A_AFTER>;
+using MainCfg = ScCfg<SC_NC, SC_KC, SC_ROWS, SC_STAGES, SC_WK, SC_A_AFTER, SC_RX>;
 
 void RunM(Lab& lab, int m) {
   TryLib(lab, m);
