@@ -110,8 +110,14 @@ struct SplitLauncher {
   // `blocks` clusters of kSClusterBlocks blocks (small_left_cluster.cuh).
   template <int MT>
   static cudaError_t LaunchSCluster(const SplitArgs& a, int blocks, cudaStream_t stream) {
+    return a.vec_ok ? LaunchSClusterWith<MT, true>(a, blocks, stream)
+                    : LaunchSClusterWith<MT, false>(a, blocks, stream);
+  }
+  template <int MT, bool kVecOk>
+  static cudaError_t LaunchSClusterWith(const SplitArgs& a, int blocks, cudaStream_t stream) {
     constexpr int kSmem = ClusterSmem<T>::kBytes, kThreads = ClusterSmem<T>::kThreads;
-    const void* kernel = reinterpret_cast<const void*>(&Tsm2SClusterKernel<T, MT>);
+    constexpr auto kKernel = &Tsm2SClusterKernel<T, MT, kVecOk>;
+    const void* kernel = reinterpret_cast<const void*>(kKernel);
     int per_sm = 0;  // also opts the kernel in to kSmem bytes of shared memory
     if (cudaError_t e = BlocksPerSm(kernel, kThreads, kSmem, &per_sm); e != cudaSuccess) return e;
     cudaLaunchConfig_t cfg{};
@@ -121,7 +127,7 @@ struct SplitLauncher {
     cfg.stream = stream;
     cudaLaunchAttribute attr[2];
     SetClusterLaunch(&cfg, attr, kSClusterBlocks, kSClusterPdl);
-    if (cudaError_t e = cudaLaunchKernelEx(&cfg, &Tsm2SClusterKernel<T, MT>, a); e != cudaSuccess) {
+    if (cudaError_t e = cudaLaunchKernelEx(&cfg, kKernel, a); e != cudaSuccess) {
       return e;
     }
     return cudaGetLastError();
@@ -136,8 +142,12 @@ struct SplitLauncher {
     if constexpr (sizeof(T) <= 4) {
       if (s.cluster) {  // no other kernel runs a cluster plan
         if (!HasClusters()) return cudaErrorInvalidDeviceFunction;
+        // vec_ok: 16-byte copies of A and B, and one vector store per quad of
+        // outputs (C, or the partial sums).
         a.vec_ok = p.n % 8 == 0 && p.k % 8 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
+                   reinterpret_cast<uintptr_t>(p.b) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.c) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.partials) % 16 == 0;
         if constexpr (sizeof(T) == 2) {
           return LaunchSCluster<16>(a, blocks, stream);
         } else {  // f32 multiplies m rounded up to a power of two rows of A

@@ -35,7 +35,7 @@ inline int64_t Pow2AtLeast(int64_t x) {
 }
 
 // Blocks of one thread-block cluster in the S cluster plans (below).
-constexpr int kSClusterBlocks = 8;
+constexpr int kSClusterBlocks = 2;
 
 struct SplitPlan {
   int64_t tile_m = 0, tile_n = 0;    // output tile of one block
@@ -143,22 +143,23 @@ constexpr int kSMmaMinM = TSM2_S_MMA_MIN_M;
 #else
 constexpr int kSMmaMinM = 8;
 #endif
-// bf16/f16/f32 products whose 256-column tiles, 8 blocks each, fit in one wave
+// bf16/f16/f32 products whose 64-column tiles, 2 blocks each, fit in one wave
 // of two blocks per SM run over thread-block clusters (small_left_cluster.cuh):
-// the 8 blocks of a cluster split the contraction and add their sums through
+// the 2 blocks of a cluster split the contraction and add their sums through
 // distributed shared memory. n and k multiples of 8: the copies are 16-byte
 // chunks. Clusters need sm_90, so builds for older GPUs (TSM2_MIN_CUDA_ARCH,
 // set by CMake from the build's architectures; 90 when not given) keep the
 // other S kernels. Kernel lab (benchmarks/s_cluster_lab.cu, bf16 m x 4096 x
-// 4096, m = 1 / 16, rows per stage x stages, session 15): 32 x 4 15.4 / 16.7
-// us, 64 x 3 15.8 / 16.9, 32 x 6 16.6 / 18.3 (taken: 32 x 4; 6 stages leave
-// one block per SM). TSM2_S_CLUSTER=0, TSM2_S_CLUSTER_ROWS, _STAGES:
-// kernel-lab knobs.
+// 4096, m = 1 / 16, session 18): 64 columns x 2 ranks, 128 rows x 4 stages
+// 13.2 / 14.0 us; x 6 stages 13.5 / 14.0; 64 rows x 8 stages 13.1 / 14.3;
+// 256 columns x 8 ranks 13.3 / 14.4 (taken until session 18: 15 of its 16
+// clusters fit one block per SM). TSM2_S_CLUSTER=0, TSM2_S_CLUSTER_ROWS,
+// _STAGES: kernel-lab knobs.
 #ifndef TSM2_S_CLUSTER
 #define TSM2_S_CLUSTER 1
 #endif
 #ifndef TSM2_S_CLUSTER_ROWS
-#define TSM2_S_CLUSTER_ROWS 32
+#define TSM2_S_CLUSTER_ROWS 128
 #endif
 #ifndef TSM2_S_CLUSTER_STAGES
 #define TSM2_S_CLUSTER_STAGES 4
@@ -167,15 +168,11 @@ constexpr int kSMmaMinM = 8;
 #define TSM2_MIN_CUDA_ARCH 90
 #endif
 constexpr bool kSCluster = TSM2_S_CLUSTER && TSM2_MIN_CUDA_ARCH >= 90;
-constexpr int kSClusterCols = 256, kSClusterStages = TSM2_S_CLUSTER_STAGES;
+constexpr int kSClusterCols = 64, kSClusterStages = TSM2_S_CLUSTER_STAGES;
 constexpr int kSClusterBlocksPerSm = 2;
 // Rows of B per stage: TSM2_S_CLUSTER_ROWS for 2-byte types, half as many for
 // f32, so a stage is 16 KB (the ring 64 KB) for every type.
 constexpr int SClusterRows(int itemsize) { return TSM2_S_CLUSTER_ROWS * 2 / itemsize; }
-// A block holds up to this many columns of its slice of A (16 rows, 33 KB
-// beside the 64 KB ring: two blocks per SM still fit); longer slices stream
-// through in halves.
-constexpr int SClusterMaxRankK(int itemsize) { return 2048 / itemsize; }
 // Launched as a programmatic dependent (PDL): the blocks start while the
 // previous kernel drains and wait for its writes (griddepcontrol.wait) before
 // their first load. Lab, CUDA-graph replay (session 16): 14.39 -> 13.95 us at

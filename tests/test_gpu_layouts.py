@@ -371,7 +371,7 @@ def test_tn_half_tiles_keep_ieee_nan_and_inf(dtype):
     _assert_special_patterns(c, a.astype(np.float64).T @ b.astype(np.float64))
 
 
-# S over clusters: 256-column tiles whose cluster of 8 blocks splits the
+# S over clusters: 64-column tiles whose cluster of 2 blocks splits the
 # contraction (small_left_cluster.cuh, n and k multiples of 8, the clusters in
 # one wave; bf16/f16 on tensor cores, f32 on CUDA cores with every power-of-two
 # row count of A), and bf16/f16 128-column tensor-core tiles (small_left_mma.cuh,
@@ -385,13 +385,13 @@ def _s_plan(dtype, batch, m, k, n):
 
 
 S_CLUSTER_SHAPES = [
-    (4096, 4096),  # 16 tiles of 8 blocks: one wave, no splits
+    (4096, 4096),  # 64 tiles of 2 blocks: one wave of one block per SM, no splits
     (4104, 8),  # one tile, split across clusters
-    (8000, 1000),  # the last tile part-filled (1000 = 3 x 256 + 232)
-    (8, 264),  # one stage: seven of the eight blocks have no rows; 8 columns in the last tile
+    (8000, 1000),  # the last tile part-filled (1000 = 15 x 64 + 40)
+    (8, 264),  # one stage: the second block has no rows; 8 columns in the last tile
     (50_000, 256),  # many stages per block, split across clusters
-    (1000, 4104),  # k not a multiple of a stage (1000 = 31 x 32 + 8)
-    (12_000, 3584),  # 47 stages per rank: A's slice streams through its two halves
+    (1000, 4104),  # k not a multiple of a stage (a rank's 500 rows = 3 x 128 + 116)
+    (12_000, 3584),  # 47 stages per rank, each with its own columns of A
 ]
 S_MMA_TILE_SHAPES = [(1024, 10_000), (1001, 9001)]  # 16-byte rows; odd n, element copies
 

@@ -3,37 +3,36 @@
 //
 // Why: a block of the strips this replaced owned 32 columns of B, so DRAM saw
 // 64-byte pieces of each row, and every strip read all of A from the L2. Here
-// a block owns kSClusterCols = 256 columns (512-byte runs of each row) and
-// one kSClusterBlocks-th (8) of its split of the contraction; the 8 blocks of
-// a column tile form a cluster and add their partial sums through
-// distributed shared memory, in rank order (deterministic), with no
-// workspace and no second kernel unless the plan also splits across
-// clusters. 4096 x 4096 is 16 column tiles x 8 = 128 blocks, one wave.
-// Kernel lab (benchmarks/s_cluster_lab.cu, bf16 m x 4096 x 4096, m = 1 / 16,
-// CUDA-graph replay, session 16): 14.4 / 15.6 us (13.95 / 15.1 with PDL)
-// against a read of B's 12.6.
+// a block owns kSClusterCols = 64 columns (128-byte runs of each row, one
+// cache line) and one kSClusterBlocks-th (2) of its split of the contraction;
+// the 2 blocks of a column tile form a cluster and add their partial sums
+// through distributed shared memory, in a fixed order (deterministic), with
+// no workspace and no second kernel unless the plan also splits across
+// clusters. 4096 x 4096 is 64 column tiles x 2 = 128 blocks, one wave with
+// one block per SM.
 //
-// A stage is kSClusterRows rows of the block's 256 columns, with chunk c of
-// row r stored at c ^ (r % 8) so that the 8 rows x 16 bytes of an
-// ldmatrix.trans matrix fall in 8 distinct bank groups. A's slice of the rank
-// (rows m..15 zero, rows padded to an odd number of 16-byte chunks) lands
-// right after B's first stage, up to 1024 columns of it; a longer slice is
-// refilled 512 columns at a time, each half ahead of its first stage (this
-// replaced a 16 x 32 slice of A in every stage: 0.25 us at 1 x 4096 x 4096).
-// Warp w multiplies its 32 columns (4 n8 tiles) with mma.sync m16n8k16; each
-// stage's k16 chain starts from zero and is added to the running f32 sum, as
-// in the other half-precision kernels.
+// Why 64 x 2 and not the 256 columns x 8 ranks of sessions 15-17: only 15
+// clusters of 8 fit one block per SM on an H100 (30 of 4, 66 of 2), so the
+// 16th of 4096 x 4096 shared SMs and ended ~0.5 us after the rest. Kernel lab
+// (benchmarks/s_cluster_lab.cu, bf16 m x 4096 x 4096, m = 1 / 8 / 16, CUDA
+// graphs, PDL, session 18): 256 x 8 13.3 / 13.8 / 14.4 us, 64 x 2 with A in
+// every stage 13.2 / 13.6 / 14.0, against 12.8 for a plain read of B.
 //
-// f32 takes the same ring, slices and reduction with 16-row stages (16 KB,
-// as for 2-byte types) and no swizzle, but multiplies on the CUDA cores in
-// f32 (ClusterF32 below), so its results are f32 sums (no TF32), like the
-// other f32 kernels.
+// A stage is kRows rows of the block's 64 columns, with chunk c of row r
+// stored at c ^ (r % 8) so that the 8 rows x 16 bytes of an ldmatrix.trans
+// matrix fall in 8 distinct bank groups. The same stage's kRows columns of A
+// land beside it, in a ring of their own (rows m..15 zero, rows an odd number
+// of 16-byte chunks apart), in the same cp.async group: A's whole slice of
+// the rank in the prologue held the first stage back at large m (the lab's
+// first stage took 3.0 us at m = 16, 1.3 at m = 1). Warp w multiplies 32
+// columns (4 n8 tiles, w % 2) over every fourth k16 step of a stage (w / 2)
+// with mma.sync m16n8k16; each stage's k16 chain starts from zero and is added
+// to the warp's running f32 sum, as in the other half-precision kernels.
 //
-// Where the time goes (the lab's per-block timeline, m = 1): the first stage
-// lands after ~1.2-1.6 us (every SM asks at once), the loop streams B at the
-// read ceiling for ~9.5 us, then ~0.7 us waits on the cluster's slowest rank
-// and ~0.3-0.5 us adds and stores. The 16th cluster shares SMs with the 8th
-// (only 15 clusters of 8 fit one block per SM) and ends ~0.5 us after the rest.
+// f32 takes the same rings and reduction with 64-row stages (16 KB, as for
+// 2-byte types) and no swizzle, but multiplies on the CUDA cores in f32
+// (ClusterF32 below), so its results are f32 sums (no TF32), like the other
+// f32 kernels.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -89,60 +88,71 @@ struct ClusterSmem {
   static constexpr int kCols = kSClusterCols, kRows = SClusterRows(sizeof(T));
   static constexpr int kStageElems = kRows * kCols;
   static constexpr int kRingBytes = kSClusterStages * kStageElems * static_cast<int>(sizeof(T));
-  // A's slice of the rank: [16][kLda], rows m..15 zero, rows an odd number
-  // of 16-byte chunks apart (ldmatrix rows in distinct bank groups), in two
-  // halves of kAHalf columns; a longer slice streams through them in turn.
-  static constexpr int kMaxRankK = SClusterMaxRankK(sizeof(T));
-  static constexpr int kLda = kMaxRankK + kVec;
-  static constexpr int kAHalf = kMaxRankK / 2, kAHalfStages = kAHalf / kRows;
-  static constexpr int kBytes = kRingBytes + 16 * kLda * static_cast<int>(sizeof(T));
+  // Warps: kWarpsN column slices of 32 times kWK groups that split a stage's
+  // k16 steps (2-byte types).
+  static constexpr int kWarpsN = kCols / 32, kWK = kWarps / kWarpsN;
+  static constexpr int kK16PerWarp = kRows / 16 / kWK;
+  // A's ring: kRows columns of A per stage, [16][kLda], rows m..15 zero, rows
+  // an odd number of 16-byte chunks apart (ldmatrix rows in distinct bank
+  // groups).
+  static constexpr int kLda = kRows + kVec, kAStageElems = 16 * kLda;
+  static constexpr int kBytes =
+      kRingBytes + kSClusterStages * kAStageElems * static_cast<int>(sizeof(T));
   static constexpr int kLdp = kCols + 8;  // row stride of the partial sums (floats)
+  // Partial sums a block shares: one [16][kLdp] per k16 group (2-byte types);
+  // f32 adds its groups itself (ClusterF32::Share).
+  static constexpr int kParts = kHalf ? kWK : 1;
   static constexpr int kRedCols = kCols / kSClusterBlocks;  // columns each rank adds up
   static constexpr int kRedQuads = kRedCols / 4;
   static_assert(kRedCols % 4 == 0 && 16 * kRedQuads <= kThreads, "one quad of outputs per thread");
-  static_assert(kCols == 32 * kWarps && kCols == kThreads, "32 columns per warp, one per thread");
-  static_assert(kRows % 16 == 0, "whole k16 steps (and float4s of A)");
+  static_assert(kCols % 32 == 0 && kWarps % kWarpsN == 0, "whole 32-column slices per warp");
+  static_assert(kRows % (16 * kWK) == 0, "whole k16 steps per group (and float4s of A)");
   static_assert(kThreads % (kCols / kVec) == 0 && kRows % (kThreads / (kCols / kVec)) == 0,
                 "whole rows per copy pass");
-  static_assert(kAHalf % kRows == 0 && kSClusterStages - 1 <= kAHalfStages, "whole stages of A");
   static_assert(!kHalf || kLda * sizeof(T) % 32 == 16, "A's rows: odd numbers of 16-byte chunks");
-  static_assert(16 * kLdp * 4 <= kRingBytes, "the partial sums fit in the ring");
+  static_assert(kParts * 16 * kLdp * 4 <= kRingBytes, "the partial sums fit in the ring");
 };
 
-// Where this thread's 16-byte copies of B go, worked out once per block:
-// chunk c of rows r, r + kPass, ... of every stage (kPass = 8 rows per copy
-// pass for 2-byte types, so the swizzle r % 8 is the same for all of them;
-// f32 is not swizzled). Per stage the copies then cost a pointer step and a
-// row check, not 64-bit index math (the lab's timeline had the library kernel
-// 0.7 us behind one without it).
+// This thread's 16-byte copies of B, stage after stage: chunk c of rows r,
+// r + kPass, ... of every stage (kPass = 32 rows per copy pass for 2-byte
+// types, so the swizzle r % 8 is the same for all of them; f32 is not
+// swizzled). The stages are queued in order, so each one costs pointer steps
+// and a row check. Working out a stage's addresses from its index instead
+// (64-bit multiplies, ~100 instructions between the barrier and the first
+// copy) held every stage's loads back: the lab's timeline had that loop 0.5
+// us slower than one with pointer steps (session 18).
 template <typename T>
 struct ClusterCopier {
   using Sm = ClusterSmem<T>;
   static constexpr int kChunks = Sm::kCols / Sm::kVec, kPass = Sm::kThreads / kChunks;
   static_assert(!Sm::kHalf || kPass % 8 == 0, "one swizzle per thread");
   static_assert(Sm::kRows % kPass == 0, "whole copy passes per stage");
-  const T* src;       // row r of the rank's first stage, chunk c of the tile
-  int64_t pass_step;  // kPass rows of B
-  int row, dst;       // r, and where chunk c of row r lands in a stage
+  const T* src;        // this thread's chunk of the next stage's first row
+  int64_t pass_step;   // kPass rows of B
+  int rows_left, dst;  // the rank's rows from that row on; where the chunk lands
   bool col_ok;
 
-  __device__ ClusterCopier(const SplitArgs& p, const T* b, int64_t col0, int64_t r_begin) {
-    const int c = threadIdx.x % kChunks;
-    row = threadIdx.x / kChunks;
+  __device__ ClusterCopier(const SplitArgs& p, const T* b, int64_t col0, int64_t r_begin,
+                           int rows) {
+    const int c = threadIdx.x % kChunks, row = threadIdx.x / kChunks;
     col_ok = col0 + Sm::kVec * c < p.n;
     src = b + (r_begin + row) * p.n + col0 + Sm::kVec * c;
     pass_step = kPass * p.n;
+    rows_left = rows - row;
     dst = row * Sm::kCols + Sm::kVec * (Sm::kHalf ? c ^ (row % 8) : c);
   }
-  // Queues stage s (rows r_begin + s * kRows ...) into `stage`; rows at or
-  // past `rows` (the rank's row count) and columns past n are zeros.
-  __device__ __forceinline__ void Stage(const T* b, int s, int rows, T* stage) const {
-    const T* from = src + s * (Sm::kRows / kPass) * pass_step;
+  // Queues the next stage into `stage`; rows past the rank's and columns
+  // past n are zeros.
+  __device__ __forceinline__ void Next(const T* b, T* stage) {
+    const T* from = src;
 #pragma unroll
     for (int u = 0; u < Sm::kRows / kPass; ++u) {
-      const bool valid = col_ok && s * Sm::kRows + row + u * kPass < rows;
-      CpAsync16(stage + dst + u * kPass * Sm::kCols, valid ? from + u * pass_step : b, valid);
+      const bool valid = col_ok && u * kPass < rows_left;
+      CpAsync16(stage + dst + u * kPass * Sm::kCols, valid ? from : b, valid);
+      from += pass_step;
     }
+    src = from;
+    rows_left -= Sm::kRows;
   }
 };
 
@@ -161,34 +171,34 @@ __device__ __forceinline__ void LoadClusterStageElems(const SplitArgs& p, const 
   }
 }
 
-// Zeros rows m..15 of A's buffer (the copies below never write them).
+// Zeros rows m..15 of every stage of A's ring (the copies never write them).
 template <typename T>
 __device__ __forceinline__ void ZeroClusterARows(const SplitArgs& p, T* as) {
   using Sm = ClusterSmem<T>;
-  constexpr int kChunks = Sm::kMaxRankK / Sm::kVec;
-  for (int e = p.m * kChunks + threadIdx.x; e < 16 * kChunks; e += Sm::kThreads) {
-    *reinterpret_cast<uint4*>(as + (e / kChunks) * Sm::kLda + Sm::kVec * (e % kChunks)) =
-        make_uint4(0, 0, 0, 0);
+  constexpr int kChunks = Sm::kLda / Sm::kVec, kPerStage = 16 * kChunks;
+  for (int e = threadIdx.x; e < kSClusterStages * kPerStage; e += Sm::kThreads) {
+    const int row = e % kPerStage / kChunks;
+    if (row >= p.m) *reinterpret_cast<uint4*>(as + Sm::kVec * e) = make_uint4(0, 0, 0, 0);
   }
 }
 
-// Queues A[:m, r_begin:r_begin + cols] into rows 0..m-1 of `as` (row stride
-// kLda), zeros past r_end.
-template <typename T>
-__device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int64_t r_begin,
-                                             int64_t r_end, int cols, T* as) {
+// Queues A[:m, r0:r0 + kRows] into rows 0..m-1 of one stage of A's ring,
+// zeros past r_end.
+template <typename T, bool kVecOk>
+__device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int64_t r0,
+                                             int64_t r_end, T* as_stage) {
   using Sm = ClusterSmem<T>;
-  const int tid = threadIdx.x, chunks = cols / Sm::kVec;
-  if (p.vec_ok) {
-    for (int e = tid; e < p.m * chunks; e += Sm::kThreads) {
-      const int i = e / chunks, j = Sm::kVec * (e % chunks);
-      const bool valid = r_begin + j < r_end;
-      CpAsync16(as + i * Sm::kLda + j, valid ? a + i * p.k + r_begin + j : a, valid);
+  if constexpr (kVecOk) {  // k % 8 == 0: a chunk is wholly inside or outside [.., r_end)
+    constexpr int kChunks = Sm::kRows / Sm::kVec;
+    for (int e = threadIdx.x; e < p.m * kChunks; e += Sm::kThreads) {
+      const int i = e / kChunks, j = Sm::kVec * (e % kChunks);
+      const bool valid = r0 + j < r_end;
+      CpAsync16(as_stage + i * Sm::kLda + j, valid ? a + i * p.k + r0 + j : a, valid);
     }
   } else {
-    for (int e = tid; e < p.m * cols; e += Sm::kThreads) {
-      const int i = e / cols, j = e % cols;
-      as[i * Sm::kLda + j] = r_begin + j < r_end ? a[i * p.k + r_begin + j] : T(0.0f);
+    for (int e = threadIdx.x; e < p.m * Sm::kRows; e += Sm::kThreads) {
+      const int i = e / Sm::kRows, j = e % Sm::kRows;
+      as_stage[i * Sm::kLda + j] = r0 + j < r_end ? a[i * p.k + r0 + j] : T(0.0f);
     }
   }
 }
@@ -197,12 +207,12 @@ __device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int
 // rows of A and adds their outer products with 4 rows of B at a time: 4 float4
 // reads of B and MT float4 reads of A (row-major in shared memory, so a
 // float4 is 4 rows of the contraction) feed 16 MT independent FMAs. The 256
-// threads are 4 groups of 64 (two warps) that take rows 4g..4g+3 of each
-// 16-row stage; their sums are added in group order at the end. Lab history
-// at 1 x 4096 x 4096 (harness, device clock; m = 1 / 8 / 16): a thread per
-// column with MT chained sums, 24.5 / 33 / 52 us (latency-bound); 4 x 4 tiles
-// with A's rows split between the groups, 24.5 / 27.9 / 40 (B read from
-// shared memory once per group of A's rows).
+// threads are 16 groups of 16 that take rows 4g..4g+3 of each 64-row stage;
+// their sums are added in group order at the end. Lab history at 1 x 4096 x
+// 4096 on 256-column tiles (harness, device clock; m = 1 / 8 / 16): a thread
+// per column with MT chained sums, 24.5 / 33 / 52 us (latency-bound); 4 x 4
+// tiles with A's rows split between the groups, 24.5 / 27.9 / 40 (B read
+// from shared memory once per group of A's rows).
 template <int MT>
 struct ClusterF32 {
   using Sm = ClusterSmem<float>;
@@ -268,8 +278,11 @@ struct ClusterF32 {
 struct ClusterNoF32 {};  // 2-byte types keep their sums in m16n8 fragments
 
 // MT: rows of A the f32 path multiplies (m rounded up to a power of two);
-// 16 for 2-byte types, whose m16 tiles always take 16.
-template <typename T, int MT>
+// 16 for 2-byte types, whose m16 tiles always take 16. kVecOk: p.vec_ok, as
+// a template argument so that the usual instantiation carries none of the
+// element-by-element paths (the lab's graph timing: 14.01 -> 13.88 us at
+// bf16 1 x 4096 x 4096 without them; session 18).
+template <typename T, int MT, bool kVecOk>
 __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
     Tsm2SClusterKernel(const __grid_constant__ SplitArgs p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -302,30 +315,27 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
   }
 
-  // Prologue: B's first stage, then A's whole slice as its own group (B is
-  // the long pole: it goes first), then the next S - 2 stages of B. Every
-  // later wait then leaves S - 2 groups pending.
+  // Prologue: the first S - 1 stages of B, each with its columns of A, one
+  // cp.async group per stage; every later wait leaves S - 2 groups pending.
   T* as = reinterpret_cast<T*>(smem + Sm::kRingBytes);
-  const ClusterCopier<T> copier(p, b, col0, r_begin);
   const int rows = static_cast<int>(r_end - r_begin);
-  auto load_stage = [&](int s) {
+  ClusterCopier<T> copier(p, b, col0, r_begin, rows);
+  auto load_stage = [&](int s) {  // stages are queued in order: 0, 1, 2, ...
     T* stage = ring + (s % S) * Sm::kStageElems;
-    if (p.vec_ok) {
-      copier.Stage(b, s, rows, stage);
+    const int64_t r0 = r_begin + int64_t{s} * Sm::kRows;
+    if constexpr (kVecOk) {
+      copier.Next(b, stage);
     } else {
-      LoadClusterStageElems<T>(p, b, col0, r_begin + int64_t{s} * Sm::kRows, r_end, stage);
+      LoadClusterStageElems<T>(p, b, col0, r0, r_end, stage);
     }
+    LoadClusterA<T, kVecOk>(p, a, r0, r_end, as + (s % S) * Sm::kAStageElems);
   };
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < steps) load_stage(s);
     CpAsyncCommit();
-    if (s == 0) {  // A's first two halves
-      ZeroClusterARows<T>(p, as);
-      LoadClusterA<T>(p, a, r_begin, r_end, min(steps, 2 * Sm::kAHalfStages) * Sm::kRows, as);
-      CpAsyncCommit();
-    }
   }
+  ZeroClusterARows<T>(p, as);  // seen by all after the loop's first barrier
 
   // ldmatrix rows: lane l addresses row l % 8 of matrix l / 8. A's matrices
   // are (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15); B's, per
@@ -334,36 +344,28 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   // is lane % 8 and its swizzled chunk is the same at every step.
   const int lrow = lane % 8 + 8 * (lane / 8 % 2), lhi = lane / 16;
   const int a_off = lrow * Sm::kLda + 8 * lhi;
+  const int wn = warp % Sm::kWarpsN, wk = warp / Sm::kWarpsN;  // column slice, k16 group
   int b_off[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
-    b_off[h] = lrow * Sm::kCols + 8 * ((4 * warp + 2 * h + lhi) ^ (lane % 8));
+    b_off[h] = lrow * Sm::kCols + 8 * ((4 * wn + 2 * h + lhi) ^ (lane % 8));
 
   float acc[4][4] = {};  // 2-byte types: four m16n8 accumulators
   std::conditional_t<Sm::kHalf, ClusterNoF32, ClusterF32<MT>> f32;  // f32's sums
   for (int it = 0; it < steps; ++it) {
     CpAsyncWait<S - 2>();
-    __syncthreads();  // stage `it` (and A) landed for every thread; stage it - 1 is free
+    __syncthreads();  // stage `it` landed for every thread; stage it - 1 is free
     if (it == 0) TSM2_S_CLUSTER_MARK(1);
     if (it + S - 1 < steps) load_stage(it + S - 1);
-    // Entering half h of A: the other half's stages are done (the barrier
-    // above), so it takes the half after this one, in this stage's group,
-    // which lands S - 1 <= kAHalfStages stages before its first use.
-    const int next = it + Sm::kAHalfStages;
-    if (it % Sm::kAHalfStages == 0 && it > 0 && next < steps) {
-      LoadClusterA<T>(p, a, r_begin + int64_t{next} * Sm::kRows, r_end,
-                      min(steps - next, Sm::kAHalfStages) * Sm::kRows,
-                      as + (next / Sm::kAHalfStages % 2) * Sm::kAHalf);
-    }
     CpAsyncCommit();
 
     const T* st = ring + (it % S) * Sm::kStageElems;
-    const T* as_stage =
-        as + (it / Sm::kAHalfStages % 2) * Sm::kAHalf + (it % Sm::kAHalfStages) * Sm::kRows;
+    const T* as_stage = as + (it % S) * Sm::kAStageElems;
     if constexpr (Sm::kHalf) {
       float part[4][4] = {};
 #pragma unroll
-      for (int kr = 0; kr < Sm::kRows; kr += 16) {
+      for (int q = 0; q < Sm::kK16PerWarp; ++q) {
+        const int kr = 16 * (wk + Sm::kWK * q);
         uint32_t fa[4], fb[2][4];
         LdMatrixX4(as_stage + a_off + kr, fa);
 #pragma unroll
@@ -389,16 +391,16 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
 
   // m16n8 accumulators: lane holds rows lane / 4 and lane / 4 + 8, columns
   // 2 (lane % 4) and the next, of each n8 tile. Only the m real rows are kept.
-  float* part_s = reinterpret_cast<float*>(smem);  // [16][kLdp]
+  float* part_s = reinterpret_cast<float*>(smem);  // [kParts][16][kLdp]
   if constexpr (!Sm::kHalf) f32.Share(part_s, p.m);
 #pragma unroll
   for (int f = 0; f < 4; ++f) {
-    const int j = 32 * warp + 8 * f + 2 * (lane % 4);
+    const int j = 32 * wn + 8 * f + 2 * (lane % 4);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int i = lane / 4 + 8 * hh;
       if (Sm::kHalf && i < p.m) {
-        *reinterpret_cast<float2*>(part_s + i * Sm::kLdp + j) =
+        *reinterpret_cast<float2*>(part_s + (wk * 16 + i) * Sm::kLdp + j) =
             make_float2(acc[f][2 * hh], acc[f][2 * hh + 1]);
       }
     }
@@ -407,21 +409,26 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   TSM2_S_CLUSTER_MARK(3);
 
   // Rank r adds up columns [r * kRedCols, (r + 1) * kRedCols) of the tile
-  // over the ranks, in rank order, four columns per thread (one quad each:
-  // static_assert in ClusterSmem).
+  // over the ranks and their k16 groups, in that order, four columns per
+  // thread (one quad each: static_assert in ClusterSmem).
+  constexpr int kSources = kSClusterBlocks * Sm::kParts;
   const int i = tid / Sm::kRedQuads, j = rank * Sm::kRedCols + 4 * (tid % Sm::kRedQuads);
   const bool mine = i < p.m;
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
   if (mine) {
-    float4 v[kSClusterBlocks];
+    float4 v[kSources];
 #pragma unroll
     for (int src = 0; src < kSClusterBlocks; ++src) {
-      v[src] =
-          *reinterpret_cast<const float4*>(cluster.map_shared_rank(part_s, src) + i * Sm::kLdp + j);
+      const float* remote = cluster.map_shared_rank(part_s, src);
+#pragma unroll
+      for (int g = 0; g < Sm::kParts; ++g) {
+        v[src * Sm::kParts + g] =
+            *reinterpret_cast<const float4*>(remote + (g * 16 + i) * Sm::kLdp + j);
+      }
     }
     sum = v[0];
 #pragma unroll
-    for (int src = 1; src < kSClusterBlocks; ++src) {
+    for (int src = 1; src < kSources; ++src) {
       sum.x += v[src].x;
       sum.y += v[src].y;
       sum.z += v[src].z;
@@ -434,14 +441,19 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   // barrier without waiting on them (a cluster.sync here cost ~0.4 us in the
   // lab's timeline, benchmarks/s_cluster_lab.cu).
   ClusterArriveRelaxed();
-  if (mine && p.vec_ok && p.splits == 1 && !p.out_f32 && col0 + j + 4 <= p.n) {
-    // One 8-byte (16-byte for f32) store; n % 8 == 0 under vec_ok aligns it.
-    T* dst = static_cast<T*>(p.c) + (blk.batch * p.m + i) * p.n + col0 + j;
-    if constexpr (Sm::kHalf) {
-      *reinterpret_cast<uint2*>(dst) =
+  if (kVecOk && mine) {
+    // One vector store: n % 8 == 0 and 16-byte aligned buffers (vec_ok)
+    // align it, and the quad is inside n.
+    const int64_t e = i * p.n + col0 + j;
+    if (p.splits > 1) {
+      float* part =
+          static_cast<float*>(p.partials) + (blk.batch * p.splits + blk.split) * p.m * p.n;
+      *reinterpret_cast<float4*>(part + e) = sum;
+    } else if (!Sm::kHalf || p.out_f32) {
+      *reinterpret_cast<float4*>(static_cast<float*>(p.c) + blk.batch * p.m * p.n + e) = sum;
+    } else if constexpr (Sm::kHalf) {
+      *reinterpret_cast<uint2*>(static_cast<T*>(p.c) + blk.batch * p.m * p.n + e) =
           make_uint2(PackPair<T>(sum.x, sum.y), PackPair<T>(sum.z, sum.w));
-    } else {
-      *reinterpret_cast<float4*>(dst) = sum;
     }
   } else if (mine) {
     const float out[4] = {sum.x, sum.y, sum.z, sum.w};

@@ -2,7 +2,7 @@
 
 Both cut a long contraction into splits, one output tile per block, and add
 the splits' partial sums in a second launch. bf16/f16/f32 TSM2S whose
-256-column tiles, 8 blocks each, fit in one wave runs over thread-block clusters instead
+64-column tiles, 2 blocks each, fit in one wave runs over thread-block clusters instead
 (the blocks of a cluster split the contraction), modelled as a stream of B
 plus each tile's read of A from L2. The plan (tiles, splits,
 blocks, workspace) comes from the extension (``_tsm2_ext.split_plan``), the
@@ -75,7 +75,8 @@ def split_prediction(
         l2 = plan["tiles_n"] * a_bytes * cal.cluster_l2_weight
         t_mem = (dram + l2) / (bw * cal.cluster_eta_stream)
         how = (
-            f"tsm2s in {plan['tiles_n']} tiles of {plan['tile_n']} columns over clusters of 8 "
+            f"tsm2s in {plan['tiles_n']} tiles of {plan['tile_n']} columns over clusters of "
+            f"{plan['cluster_blocks']} "
             f"on {'tensor' if plan.get('mma') else 'CUDA'} cores, "
             f"{plan['splits']} split{'s' if plan['splits'] != 1 else ''}; "
             f"B streamed at {cal.cluster_eta_stream:.0%} of the read ceiling, A read "
