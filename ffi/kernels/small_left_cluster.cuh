@@ -413,7 +413,7 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   // thread (one quad each: static_assert in ClusterSmem).
   constexpr int kSources = kSClusterBlocks * Sm::kParts;
   const int i = tid / Sm::kRedQuads, j = rank * Sm::kRedCols + 4 * (tid % Sm::kRedQuads);
-  const bool mine = i < p.m;
+  const bool mine = i < p.m && col0 + j < p.n;  // with vec_ok (n % 8 == 0), the whole quad
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
   if (mine) {
     float4 v[kSources];
