@@ -119,8 +119,8 @@ struct ClusterSmem {
 // swizzled). The stages are queued in order, so each one costs pointer steps
 // and a row check. Working out a stage's addresses from its index instead
 // (64-bit multiplies, ~100 instructions between the barrier and the first
-// copy) held every stage's loads back: the lab's timeline had that loop 0.5
-// us slower than one with pointer steps (session 18).
+// copy) held every stage's loads back: 14.14 -> 14.00 us at bf16 1 x 4096 x
+// 4096 in the lab's graph timing (session 18).
 template <typename T>
 struct ClusterCopier {
   using Sm = ClusterSmem<T>;
