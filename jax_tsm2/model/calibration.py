@@ -76,13 +76,16 @@ class Calibration:
       about 19-26 FMA/clk/SM of 128 at m = 8 and 16 (inferred through the same
       soft maximum): 0.17. TSM2T 47 (f32, 64 x 64) and 25 (f64, of 64)
       after the rewrite: 0.40.
-    - ``cluster_eta_stream``, ``cluster_l2_weight``: bf16/f16 TSM2S over
+    - ``cluster_eta_stream``, ``cluster_l2_weight``: bf16/f16/f32 TSM2S over
       thread-block clusters streams B at its own fraction of the read ceiling
-      and reads A from L2 once per 256-column tile, each L2 byte costing that
-      fraction of a DRAM byte. Fitted in session 14 to the 32-column strips it
-      replaced (0.92, 0.45); they still give 15.4 / 15.6 / 15.8 us for
-      bf16 m x 4096 x 4096 at m = 1 / 8 / 16 against 15.1 / 15.7 / 16.3
-      measured (h100-2026-11-23/session15/family-s-cluster).
+      and reads A from L2 once per column tile, each L2 byte costing that
+      fraction of a DRAM byte. Refitted in session 19 to the 64-column tiles
+      over clusters of 2 (session 18's family S, forced kernels, both dtypes
+      at m x 4096 x 4096, m = 1..16; least squares on the worst error): 1.05
+      and 0.5, within 2.3% of all ten (bf16 14.0 / 14.6 / 15.3 us against
+      13.7 / 14.6 / 15.2 at m = 1 / 8 / 16). A fraction above 1 is the fixed
+      launch term (``t_launch``, 3.5 us) charging this kernel more than it
+      pays: its launch overlaps the previous kernel's tail (PDL).
 
     TSM2L's row-per-thread kernel (rows of 16 or 32 bytes, ``n <= 8``):
 
@@ -198,8 +201,8 @@ class Calibration:
         ("tsm2t", TSM2T_SCALAR_ELEMS_PER_CLK),
     )
     s_scalar_cycles: tuple[float, float] = (0.40, 0.035)
-    cluster_eta_stream: float = 0.92
-    cluster_l2_weight: float = 0.45
+    cluster_eta_stream: float = 1.05
+    cluster_l2_weight: float = 0.5
     t_async_bytes_per_clk: float = 5.0
     xla_slow_passes: float = 3.3
     xla_short_k: int = 2400

@@ -79,8 +79,8 @@ def split_prediction(
             f"{plan['cluster_blocks']} "
             f"on {'tensor' if plan.get('mma') else 'CUDA'} cores, "
             f"{plan['splits']} split{'s' if plan['splits'] != 1 else ''}; "
-            f"B streamed at {cal.cluster_eta_stream:.0%} of the read ceiling, A read "
-            f"{plan['tiles_n']} times from L2"
+            f"B streamed at {cal.cluster_eta_stream:.2f}x the modelled read rate (the launch "
+            f"overlaps the previous kernel), A read {plan['tiles_n']} times from L2"
         )
         return _finish(
             p, dtype, layout, kernel, plan, dram, (t_mem, 0.0), None, True, how, dev, cal
