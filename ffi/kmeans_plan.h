@@ -176,13 +176,20 @@ constexpr int64_t KmeansMaxOwners(const KmeansPlan& p, int64_t n, int sm_count) 
 
 // The f32 tensor-core step (kernels/kmeans_mma.cuh) takes rows of 64..256
 // elements in whole 16-byte chunks (the launcher also needs X 16-byte
-// aligned), 64 rows per tile and one block per SM: it never needs more
-// partials than KmeansMaxOwners allows the CUDA-core step. It pads k to 16
+// aligned), 64 rows per tile and one block per SM (32 rows and two blocks per
+// SM for k <= 16): it never needs more partials than KmeansMaxOwners (two
+// blocks per SM) allows the CUDA-core step. It pads k to 16
 // centroids, so below 9 the CUDA-core step is faster (H100, n = 1e6: d = 256,
 // k = 8: 431 against 487 us; d = 64, k = 4: 204 against 276 us), and above
 // it slower (d = 256, k = 16: 576 against 496 us; d = 128, k = 16: 433
 // against 353 us; benchmarks/results/h100-2026-11-23/kmeans-mma).
 constexpr int kKmeansMmaRows = 64;
+// k <= 16 (one centroid tile): 32-row tiles, two blocks per SM (kmeans_mma.cuh;
+// -DTSM2_KMEANS_ONE_TILE_ROWS=64 builds the session-7 form, for the lab).
+#ifndef TSM2_KMEANS_ONE_TILE_ROWS
+#define TSM2_KMEANS_ONE_TILE_ROWS 32
+#endif
+constexpr int kKmeansMmaOneTileRows = TSM2_KMEANS_ONE_TILE_ROWS;
 constexpr bool KmeansMmaTakes(int itemsize, int64_t d, int64_t k) {
   return itemsize == 4 && d >= 64 && d <= 256 && d % 4 == 0 && k >= 9 && k <= kKmeansMaxK;
 }

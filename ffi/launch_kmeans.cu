@@ -56,16 +56,17 @@ cudaError_t LaunchReduce(const DeviceKmeans& p, const void* workspace, int owner
 // rest for all of them.
 
 // The f32 tensor-core step (kernels/kmeans_mma.cuh): DC the row class (128
-// or 256 elements), MT the 16-centroid tiles.
-template <int DC, int MT>
+// or 256 elements), MT the 16-centroid tiles, ROWS the rows of a tile.
+template <int DC, int MT, int ROWS>
 struct KmeansMmaVariant {
-  using Cfg = KmeansMmaConfig<DC, MT>;
+  using Cfg = KmeansMmaConfig<DC, MT, ROWS>;
   using Acc = float;
 
   static cudaError_t Resident(const DeviceKmeans& p, int sms, int64_t* cap) {
     int per_sm = 0;
-    if (cudaError_t e = BlocksPerSm(reinterpret_cast<const void*>(&KmeansMmaStepKernel<DC, MT>),
-                                    Cfg::kThreads, Cfg::kSmemBytes, &per_sm);
+    if (cudaError_t e =
+            BlocksPerSm(reinterpret_cast<const void*>(&KmeansMmaStepKernel<DC, MT, ROWS>),
+                        Cfg::kThreads, Cfg::kSmemBytes, &per_sm);
         e != cudaSuccess) {
       return e;
     }
@@ -77,7 +78,7 @@ struct KmeansMmaVariant {
   static cudaError_t Run(const DeviceKmeans& p, void* workspace, int owners, cudaStream_t stream) {
     KmeansArgs a = CommonArgs(p, workspace);
     a.tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
-    KmeansMmaStepKernel<DC, MT>
+    KmeansMmaStepKernel<DC, MT, ROWS>
         <<<static_cast<unsigned>(owners), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
     return cudaGetLastError();
   }
@@ -237,12 +238,13 @@ template <typename Op>
 bool WithMmaVariant(const DeviceKmeans& p, const Op& op, cudaError_t* err) {
   if (!KmeansMmaTakes(4, p.d, p.k) || reinterpret_cast<uintptr_t>(p.x) % 16 != 0) return false;
   const bool wide = p.d > 128, two = p.k > 16;
+  constexpr int kOne = kKmeansMmaOneTileRows, kTwo = kKmeansMmaRows;
   if (wide) {
-    *err = two ? op.template Run<KmeansMmaVariant<256, 2>>()
-               : op.template Run<KmeansMmaVariant<256, 1>>();
+    *err = two ? op.template Run<KmeansMmaVariant<256, 2, kTwo>>()
+               : op.template Run<KmeansMmaVariant<256, 1, kOne>>();
   } else {
-    *err = two ? op.template Run<KmeansMmaVariant<128, 2>>()
-               : op.template Run<KmeansMmaVariant<128, 1>>();
+    *err = two ? op.template Run<KmeansMmaVariant<128, 2, kTwo>>()
+               : op.template Run<KmeansMmaVariant<128, 1, kOne>>();
   }
   return true;
 }

@@ -12,12 +12,13 @@
 // - sums: onehot(labels)^T (clusters, M) x (w * X) (columns, N) over the rows
 //   (K); the one-hot is exact in TF32, so hi + lo of w * x is enough.
 // The first needs a row's elements along K and the second along N, so X is
-// staged in shared memory (cp.async, kStages tiles of 64 rows in flight)
-// rather than kept in registers, and read twice from there.
+// staged in shared memory (cp.async, kStages tiles in flight) rather than
+// kept in registers, and read twice from there.
 //
-// A tile of 64 rows: row group r (rows 8r..8r+7) gets its distances from one
-// warp, or from two warps each taking half of the chunk pairs (16-warp
-// blocks), then labels go to shared memory (one barrier); then warp w takes
+// A tile of 64 rows (32 for one centroid tile, two blocks per SM): row group
+// r (rows 8r..8r+7) gets its distances from one warp, or from two warps each
+// taking half of the chunk pairs, then labels go to shared memory (one
+// barrier); then warp w takes
 // columns w * DC / kWarps.. of every row for the sums, whose accumulators
 // stay in registers for the whole run. Every sum is added in one fixed
 // order: results are bitwise reproducible.
@@ -67,16 +68,22 @@ __device__ __forceinline__ void ForEachSum(float (&sacc)[MT][NT][4], int g, int 
   }
 }
 
-template <int DC, int MT>
+template <int DC, int MT, int ROWS = kKmeansMmaRows>
 struct KmeansMmaConfig {
-  // One 16-centroid tile: 16 warps, two on each row group's distances (each
-  // half of the chunk pairs) for latency hiding; 4 warps per scheduler need
-  // <= 128 registers. Two tiles keep 8 warps (175+ registers).
-  static constexpr int kWarps = MT == 1 ? 16 : 8, kThreads = 32 * kWarps;
-  static constexpr int kSplitK = kWarps / 8;
-  static constexpr int kRows = kKmeansMmaRows;  // rows per tile: 8 per warp in the distances
-  static constexpr int kKp = 16 * MT;           // centroids, padded to whole m16 tiles
-  static constexpr int kPairs = DC / 16;        // 16-byte chunks per lane of a row
+  // Tiles of ROWS rows, 8 per row group in the distances. 64 rows, one
+  // 16-centroid tile: 16 warps, two on each row group's distances (each half
+  // of the chunk pairs) for latency hiding; 4 warps per scheduler need <= 128
+  // registers. Two tiles keep 8 warps (175+ registers). 32 rows (one centroid
+  // tile only): 8 warps, two per row group, and two blocks per SM, so that one
+  // block's sums run while the other's distances do (d = 256, k = 16: 456
+  // against 493 us; 16-row tiles at three blocks per SM took 566).
+  static constexpr int kRows = ROWS;
+  static constexpr int kRowGroups = kRows / 8;
+  static constexpr int kWarps = kRows == 32 ? 8 : MT == 1 ? 16 : 8, kThreads = 32 * kWarps;
+  static constexpr int kSplitK = kWarps / kRowGroups;
+  static constexpr int kBlocksPerSm = kRows == 32 ? 2 : 1;
+  static constexpr int kKp = 16 * MT;     // centroids, padded to whole m16 tiles
+  static constexpr int kPairs = DC / 16;  // 16-byte chunks per lane of a row
   static constexpr int kColsPerWarp = DC / kWarps;
   static constexpr int kNTiles = kColsPerWarp / 8;
   // 64 KB tiles: 2 in flight at DC = 256, 4 at 128 (bytes in flight per SM).
@@ -88,27 +95,32 @@ struct KmeansMmaConfig {
   static constexpr int kFragBytes = kPairs * 2 * MT * 2 * 32 * 16;
   static constexpr int kOffCsq = kOffFrag + kFragBytes;
   static constexpr int kOffLab = kOffCsq + kKp * 4;
-  static constexpr int kOffBad = kOffLab + kRows * 4;  // bad-row bytes, one per warp
+  static constexpr int kOffBad = kOffLab + kRows * 4;  // bad-row bytes, one per row group
   static constexpr int kOffCnt = kOffBad + 16;
   static constexpr int kOffInert = kOffCnt + kWarps * kKp * 4;
-  static constexpr int kOffFix = kOffInert + kWarps * 4;  // slow-path dots, [group][row][centroid]
-  static constexpr int kOffOneHot = kOffFix + 8 * 8 * kKp * 4;    // [k-step][mt][lane] x 16 B
-  static constexpr int kOffXfer = kOffOneHot + 8 * MT * 32 * 16;  // split-K partials, [group][lane]
-  static constexpr int kXfer = 4 * MT + 1;                        // dots and ||x||^2 per lane
-  static constexpr int kSmemBytes = kOffXfer + (kSplitK > 1 ? 8 * 32 * kXfer * 4 : 0);
+  // Slow-path dots, [group][row][centroid]; one-hot fragments, [k-step][mt][lane] x 16 B;
+  // split-K partials, [group][lane] (dots and ||x||^2 per lane).
+  static constexpr int kOffFix = kOffInert + kWarps * 4;
+  static constexpr int kOffOneHot = kOffFix + kRowGroups * 8 * kKp * 4;
+  static constexpr int kOffXfer = kOffOneHot + kRowGroups * MT * 32 * 16;
+  static constexpr int kXfer = 4 * MT + 1;
+  static constexpr int kSmemBytes = kOffXfer + (kSplitK > 1 ? kRowGroups * 32 * kXfer * 4 : 0);
+  static_assert(kRows == 32 || kRows == 64, "tiles of 32 or 64 rows");
+  static_assert(kRows == 64 || MT == 1, "32-row tiles take one centroid tile (registers)");
+  static_assert(kSplitK == 1 || kSplitK == 2, "the split-K transfer adds one half");
   static_assert(DC == 128 || DC == 256, "row classes of the tensor-core step");
   static_assert(kNTiles >= 1 && kColsPerWarp % 8 == 0, "whole n8 tiles per warp");
   static_assert(kSmemBytes <= kKmeansSmemLimit, "shared memory");
 };
 
-template <int DC, int MT, typename Cfg = KmeansMmaConfig<DC, MT>>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+template <int DC, int MT, int ROWS = kKmeansMmaRows, typename Cfg = KmeansMmaConfig<DC, MT, ROWS>>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
     KmeansMmaStepKernel(const __grid_constant__ KmeansArgs p) {
   constexpr int kRows = Cfg::kRows, kKp = Cfg::kKp, kStages = Cfg::kStages;
   extern __shared__ __align__(16) char smem[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int rg = warp % 8, kh = warp / 8;  // row group and half of K in the distances
-  const int g = lane / 4, t = lane % 4;    // mma fragment coordinates
+  const int rg = warp % Cfg::kRowGroups, kh = warp / Cfg::kRowGroups;  // row group, half of K
+  const int g = lane / 4, t = lane % 4;                                // mma fragment coordinates
   const float* x = static_cast<const float*>(p.x);
   const float* cg = static_cast<const float*>(p.c);
   const float* wg = static_cast<const float*>(p.w);
@@ -120,6 +132,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   int* lab_s = reinterpret_cast<int*>(smem + Cfg::kOffLab);
   uint8_t* bad_s = reinterpret_cast<uint8_t*>(smem + Cfg::kOffBad);
   uint4* oh_s = reinterpret_cast<uint4*>(smem + Cfg::kOffOneHot);
+  if (tid < 16) bad_s[tid] = 0;  // read as 8 bytes below: the bytes of absent row groups stay 0
 
   // Centroid fragments: k-step (pair, half) takes logical column t from
   // physical column 16 pair + 4 t + 2 half and t + 4 from the next one, the
@@ -161,6 +174,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // A thread copies one 16-byte column chunk of every kRowStep-th row.
   constexpr int kChunks = DC / 4, kRowStep = Cfg::kThreads / kChunks;
   const int my_ch = tid % kChunks, my_r = tid / kChunks;
+  static_assert(kRows % kRowStep == 0, "whole copy passes per tile");
   const bool my_col = 4 * my_ch < d;
   auto issue = [&](int64_t tile, int64_t i) {
     char* st = smem + (i % kStages) * Cfg::kStageBytes;
