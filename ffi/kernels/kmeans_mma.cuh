@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ffi/kernels/common.cuh"
 #include "ffi/kernels/kmeans.cuh"
@@ -52,7 +53,9 @@ __device__ __forceinline__ int KmeansMmaSwizzle(int r) {
 }
 
 // Calls f(acc, cluster, column) for each of this lane's sum accumulators
-// (fragment rows 16 mt + g and + 8, columns col_w + 8 nt + 2t and + 1).
+// (fragment rows 16 mt + g and + 8, fragment columns 2t and 2t + 1 of n-tile
+// nt). Fragment column j of n-tile nt is column col_w + NT j + nt: a lane's
+// B fragments of all n-tiles are NT neighbouring columns, one vector load.
 template <int MT, int NT, typename F>
 __device__ __forceinline__ void ForEachSum(float (&sacc)[MT][NT][4], int g, int t, int col_w,
                                            F&& f) {
@@ -62,7 +65,7 @@ __device__ __forceinline__ void ForEachSum(float (&sacc)[MT][NT][4], int g, int 
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        f(sacc[mt][nt][q], 16 * mt + g + 8 * (q / 2), col_w + 8 * nt + 2 * t + q % 2);
+        f(sacc[mt][nt][q], 16 * mt + g + 8 * (q / 2), col_w + NT * (2 * t + q % 2) + nt);
       }
     }
   }
@@ -396,17 +399,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
 
     // Sums: k-step s covers rows 8s + 2t (logical t) and 8s + 2t + 1 (t + 4).
     if (col_w < d) {
-      // Rows 2t and 2t + 1 of every k-step share their swizzle: the column
-      // chunk of n-tile nt sits at a lane-constant offset.
+      // Rows 2t and 2t + 1 of every k-step share their swizzle, so the
+      // lane's columns (col_w + NT g .. + NT - 1, see ForEachSum) sit at a
+      // lane-constant offset: one 16-byte (NT = 4) or 8-byte (NT = 2) load
+      // per row gives the B fragments of every n-tile. A quarter (half) warp
+      // reads two (one) chunks of four rows: distinct banks.
+      constexpr int NT = Cfg::kNTiles;
+      static_assert(NT == 1 || NT == 2 || NT == 4, "a lane's columns are one vector");
+      using Vec = std::conditional_t<NT == 4, float4, std::conditional_t<NT == 2, float2, float>>;
       const int sw0 = KmeansMmaSwizzle(2 * t), sw1 = KmeansMmaSwizzle(2 * t + 1);
-      const float* xr0[Cfg::kNTiles];
-      const float* xr1[Cfg::kNTiles];
-#pragma unroll
-      for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
-        const int ch = (col_w + 8 * nt) / 4 + g / 4;
-        xr0[nt] = xs + 2 * t * DC + 4 * (ch ^ sw0) + g % 4;
-        xr1[nt] = xs + (2 * t + 1) * DC + 4 * (ch ^ sw1) + g % 4;
-      }
+      const int col = col_w + NT * g, ch = col / 4;
+      const Vec* xr0 = reinterpret_cast<const Vec*>(xs + 2 * t * DC + 4 * (ch ^ sw0) + col % 4);
+      const Vec* xr1 =
+          reinterpret_cast<const Vec*>(xs + (2 * t + 1) * DC + 4 * (ch ^ sw1) + col % 4);
 #pragma unroll 4
       for (int s = 0; s < kRows / 8; ++s) {
         const float2 w2 = *reinterpret_cast<const float2*>(ws + 8 * s + 2 * t);
@@ -419,11 +424,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
           oh[mt][2] = o.z;
           oh[mt][3] = o.w;
         }
+        const Vec v0 = xr0[8 * s * DC / NT], v1 = xr1[8 * s * DC / NT];
+        const float* e0 = reinterpret_cast<const float*>(&v0);
+        const float* e1 = reinterpret_cast<const float*>(&v1);
 #pragma unroll
-        for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
+        for (int nt = 0; nt < NT; ++nt) {
           uint32_t h0, l0, h1, l1;
-          SplitTf32(w2.x * xr0[nt][8 * s * DC], h0, l0);
-          SplitTf32(w2.y * xr1[nt][8 * s * DC], h1, l1);
+          SplitTf32(w2.x * e0[nt], h0, l0);
+          SplitTf32(w2.y * e1[nt], h1, l1);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             MmaTf32(sacc[mt][nt], oh[mt], l0, l1);
