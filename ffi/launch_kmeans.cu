@@ -44,9 +44,10 @@ template <typename Acc>
 cudaError_t LaunchReduce(const DeviceKmeans& p, const void* workspace, int owners,
                          cudaStream_t stream) {
   const int64_t elems = KmeansPartialElems(p.d, p.k);
-  KmeansReduceKernel<Acc><<<static_cast<unsigned>((elems + 31) / 32), 256, 0, stream>>>(
-      static_cast<const Acc*>(workspace), elems, owners, p.k * p.d, static_cast<int>(p.k),
-      static_cast<Acc*>(p.sums), static_cast<Acc*>(p.counts), static_cast<Acc*>(p.inertia));
+  KmeansReduceKernel<Acc>
+      <<<static_cast<unsigned>((elems + 31) / 32), 32 * kKmeansReduceSlices, 0, stream>>>(
+          static_cast<const Acc*>(workspace), elems, owners, p.k * p.d, static_cast<int>(p.k),
+          static_cast<Acc*>(p.sums), static_cast<Acc*>(p.counts), static_cast<Acc*>(p.inertia));
   return cudaGetLastError();
 }
 

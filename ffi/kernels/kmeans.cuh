@@ -478,26 +478,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 }
 
 // out[o] = sum over partials b, in order, of partials[b][o]: 32 outputs per
-// block, 8 slices of the partials per output added in a fixed tree.
+// block, kKmeansReduceSlices slices of the partials per output added in a
+// fixed tree. 32 slices (not 8): with 264 partials (two blocks per SM) a
+// thread's loads are then all in flight at once rather than nine rounds of
+// four behind each other.
+constexpr int kKmeansReduceSlices = 32;
 template <typename Acc>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(32 * kKmeansReduceSlices)
     KmeansReduceKernel(const Acc* __restrict__ part, int64_t elems, int blocks, int64_t kd, int k,
                        Acc* __restrict__ sums, Acc* __restrict__ counts,
                        Acc* __restrict__ inertia) {
-  __shared__ Acc buf[8][32];
+  constexpr int S = kKmeansReduceSlices;
+  __shared__ Acc buf[S][32];
   const int lane = threadIdx.x % 32, s = threadIdx.x / 32;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * 32 + lane;
   Acc acc = 0;
   if (o < elems) {
-#pragma unroll 4
-    for (int b = s; b < blocks; b += 8) acc += part[static_cast<int64_t>(b) * elems + o];
+#pragma unroll 8
+    for (int b = s; b < blocks; b += S) acc += part[static_cast<int64_t>(b) * elems + o];
   }
   buf[s][lane] = acc;
   __syncthreads();
   if (s == 0 && o < elems) {
     Acc total = 0;
 #pragma unroll
-    for (int ss = 0; ss < 8; ++ss) total += buf[ss][lane];
+    for (int ss = 0; ss < S; ++ss) total += buf[ss][lane];
     if (o < kd) {
       sums[o] = total;
     } else if (o < kd + k) {
