@@ -182,7 +182,8 @@ constexpr int64_t KmeansMaxOwners(const KmeansPlan& p, int64_t n, int sm_count) 
 // centroids, so below 9 the CUDA-core step is faster (H100, n = 1e6: d = 256,
 // k = 8: 431 against 487 us; d = 64, k = 4: 204 against 276 us), and above
 // it slower (d = 256, k = 16: 576 against 496 us; d = 128, k = 16: 433
-// against 353 us; benchmarks/results/h100-2026-11-23/kmeans-mma).
+// against 353 us; benchmarks/results/h100-2026-11-23/kmeans-mma; session 19's
+// 32-row tiles took the tensor-core figures to 448 and 307 us).
 constexpr int kKmeansMmaRows = 64;
 // k <= 16 (one centroid tile): 32-row tiles, two blocks per SM (kmeans_mma.cuh;
 // -DTSM2_KMEANS_ONE_TILE_ROWS=64 builds the session-7 form, for the lab).

@@ -18,10 +18,9 @@
 // A tile of 64 rows (32 for one centroid tile, two blocks per SM): row group
 // r (rows 8r..8r+7) gets its distances from one warp, or from two warps each
 // taking half of the chunk pairs, then labels go to shared memory (one
-// barrier); then warp w takes
-// columns w * DC / kWarps.. of every row for the sums, whose accumulators
-// stay in registers for the whole run. Every sum is added in one fixed
-// order: results are bitwise reproducible.
+// barrier); then warp w takes columns w * DC / kWarps.. of every row for the
+// sums, whose accumulators stay in registers for the whole run. Every sum is
+// added in one fixed order: results are bitwise reproducible.
 //
 // Rows are stored with their 16-byte chunks XOR-swizzled (KmeansMmaSwizzle):
 // both the distance reads (two rows x four chunks per quarter warp) and the
@@ -89,7 +88,7 @@ struct KmeansMmaConfig {
   static constexpr int kPairs = DC / 16;  // 16-byte chunks per lane of a row
   static constexpr int kColsPerWarp = DC / kWarps;
   static constexpr int kNTiles = kColsPerWarp / 8;
-  // 64 KB tiles: 2 in flight at DC = 256, 4 at 128 (bytes in flight per SM).
+  // Stages: 2 at DC = 256, 4 at 128 (64 KB per block at 64 rows, 32 KB at 32 rows).
   static constexpr int kStages = DC <= 128 ? 4 : 2;
   static constexpr int kXBytes = kRows * DC * 4;
   static constexpr int kStageBytes = kXBytes + kRows * 4;  // X, then the rows' weights
