@@ -32,6 +32,12 @@
 #include "ffi/launch.h"
 #include "ffi/launch_kmeans.h"
 
+#ifdef TSM2_KMW_TRACE
+namespace tsm2 {
+cudaError_t KmeansWideTrace(unsigned long long* out);
+}
+#endif
+
 namespace {
 
 __device__ __host__ inline uint32_t Hash(uint64_t i, uint32_t seed) {
@@ -227,6 +233,19 @@ void Run(const Case& cs) {
   worst = std::max(worst, std::fabs(HostValue(hi) - ri) / (sum_tol * riabs + 1e-300));
   const bool ok = re.bad_label == 0 && re.wrong_clear == 0 && re.bad_mind == 0 && worst <= 1.0;
 
+#ifdef TSM2_KMW_TRACE
+  unsigned long long tr[8];
+  CHECK(tsm2::KmeansWideTrace(tr));  // zeroes the counters
+  launch();
+  CHECK(cudaDeviceSynchronize());
+  CHECK(tsm2::KmeansWideTrace(tr));
+  if (tr[7] > 0) {
+    const char* names[7] = {"land+sync", "dist", "reduce+empty", "ready", "sums", "push", "-"};
+    std::printf("  trace, cycles per tile (block thread 0):");
+    for (int q = 0; q < 7; ++q) std::printf(" %s %.0f", names[q], double(tr[q]) / tr[7]);
+    std::printf("\n");
+  }
+#endif
   const double sec = lab::TimeLaunches(launch);
   const double x_bytes = static_cast<double>(n) * d * sizeof(T);
   const double gbs = x_bytes / sec * 1e-9;
@@ -270,6 +289,13 @@ int main(int argc, char** argv) {
       {"f32 1e6x512 k=16", 1000000, 512, 16, 0},
       {"f32 2.5e5x2048 k=16", 250000, 2048, 16, 0},
       {"f32 2.5e5x4096 k=32", 250000, 4096, 32, 0},
+      {"f32 2.5e5x4096 k=9", 250000, 4096, 9, 0},
+      {"f32 2.5e5x3072 k=16", 250000, 3072, 16, 0},
+      {"f32 5e5x1536 k=16", 500000, 1536, 16, 0},
+      {"f32 odd 20011x4092 k=13", 20011, 4092, 13, 0},
+      {"f32 odd 30011x2052 k=9", 30011, 2052, 9, 0},
+      {"f32 odd 17x1028 k=16", 17, 1028, 16, 0},
+      {"f32 odd 1x4096 k=11", 1, 4096, 11, 0},
       {"f64 1e6x256 k=16", 1000000, 256, 16, 1},
       {"f64 1e5x4096 k=16", 100000, 4096, 16, 1},
       {"bf16 1e6x256 k=16", 1000000, 256, 16, 2},

@@ -195,6 +195,27 @@ constexpr bool KmeansMmaTakes(int itemsize, int64_t d, int64_t k) {
   return itemsize == 4 && d >= 64 && d <= 256 && d % 4 == 0 && k >= 9 && k <= kKmeansMaxK;
 }
 
+// The f32 tensor-core step for wide rows (kernels/kmeans_wide.cuh): each
+// block of a cluster owns kKmeansWideCols columns (its centroid values sit in
+// registers), so d in (1024, 4096] takes clusters of 2 to 4; k <= 16 (one
+// centroid tile). One block per SM and one partial per cluster: at most
+// sms / 2 partials for d <= 2048 and sms / 3 above, within what
+// KmeansMaxOwners gives the CUDA-core plans of the same d (clusters of 2 and
+// 4 at two blocks per SM), so the workspace Python sizes holds them.
+// -DTSM2_KMEANS_WIDE=0 builds without it (the lab's baseline).
+#ifndef TSM2_KMEANS_WIDE
+#define TSM2_KMEANS_WIDE 1
+#endif
+constexpr int kKmeansWideCols = 512;
+constexpr int kKmeansWideMaxCluster = kKmeansMaxD / kKmeansWideCols;
+constexpr int KmeansWideCluster(int64_t d) {
+  return static_cast<int>((d + kKmeansWideCols - 1) / kKmeansWideCols);
+}
+constexpr bool KmeansWideTakes(int itemsize, int64_t d, int64_t k) {
+  return TSM2_KMEANS_WIDE && itemsize == 4 && d > 2 * kKmeansWideCols && d <= kKmeansMaxD &&
+         d % 4 == 0 && k >= 9 && k <= 16;
+}
+
 // Bytes of the workspace result for a GPU with sm_count SMs (0 if n == 0).
 constexpr int64_t KmeansWorkspaceBytes(int itemsize, int64_t n, int64_t d, int64_t k,
                                        int sm_count) {

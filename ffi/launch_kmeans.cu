@@ -12,6 +12,7 @@
 
 #include "ffi/kernels/kmeans.cuh"
 #include "ffi/kernels/kmeans_mma.cuh"
+#include "ffi/kernels/kmeans_wide.cuh"
 #include "ffi/launch_kmeans.h"
 #include "ffi/occupancy.h"
 
@@ -81,6 +82,61 @@ struct KmeansMmaVariant {
     a.tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
     KmeansMmaStepKernel<DC, MT, ROWS>
         <<<static_cast<unsigned>(owners), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+    return cudaGetLastError();
+  }
+};
+
+// The f32 tensor-core step for wide rows (kernels/kmeans_wide.cuh): one
+// cluster of KmeansWideCluster(d) blocks per partial.
+struct KmeansWideVariant {
+  using Cfg = KmeansWideConfig;
+  using Acc = float;
+
+  static cudaLaunchConfig_t Config(int clusters, int cl, cudaStream_t stream,
+                                   cudaLaunchAttribute* attr) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(clusters * cl));
+    cfg.blockDim = dim3(Cfg::kThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>(Cfg::kSmemBytes);
+    cfg.stream = stream;
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = static_cast<unsigned>(cl);
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
+  }
+
+  static cudaError_t Resident(const DeviceKmeans& p, int sms, int64_t* cap) {
+    const void* kernel = reinterpret_cast<const void*>(&KmeansWideStepKernel<>);
+    int per_sm = 0;  // also opts the kernel in to its shared memory
+    if (cudaError_t e = BlocksPerSm(kernel, Cfg::kThreads, Cfg::kSmemBytes, &per_sm);
+        e != cudaSuccess) {
+      return e;
+    }
+    const int cl = KmeansWideCluster(p.d);
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = Config(sms / cl, cl, nullptr, &attr);
+    int clusters = 0;
+    if (cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, &KmeansWideStepKernel<>, &cfg);
+        e != cudaSuccess) {
+      return e;
+    }
+    if (clusters < 1) return cudaErrorInvalidConfiguration;
+    const int64_t tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
+    *cap = std::min<int64_t>(tiles, clusters);
+    return cudaSuccess;
+  }
+
+  static cudaError_t Run(const DeviceKmeans& p, void* workspace, int owners, cudaStream_t stream) {
+    KmeansArgs a = CommonArgs(p, workspace);
+    a.tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = Config(owners, KmeansWideCluster(p.d), stream, &attr);
+    if (cudaError_t e = cudaLaunchKernelEx(&cfg, &KmeansWideStepKernel<>, a); e != cudaSuccess) {
+      return e;
+    }
     return cudaGetLastError();
   }
 };
@@ -255,6 +311,9 @@ cudaError_t WithVariant(const DeviceKmeans& p, const Op& op) {
   const int itemsize = static_cast<int>(sizeof(T));
   if (!KmeansSupported(itemsize, p.d, p.k) || p.n < 0) return cudaErrorInvalidValue;
   if constexpr (std::is_same_v<T, float>) {
+    if (KmeansWideTakes(4, p.d, p.k) && reinterpret_cast<uintptr_t>(p.x) % 16 == 0) {
+      return op.template Run<KmeansWideVariant>();
+    }
     cudaError_t err = cudaSuccess;
     if (WithMmaVariant(p, op, &err)) return err;
   }
@@ -298,5 +357,17 @@ cudaError_t LaunchKmeansStep(const DeviceKmeans& p, void* workspace, size_t work
                              cudaStream_t stream) {
   return WithType(p, LaunchOp{p, workspace, workspace_bytes, stream});
 }
+
+#ifdef TSM2_KMW_TRACE
+// Lab only: the wide step's phase cycles (kernels/kmeans_wide.cuh), then zeroed.
+cudaError_t KmeansWideTrace(unsigned long long* out) {
+  if (cudaError_t e = cudaMemcpyFromSymbol(out, g_kmw_trace, 8 * sizeof(unsigned long long));
+      e != cudaSuccess) {
+    return e;
+  }
+  unsigned long long zero[8] = {};
+  return cudaMemcpyToSymbol(g_kmw_trace, zero, sizeof zero);
+}
+#endif
 
 }  // namespace tsm2

@@ -214,6 +214,12 @@ nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k
     return out;
   }
   const tsm2::KmeansPlan p = tsm2::KmeansPlanOf(itemsize, d, k);
+  // The kernel the launcher runs for a 16-byte aligned x (XLA's buffers are);
+  // the fields below describe the CUDA-core plan, which also sizes the workspace.
+  out["step"] = tsm2::KmeansWideTakes(itemsize, d, k)  ? "tensor_cores_cluster"
+                : tsm2::KmeansMmaTakes(itemsize, d, k) ? "tensor_cores"
+                                                       : "cuda_cores";
+  if (tsm2::KmeansWideTakes(itemsize, d, k)) out["wide_cluster"] = tsm2::KmeansWideCluster(d);
   out["k_pad"] = p.kp;
   out["vec_class"] = p.cls;  // rows of up to 32 << vec_class vectors
   out["cluster"] = p.cluster;

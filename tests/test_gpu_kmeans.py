@@ -7,9 +7,10 @@ one warp per row, several warps, or a thread-block cluster per row) at its
 largest shape and at an odd one (the element-wise load path), n = 1 and
 primes, large n, fewer blocks than the GPU holds (a small workspace), bitwise
 reproducibility, and k-means through the kernel against the jnp path. The f32
-tensor-core step (kmeans_mma.cuh: 64 <= d <= 256, d % 4 == 0, k >= 9) gets its own
-sizes, data far from the origin, and NaN/Inf rows, weights and centroids
-against the CPU target (the same formulas in plain f32 loops).
+tensor-core steps (kmeans_mma.cuh: 64 <= d <= 256, and kmeans_wide.cuh: 1024 < d
+<= 4096 over a thread-block cluster; d % 4 == 0, k >= 9) get their own sizes,
+data far from the origin, and NaN/Inf rows, weights and centroids against the
+CPU target (the same formulas in plain f32 loops).
 """
 
 from __future__ import annotations
@@ -159,21 +160,50 @@ def test_tensor_core_step_matches_float64_reference(d, k):
     check_step(_step(x, c, w), x, c, w)
 
 
-@pytest.mark.parametrize("n", (1, 63, 64, 65, 1000, 100_003))
-def test_tensor_core_step_odd_n(n):
-    rng = np.random.default_rng(n)
-    x, c, w = data(rng, n, 256, 16, jnp.float32)
+# The cluster step for wide rows (kmeans_wide.cuh): clusters of 3 to 8
+# blocks of 512 columns, the last one part-filled, k from 9 to 16.
+@pytest.mark.parametrize("d", (1028, 1536, 2052, 3000, 4092, 4096))
+@pytest.mark.parametrize("k", (9, 13, 16))
+def test_cluster_step_matches_float64_reference(d, k):
+    assert _ffi.kmeans_plan("float32", 1, d, k)["step"] == "tensor_cores_cluster"
+    rng = np.random.default_rng(d * 37 + k)
+    x, c, w = data(rng, 2053, d, k, jnp.float32)
     check_step(_step(x, c, w), x, c, w)
 
 
+@pytest.mark.parametrize(
+    ("n", "d"),
+    [
+        (1, 256),
+        (63, 256),
+        (64, 256),
+        (65, 256),
+        (1000, 256),
+        (100_003, 256),
+        (1, 4096),
+        (15, 4096),
+        (16, 4096),
+        (17, 4096),
+        (241, 2048),
+        (30_011, 4096),
+    ],
+)
+def test_tensor_core_step_odd_n(n, d):
+    # Tiles of 16 rows for the cluster step, split between 15 or more clusters.
+    rng = np.random.default_rng(n)
+    x, c, w = data(rng, n, d, 16, jnp.float32)
+    check_step(_step(x, c, w), x, c, w)
+
+
+@pytest.mark.parametrize("d", (256, 4096))
 @pytest.mark.parametrize("offset", (0.0, 30.0))
-def test_tensor_core_step_keeps_f32_accuracy(offset):
+def test_tensor_core_step_keeps_f32_accuracy(d, offset):
     # check_step's bound allows for any f32 summation order; this one is 8x
     # tighter on the distances (32 eps (||x||^2 + ||c||^2), typical f32 error
     # being ~sqrt(d) eps), which an operand split that dropped a cross term
     # (errors of ~2^-11 per product) or plain TF32 would exceed.
     rng = np.random.default_rng(5)
-    x, c, w = data(rng, 8009, 256, 16, jnp.float32)
+    x, c, w = data(rng, 8009 if d <= 256 else 1009, d, 16, jnp.float32)
     x, c = x + offset, c + offset
     s = _step(x, c, w)
     x64, c64 = np.asarray(x, np.float64), np.asarray(c, np.float64)
@@ -195,13 +225,13 @@ def _on_cpu(*arrays):
     return [jax.device_put(a, cpu) for a in arrays]
 
 
-@pytest.mark.parametrize("d", (64, 256))
+@pytest.mark.parametrize(("d", "k"), [(64, 17), (256, 17), (2048, 16), (4096, 13)])
 @pytest.mark.parametrize("bad_centroid", (False, True), ids=("finite-c", "inf-c"))
-def test_tensor_core_step_non_finite_as_the_cpu_target(d, bad_centroid):
+def test_tensor_core_step_non_finite_as_the_cpu_target(d, k, bad_centroid):
     # A NaN or Inf times a zero of the one-hot would poison every cluster on
     # the tensor cores: such rows and centroids take the CUDA-core path.
     rng = np.random.default_rng(d)
-    x, c, w = data(rng, 1000, d, 17, jnp.float32)
+    x, c, w = data(rng, 1000, d, k, jnp.float32)
     x = x.at[3, 5].set(np.nan).at[70, 0].set(np.inf).at[200, d - 1].set(-np.inf)
     x = x.at[500].set(1e20)  # finite, but ||x||^2 overflows
     w = w.at[300].set(np.nan).at[400].set(1e30)
@@ -220,7 +250,7 @@ def test_tensor_core_step_non_finite_as_the_cpu_target(d, bad_centroid):
     with np.errstate(over="ignore", invalid="ignore"):
         scale = (x64**2).sum(1) + (c64**2).sum(1)[labels]
         wx = np.abs(w64[:, None] * x64)
-    onehot = np.eye(17)[labels]
+    onehot = np.eye(k)[labels]
     finite = lambda a: np.where(np.isfinite(a), a, 0.0)
     bounds = {
         "mind": 4 * (d + 4) * eps * scale,

@@ -164,6 +164,28 @@ def test_plan_covers_the_documented_range():
         assert not _ffi.kmeans_plan(dtype, 1000, 256, 33)["supported"]
 
 
+@pytest.mark.parametrize(
+    ("dtype", "d", "k", "step"),
+    [
+        ("float32", 256, 16, "tensor_cores"),
+        ("float32", 256, 8, "cuda_cores"),  # k <= 8: the CUDA-core step is faster
+        ("float32", 1024, 16, "cuda_cores"),
+        ("float32", 1028, 16, "tensor_cores_cluster"),
+        ("float32", 4096, 9, "tensor_cores_cluster"),
+        ("float32", 4096, 8, "cuda_cores"),
+        ("float32", 4096, 17, "cuda_cores"),  # two centroid tiles do not fit registers
+        ("float32", 4094, 16, "cuda_cores"),  # rows not in whole 16-byte chunks
+        ("bfloat16", 4096, 16, "cuda_cores"),
+        ("float64", 4096, 16, "cuda_cores"),
+    ],
+)
+def test_plan_names_the_step_kernel(dtype, d, k, step):
+    p = _ffi.kmeans_plan(dtype, 1000, d, k)
+    assert p["step"] == step
+    if step == "tensor_cores_cluster":
+        assert p["wide_cluster"] == -(-d // 512)
+
+
 def test_plan_shapes_and_workspace():
     p = _ffi.kmeans_plan("float32", 10**6, 256, 16)
     assert (p["cluster"], p["warps_per_row"]) == (1, 1)  # one warp per row, no exchange

@@ -1,0 +1,77 @@
+// Thin wrappers over the sm_90 PTX that lets the blocks of a thread-block
+// cluster hand data to each other without a cluster-wide barrier: mbarriers
+// (local waits, local and remote arrivals, expected transaction bytes),
+// asynchronous stores into another block's shared memory that complete on
+// that block's mbarrier (st.async), and named barriers for a subset of a
+// block's warps. Addresses are 32-bit shared-window addresses (SmemAddr for
+// this block, MapRank for the same offset in another block of the cluster).
+// Used by the wide k-means step (kmeans_wide.cuh). CUDA only.
+#pragma once
+
+#include <cstdint>
+
+namespace tsm2 {
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The address of the same shared-memory location in cluster block `rank`.
+__device__ __forceinline__ uint32_t MapRank(uint32_t addr, int rank) {
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
+  return out;
+}
+
+__device__ __forceinline__ void MbarInit(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the initialisations visible to the cluster (before its barrier).
+__device__ __forceinline__ void MbarInitFence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// An arrival on another block's mbarrier (bar from MapRank), ordered after
+// this thread's earlier memory accesses for the whole cluster.
+__device__ __forceinline__ void MbarArriveRemote(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar)
+               : "memory");
+}
+// An arrival that also expects `bytes` of asynchronous stores this phase.
+__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Spins until the phase with this parity completes; acquires what the
+// cluster's arrivals (and completed asynchronous stores) released.
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// 16 bytes into another block's shared memory (dst from MapRank), completing
+// 16 transaction bytes on that block's mbarrier `bar` (also from MapRank).
+__device__ __forceinline__ void StAsync16(uint32_t dst, float4 v, uint32_t bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, "
+      "[%5];\n" ::"r"(dst),
+      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
+      : "memory");
+}
+
+// A barrier for `threads` threads (whole warps) of the block, id 1..15.
+__device__ __forceinline__ void NamedBarrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace tsm2
