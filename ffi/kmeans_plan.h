@@ -197,11 +197,12 @@ constexpr bool KmeansMmaTakes(int itemsize, int64_t d, int64_t k) {
 
 // The f32 tensor-core step for wide rows (kernels/kmeans_wide.cuh): each
 // block of a cluster owns kKmeansWideCols columns (its centroid values sit in
-// registers), so d in (1024, 4096] takes clusters of 2 to 4; k <= 16 (one
-// centroid tile). One block per SM and one partial per cluster: at most
-// sms / 2 partials for d <= 2048 and sms / 3 above, within what
-// KmeansMaxOwners gives the CUDA-core plans of the same d (clusters of 2 and
-// 4 at two blocks per SM), so the workspace Python sizes holds them.
+// registers), so d in [1024, 4096] takes clusters of 2 to 8; k <= 16 (one
+// centroid tile). From d = 1024 up it beats the CUDA-core step (H100, n =
+// 2.5e5, k = 16: 563 against 623 us at d = 1024, 2483 against 3572 at 4096).
+// One block per SM and one partial per cluster of ceil(d / 512) blocks: at
+// most sms / 2 partials, within what KmeansMaxOwners gives the CUDA-core plan
+// of the same d (sms / 2 or more), so the workspace Python sizes holds them.
 // -DTSM2_KMEANS_WIDE=0 builds without it (the lab's baseline).
 #ifndef TSM2_KMEANS_WIDE
 #define TSM2_KMEANS_WIDE 1
@@ -211,8 +212,12 @@ constexpr int kKmeansWideMaxCluster = kKmeansMaxD / kKmeansWideCols;
 constexpr int KmeansWideCluster(int64_t d) {
   return static_cast<int>((d + kKmeansWideCols - 1) / kKmeansWideCols);
 }
+// -DTSM2_KMEANS_WIDE_MIN_D moves the lower end, for the lab.
+#ifndef TSM2_KMEANS_WIDE_MIN_D
+#define TSM2_KMEANS_WIDE_MIN_D 1024
+#endif
 constexpr bool KmeansWideTakes(int itemsize, int64_t d, int64_t k) {
-  return TSM2_KMEANS_WIDE && itemsize == 4 && d > 2 * kKmeansWideCols && d <= kKmeansMaxD &&
+  return TSM2_KMEANS_WIDE && itemsize == 4 && d >= TSM2_KMEANS_WIDE_MIN_D && d <= kKmeansMaxD &&
          d % 4 == 0 && k >= 9 && k <= 16;
 }
 

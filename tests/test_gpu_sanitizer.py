@@ -22,11 +22,12 @@ import pytest
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
-def _assert_sanitizer_clean(tmp_path, sweep: str, tool: str, kernels: str) -> None:
-    """Runs ``sweep`` in a child process under compute-sanitizer's ``tool``, instrumenting
-    only kernels whose names contain ``kernels``, and requires a clean summary."""
+def _assert_sanitizer_clean(tmp_path, sweep: str, tool: str, kernels: str, **fields) -> None:
+    """Runs ``sweep`` (formatted with ``fields``) in a child process under
+    compute-sanitizer's ``tool``, instrumenting only kernels whose names contain
+    ``kernels``, and requires a clean summary."""
     script = tmp_path / "sweep.py"
-    script.write_text(sweep.format(tests=str(pathlib.Path(__file__).parent)))
+    script.write_text(sweep.format(tests=str(pathlib.Path(__file__).parent), **fields))
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     cmd = ["compute-sanitizer", "--tool", tool, "--kernel-name", f"kns={kernels}",
            "--error-exitcode", "99", sys.executable, str(script)]  # fmt: skip
@@ -81,17 +82,21 @@ import jax, jax.numpy as jnp, numpy as np
 jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, {tests!r})
 from _kmeans_reference import check_step, data
+from jax_tsm2 import _ffi
 from jax_tsm2.kmeans import fused
 
 rng = np.random.default_rng(0)
 step = jax.jit(fused.ffi_step)
 count = 0
 # (257, 256, 16), (211, 100, 17) and (130, 252, 32): f32 takes the tensor-core step;
-# the last two: rows split over a thread-block cluster.
+# (67, 4096, 16) and (37, 2052, 9): f32 takes the cluster step (kmeans_wide.cuh);
+# (97, 2049, 5) and the others from d = 1000: rows split over a thread-block cluster.
 cases = [(1, 1, 1), (67, 3, 5), (301, 17, 2), (257, 256, 16), (211, 100, 17), (130, 252, 32),
-         (131, 1000, 32), (700, 128, 8), (67, 4096, 16), (97, 2049, 5)]
+         (131, 1000, 32), (700, 128, 8), (67, 4096, 16), (37, 2052, 9), (97, 2049, 5)]
 for (n, d, k), dtype in itertools.product(cases, [jnp.float32, jnp.float64, jnp.bfloat16]):
     if not fused.fused_supported(dtype, d, k):
+        continue
+    if {skip_cluster_step} and _ffi.kmeans_plan(dtype, n, d, k)["step"] == "tensor_cores_cluster":
         continue
     x, c, w = data(rng, n, d, k, dtype)
     check_step(jax.block_until_ready(step(x, c, w)), x, c, w)
@@ -103,7 +108,15 @@ print("sweep calls:", count)
 @pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 def test_kmeans_step_sanitizers_report_no_errors(tmp_path, tool):
-    _assert_sanitizer_clean(tmp_path, KMEANS_SWEEP, tool, "Kmeans")
+    # racecheck orders shared memory only by bar.sync and cluster barriers: the
+    # cluster step's control warps hand one-hot fragments, labels and row masks to
+    # the math warps through mbarriers (arrive after a __syncwarp, try_wait to
+    # acquire), and racecheck 2025.3 reports every such byte as a RAW hazard
+    # (184k on one call), while excluding that kernel by name crashed the tool
+    # (benchmarks/NOTES.md, session 20). So its cases sit out racecheck only;
+    # memcheck and synccheck cover them.
+    skip = tool == "racecheck"
+    _assert_sanitizer_clean(tmp_path, KMEANS_SWEEP, tool, "Kmeans", skip_cluster_step=skip)
 
 
 ABFT_SWEEP = """
