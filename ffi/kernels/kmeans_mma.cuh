@@ -51,6 +51,26 @@ __device__ __forceinline__ int KmeansMmaSwizzle(int r) {
   return ((r & 1) << 2) ^ (((r >> 1) & 3) << 1);
 }
 
+// (key, idx) <- (kc, c) if kc is smaller, or equal with a lower index:
+// jnp.argmin's order (NaN keys come in as -1, KmeansKey).
+__device__ __forceinline__ void KmeansTakeMin(float& key, int& idx, float kc, int c) {
+  if (kc < key || (kc == key && c < idx)) {
+    key = kc;
+    idx = c;
+  }
+}
+
+// The argmin over an mma fragment row's lanes: the 8 lanes of a column
+// (same t, g = 0..7) each hold the best of their centroids; afterwards all
+// of them hold the best of all.
+__device__ __forceinline__ void KmeansMinOverFragmentRows(float& key, int& idx) {
+#pragma unroll
+  for (int off = 16; off >= 4; off /= 2) {
+    KmeansTakeMin(key, idx, __shfl_xor_sync(0xffffffffu, key, off),
+                  __shfl_xor_sync(0xffffffffu, idx, off));
+  }
+}
+
 // Calls f(acc, cluster, column) for each of this lane's sum accumulators
 // (fragment rows 16 mt + g and + 8, fragment columns 2t and 2t + 1 of n-tile
 // nt). Fragment column j of n-tile nt is column col_w + NT j + nt: a lane's
@@ -347,22 +367,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int c = 16 * mt + 8 * h + g;
-            const float kc = KmeansKey(xs_row, acc[mt][2 * h + j], csq[c], c < k);
-            if (kc < key || (kc == key && c < idx)) {
-              key = kc;
-              idx = c;
-            }
+            KmeansTakeMin(key, idx, KmeansKey(xs_row, acc[mt][2 * h + j], csq[c], c < k), c);
           }
         }
-#pragma unroll
-        for (int off = 16; off >= 4; off /= 2) {
-          const float ok = __shfl_xor_sync(0xffffffffu, key, off);
-          const int oi = __shfl_xor_sync(0xffffffffu, idx, off);
-          if (ok < key || (ok == key && oi < idx)) {
-            key = ok;
-            idx = oi;
-          }
-        }
+        KmeansMinOverFragmentRows(key, idx);
         const int64_t row = row0 + rt;
         if (g == 0) {
           lab_s[rt] = row < p.n ? idx : -1;

@@ -485,21 +485,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int c = 8 * h + g;
-          const float kc = KmeansKey(xrow[i], acc[2 * h + i], h ? csq_hi : csq_lo, c < k);
-          if (kc < key || (kc == key && c < idx)) {
-            key = kc;
-            idx = c;
-          }
+          KmeansTakeMin(key, idx, KmeansKey(xrow[i], acc[2 * h + i], h ? csq_hi : csq_lo, c < k),
+                        c);
         }
-#pragma unroll
-        for (int off = 16; off >= 4; off /= 2) {
-          const float ok = __shfl_xor_sync(0xffffffffu, key, off);
-          const int oi = __shfl_xor_sync(0xffffffffu, idx, off);
-          if (ok < key || (ok == key && oi < idx)) {
-            key = ok;
-            idx = oi;
-          }
-        }
+        KmeansMinOverFragmentRows(key, idx);
         const int64_t row = row0 + rt;
         if (g == 0) {
           lab_s[b3 * kRows + rt] = row < p.n ? idx : -1;
