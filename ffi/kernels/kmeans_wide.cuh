@@ -21,9 +21,10 @@
 //   the labels bit for bit), free the senders' slots, and write labels,
 //   mind, the one-hot fragments, counts and inertia. Their outputs are three
 //   tiles deep, so they have two tiles' distances to finish in.
-// No block waits on a cluster-wide barrier in the loop. A first version
-// with a cluster.sync per tile and the combine on two of the math warps
-// spent ~3.4 us a tile mostly waiting (labs in benchmarks/NOTES.md).
+// No block waits on a cluster-wide barrier in the loop: versions with a
+// cluster barrier per tile and the combine on two of the math warps took
+// 2.68-4.21 ms at n = 2.5e5, d = 4096 on an H200, this one 2.45 (the
+// CUDA-core step 3.30; benchmarks/NOTES.md, session 20).
 //
 // Each lane's columns are chosen so that the distance reads and the sum
 // reads of the swizzled stage both hit 32 distinct banks.
