@@ -5,12 +5,14 @@
 # k-means GPU tests, the k-means sanitizer sweep and benchmarks/kmeans_iter.py.
 # Everything lands under $OUT; a short summary is printed last.
 #
-#   bash benchmarks/kmeans_session.sh      (on the GPU machine, repository root)
+#   TREE=<commit> bash benchmarks/kmeans_session.sh   (on the GPU machine, repository root)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-head="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), tree $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo +changes), $(date -u +%F)"
+# The device's copy of the tree has no .git: pass TREE=<commit> to name it.
+tree=${TREE:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+head="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), tree $tree, $(date -u +%F)"
 echo "# $head" | tee "$OUT/provenance.txt"
 cases="2.5e5x4096 k=16,2.5e5x4096 k=9,3072,2.5e5x2048 k=16,1536,2.5e5x1024 k=16,odd 20011x4092,odd 30011x2052,odd 17x1028,odd 1x4096"
 if [ -x build/labs/km_wide ]; then
