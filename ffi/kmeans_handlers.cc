@@ -1,6 +1,7 @@
-// XLA FFI handler of the CUDA `tsm2_kmeans_step` target: validate (the same
-// checks as the CPU reference), check that the fused kernel takes (d, k),
-// launch on XLA's stream. The workspace (one partial per block) is a result
+// XLA FFI handlers of the CUDA `tsm2_kmeans_step` target (validate with the
+// same checks as the CPU reference, check that the fused kernel takes (d, k),
+// launch on XLA's stream) and of `tsm2_kmeans_update` (the centroids at the
+// end of an iteration). The workspace (one partial per block) is a result
 // XLA allocates, sized by _tsm2_ext.kmeans_plan, so the handler never
 // allocates or synchronizes and is CUDA-graph compatible.
 #include <cuda_runtime_api.h>
@@ -60,10 +61,73 @@ ffi::Error KmeansCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
   return ffi::Error::Success();
 }
 
+// tsm2_kmeans_update: x fixes n, d and the element type; every other buffer
+// must match it in the accumulator type.
+ffi::Error KmeansUpdateCudaImpl(cudaStream_t stream, ffi::AnyBuffer sums, ffi::AnyBuffer counts,
+                                ffi::AnyBuffer c_old, ffi::AnyBuffer mind, ffi::AnyBuffer x,
+                                ffi::AnyBuffer w, ffi::AnyBuffer labels,
+                                ffi::Result<ffi::AnyBuffer> c_new,
+                                ffi::Result<ffi::AnyBuffer> workspace) {
+  constexpr std::string_view kOp = "tsm2_kmeans_update (cuda)";
+  (void)cudaGetLastError();  // never blame this launch for an earlier failure
+  auto fail = [&](const std::string& why) {
+    return ffi::Error::InvalidArgument(
+        std::string(kOp) + ": " + why + " (sums=" + DescribeBuffer(sums) +
+        ", counts=" + DescribeBuffer(counts) + ", c_old=" + DescribeBuffer(c_old) +
+        ", mind=" + DescribeBuffer(mind) + ", x=" + DescribeBuffer(x) + ", w=" + DescribeBuffer(w) +
+        ", labels=" + DescribeBuffer(labels) + ", c_new=" + DescribeBuffer(*c_new) + ")");
+  };
+  auto xd = x.dimensions();
+  if (xd.size() != 2 || !IsSupportedInput(x.element_type())) {
+    return fail("x must be 2-D f32, f64, bf16 or f16");
+  }
+  const int64_t n = xd[0], d = xd[1], k = sums.dimensions().size() == 2 ? sums.dimensions()[0] : -1;
+  const ffi::DataType acc =
+      x.element_type() == ffi::DataType::F64 ? ffi::DataType::F64 : ffi::DataType::F32;
+  auto is = HasShape;
+  if (k < 1 || !is(sums, acc, {k, d}) || !is(c_old, acc, {k, d}) || !is(*c_new, acc, {k, d}) ||
+      !is(counts, acc, {k}) || !is(mind, acc, {n}) || !is(w, acc, {n}) ||
+      !is(labels, ffi::DataType::S32, {n})) {
+    return fail(
+        "need sums, c_old, c_new [k, d], counts [k], mind and w [n] in x's accumulator "
+        "dtype, labels s32[n]");
+  }
+  if (static_cast<int64_t>(workspace->size_bytes()) < KmeansUpdateWorkspaceBytes(k)) {
+    return fail("workspace of " + std::to_string(workspace->size_bytes()) + " bytes, needs " +
+                std::to_string(KmeansUpdateWorkspaceBytes(k)));
+  }
+  DeviceKmeansUpdate u;
+  u.sums = sums.untyped_data();
+  u.counts = counts.untyped_data();
+  u.c_old = c_old.untyped_data();
+  u.mind = mind.untyped_data();
+  u.x = x.untyped_data();
+  u.w = w.untyped_data();
+  u.labels = static_cast<const int32_t*>(labels.untyped_data());
+  u.c_new = c_new->untyped_data();
+  u.workspace = workspace->untyped_data();
+  u.n = n;
+  u.d = d;
+  u.k = k;
+  u.type = ToElemType(x.element_type());
+  if (cudaError_t e = LaunchKmeansUpdate(u, stream); e != cudaSuccess) {
+    return ffi::Error::Internal(std::string(kOp) + ": launch failed: " + cudaGetErrorName(e) +
+                                " (" + cudaGetErrorString(e) + ") for x=" + DescribeBuffer(x) +
+                                ", sums=" + DescribeBuffer(sums));
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace tsm2
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     Tsm2KmeansStepCuda, tsm2::KmeansCudaImpl,
     tsm2::KmeansStepSignature(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2KmeansUpdateCuda, tsm2::KmeansUpdateCudaImpl,
+    tsm2::KmeansUpdateSignature(
+        xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
     {xla::ffi::Traits::kCmdBufferCompatible});

@@ -228,4 +228,9 @@ constexpr int64_t KmeansWorkspaceBytes(int itemsize, int64_t n, int64_t d, int64
   return KmeansMaxOwners(p, n, sm_count) * KmeansPartialElems(d, k) * (itemsize == 8 ? 8 : 4);
 }
 
+// The update's workspace (launch_kmeans.h, DeviceKmeansUpdate): per empty
+// cluster, by rank, the weight (accumulator type), index and label of the
+// point it takes.
+constexpr int64_t KmeansUpdateWorkspaceBytes(int64_t k) { return k * 16; }
+
 }  // namespace tsm2

@@ -24,6 +24,18 @@ struct KmeansProblem {
   ffi::DataType acc = ffi::DataType::INVALID;    // of w and the float results
 };
 
+// Whether b is of type t and exactly `shape`.
+inline bool HasShape(const ffi::AnyBuffer& b, ffi::DataType t,
+                     std::initializer_list<int64_t> shape) {
+  auto dims = b.dimensions();
+  if (b.element_type() != t || dims.size() != shape.size()) return false;
+  size_t i = 0;
+  for (int64_t s : shape) {
+    if (dims[i++] != s) return false;
+  }
+  return true;
+}
+
 inline ffi::Error DecodeKmeans(std::string_view op, const ffi::AnyBuffer& x,
                                const ffi::AnyBuffer& c, const ffi::AnyBuffer& w,
                                const ffi::AnyBuffer& labels, const ffi::AnyBuffer& mind,
@@ -49,15 +61,7 @@ inline ffi::Error DecodeKmeans(std::string_view op, const ffi::AnyBuffer& x,
   p->acc = p->dtype == ffi::DataType::F64 ? ffi::DataType::F64 : ffi::DataType::F32;
   if (cd[1] != p->d) return fail("x and c must have the same number of columns d");
   if (p->k < 1 || p->d < 1) return fail("need k >= 1 and d >= 1");
-  auto is = [](const ffi::AnyBuffer& b, ffi::DataType t, std::initializer_list<int64_t> shape) {
-    auto dims = b.dimensions();
-    if (b.element_type() != t || dims.size() != shape.size()) return false;
-    size_t i = 0;
-    for (int64_t s : shape) {
-      if (dims[i++] != s) return false;
-    }
-    return true;
-  };
+  auto is = HasShape;
   if (!is(w, p->acc, {p->n})) return fail("w must be [n] in the accumulator dtype");
   if (!is(labels, ffi::DataType::S32, {p->n})) return fail("labels must be s32[n]");
   if (!is(mind, p->acc, {p->n})) return fail("mind must be [n] in the accumulator dtype");

@@ -41,4 +41,27 @@ cudaError_t PlanKmeansStep(const DeviceKmeans& p, size_t workspace_bytes, int* o
 cudaError_t LaunchKmeansStep(const DeviceKmeans& p, void* workspace, size_t workspace_bytes,
                              cudaStream_t stream);
 
+// New centroids at the end of an iteration (kernels/kmeans_update.cuh):
+// c_new = sums / counts per cluster, c_old where the count is not positive,
+// after scikit-learn's rule has given each empty cluster one of the points
+// farthest from their centroids (mind) and taken that point (x row, weight
+// w, label) out of its own cluster. sums, counts, c_old, mind, w and c_new
+// are in the accumulator type of x's `type`.
+struct DeviceKmeansUpdate {
+  const void* sums = nullptr;    // [k, d]
+  const void* counts = nullptr;  // [k]
+  const void* c_old = nullptr;   // [k, d]
+  const void* mind = nullptr;    // [n]
+  const void* x = nullptr;       // [n, d], `type`
+  const void* w = nullptr;       // [n]
+  const int32_t* labels = nullptr;
+  void* c_new = nullptr;      // [k, d]
+  void* workspace = nullptr;  // KmeansUpdateWorkspaceBytes(k), kmeans_plan.h
+  int64_t n = 0, d = 0, k = 0;
+  ElemType type = ElemType::kF32;
+};
+
+// Launches the update on `stream`: no allocation, no synchronization.
+cudaError_t LaunchKmeansUpdate(const DeviceKmeansUpdate& p, cudaStream_t stream);
+
 }  // namespace tsm2

@@ -44,6 +44,7 @@ nb::dict Registrations() {
   cuda["tsm2_stream_read"] = EncapsulateHandler(Tsm2StreamReadCuda);
   cuda["tsm2_device_clock"] = EncapsulateHandler(Tsm2DeviceClockCuda);
   cuda["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCuda);
+  cuda["tsm2_kmeans_update"] = EncapsulateHandler(Tsm2KmeansUpdateCuda);
   cuda["tsm2_colsums"] = EncapsulateHandler(Tsm2ColsumsCuda);
   cuda["tsm2_repair_column"] = EncapsulateHandler(Tsm2RepairColumnCuda);
   cuda["tsm2_abft_judge"] = EncapsulateHandler(Tsm2AbftJudgeCuda);
@@ -209,6 +210,8 @@ nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k
   out["supported"] = ok;
   out["max_k"] = tsm2::kKmeansMaxK;
   out["max_d"] = tsm2::kKmeansMaxD;
+  // tsm2_kmeans_update takes every shape.
+  out["update_workspace_bytes"] = tsm2::KmeansUpdateWorkspaceBytes(k);
   if (!ok) {
     out["workspace_bytes"] = 0;
     return out;

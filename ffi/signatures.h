@@ -46,6 +46,21 @@ auto KmeansStepSignature(B binding) {
       .template Ret<AnyBuffer>();  // workspace: u8[bytes]
 }
 
+// tsm2_kmeans_update: new centroids, empty clusters relocated (launch_kmeans.h).
+template <typename B>
+auto KmeansUpdateSignature(B binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()   // sums: [k, d] (acc)
+      .template Arg<AnyBuffer>()   // counts: [k] (acc)
+      .template Arg<AnyBuffer>()   // c_old: [k, d] (acc)
+      .template Arg<AnyBuffer>()   // mind: [n] (acc)
+      .template Arg<AnyBuffer>()   // x: [n, d]
+      .template Arg<AnyBuffer>()   // w: [n] (acc)
+      .template Arg<AnyBuffer>()   // labels: s32[n]
+      .template Ret<AnyBuffer>()   // c_new: [k, d] (acc)
+      .template Ret<AnyBuffer>();  // workspace: u8[bytes]
+}
+
 // tsm2_colsums: out[q] = v[q] @ m, or v[q] @ |m| where bit q of abs_rows is set.
 template <typename B>
 auto ColsumsSignature(B binding) {

@@ -32,6 +32,7 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess test
 # The FFI target names the lowerings emit.
 MATMUL_TARGET = "tsm2_matmul"
 KMEANS_TARGET = "tsm2_kmeans_step"
+KMEANS_UPDATE_TARGET = "tsm2_kmeans_update"
 COLSUMS_TARGET = "tsm2_colsums"
 REPAIR_TARGET = "tsm2_repair_column"
 JUDGE_TARGET = "tsm2_abft_judge"
@@ -82,6 +83,11 @@ def cuda_targets_available() -> bool:
 def cuda_kmeans_available() -> bool:
     """True when this build contains the fused k-means step's CUDA kernel."""
     return KMEANS_TARGET in _registered.get("CUDA", ())
+
+
+def cuda_kmeans_update_available() -> bool:
+    """True when this build contains the k-means centroid update's CUDA kernel."""
+    return KMEANS_UPDATE_TARGET in _registered.get("CUDA", ())
 
 
 def cuda_abft_available() -> bool:

@@ -26,7 +26,7 @@ from _kmeans_reference import check_step, data
 
 import jax_tsm2
 from jax_tsm2 import _ffi
-from jax_tsm2.kmeans import fused, kmeans, lloyd_step
+from jax_tsm2.kmeans import core, fused, kmeans, lloyd_step
 
 pytestmark = pytest.mark.gpu
 dtype_ids = lambda d: jnp.dtype(d).name
@@ -266,3 +266,101 @@ def test_tensor_core_step_non_finite_as_the_cpu_target(d, k, bad_centroid):
         fin = np.isfinite(a) & np.isfinite(b)
         err = np.abs(a - b)[fin]
         assert (err <= np.broadcast_to(bound, a.shape)[fin]).all(), f"{f} off by {err.max():.3g}"
+
+
+# ------------------------------------------------- the end of an iteration: tsm2_kmeans_update
+
+
+def _update_case(rng, n, d, k, dtype, empty, tie=False, zero_weight=False):
+    """An iteration's state with the clusters in ``empty`` emptied."""
+    acc = fused.acc_dtype(dtype)
+    x = jnp.asarray(rng.normal(size=(n, d)) * 3 + 1, dtype)
+    labels = rng.integers(0, k, n).astype(np.int32)
+    keep = min(set(range(k)) - set(empty))
+    labels[np.isin(labels, empty)] = keep
+    w = rng.uniform(0.5, 2.0, n)
+    if zero_weight:  # a cluster of zero-weight points counts as empty but donates them
+        w[labels == labels[0]] = 0.0
+    mind = rng.uniform(0.0, 10.0, n)
+    if tie:  # the farthest distance three times: lower indices first
+        mind[[n // 2, 5, n - 1]] = 20.0
+    onehot = np.eye(k)[labels] * w[:, None]
+    x64 = np.asarray(x, np.float64)
+    sums = onehot.T @ x64
+    counts = onehot.sum(0)
+    c_old = rng.normal(size=(k, d))
+    return tuple(
+        jnp.asarray(a, t)
+        for a, t in (
+            (sums, acc), (counts, acc), (c_old, acc), (mind, acc), (x, dtype), (w, acc),
+            (labels, jnp.int32),
+        )
+    )  # fmt: skip
+
+
+def _rule_on_cpu(sums, counts, c_old, mind, x, w, labels):
+    k = c_old.shape[0]
+    with jax.default_device(jax.devices("cpu")[0]):
+        f = jax.jit(lambda *a: core._new_centroids_jnp(*a, k, None))
+        s, cn, co, md, xx, ww, lab = _on_cpu(sums, counts, c_old, mind, x, w, labels)
+        return np.asarray(f(s, cn, xx, ww, lab, md, co))
+
+
+_update = jax.jit(fused.ffi_update)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(
+    ("n", "d", "k", "empty", "opts"),
+    [
+        (1000, 7, 5, (), {}),
+        (1000, 7, 5, (2,), {}),
+        (4099, 256, 16, (0, 3, 15), {"tie": True}),
+        (997, 33, 9, (4,), {"zero_weight": True}),
+        (3, 4, 6, (1, 3, 4, 5), {}),  # more empty clusters than points
+        (20_011, 4096, 16, (7,), {}),
+    ],
+)
+def test_update_follows_the_jnp_rule(dtype, n, d, k, empty, opts):
+    rng = np.random.default_rng(n + d + k)
+    args = _update_case(rng, n, d, k, dtype, empty, **opts)
+    got = np.asarray(_update(*args), np.float64)
+    ref = _rule_on_cpu(*args)
+    counts = np.asarray(args[1])
+    assert (counts == 0).sum() >= len(empty)
+    tol = 1e-12 if dtype == jnp.float64 else 1e-5
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+    if not empty and counts.min() > 0:  # the division alone, correctly rounded (IEEE)
+        sums = np.asarray(args[0])
+        np.testing.assert_array_equal(got, sums / counts[:, None])
+
+
+def test_update_under_vmap_runs_per_element():
+    rng = np.random.default_rng(5)
+    cases = [_update_case(rng, 500, 6, 4, jnp.float32, e) for e in ((), (1,), (0, 2))]
+    batched = [jnp.stack(col) for col in zip(*cases, strict=True)]
+    got = np.asarray(jax.jit(jax.vmap(fused.ffi_update))(*batched))
+    for i, case in enumerate(cases):
+        np.testing.assert_allclose(got[i], _rule_on_cpu(*case), rtol=1e-5, atol=1e-5)
+
+
+def test_kmeans_relocates_an_empty_cluster_on_the_gpu():
+    rng = np.random.default_rng(11)
+    x = jnp.asarray(rng.normal(size=(30_011, 64)) + 6 * rng.integers(0, 4, (30_011, 1)),
+                    jnp.float32)  # fmt: skip
+    init = x[:5].at[4].set(1e4)  # nobody's closest: empty in the first iteration
+    text = (
+        jax.jit(lambda x, c: kmeans(jax.random.key(0), x, 5, init=c, max_iter=20))
+        .trace(x, init)
+        .lower()
+        .as_text()
+    )
+    assert "stablehlo.custom_call @tsm2_kmeans_update" in text
+    got = kmeans(jax.random.key(0), x, 5, init=init, max_iter=20)
+    with jax_tsm2.custom_call_mode("never"):
+        ref = kmeans(jax.random.key(0), x, 5, init=init, max_iter=20)
+    assert float(jnp.abs(got.centroids).max()) < 100  # the far centroid moved
+    np.testing.assert_array_equal(np.asarray(got.labels), np.asarray(ref.labels))
+    np.testing.assert_allclose(np.asarray(got.centroids), np.asarray(ref.centroids), rtol=1e-4,
+                               atol=1e-4)  # fmt: skip
+    assert int(got.n_iter) == int(ref.n_iter)

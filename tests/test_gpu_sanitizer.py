@@ -2,8 +2,8 @@
 
 Runs a child Python process under `compute-sanitizer --tool memcheck`,
 instrumenting only our kernels (names containing "Tsm2"), and requires its
-summary to report 0 errors; the fused k-means step (kernels named "Kmeans")
-also runs under racecheck and synccheck, since its phases share shared-memory
+summary to report 0 errors; the fused k-means step and centroid update
+(kernels named "Kmeans") also run under racecheck and synccheck, since its phases share shared-memory
 buffers between barriers, and so do the ABFT kernels (named "Abft..."). Skipped
 without a GPU or without compute-sanitizer.
 """
@@ -87,6 +87,7 @@ from jax_tsm2.kmeans import fused
 
 rng = np.random.default_rng(0)
 step = jax.jit(fused.ffi_step)
+update = jax.jit(fused.ffi_update)
 count = 0
 # (257, 256, 16), (211, 100, 17) and (130, 252, 32): f32 takes the tensor-core step;
 # (67, 4096, 16) and (37, 2052, 9): f32 takes the cluster step (kmeans_wide.cuh);
@@ -99,7 +100,12 @@ for (n, d, k), dtype in itertools.product(cases, [jnp.float32, jnp.float64, jnp.
     if {skip_cluster_step} and _ffi.kmeans_plan(dtype, n, d, k)["step"] == "tensor_cores_cluster":
         continue
     x, c, w = data(rng, n, d, k, dtype)
-    check_step(jax.block_until_ready(step(x, c, w)), x, c, w)
+    s = jax.block_until_ready(step(x, c, w))
+    check_step(s, x, c, w)
+    # The centroid update, with no empty cluster and with cluster 0 emptied
+    # (the rule's path: block 0 alone, passes over mind).
+    for counts in (s.counts, s.counts.at[0].set(0)):
+        jax.block_until_ready(update(s.sums, counts, c, s.mind, x, w, s.labels))
     count += 1
 print("sweep calls:", count)
 """

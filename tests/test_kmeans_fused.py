@@ -237,6 +237,21 @@ def test_kmeans_iteration_is_one_fused_call_on_cuda():
     assert text.count("stablehlo.custom_call @tsm2_kmeans_step") == 1  # the loop body's
 
 
+def test_iteration_ends_on_the_device_on_cuda():
+    # The empty-cluster rule: one tsm2_kmeans_update call on CUDA (no lax.cond,
+    # whose predicate XLA's GPU runtime reads on the host); the jnp rule on CPU
+    # and in mode "never".
+    x = jnp.zeros((5000, 64), jnp.float32)
+    run = lambda x: kmeans(jax.random.key(0), x, 8, init="random", max_iter=3)
+    target = "stablehlo.custom_call @tsm2_kmeans_update"
+    assert _lowered(run, x, platform="cuda").count(target) == 1  # the loop body's
+    assert target not in _lowered(run, x, platform="cpu")
+    with jax_tsm2.custom_call_mode("never"):
+        assert target not in _lowered(run, x, platform="cuda")
+    plan = _ffi.kmeans_plan("float32", 0, 5000, 40)  # the update takes any shape
+    assert not plan["supported"] and plan["update_workspace_bytes"] == 40 * 16
+
+
 # ------------------------------------------------------------ k-means through the fused step
 
 

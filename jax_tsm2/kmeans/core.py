@@ -311,7 +311,22 @@ def _iteration(xc, x_sq, w, c, k, axis_name, impl="auto"):
 
 
 def _new_centroids(sums, counts, xc, w, labels, mind, c_old, k, axis_name):
-    """Centroids from the global ``sums`` and ``counts``, with empty clusters relocated."""
+    """Centroids from the global ``sums`` and ``counts``, with empty clusters relocated.
+
+    On one device the rule runs in one kernel on CUDA (``fused.update``),
+    whose check for an empty cluster stays on the GPU; sharded, and on CPU,
+    it is the jnp rule below.
+    """
+    if axis_name is None:
+        rule = lambda s, cn, co, md, x, w_, lab: _new_centroids_jnp(
+            s, cn, x, w_, lab, md, co, k, None
+        )
+        return fused.update(sums, counts, c_old, mind, xc, w, labels, fallback=rule)
+    return _new_centroids_jnp(sums, counts, xc, w, labels, mind, c_old, k, axis_name)
+
+
+def _new_centroids_jnp(sums, counts, xc, w, labels, mind, c_old, k, axis_name):
+    """The jnp form of :func:`_new_centroids` (the kernel follows it)."""
     acc = c_old.dtype
 
     # scikit-learn's rule: the j-th empty cluster (in index order) takes the j-th

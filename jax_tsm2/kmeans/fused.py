@@ -52,7 +52,16 @@ from jax import lax
 
 from jax_tsm2 import _compat, _ffi, config
 
-__all__ = ["IMPLS", "LloydStep", "auto_prefers_kernel", "ffi_step", "fused_supported", "step"]
+__all__ = [
+    "IMPLS",
+    "LloydStep",
+    "auto_prefers_kernel",
+    "ffi_step",
+    "ffi_update",
+    "fused_supported",
+    "step",
+    "update",
+]
 
 IMPLS = ("auto", "ffi", "jnp")
 
@@ -201,3 +210,67 @@ def step(
         cuda=ffi_step if on_cuda else fallback,
         default=fallback,
     )
+
+
+def ffi_update(
+    sums: jax.Array,
+    counts: jax.Array,
+    c_old: jax.Array,
+    mind: jax.Array,
+    x: jax.Array,
+    w: jax.Array,
+    labels: jax.Array,
+) -> jax.Array:
+    """The ``tsm2_kmeans_update`` FFI call (CUDA only): the centroids that end an iteration.
+
+    ``sums / counts`` per cluster (``c_old`` where the count is not positive),
+    after scikit-learn's empty-cluster rule as ``core._new_centroids`` writes
+    it: the r-th empty cluster takes the r-th point farthest from its centroid
+    (``mind``, ``lax.top_k``'s order), which leaves its own cluster. The check
+    for an empty cluster runs on the device, so an iteration has no host round
+    trip (a ``lax.cond`` has one on GPUs); the rule's pass over ``mind`` runs
+    only when a cluster is empty (``ffi/kernels/kmeans_update.cuh``).
+
+    ``x`` is ``(n, d)`` in its own dtype, the other floats in its accumulation
+    dtype (cast here), ``labels`` int32.
+    """
+    k, d = c_old.shape
+    acc = acc_dtype(x.dtype)
+    sums, counts, c_old, mind, w = (a.astype(acc) for a in (sums, counts, c_old, mind, w))
+    labels = labels.astype(jnp.int32)
+    workspace = _ffi.kmeans_plan(x.dtype, 0, max(d, 1), k)["update_workspace_bytes"]
+    call = jax.ffi.ffi_call(
+        _ffi.KMEANS_UPDATE_TARGET,
+        (jax.ShapeDtypeStruct((k, d), acc), jax.ShapeDtypeStruct((workspace,), jnp.uint8)),
+        vmap_method="sequential",
+    )
+    c_new, _ = call(sums, counts, c_old, mind, x, w, labels)
+    return c_new
+
+
+def update(
+    sums: jax.Array,
+    counts: jax.Array,
+    c_old: jax.Array,
+    mind: jax.Array,
+    x: jax.Array,
+    w: jax.Array,
+    labels: jax.Array,
+    *,
+    fallback: Callable[..., jax.Array],
+) -> jax.Array:
+    """New centroids: :func:`ffi_update` on CUDA, ``fallback`` (same arguments) elsewhere.
+
+    The kernel is used in every custom-call mode but ``"never"``; on CPU the
+    caller's jnp rule runs (its ``lax.cond`` costs nothing there).
+    """
+    args = (sums, counts, c_old, mind, x, w, labels)
+    cuda_built = _ffi.cuda_kmeans_update_available() or not _ffi.cuda_backend_present()
+    if (
+        config.get_custom_call_mode() == "never"
+        or not cuda_built
+        or jnp.dtype(x.dtype) not in _KERNEL_DTYPES
+        or x.shape[0] == 0
+    ):
+        return fallback(*args)
+    return lax.platform_dependent(*args, cuda=ffi_update, default=fallback)
