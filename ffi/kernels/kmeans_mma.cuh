@@ -51,6 +51,26 @@ __device__ __forceinline__ int KmeansMmaSwizzle(int r) {
   return ((r & 1) << 2) ^ (((r >> 1) & 3) << 1);
 }
 
+// Rows my_r, my_r + kStep, .. < kRows of a tile starting at global row row0
+// into a stage of kRowFloats floats per row, chunks swizzled as above: this
+// thread's 16-byte chunk ch, from column col of x (d columns, n rows). Rows
+// past n and columns past d (col_ok false) are zero-filled. The source
+// advances by a precomputed stride and the row test is on 32-bit ints: the
+// per-row 64-bit index arithmetic this replaces was ~190 of a warp's ~860
+// instructions per tile in the d = 256 step (ncu source counters).
+template <int kRows, int kStep, int kRowFloats>
+__device__ __forceinline__ void KmeansCopyTile(char* st, const float* x, int64_t row0, int64_t n,
+                                               int64_t d, int my_r, int ch, int col, bool col_ok) {
+  const int rows = static_cast<int>(n - row0 < kRows ? n - row0 : kRows);  // n > row0
+  const float* src = x + (row0 + my_r) * d + col;
+  const int64_t stride = kStep * d;
+#pragma unroll
+  for (int r = my_r; r < kRows; r += kStep, src += stride) {
+    const bool ok = col_ok && r < rows;
+    CpAsync16(st + (r * kRowFloats + 4 * (ch ^ KmeansMmaSwizzle(r))) * 4, ok ? src : x, ok);
+  }
+}
+
 // (key, idx) <- (kc, c) if kc is smaller, or equal with a lower index:
 // jnp.argmin's order (NaN keys come in as -1, KmeansKey).
 __device__ __forceinline__ void KmeansTakeMin(float& key, int& idx, float kc, int c) {
@@ -60,14 +80,23 @@ __device__ __forceinline__ void KmeansTakeMin(float& key, int& idx, float kc, in
   }
 }
 
-// The argmin over an mma fragment row's lanes: the 8 lanes of a column
-// (same t, g = 0..7) each hold the best of their centroids; afterwards all
-// of them hold the best of all.
-__device__ __forceinline__ void KmeansMinOverFragmentRows(float& key, int& idx) {
+// The argmin over an mma fragment row's lanes, for R rows at once (their
+// shuffles interleaved): the 8 lanes of a column (same t, g = 0..7) each
+// hold the best of their centroids; afterwards all of them hold the best of
+// all.
+template <int R>
+__device__ __forceinline__ void KmeansMinOverFragmentRows(float (&key)[R], int (&idx)[R]) {
 #pragma unroll
   for (int off = 16; off >= 4; off /= 2) {
-    KmeansTakeMin(key, idx, __shfl_xor_sync(0xffffffffu, key, off),
-                  __shfl_xor_sync(0xffffffffu, idx, off));
+    float ko[R];
+    int io[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      ko[j] = __shfl_xor_sync(0xffffffffu, key[j], off);
+      io[j] = __shfl_xor_sync(0xffffffffu, idx[j], off);
+    }
+#pragma unroll
+    for (int j = 0; j < R; ++j) KmeansTakeMin(key[j], idx[j], ko[j], io[j]);
   }
 }
 
@@ -200,15 +229,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
   const bool my_col = 4 * my_ch < d;
   auto issue = [&](int64_t tile, int64_t i) {
     char* st = smem + (i % kStages) * Cfg::kStageBytes;
-    const int64_t row0 = tile * kRows + my_r;
-    const float* src = x + row0 * d + 4 * my_ch;
-#pragma unroll
-    for (int it = 0; it < kRows / kRowStep; ++it) {
-      const int r = my_r + it * kRowStep;
-      const bool ok = my_col && row0 + it * kRowStep < p.n;
-      CpAsync16(st + (r * DC + 4 * (my_ch ^ KmeansMmaSwizzle(r))) * 4,
-                ok ? src + static_cast<int64_t>(it) * kRowStep * d : x, ok);
-    }
+    KmeansCopyTile<kRows, kRowStep, DC>(st, x, tile * kRows, p.n, d, my_r, my_ch, 4 * my_ch,
+                                        my_col);
     if (tid < kRows) {
       const int64_t row = tile * kRows + tid;
       CpAsync4(st + Cfg::kXBytes + tid * 4, row < p.n ? wg + row : wg, row < p.n);
@@ -316,8 +338,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
       const bool bad_row = !(isfinite(xsq) && isfinite(wrow * wrow * xsq));
       const uint32_t bad_lanes = __ballot_sync(0xffffffffu, bad_row && t == 0);
       uint32_t bad_rows = 0;  // bit r: row 8 rg + r
+      if (bad_lanes != 0) {   // rare: kept off the usual path, which waits on it
 #pragma unroll
-      for (int r = 0; r < 8; ++r) bad_rows |= ((bad_lanes >> (4 * r)) & 1u) << r;
+        for (int r = 0; r < 8; ++r) bad_rows |= ((bad_lanes >> (4 * r)) & 1u) << r;
+      }
       if ((bad_rows | badc) != 0) {
         // Exact f32 dots for every (row, centroid) pair a bad one touches,
         // through shared memory (a register picked by a run-time index would
@@ -355,29 +379,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
           }
         }
       }
-      // Argmin of rows 2t + j over the lane's centroids, then over g.
+      // Argmin of rows 2t + j over the lane's centroids, then over g; the
+      // two rows' shuffle chains interleaved (the other warps wait for them
+      // at the next barrier).
+      float key[2];
+      int idx[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const int rl = 2 * t + j, rt = 8 * rg + rl;
-        const float xs_row = __shfl_sync(0xffffffffu, xsq, 4 * rl);
-        float key = KmeansInf(0.0f);
-        int idx = kKp;
+        const float xs_row = __shfl_sync(0xffffffffu, xsq, 4 * (2 * t + j));
+        key[j] = KmeansInf(0.0f);
+        idx[j] = kKp;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int c = 16 * mt + 8 * h + g;
-            KmeansTakeMin(key, idx, KmeansKey(xs_row, acc[mt][2 * h + j], csq[c], c < k), c);
+            KmeansTakeMin(key[j], idx[j], KmeansKey(xs_row, acc[mt][2 * h + j], csq[c], c < k), c);
           }
         }
-        KmeansMinOverFragmentRows(key, idx);
-        const int64_t row = row0 + rt;
-        if (g == 0) {
-          lab_s[rt] = row < p.n ? idx : -1;
+      }
+      KmeansMinOverFragmentRows(key, idx);
+      if (g == 0) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int rt = 8 * rg + 2 * t + j;
+          const int64_t row = row0 + rt;
+          lab_s[rt] = row < p.n ? idx[j] : -1;
           if (row < p.n) {
-            p.labels[row] = idx;
-            static_cast<float*>(p.mind)[row] = KmeansMind(key);
-            inertia = fma(ws[rt], KmeansMind(key), inertia);
+            p.labels[row] = idx[j];
+            static_cast<float*>(p.mind)[row] = KmeansMind(key[j]);
+            inertia = fma(ws[rt], KmeansMind(key[j]), inertia);
           }
         }
       }

@@ -192,12 +192,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (j < ntiles) {
       char* st = stage_of(j);
       const int64_t row0 = (t_begin + j) * kRows;
-#pragma unroll
-      for (int r = my_r; r < kRows; r += kRowStep) {
-        const bool ok = my_col < d && row0 + r < p.n;
-        CpAsync16(st + (r * kCols + 4 * (my_ch ^ KmeansMmaSwizzle(r))) * 4,
-                  ok ? x + (row0 + r) * d + my_col : x, ok);
-      }
+      KmeansCopyTile<kRows, kRowStep, kCols>(st, x, row0, p.n, d, my_r, my_ch, my_col, my_col < d);
       if (tid < kRows) {
         const bool ok = row0 + tid < p.n;
         CpAsync4(st + Cfg::kXBytes + tid * 4, ok ? wg + row0 + tid : wg, ok);
@@ -477,26 +472,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (c < k && (((bad_rows >> r) & 1u) || ((badc >> c) & 1u))) acc[q] = fix[r * 16 + c];
         }
       }
-      // Argmin of rows 8 rg + 2 t + i over the lane's centroids (g, g + 8), then over g.
+      // Argmin of rows 8 rg + 2 t + i over the lane's centroids (g, g + 8),
+      // then over g, the two rows' shuffle chains interleaved.
+      float key[2];
+      int idx[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int rt = 8 * rg + 2 * t + i;
-        float key = KmeansInf(0.0f);
-        int idx = 16;
+        key[i] = KmeansInf(0.0f);
+        idx[i] = 16;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int c = 8 * h + g;
-          KmeansTakeMin(key, idx, KmeansKey(xrow[i], acc[2 * h + i], h ? csq_hi : csq_lo, c < k),
-                        c);
+          KmeansTakeMin(key[i], idx[i],
+                        KmeansKey(xrow[i], acc[2 * h + i], h ? csq_hi : csq_lo, c < k), c);
         }
-        KmeansMinOverFragmentRows(key, idx);
-        const int64_t row = row0 + rt;
-        if (g == 0) {
-          lab_s[b3 * kRows + rt] = row < p.n ? idx : -1;
+      }
+      KmeansMinOverFragmentRows(key, idx);
+      if (g == 0) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int rt = 8 * rg + 2 * t + i;
+          const int64_t row = row0 + rt;
+          lab_s[b3 * kRows + rt] = row < p.n ? idx[i] : -1;
           if (rank == 0 && row < p.n) {
-            p.labels[row] = idx;
-            static_cast<float*>(p.mind)[row] = KmeansMind(key);
-            inertia = fma(ws[rt], KmeansMind(key), inertia);
+            p.labels[row] = idx[i];
+            static_cast<float*>(p.mind)[row] = KmeansMind(key[i]);
+            inertia = fma(ws[rt], KmeansMind(key[i]), inertia);
           }
         }
       }
