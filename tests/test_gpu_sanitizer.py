@@ -3,9 +3,9 @@
 Runs a child Python process under `compute-sanitizer --tool memcheck`,
 instrumenting only our kernels (names containing "Tsm2"), and requires its
 summary to report 0 errors; the fused k-means step and centroid update
-(kernels named "Kmeans") also run under racecheck and synccheck, since its phases share shared-memory
-buffers between barriers, and so do the ABFT kernels (named "Abft..."). Skipped
-without a GPU or without compute-sanitizer.
+(kernels named "Kmeans") also run under racecheck and synccheck, since the
+step's phases share shared-memory buffers between barriers, and so do the ABFT
+kernels (named "Abft..."). Skipped without a GPU or without compute-sanitizer.
 """
 
 from __future__ import annotations
