@@ -37,6 +37,11 @@ function traced once lowers correctly for either; the mode is read at trace
 time (it is part of jit's cache key). Under ``vmap`` the FFI call runs once
 per batch element (``vmap_method="sequential"``), each one pass over ``x``.
 The call has no derivative.
+
+:func:`update` ends an iteration on CUDA: ``tsm2_kmeans_update``
+(``ffi/kernels/kmeans_update.cuh``) divides the sums by the counts and applies
+the empty-cluster rule without leaving the device (a ``lax.cond`` makes XLA's
+GPU runtime read its predicate on the host every iteration).
 """
 
 from __future__ import annotations
