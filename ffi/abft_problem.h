@@ -17,7 +17,6 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -30,17 +29,6 @@ namespace tsm2 {
 
 inline bool IsAccType(ffi::DataType t) {
   return t == ffi::DataType::F32 || t == ffi::DataType::F64;
-}
-
-inline bool HasShape(const ffi::AnyBuffer& b, ffi::DataType t,
-                     std::initializer_list<int64_t> shape) {
-  auto dims = b.dimensions();
-  if (b.element_type() != t || dims.size() != shape.size()) return false;
-  size_t i = 0;
-  for (int64_t s : shape) {
-    if (dims[i++] != s) return false;
-  }
-  return true;
 }
 
 struct ColsumsProblem {

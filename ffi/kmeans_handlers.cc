@@ -84,10 +84,9 @@ ffi::Error KmeansUpdateCudaImpl(cudaStream_t stream, ffi::AnyBuffer sums, ffi::A
   const int64_t n = xd[0], d = xd[1], k = sums.dimensions().size() == 2 ? sums.dimensions()[0] : -1;
   const ffi::DataType acc =
       x.element_type() == ffi::DataType::F64 ? ffi::DataType::F64 : ffi::DataType::F32;
-  auto is = HasShape;
-  if (k < 1 || !is(sums, acc, {k, d}) || !is(c_old, acc, {k, d}) || !is(*c_new, acc, {k, d}) ||
-      !is(counts, acc, {k}) || !is(mind, acc, {n}) || !is(w, acc, {n}) ||
-      !is(labels, ffi::DataType::S32, {n})) {
+  if (k < 1 || !HasShape(sums, acc, {k, d}) || !HasShape(c_old, acc, {k, d}) ||
+      !HasShape(*c_new, acc, {k, d}) || !HasShape(counts, acc, {k}) || !HasShape(mind, acc, {n}) ||
+      !HasShape(w, acc, {n}) || !HasShape(labels, ffi::DataType::S32, {n})) {
     return fail(
         "need sums, c_old, c_new [k, d], counts [k], mind and w [n] in x's accumulator "
         "dtype, labels s32[n]");

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -23,18 +22,6 @@ struct KmeansProblem {
   ffi::DataType dtype = ffi::DataType::INVALID;  // of x and c
   ffi::DataType acc = ffi::DataType::INVALID;    // of w and the float results
 };
-
-// Whether b is of type t and exactly `shape`.
-inline bool HasShape(const ffi::AnyBuffer& b, ffi::DataType t,
-                     std::initializer_list<int64_t> shape) {
-  auto dims = b.dimensions();
-  if (b.element_type() != t || dims.size() != shape.size()) return false;
-  size_t i = 0;
-  for (int64_t s : shape) {
-    if (dims[i++] != s) return false;
-  }
-  return true;
-}
 
 inline ffi::Error DecodeKmeans(std::string_view op, const ffi::AnyBuffer& x,
                                const ffi::AnyBuffer& c, const ffi::AnyBuffer& w,
@@ -61,13 +48,14 @@ inline ffi::Error DecodeKmeans(std::string_view op, const ffi::AnyBuffer& x,
   p->acc = p->dtype == ffi::DataType::F64 ? ffi::DataType::F64 : ffi::DataType::F32;
   if (cd[1] != p->d) return fail("x and c must have the same number of columns d");
   if (p->k < 1 || p->d < 1) return fail("need k >= 1 and d >= 1");
-  auto is = HasShape;
-  if (!is(w, p->acc, {p->n})) return fail("w must be [n] in the accumulator dtype");
-  if (!is(labels, ffi::DataType::S32, {p->n})) return fail("labels must be s32[n]");
-  if (!is(mind, p->acc, {p->n})) return fail("mind must be [n] in the accumulator dtype");
-  if (!is(sums, p->acc, {p->k, p->d})) return fail("sums must be [k, d] in the accumulator dtype");
-  if (!is(counts, p->acc, {p->k})) return fail("counts must be [k] in the accumulator dtype");
-  if (!is(inertia, p->acc, {})) return fail("inertia must be a scalar in the accumulator dtype");
+  if (!HasShape(w, p->acc, {p->n})) return fail("w must be [n] in the accumulator dtype");
+  if (!HasShape(labels, ffi::DataType::S32, {p->n})) return fail("labels must be s32[n]");
+  if (!HasShape(mind, p->acc, {p->n})) return fail("mind must be [n] in the accumulator dtype");
+  if (!HasShape(sums, p->acc, {p->k, p->d}))
+    return fail("sums must be [k, d] in the accumulator dtype");
+  if (!HasShape(counts, p->acc, {p->k})) return fail("counts must be [k] in the accumulator dtype");
+  if (!HasShape(inertia, p->acc, {}))
+    return fail("inertia must be a scalar in the accumulator dtype");
   return ffi::Error::Success();
 }
 

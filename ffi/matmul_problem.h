@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -52,6 +53,18 @@ inline const char* DTypeName(ffi::DataType t) {
     default:
       return "unsupported";
   }
+}
+
+// Whether b is of type t and exactly `shape` (the FFI handlers' checks).
+inline bool HasShape(const ffi::AnyBuffer& b, ffi::DataType t,
+                     std::initializer_list<int64_t> shape) {
+  auto dims = b.dimensions();
+  if (b.element_type() != t || dims.size() != shape.size()) return false;
+  size_t i = 0;
+  for (int64_t s : shape) {
+    if (dims[i++] != s) return false;
+  }
+  return true;
 }
 
 inline std::string DescribeBuffer(const ffi::AnyBuffer& x) {

@@ -244,12 +244,15 @@ def ffi_update(
     sums, counts, c_old, mind, w = (a.astype(acc) for a in (sums, counts, c_old, mind, w))
     labels = labels.astype(jnp.int32)
     workspace = _ffi.kmeans_plan(x.dtype, 0, max(d, 1), k)["update_workspace_bytes"]
+    # Under shard_map (each shard its own k-means) the result varies like x.
+    args = _compat.match_varying(sums, counts, c_old, mind, x, w, labels)
+    out = lambda shape, dtype: _compat.shape_dtype_struct(shape, dtype, args[4])
     call = jax.ffi.ffi_call(
         _ffi.KMEANS_UPDATE_TARGET,
-        (jax.ShapeDtypeStruct((k, d), acc), jax.ShapeDtypeStruct((workspace,), jnp.uint8)),
+        (out((k, d), acc), out((workspace,), jnp.uint8)),
         vmap_method="sequential",
     )
-    c_new, _ = call(sums, counts, c_old, mind, x, w, labels)
+    c_new, _ = call(*args)
     return c_new
 
 
