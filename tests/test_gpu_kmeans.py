@@ -289,21 +289,21 @@ def _update_case(rng, n, d, k, dtype, empty, tie=False, zero_weight=False):
     sums = onehot.T @ x64
     counts = onehot.sum(0)
     c_old = rng.normal(size=(k, d))
+    # _new_centroids_jnp's (and ffi_update's) order
     return tuple(
         jnp.asarray(a, t)
         for a, t in (
-            (sums, acc), (counts, acc), (c_old, acc), (mind, acc), (x, dtype), (w, acc),
-            (labels, jnp.int32),
+            (sums, acc), (counts, acc), (x, dtype), (w, acc), (labels, jnp.int32), (mind, acc),
+            (c_old, acc),
         )
     )  # fmt: skip
 
 
-def _rule_on_cpu(sums, counts, c_old, mind, x, w, labels):
-    k = c_old.shape[0]
+def _rule_on_cpu(*args):
+    k = args[-1].shape[0]
     with jax.default_device(jax.devices("cpu")[0]):
         f = jax.jit(lambda *a: core._new_centroids_jnp(*a, k, None))
-        s, cn, co, md, xx, ww, lab = _on_cpu(sums, counts, c_old, mind, x, w, labels)
-        return np.asarray(f(s, cn, xx, ww, lab, md, co))
+        return np.asarray(f(*_on_cpu(*args)))
 
 
 _update = jax.jit(fused.ffi_update)

@@ -105,7 +105,7 @@ for (n, d, k), dtype in itertools.product(cases, [jnp.float32, jnp.float64, jnp.
     # The centroid update, with no empty cluster and with cluster 0 emptied
     # (the rule's path: block 0 alone, passes over mind).
     for counts in (s.counts, s.counts.at[0].set(0)):
-        jax.block_until_ready(update(s.sums, counts, c, s.mind, x, w, s.labels))
+        jax.block_until_ready(update(s.sums, counts, x, w, s.labels, s.mind, c))
     count += 1
 print("sweep calls:", count)
 """

@@ -317,12 +317,11 @@ def _new_centroids(sums, counts, xc, w, labels, mind, c_old, k, axis_name):
     whose check for an empty cluster stays on the GPU; sharded, and on CPU,
     it is the jnp rule below.
     """
+    args = (sums, counts, xc, w, labels, mind, c_old)
     if axis_name is None:
-        rule = lambda s, cn, co, md, x, w_, lab: _new_centroids_jnp(
-            s, cn, x, w_, lab, md, co, k, None
-        )
-        return fused.update(sums, counts, c_old, mind, xc, w, labels, fallback=rule)
-    return _new_centroids_jnp(sums, counts, xc, w, labels, mind, c_old, k, axis_name)
+        rule = functools.partial(_new_centroids_jnp, k=k, axis_name=None)
+        return fused.update(*args, fallback=rule)
+    return _new_centroids_jnp(*args, k, axis_name)
 
 
 def _new_centroids_jnp(sums, counts, xc, w, labels, mind, c_old, k, axis_name):

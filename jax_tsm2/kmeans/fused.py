@@ -220,21 +220,22 @@ def step(
 def ffi_update(
     sums: jax.Array,
     counts: jax.Array,
-    c_old: jax.Array,
-    mind: jax.Array,
     x: jax.Array,
     w: jax.Array,
     labels: jax.Array,
+    mind: jax.Array,
+    c_old: jax.Array,
 ) -> jax.Array:
     """The ``tsm2_kmeans_update`` FFI call (CUDA only): the centroids that end an iteration.
 
     ``sums / counts`` per cluster (``c_old`` where the count is not positive),
-    after scikit-learn's empty-cluster rule as ``core._new_centroids`` writes
-    it: the r-th empty cluster takes the r-th point farthest from its centroid
-    (``mind``, ``lax.top_k``'s order), which leaves its own cluster. The check
-    for an empty cluster runs on the device, so an iteration has no host round
-    trip (a ``lax.cond`` has one on GPUs); the rule's pass over ``mind`` runs
-    only when a cluster is empty (``ffi/kernels/kmeans_update.cuh``).
+    after scikit-learn's empty-cluster rule as ``core._new_centroids_jnp``
+    writes it (same arguments, same order): the r-th empty cluster takes the
+    r-th point farthest from its centroid (``mind``, ``lax.top_k``'s order),
+    which leaves its own cluster. The check for an empty cluster runs on the
+    device, so an iteration has no host round trip (a ``lax.cond`` has one on
+    GPUs); the rule's pass over ``mind`` runs only when a cluster is empty
+    (``ffi/kernels/kmeans_update.cuh``).
 
     ``x`` is ``(n, d)`` in its own dtype, the other floats in its accumulation
     dtype (cast here), ``labels`` int32.
@@ -245,7 +246,7 @@ def ffi_update(
     labels = labels.astype(jnp.int32)
     workspace = _ffi.kmeans_plan(x.dtype, 0, max(d, 1), k)["update_workspace_bytes"]
     # Under shard_map (each shard its own k-means) the result varies like x.
-    args = _compat.match_varying(sums, counts, c_old, mind, x, w, labels)
+    args = _compat.match_varying(sums, counts, c_old, mind, x, w, labels)  # the target's order
     out = lambda shape, dtype: _compat.shape_dtype_struct(shape, dtype, args[4])
     call = jax.ffi.ffi_call(
         _ffi.KMEANS_UPDATE_TARGET,
@@ -256,23 +257,13 @@ def ffi_update(
     return c_new
 
 
-def update(
-    sums: jax.Array,
-    counts: jax.Array,
-    c_old: jax.Array,
-    mind: jax.Array,
-    x: jax.Array,
-    w: jax.Array,
-    labels: jax.Array,
-    *,
-    fallback: Callable[..., jax.Array],
-) -> jax.Array:
-    """New centroids: :func:`ffi_update` on CUDA, ``fallback`` (same arguments) elsewhere.
+def update(*args: jax.Array, fallback: Callable[..., jax.Array]) -> jax.Array:
+    """New centroids: :func:`ffi_update` on CUDA, ``fallback`` elsewhere (both take ``args``).
 
     The kernel is used in every custom-call mode but ``"never"``; on CPU the
     caller's jnp rule runs (its ``lax.cond`` costs nothing there).
     """
-    args = (sums, counts, c_old, mind, x, w, labels)
+    x = args[2]
     cuda_built = _ffi.cuda_kmeans_update_available() or not _ffi.cuda_backend_present()
     if (
         config.get_custom_call_mode() == "never"
