@@ -234,15 +234,17 @@ void Run(const Case& cs) {
   const bool ok = re.bad_label == 0 && re.wrong_clear == 0 && re.bad_mind == 0 && worst <= 1.0;
 
 #ifdef TSM2_KMW_TRACE
-  unsigned long long tr[8];
+  unsigned long long tr[16];
   CHECK(tsm2::KmeansWideTrace(tr));  // zeroes the counters
   launch();
   CHECK(cudaDeviceSynchronize());
   CHECK(tsm2::KmeansWideTrace(tr));
-  if (tr[7] > 0) {
-    const char* names[7] = {"land+sync", "dist", "reduce+empty", "ready", "sums", "push", "-"};
-    std::printf("  trace, cycles per tile (block thread 0):");
-    for (int q = 0; q < 7; ++q) std::printf(" %s %.0f", names[q], double(tr[q]) / tr[7]);
+  if (tr[15] > 0) {
+    const char* names[12] = {"land",  "dist",   "reduce+empty", "ready",
+                             "sums",  "push",   "| ctrl: full", "partials",
+                             "freed", "labels", "| prod: wait", "issue"};
+    std::printf("  trace, cycles per tile (math thread 0, control warp 0, producer):");
+    for (int q = 0; q < 12; ++q) std::printf(" %s %.0f", names[q], double(tr[q]) / tr[15]);
     std::printf("\n");
   }
 #endif

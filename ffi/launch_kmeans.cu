@@ -361,11 +361,11 @@ cudaError_t LaunchKmeansStep(const DeviceKmeans& p, void* workspace, size_t work
 #ifdef TSM2_KMW_TRACE
 // Lab only: the wide step's phase cycles (kernels/kmeans_wide.cuh), then zeroed.
 cudaError_t KmeansWideTrace(unsigned long long* out) {
-  if (cudaError_t e = cudaMemcpyFromSymbol(out, g_kmw_trace, 8 * sizeof(unsigned long long));
+  if (cudaError_t e = cudaMemcpyFromSymbol(out, g_kmw_trace, 16 * sizeof(unsigned long long));
       e != cudaSuccess) {
     return e;
   }
-  unsigned long long zero[8] = {};
+  unsigned long long zero[16] = {};
   return cudaMemcpyToSymbol(g_kmw_trace, zero, sizeof zero);
 }
 #endif

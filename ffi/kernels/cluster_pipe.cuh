@@ -2,8 +2,9 @@
 // cluster hand data to each other without a cluster-wide barrier: mbarriers
 // (local waits, local and remote arrivals, expected transaction bytes),
 // asynchronous stores into another block's shared memory that complete on
-// that block's mbarrier (st.async), and named barriers for a subset of a
-// block's warps. Addresses are 32-bit shared-window addresses (SmemAddr for
+// that block's mbarrier (st.async), bulk copies from global memory that
+// complete on this block's, and named barriers for a subset of a block's
+// warps. Addresses are 32-bit shared-window addresses (SmemAddr for
 // this block, MapRank for the same offset in another block of the cluster).
 // Used by the wide k-means step (kmeans_wide.cuh). CUDA only.
 #pragma once
@@ -35,24 +36,29 @@ __device__ __forceinline__ void MbarArrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // An arrival on another block's mbarrier (bar from MapRank), ordered after
-// this thread's earlier memory accesses for the whole cluster.
+// this thread's earlier accesses to its own block's shared memory: what a
+// consumer tells a remote producer that may now overwrite them. CTA scope, as
+// CUTLASS's cluster barriers: the cluster-scope forms of this release and of
+// MbarWait's acquire together cost the wide k-means step's control warps
+// ~1,000 cycles a tile (benchmarks/NOTES.md, session 22).
 __device__ __forceinline__ void MbarArriveRemote(uint32_t bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar)
-               : "memory");
+  asm volatile("mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // An arrival that also expects `bytes` of asynchronous stores this phase.
 __device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                : "memory");
 }
-// Spins until the phase with this parity completes; acquires what the
-// cluster's arrivals (and completed asynchronous stores) released.
+// Spins until the phase with this parity completes. CTA-scope acquire: the
+// bytes that asynchronous stores and bulk copies completed on the mbarrier
+// are visible to the threads that see the phase complete (as for TMA
+// multicast), and a cluster-scope acquire invalidates L1 on every wait.
 __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n"
       ".reg .pred done;\n"
       "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra WAIT_%=;\n"
       "}\n" ::"r"(bar),
       "r"(parity)
@@ -67,6 +73,23 @@ __device__ __forceinline__ void StAsync16(uint32_t dst, float4 v, uint32_t bar) 
       "[%5];\n" ::"r"(dst),
       "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
       : "memory");
+}
+
+// `bytes` (a multiple of 16) from global memory into this block's shared
+// memory by the bulk-copy engine, completing that many transaction bytes on
+// this block's mbarrier `bar`; both addresses 16-byte aligned.
+__device__ __forceinline__ void BulkCopyToShared(uint32_t dst, const void* src, uint32_t bytes,
+                                                 uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+// Orders this thread's earlier generic-proxy shared-memory writes before
+// later bulk copies (async proxy) into the same bytes.
+__device__ __forceinline__ void FenceProxyAsyncShared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // A barrier for `threads` threads (whole warps) of the block, id 1..15.

@@ -8,8 +8,9 @@
 // tiles of 16 rows:
 // - the centroids live in registers, already split into TF32 hi and lo
 //   (each of the 8 math warps owns 64 columns: 64 registers a lane), so
-//   shared memory only streams X (six 32 KB stages: three tiles in flight
-//   while three are worked on);
+//   shared memory only streams X (six 33 KB stages: three tiles in flight
+//   while three are worked on), which a producer warp fills with one bulk
+//   copy per row, so the math warps spend no instructions on addresses;
 // - the math warps run the distances of tile j (mma m16n8k8, C x X^T as
 //   hi*hi + hi*lo + lo*hi, as kmeans_mma), add their partial dots in a fixed
 //   order and push the block's partial into every block of the cluster with
@@ -20,14 +21,17 @@
 //   partials from every rank, add them in rank order (so all blocks agree on
 //   the labels bit for bit), free the senders' slots, and write labels,
 //   mind, the one-hot fragments, counts and inertia. Their outputs are three
-//   tiles deep, so they have two tiles' distances to finish in.
+//   tiles deep, so they have two tiles' distances to finish in. They are
+//   on the critical path as often as the math warps (benchmarks/NOTES.md,
+//   session 22): keep their per-tile work short.
 // No block waits on a cluster-wide barrier in the loop: versions with a
 // cluster barrier per tile and the combine on two of the math warps took
-// 2.68-4.21 ms at n = 2.5e5, d = 4096 on an H200, this one 2.45 (the
-// CUDA-core step 3.30; benchmarks/NOTES.md, session 20).
+// 2.68-4.21 ms at n = 2.5e5, d = 4096 on an H200; this one 1.76 ms on an
+// H100 (the CUDA-core step 3.57; NOTES, sessions 20 and 22).
 //
-// Each lane's columns are chosen so that the distance reads and the sum
-// reads of the swizzled stage both hit 32 distinct banks.
+// Stage rows are padded and the lanes' rows and columns permuted
+// (KmeansWideRow) so that the distance and the sum reads both hit 32
+// distinct banks.
 //
 // Non-finite data: rows whose ||x||^2 or w^2 ||x||^2 is not finite, and
 // centroids whose ||c||^2 is not, get exact f32 dots over the whole row
@@ -54,15 +58,18 @@ struct KmeansWideConfig {
   static constexpr int kCols = kKmeansWideCols;  // columns per block
   static constexpr int kRows = 16, kRowGroups = kRows / 8;
   static constexpr int kMathWarps = 8, kMathThreads = 32 * kMathWarps;
-  static constexpr int kCtrlWarps = kRowGroups;  // one per row group
-  static constexpr int kThreads = kMathThreads + 32 * kCtrlWarps;
+  static constexpr int kCtrlWarps = kRowGroups;              // one per row group
+  static constexpr int kProducer = kMathWarps + kCtrlWarps;  // the warp that issues the copies
+  static constexpr int kThreads = kMathThreads + 32 * kCtrlWarps + 32;
   static constexpr int kColsPerWarp = kCols / kMathWarps;  // 64
   static constexpr int kPairs = kColsPerWarp / 16;         // 16-column chunks (two k-steps each)
   static constexpr int kNTiles = kColsPerWarp / 8;         // n8 tiles of the sums per warp
   static constexpr int kStages = 6;
   static constexpr int kMaxCl = kKmeansWideMaxCluster;
-  static constexpr int kChunksPerRow = kCols / 4;
-  static constexpr int kXBytes = kRows * kCols * 4;
+  // Rows of a stage are kCols + 4 floats apart: with the distances' row order
+  // (KmeansWideRow) both the distance and the sum reads hit 32 distinct banks.
+  static constexpr int kStride = kCols + 4;
+  static constexpr int kXBytes = kRows * kStride * 4;
   static constexpr int kStageBytes = kXBytes + kRows * 4;  // X, then the rows' weights
   // A block's partial per tile: dots [row group][lane][q] (q: mma
   // accumulator), then ||x||^2 of the rows.
@@ -79,22 +86,32 @@ struct KmeansWideConfig {
   static constexpr int kOffBad = kOffLab + 3 * kRows * 4;                // [3][row group] row masks
   static constexpr int kOffCnt = kOffBad + 32;  // [row group][17]: counts, inertia
   static constexpr int kOffCsq = kOffCnt + kRowGroups * 17 * 4 + 8;  // [16]
-  static constexpr int kOffBar = kOffCsq + 16 * 4;  // mbarriers: full, empty x 2; ready, free x 3
-  static constexpr int kSmemBytes = kOffBar + 10 * 8;
+  // mbarriers: full, empty x 2; ready, free x 3; landed, drained x kStages
+  static constexpr int kOffBar = kOffCsq + 16 * 4;
+  static constexpr int kSmemBytes = kOffBar + (10 + 2 * kStages) * 8;
   static_assert(kColsPerWarp == 64 && kPairs == 4 && kNTiles == 8, "lane column maps below");
-  static_assert(kMathThreads % kChunksPerRow == 0, "whole rows per copy pass");
   static_assert(kMathThreads == kDots, "one math thread per partial dot");
   static_assert(kRowGroups == 2, "bad-row masks of two row groups");
   static_assert(kStages >= 4, "three tiles worked on, at least one loading");
   static_assert((kSlot * 4) % 16 == 0 && kOffSlot % 16 == 0, "16-byte st.async");
+  static_assert((kStride * 4) % 16 == 0 && kStageBytes % 16 == 0, "16-byte bulk copies");
+  static_assert(kRows <= 32, "one lane per row copy");
   static_assert(kOffBar % 8 == 0, "mbarriers are 8-byte aligned");
   static_assert(kSmemBytes <= kKmeansSmemLimit, "shared memory");
 };
 
+// Fragment index n = 2 t + i of an 8-wide mma dimension goes to t + 4 i,
+// so that the 8 lanes of a 16-byte shared-memory access (g = 2 p, 2 p + 1;
+// t = 0..3) reach 8 distinct bank groups of a stage whose rows are 129
+// 16-byte chunks apart. The distances use it for the rows (B's n), the sums
+// for the chunks of a row; and the control warps see a lane's two rows of
+// a row group as t and t + 4.
+__device__ __forceinline__ int KmeansWideRow(int n) { return 4 * (n & 1) + (n >> 1); }
+
 // Calls f(acc, cluster, column) for each of this lane's sum accumulators.
 // n-tile nt = 4 j + e holds, for fragment column n, the block column
-// col_w + 32 j + 4 n + e: a lane's B values for n-tiles 4 j .. 4 j + 3 are
-// one 16-byte chunk (col_w / 4 + 8 j + g) of a row.
+// col_w + 32 j + 4 KmeansWideRow(n) + e: a lane's B values for n-tiles
+// 4 j .. 4 j + 3 are one 16-byte chunk of a row.
 template <int NT, typename F>
 __device__ __forceinline__ void ForEachWideSum(float (&sacc)[NT][4], int g, int t, int col_w,
                                                F&& f) {
@@ -102,27 +119,31 @@ __device__ __forceinline__ void ForEachWideSum(float (&sacc)[NT][4], int g, int 
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      f(sacc[nt][q], g + 8 * (q / 2), col_w + 32 * (nt / 4) + 4 * (2 * t + q % 2) + nt % 4);
+      f(sacc[nt][q], g + 8 * (q / 2), col_w + 32 * (nt / 4) + 4 * (t + 4 * (q % 2)) + nt % 4);
     }
   }
 }
 
 #ifdef TSM2_KMW_TRACE
-// Lab only: cycles per phase summed over blocks (thread 0 of each).
-__device__ unsigned long long g_kmw_trace[8];
-#define KMW_MARK(slot)                                          \
+// Lab only: cycles per phase summed over blocks (slots 0-5: thread 0, a
+// math warp; 6-9: the first control warp; 10-11: the producer; 15: tiles).
+__device__ unsigned long long g_kmw_trace[16];
+#define KMW_MARK_IF(cond, slot)                                 \
   do {                                                          \
-    if (threadIdx.x == 0) {                                     \
+    if (cond) {                                                 \
       const long long now_ = clock64();                         \
       tr_[slot] += static_cast<unsigned long long>(now_ - t0_); \
       t0_ = now_;                                               \
     }                                                           \
   } while (0)
 #else
-#define KMW_MARK(slot) \
-  do {                 \
+#define KMW_MARK_IF(cond, slot) \
+  do {                          \
   } while (0)
 #endif
+#define KMW_MARK(slot) KMW_MARK_IF(threadIdx.x == 0, slot)
+#define KMW_MARK_CTRL(slot) KMW_MARK_IF(threadIdx.x == 32 * Cfg::kMathWarps, slot)
+#define KMW_MARK_PROD(slot) KMW_MARK_IF(threadIdx.x == 32 * Cfg::kProducer, slot)
 
 template <typename Cfg = KmeansWideConfig>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -163,6 +184,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto empty = [&](int b) { return bars + 16 + 8 * b; };
   auto ready = [&](int b) { return bars + 32 + 8 * b; };
   auto freed = [&](int b) { return bars + 56 + 8 * b; };
+  auto landed = [&](int64_t j) { return bars + 80 + 8 * static_cast<uint32_t>(j % kStages); };
+  auto drained = [&](int64_t j) { return landed(j) + 8 * kStages; };
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
       MbarInit(full(b), Cfg::kCtrlWarps);
@@ -172,38 +195,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       MbarInit(ready(b), Cfg::kCtrlWarps);
       MbarInit(freed(b), Cfg::kMathWarps);
     }
+    for (int b = 0; b < kStages; ++b) {
+      MbarInit(landed(b), 1);
+      MbarInit(drained(b), Cfg::kMathWarps);
+    }
     MbarInitFence();
   }
 
   const int64_t t_begin = owner * p.tiles / owners, t_end = (owner + 1) * p.tiles / owners;
   const int64_t ntiles = t_end - t_begin;
 #ifdef TSM2_KMW_TRACE
-  unsigned long long tr_[8] = {};
+  unsigned long long tr_[16] = {};
   long long t0_ = clock64();
 #endif
   auto stage_of = [&](int64_t j) { return smem + (j % kStages) * Cfg::kStageBytes; };
-  // Tile t_begin + j into its stage (math threads): thread tid copies chunk
-  // tid % 128 of every other row; rows past n and columns past d
-  // zero-filled (d is a multiple of 4). One commit group per call.
-  constexpr int kRowStep = Cfg::kMathThreads / Cfg::kChunksPerRow;
-  const int my_ch = tid % Cfg::kChunksPerRow, my_r = tid / Cfg::kChunksPerRow;
-  const int my_col = col0 + 4 * my_ch;
-  auto issue = [&](int64_t j) {
-    if (j < ntiles) {
-      char* st = stage_of(j);
-      const int64_t row0 = (t_begin + j) * kRows;
-      KmeansCopyTile<kRows, kRowStep, kCols>(st, x, row0, p.n, d, my_r, my_ch, my_col, my_col < d);
-      if (tid < kRows) {
-        const bool ok = row0 + tid < p.n;
-        CpAsync4(st + Cfg::kXBytes + tid * 4, ok ? wg + row0 + tid : wg, ok);
-      }
+  const int cols = d - col0 < kCols ? d - col0 : kCols;  // >= 4: every rank has columns
+  if (cols < kCols && math) {
+    for (int e = tid; e < kStages * kRows * (kCols - cols); e += Cfg::kMathThreads) {
+      const int r = e / (kCols - cols);
+      reinterpret_cast<float*>(
+          stage_of(r / kRows))[(r % kRows) * Cfg::kStride + cols + e % (kCols - cols)] = 0.0f;
     }
-    CpAsyncCommit();
-  };
-  if (math) {
-    // Tiles j - 2 (sums), j - 1 (labels) and j (distances) are worked on
-    // while j + 1 .. j + kStages - 3 load.
-    for (int j = 0; j < kStages - 3; ++j) issue(j);
   }
 
   // ||c||^2 over this block's columns (math warps), summed over the ranks
@@ -253,10 +265,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int64_t j = 0; j < ntiles + 2; ++j) {
       if (j < ntiles) {
         // Distances of tile j over this warp's columns.
-        CpAsyncWait<kStages - 4>();
-        NamedBarrier(1, Cfg::kMathThreads);  // tile j landed; tile j - 3's stage is free
+        MbarWait(landed(j), static_cast<uint32_t>(j / kStages) & 1);
         KMW_MARK(0);
-        issue(j + kStages - 3);
         const float* xs = reinterpret_cast<const float*>(stage_of(j));
         // hi*hi in prt[1], the two cross terms in prt[0]: a third accumulator
         // set would not fit the 168 registers ten warps leave a thread.
@@ -267,10 +277,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           uint32_t bh[kRG][4], bl[kRG][4];
 #pragma unroll
           for (int rg = 0; rg < kRG; ++rg) {
-            const int r = 8 * rg + g;
-            const int q = col_w / 4 + 4 * s + t;
+            const int r = 8 * rg + KmeansWideRow(g);
             const float4 v =
-                *reinterpret_cast<const float4*>(xs + r * kCols + 4 * (q ^ KmeansMmaSwizzle(r)));
+                *reinterpret_cast<const float4*>(xs + r * Cfg::kStride + col_w + 16 * s + 4 * t);
             xsq[rg] = fma(v.x, v.x, xsq[rg]);
             xsq[rg] = fma(v.y, v.y, xsq[rg]);
             xsq[rg] = fma(v.z, v.z, xsq[rg]);
@@ -301,7 +310,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           float xr = xsq[rg];
           xr += __shfl_xor_sync(0xffffffffu, xr, 1);
           xr += __shfl_xor_sync(0xffffffffu, xr, 2);
-          if (t == 0) redx[warp * kRows + 8 * rg + g] = xr;
+          if (t == 0) redx[warp * kRows + 8 * rg + KmeansWideRow(g)] = xr;
         }
         NamedBarrier(1, Cfg::kMathThreads);
         KMW_MARK(1);
@@ -346,22 +355,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         MbarWait(ready(b), static_cast<uint32_t>(jj / 3) & 1);
         KMW_MARK(3);
         const float* xs = reinterpret_cast<const float*>(stage_of(jj));
-        const float* ws = xs + kRows * kCols;
+        const float* ws = reinterpret_cast<const float*>(stage_of(jj) + Cfg::kXBytes);
         const int64_t row0 = (t_begin + jj) * kRows;
-        // k-step s covers rows 8 s + 2 t (fragment row t) and 8 s + 2 t + 1 (t + 4).
+        // k-step s covers rows 8 s + t (fragment row t) and 8 s + t + 4: the
+        // rows whose labels control warp s's lane (g, t) holds.
 #pragma unroll
         for (int s = 0; s < kRG; ++s) {
-          const int r0 = 8 * s + 2 * t, r1 = r0 + 1;
-          const float2 w2 = *reinterpret_cast<const float2*>(ws + r0);
+          const int r0 = 8 * s + t, r1 = r0 + 4;
+          const float2 w2 = make_float2(ws[r0], ws[r1]);
           const uint4 o = oh_s[(b * kRG + s) * 32 + lane];
           const uint32_t oh[4] = {o.x, o.y, o.z, o.w};
 #pragma unroll
           for (int jc = 0; jc < Cfg::kNTiles / 4; ++jc) {
-            const int q = col_w / 4 + 8 * jc + g;
-            const float4 v0 =
-                *reinterpret_cast<const float4*>(xs + r0 * kCols + 4 * (q ^ KmeansMmaSwizzle(r0)));
-            const float4 v1 =
-                *reinterpret_cast<const float4*>(xs + r1 * kCols + 4 * (q ^ KmeansMmaSwizzle(r1)));
+            const int col = col_w + 32 * jc + 4 * KmeansWideRow(g);
+            const float4 v0 = *reinterpret_cast<const float4*>(xs + r0 * Cfg::kStride + col);
+            const float4 v1 = *reinterpret_cast<const float4*>(xs + r1 * Cfg::kStride + col);
             const float e0[4] = {v0.x, v0.y, v0.z, v0.w}, e1[4] = {v1.x, v1.y, v1.z, v1.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
@@ -384,15 +392,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           });
         }
         __syncwarp();
-        if (lane == 0) MbarArrive(freed(b));
+        if (lane == 0) {
+          MbarArrive(freed(b));
+          MbarArrive(drained(jj));
+        }
         KMW_MARK(4);
       }
     }
-    CpAsyncWait<0>();
     // This block's columns of the cluster's partial sums.
     ForEachWideSum(sacc, g, t, col_w, [&](float& a, int c, int col) {
       if (c < k && col0 + col < d) part[int64_t{c} * d + col0 + col] = a;
     });
+  } else if (warp == Cfg::kProducer) {
+    // Tile t_begin + j into its stage once the math warps are done with tile
+    // j - kStages: one bulk copy per row of this block's columns, completing
+    // on the stage's landed mbarrier, so no math warp spends instructions on
+    // addresses. Rows past n are not copied (the control warps zero them);
+    // columns past d keep the zeros written above.
+    for (int64_t j = 0; j < ntiles && lane == 0; ++j) {
+      if (j >= kStages) MbarWait(drained(j), static_cast<uint32_t>(j / kStages - 1) & 1);
+      KMW_MARK_PROD(10);
+      const int64_t row0 = (t_begin + j) * kRows;
+      const int rows = p.n - row0 < kRows ? static_cast<int>(p.n - row0) : kRows;
+      MbarArriveExpectTx(landed(j), static_cast<uint32_t>(rows * cols * 4));
+      const uint32_t st = SmemAddr(stage_of(j));
+      for (int r = 0; r < rows; ++r) {
+        BulkCopyToShared(st + r * Cfg::kStride * 4, x + (row0 + r) * d + col0,
+                         static_cast<uint32_t>(cols * 4), landed(j));
+      }
+      KMW_MARK_PROD(11);
+    }
   } else {
     // A control warp: row group rg of every tile. ||c||^2 of centroids g
     // and g + 8, and which are not finite.
@@ -406,10 +435,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       csq_lo = c == g ? s : csq_lo;
       csq_hi = c == g + 8 ? s : csq_hi;
     }
-    float inertia = 0, cnt = 0;  // rank 0: cnt is the weight of cluster `lane`
+    // Rank 0: cnt[h] is the weight of cluster g + 8 h in this lane's rows.
+    float inertia = 0, cnt[2] = {};
     for (int64_t j = 0; j < ntiles; ++j) {
       const int b = static_cast<int>(j % 2);
       const uint32_t use = static_cast<uint32_t>(j / 2);
+      const int64_t row0 = (t_begin + j) * kRows;
+      // This row group's weights, loaded while the partials are awaited and
+      // put into the stage for the sums.
+      const int64_t wrow = row0 + 8 * rg + lane;
+      const float wl = lane < 8 && wrow < p.n ? wg[wrow] : 0.0f;
       if (lane == 0) {
         if (rg == 0) {
           MbarArriveExpectTx(full(b), static_cast<uint32_t>(ncl * Cfg::kSlot * 4));
@@ -417,37 +452,46 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           MbarArrive(full(b));
         }
       }
+      KMW_MARK_CTRL(9);
       MbarWait(full(b), use & 1);
+      KMW_MARK_CTRL(6);
       // The ranks' partials in rank order: acc[q] is (centroid g + 8 (q / 2),
-      // row 8 rg + 2 t + q % 2), xrow[i] row 8 rg + 2 t + i.
+      // row 8 rg + t + 4 (q % 2)) (KmeansWideRow), xrow[i] row 8 rg + t + 4 i.
       const float* ts = slots + b * Cfg::kMaxCl * Cfg::kSlot;
       float acc[4] = {}, xrow[2] = {};
-      for (int r = 0; r < ncl; ++r) {
+#pragma unroll
+      for (int r = 0; r < Cfg::kMaxCl; ++r) {
+        if (r >= ncl) break;
         const float4 a =
             *reinterpret_cast<const float4*>(ts + r * Cfg::kSlot + (rg * 32 + lane) * 4);
-        const float2 xx =
-            *reinterpret_cast<const float2*>(ts + r * Cfg::kSlot + Cfg::kDots + 8 * rg + 2 * t);
+        const float* xx = ts + r * Cfg::kSlot + Cfg::kDots + 8 * rg + t;
         acc[0] += a.x;
         acc[1] += a.y;
         acc[2] += a.z;
         acc[3] += a.w;
-        xrow[0] += xx.x;
-        xrow[1] += xx.y;
+        xrow[0] += xx[0];
+        xrow[1] += xx[4];
       }
       __syncwarp();
       if (lane < ncl) MbarArriveRemote(MapRank(empty(b), lane));  // rank `lane`'s partial is read
       // Buffers b3 for the sums, once the math warps are done with tile j - 3's.
       const int b3 = static_cast<int>(j % 3);
+      KMW_MARK_CTRL(7);
       if (j >= 3) MbarWait(freed(b3), static_cast<uint32_t>(j / 3 - 1) & 1);
-      const float* ws = reinterpret_cast<const float*>(stage_of(j) + Cfg::kXBytes);
-      const int64_t row0 = (t_begin + j) * kRows;
-      // Rows the tensor cores must not see: non-finite ||x||^2 or w^2 ||x||^2.
+      KMW_MARK_CTRL(8);
+      float* ws = reinterpret_cast<float*>(stage_of(j) + Cfg::kXBytes);
+      if (lane < 8) ws[8 * rg + lane] = wl;
+      // Rows the tensor cores must not see: non-finite ||x||^2 or w^2 ||x||^2,
+      // and rows past n (not copied: what the stage held before).
       uint32_t mine = 0;
+      float wr[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int r = 8 * rg + 2 * t + i;
-        const float wr = ws[r];
-        if (!(isfinite(xrow[i]) && isfinite(wr * wr * xrow[i]))) mine |= 1u << r;
+        const int r = 8 * rg + t + 4 * i;
+        wr[i] = __shfl_sync(0xffffffffu, wl, t + 4 * i);
+        if (!(isfinite(xrow[i]) && isfinite(wr[i] * wr[i] * xrow[i])) || row0 + r >= p.n) {
+          mine |= 1u << r;
+        }
       }
       const uint32_t bad_rows = __reduce_or_sync(0xffffffffu, g == 0 ? mine : 0u);
       if ((bad_rows | badc) != 0) {
@@ -468,11 +512,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         __syncwarp();
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          const int c = g + 8 * (q / 2), r = 8 * rg + 2 * t + q % 2;
+          const int c = g + 8 * (q / 2), r = 8 * rg + t + 4 * (q % 2);
           if (c < k && (((bad_rows >> r) & 1u) || ((badc >> c) & 1u))) acc[q] = fix[r * 16 + c];
         }
       }
-      // Argmin of rows 8 rg + 2 t + i over the lane's centroids (g, g + 8),
+      // Argmin of rows 8 rg + t + 4 i over the lane's centroids (g, g + 8),
       // then over g, the two rows' shuffle chains interleaved.
       float key[2];
       int idx[2];
@@ -488,36 +532,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       }
       KmeansMinOverFragmentRows(key, idx);
-      if (g == 0) {
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int rt = 8 * rg + 2 * t + i;
-          const int64_t row = row0 + rt;
-          lab_s[b3 * kRows + rt] = row < p.n ? idx[i] : -1;
-          if (rank == 0 && row < p.n) {
+      for (int i = 0; i < 2; ++i) {
+        const int rt = 8 * rg + t + 4 * i;
+        const int64_t row = row0 + rt;
+        if (row >= p.n) idx[i] = -1;
+        if (g == 0) lab_s[b3 * kRows + rt] = idx[i];
+        if (rank == 0 && row < p.n) {
+          if (g == 0) {
             p.labels[row] = idx[i];
             static_cast<float*>(p.mind)[row] = KmeansMind(key[i]);
-            inertia = fma(ws[rt], KmeansMind(key[i]), inertia);
+            inertia = fma(wr[i], KmeansMind(key[i]), inertia);
           }
+          cnt[0] += idx[i] == g ? wr[i] : 0.0f;
+          cnt[1] += idx[i] == g + 8 ? wr[i] : 0.0f;
         }
       }
-      __syncwarp();
-      // One-hot fragments of k-step rg of the sums (rows 8 rg + 2 t and + 1).
-      const int2 l2 = *reinterpret_cast<const int2*>(lab_s + b3 * kRows + 8 * rg + 2 * t);
+      // One-hot fragments of k-step rg of the sums: rows t and t + 4 of the
+      // row group, whose labels this lane holds.
       oh_s[(b3 * kRG + rg) * 32 + lane] =
-          make_uint4(l2.x == g ? 0x3f800000u : 0u, l2.x == g + 8 ? 0x3f800000u : 0u,
-                     l2.y == g ? 0x3f800000u : 0u, l2.y == g + 8 ? 0x3f800000u : 0u);
-      if (rank == 0 && lane < 16) {
-#pragma unroll
-        for (int r = 8 * rg; r < 8 * rg + 8; ++r)
-          cnt += lab_s[b3 * kRows + r] == lane ? ws[r] : 0.0f;
-      }
-      // Bad rows leave the tile (NaN * 0 is NaN); the sums take them from global memory.
-      float* xs = reinterpret_cast<float*>(stage_of(j));
-      for (int r = 8 * rg; r < 8 * rg + 8; ++r) {
-        if (!((bad_rows >> r) & 1u)) continue;
-        for (int e = lane; e < kCols; e += 32) xs[r * kCols + e] = 0.0f;
-        if (lane == 0) xs[kRows * kCols + r] = 0.0f;
+          make_uint4(idx[0] == g ? 0x3f800000u : 0u, idx[0] == g + 8 ? 0x3f800000u : 0u,
+                     idx[1] == g ? 0x3f800000u : 0u, idx[1] == g + 8 ? 0x3f800000u : 0u);
+      // Bad rows leave the tile (NaN * 0 is NaN); the sums take them from
+      // global memory. The fence orders the zeros before the bulk copy that
+      // refills the stage.
+      if (bad_rows != 0) {
+        __syncwarp();  // ws written
+        float* xs = reinterpret_cast<float*>(stage_of(j));
+        for (int r = 8 * rg; r < 8 * rg + 8; ++r) {
+          if (!((bad_rows >> r) & 1u)) continue;
+          for (int e = lane; e < kCols; e += 32) xs[r * Cfg::kStride + e] = 0.0f;
+          if (lane == 0) ws[r] = 0.0f;
+        }
+        FenceProxyAsyncShared();
       }
       if (lane == 0) bad_s[b3 * kRG + rg] = bad_rows;
       __syncwarp();
@@ -526,7 +573,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (rank == 0) {  // this row group's counts and inertia, added below in order
       float* cnt_s = reinterpret_cast<float*>(smem + Cfg::kOffCnt);
       const float in = SumLanes<32>(inertia);
-      if (lane < 16) cnt_s[rg * 17 + lane] = cnt;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // over t
+        cnt[h] += __shfl_xor_sync(0xffffffffu, cnt[h], 1);
+        cnt[h] += __shfl_xor_sync(0xffffffffu, cnt[h], 2);
+      }
+      if (t == 0) {
+        cnt_s[rg * 17 + g] = cnt[0];
+        cnt_s[rg * 17 + g + 8] = cnt[1];
+      }
       if (lane == 0) cnt_s[rg * 17 + 16] = in;
     }
   }
@@ -538,10 +593,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     part[int64_t{k} * d + tid] = tot;
   }
 #ifdef TSM2_KMW_TRACE
-  if (tid == 0) {
-    for (int q = 0; q < 7; ++q) atomicAdd(&g_kmw_trace[q], tr_[q]);
-    atomicAdd(&g_kmw_trace[7], static_cast<unsigned long long>(ntiles));
+  for (int q = 0; q < 15; ++q) {
+    if (tr_[q] != 0) atomicAdd(&g_kmw_trace[q], tr_[q]);
   }
+  if (tid == 0) atomicAdd(&g_kmw_trace[15], static_cast<unsigned long long>(ntiles));
 #endif
   // No block leaves while another may still arrive on its mbarriers or read
   // its ||c||^2 partials.
