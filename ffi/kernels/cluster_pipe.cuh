@@ -65,6 +65,25 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// MbarWait for a thread that is ahead and may wait long: it sleeps between
+// tries instead of taking issue slots from its sub-partition's other warps.
+__device__ __forceinline__ void MbarWaitBackoff(uint32_t bar, uint32_t parity) {
+  for (;;) {
+    uint32_t done;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (done) return;
+    __nanosleep(256);
+  }
+}
+
 // 16 bytes into another block's shared memory (dst from MapRank), completing
 // 16 transaction bytes on that block's mbarrier `bar` (also from MapRank).
 __device__ __forceinline__ void StAsync16(uint32_t dst, float4 v, uint32_t bar) {

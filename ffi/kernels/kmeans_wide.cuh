@@ -184,8 +184,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto empty = [&](int b) { return bars + 16 + 8 * b; };
   auto ready = [&](int b) { return bars + 32 + 8 * b; };
   auto freed = [&](int b) { return bars + 56 + 8 * b; };
-  auto landed = [&](int64_t j) { return bars + 80 + 8 * static_cast<uint32_t>(j % kStages); };
-  auto drained = [&](int64_t j) { return landed(j) + 8 * kStages; };
+  auto landed = [&](int j) { return bars + 80 + 8 * static_cast<uint32_t>(j % kStages); };
+  auto drained = [&](int j) { return landed(j) + 8 * kStages; };
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
       MbarInit(full(b), Cfg::kCtrlWarps);
@@ -203,12 +203,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   const int64_t t_begin = owner * p.tiles / owners, t_end = (owner + 1) * p.tiles / owners;
-  const int64_t ntiles = t_end - t_begin;
+  // 32-bit tile counters: the loops' divisions by 2, 3 and kStages stay cheap.
+  const int ntiles = static_cast<int>(t_end - t_begin);
 #ifdef TSM2_KMW_TRACE
   unsigned long long tr_[16] = {};
   long long t0_ = clock64();
 #endif
-  auto stage_of = [&](int64_t j) { return smem + (j % kStages) * Cfg::kStageBytes; };
+  auto stage_of = [&](int j) { return smem + (j % kStages) * Cfg::kStageBytes; };
   const int cols = d - col0 < kCols ? d - col0 : kCols;  // >= 4: every rank has columns
   if (cols < kCols && math) {
     for (int e = tid; e < kStages * kRows * (kCols - cols); e += Cfg::kMathThreads) {
@@ -262,7 +263,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     float sacc[Cfg::kNTiles][4] = {};  // this lane's sums (ForEachWideSum)
 
-    for (int64_t j = 0; j < ntiles + 2; ++j) {
+    for (int j = 0; j < ntiles + 2; ++j) {
       if (j < ntiles) {
         // Distances of tile j over this warp's columns.
         MbarWait(landed(j), static_cast<uint32_t>(j / kStages) & 1);
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             out[Cfg::kDots + tid] = xv;
           }
         }
-        const int b = static_cast<int>(j % 2);
+        const int b = j % 2;
         const uint32_t use = static_cast<uint32_t>(j / 2);
         if (use > 0) MbarWait(empty(b), (use - 1) & 1);
         NamedBarrier(1, Cfg::kMathThreads);  // out complete
@@ -350,8 +351,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       if (j >= 2) {
         // Sums of tile j - 2, with the control warps' labels.
-        const int64_t jj = j - 2;
-        const int b = static_cast<int>(jj % 3);
+        const int jj = j - 2;
+        const int b = jj % 3;
         MbarWait(ready(b), static_cast<uint32_t>(jj / 3) & 1);
         KMW_MARK(3);
         const float* xs = reinterpret_cast<const float*>(stage_of(jj));
@@ -409,8 +410,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // on the stage's landed mbarrier, so no math warp spends instructions on
     // addresses. Rows past n are not copied (the control warps zero them);
     // columns past d keep the zeros written above.
-    for (int64_t j = 0; j < ntiles && lane == 0; ++j) {
-      if (j >= kStages) MbarWait(drained(j), static_cast<uint32_t>(j / kStages - 1) & 1);
+    for (int j = 0; j < ntiles && lane == 0; ++j) {
+      // Tiles ahead of the math warps: back off rather than spin (a spinning
+      // producer took issue slots from the math warps on its sub-partition).
+      if (j >= kStages) MbarWaitBackoff(drained(j), static_cast<uint32_t>(j / kStages - 1) & 1);
       KMW_MARK_PROD(10);
       const int64_t row0 = (t_begin + j) * kRows;
       const int rows = p.n - row0 < kRows ? static_cast<int>(p.n - row0) : kRows;
@@ -437,8 +440,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     // Rank 0: cnt[h] is the weight of cluster g + 8 h in this lane's rows.
     float inertia = 0, cnt[2] = {};
-    for (int64_t j = 0; j < ntiles; ++j) {
-      const int b = static_cast<int>(j % 2);
+    for (int j = 0; j < ntiles; ++j) {
+      const int b = j % 2;
       const uint32_t use = static_cast<uint32_t>(j / 2);
       const int64_t row0 = (t_begin + j) * kRows;
       // This row group's weights, loaded while the partials are awaited and
@@ -475,7 +478,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       __syncwarp();
       if (lane < ncl) MbarArriveRemote(MapRank(empty(b), lane));  // rank `lane`'s partial is read
       // Buffers b3 for the sums, once the math warps are done with tile j - 3's.
-      const int b3 = static_cast<int>(j % 3);
+      const int b3 = j % 3;
       KMW_MARK_CTRL(7);
       if (j >= 3) MbarWait(freed(b3), static_cast<uint32_t>(j / 3 - 1) & 1);
       KMW_MARK_CTRL(8);
