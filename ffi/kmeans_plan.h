@@ -197,12 +197,15 @@ constexpr bool KmeansMmaTakes(int itemsize, int64_t d, int64_t k) {
 
 // The f32 tensor-core step for wide rows (kernels/kmeans_wide.cuh): each
 // block of a cluster owns kKmeansWideCols columns (its centroid values sit in
-// registers), so d in [1024, 4096] takes clusters of 2 to 8; k <= 16 (one
-// centroid tile). From d = 1024 up it beats the CUDA-core step (H100, n =
-// 2.5e5, k = 16: 563 against 623 us at d = 1024, 2483 against 3572 at 4096).
-// One block per SM and one partial per cluster of ceil(d / 512) blocks: at
-// most sms / 2 partials, within what KmeansMaxOwners gives the CUDA-core plan
-// of the same d (sms / 2 or more), so the workspace Python sizes holds them.
+// registers), so d in (256, 4096] takes clusters of 1 to 8; k <= 16 (one
+// centroid tile). Past the mma step's 256 it beats the CUDA-core step at
+// every d measured (H100, k = 16: n = 1e6, d = 260 710 against 1,156 us, d =
+// 512 750 against 1,172; n = 5e5, d = 768 741 against 1,155; n = 2.5e5, d =
+// 1024 394 against 534, d = 4096 1,743 against 3,584; benchmarks/results/
+// h100-2026-11-23/session22). One block per SM and one partial per cluster
+// of ceil(d / 512) blocks: at most sms partials, within what KmeansMaxOwners
+// gives the CUDA-core plan of the same d (2 sms / its cluster, which is 1 up
+// to d = 512); PlanOwners caps them at what the workspace holds anyway.
 // -DTSM2_KMEANS_WIDE=0 builds without it (the lab's baseline).
 #ifndef TSM2_KMEANS_WIDE
 #define TSM2_KMEANS_WIDE 1
@@ -212,9 +215,10 @@ constexpr int kKmeansWideMaxCluster = kKmeansMaxD / kKmeansWideCols;
 constexpr int KmeansWideCluster(int64_t d) {
   return static_cast<int>((d + kKmeansWideCols - 1) / kKmeansWideCols);
 }
-// -DTSM2_KMEANS_WIDE_MIN_D moves the lower end, for the lab.
+// -DTSM2_KMEANS_WIDE_MIN_D moves the lower end, for the lab (260: the first
+// d in whole 16-byte chunks past KmeansMmaTakes).
 #ifndef TSM2_KMEANS_WIDE_MIN_D
-#define TSM2_KMEANS_WIDE_MIN_D 1024
+#define TSM2_KMEANS_WIDE_MIN_D 260
 #endif
 constexpr bool KmeansWideTakes(int itemsize, int64_t d, int64_t k) {
   return TSM2_KMEANS_WIDE && itemsize == 4 && d >= TSM2_KMEANS_WIDE_MIN_D && d <= kKmeansMaxD &&

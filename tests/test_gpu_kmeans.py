@@ -7,7 +7,7 @@ one warp per row, several warps, or a thread-block cluster per row) at its
 largest shape and at an odd one (the element-wise load path), n = 1 and
 primes, large n, fewer blocks than the GPU holds (a small workspace), bitwise
 reproducibility, and k-means through the kernel against the jnp path. The f32
-tensor-core steps (kmeans_mma.cuh: 64 <= d <= 256, and kmeans_wide.cuh: 1024 <= d
+tensor-core steps (kmeans_mma.cuh: 64 <= d <= 256, and kmeans_wide.cuh: 260 <= d
 <= 4096 over a thread-block cluster; d % 4 == 0, k >= 9) get their own sizes,
 data far from the origin, and NaN/Inf rows, weights and centroids against the
 CPU target (the same formulas in plain f32 loops).
@@ -160,9 +160,9 @@ def test_tensor_core_step_matches_float64_reference(d, k):
     check_step(_step(x, c, w), x, c, w)
 
 
-# The cluster step for wide rows (kmeans_wide.cuh): clusters of 3 to 8
+# The cluster step for wide rows (kmeans_wide.cuh): clusters of 1 to 8
 # blocks of 512 columns, the last one part-filled, k from 9 to 16.
-@pytest.mark.parametrize("d", (1024, 1028, 1536, 2052, 3000, 4092, 4096))
+@pytest.mark.parametrize("d", (260, 388, 512, 516, 1000, 1024, 1028, 1536, 2052, 3000, 4092, 4096))
 @pytest.mark.parametrize("k", (9, 13, 16))
 def test_cluster_step_matches_float64_reference(d, k):
     assert _ffi.kmeans_plan("float32", 1, d, k)["step"] == "tensor_cores_cluster"
@@ -186,6 +186,8 @@ def test_cluster_step_matches_float64_reference(d, k):
         (17, 4096),
         (241, 2048),
         (30_011, 4096),
+        (17, 260),
+        (4_099, 772),
     ],
 )
 def test_tensor_core_step_odd_n(n, d):

@@ -90,10 +90,12 @@ step = jax.jit(fused.ffi_step)
 update = jax.jit(fused.ffi_update)
 count = 0
 # (257, 256, 16), (211, 100, 17) and (130, 252, 32): f32 takes the tensor-core step;
-# (67, 4096, 16) and (37, 2052, 9): f32 takes the cluster step (kmeans_wide.cuh);
+# (67, 4096, 16), (37, 2052, 9) and (23, 388, 12): f32 takes the cluster step
+# (kmeans_wide.cuh; the last with one part-filled block);
 # (97, 2049, 5) and the others from d = 1000: rows split over a thread-block cluster.
 cases = [(1, 1, 1), (67, 3, 5), (301, 17, 2), (257, 256, 16), (211, 100, 17), (130, 252, 32),
-         (131, 1000, 32), (700, 128, 8), (67, 4096, 16), (37, 2052, 9), (97, 2049, 5)]
+         (131, 1000, 32), (700, 128, 8), (67, 4096, 16), (37, 2052, 9), (23, 388, 12),
+         (97, 2049, 5)]
 for (n, d, k), dtype in itertools.product(cases, [jnp.float32, jnp.float64, jnp.bfloat16]):
     if not fused.fused_supported(dtype, d, k):
         continue

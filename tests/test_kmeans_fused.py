@@ -169,8 +169,10 @@ def test_plan_covers_the_documented_range():
     [
         ("float32", 256, 16, "tensor_cores"),
         ("float32", 256, 8, "cuda_cores"),  # k <= 8: the CUDA-core step is faster
-        ("float32", 1020, 16, "cuda_cores"),
+        ("float32", 260, 16, "tensor_cores_cluster"),  # one block: d <= 512
+        ("float32", 1020, 16, "tensor_cores_cluster"),
         ("float32", 1024, 16, "tensor_cores_cluster"),
+        ("float32", 1022, 16, "cuda_cores"),  # rows not in whole 16-byte chunks
         ("float32", 4096, 9, "tensor_cores_cluster"),
         ("float32", 4096, 8, "cuda_cores"),
         ("float32", 4096, 17, "cuda_cores"),  # two centroid tiles do not fit registers

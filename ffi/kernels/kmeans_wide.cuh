@@ -1,4 +1,4 @@
-// One Lloyd iteration of k-means for f32 rows of 1024..4096 elements and
+// One Lloyd iteration of k-means for f32 rows of 260..4096 elements and
 // k <= 16 on tensor cores, reading X once from DRAM: the same outputs as
 // KmeansStepKernel (kmeans.cuh) and KmeansMmaStepKernel (kmeans_mma.cuh).
 //
