@@ -188,7 +188,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto drained = [&](int j) { return landed(j) + 8 * kStages; };
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
-      MbarInit(full(b), Cfg::kCtrlWarps);
+      // A cluster of one block (d <= 512) fills its own slot with plain
+      // stores and one arrival per math warp: st.async and remote arrivals
+      // need a cluster of two blocks or more (compute-sanitizer rejects them).
+      MbarInit(full(b), Cfg::kCtrlWarps + (ncl == 1 ? Cfg::kMathWarps : 0));
       MbarInit(empty(b), ncl * Cfg::kCtrlWarps);
     }
     for (int b = 0; b < 3; ++b) {
@@ -338,7 +341,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (use > 0) MbarWait(empty(b), (use - 1) & 1);
         NamedBarrier(1, Cfg::kMathThreads);  // out complete
         KMW_MARK(2);
-        {
+        if (ncl == 1) {
+          float4* slot = reinterpret_cast<float4*>(slots + b * Cfg::kMaxCl * Cfg::kSlot);
+          for (int q = tid; q < Cfg::kSlot / 4; q += Cfg::kMathThreads) {
+            slot[q] = reinterpret_cast<const float4*>(out)[q];
+          }
+          __syncwarp();
+          if (lane == 0) MbarArrive(full(b));
+        } else {
           constexpr int kPieces = Cfg::kSlot / 4;
           const uint32_t mine = SmemAddr(slots + (b * Cfg::kMaxCl + rank) * Cfg::kSlot);
           for (int pc = tid; pc < ncl * kPieces; pc += Cfg::kMathThreads) {
@@ -433,7 +443,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint32_t badc = 0;
     for (int c = 0; c < 16; ++c) {
       float s = 0;
-      for (int r = 0; r < ncl; ++r) s += cluster.map_shared_rank(csq_part, r)[c];
+      for (int r = 0; r < ncl; ++r) {
+        s += ncl == 1 ? csq_part[c] : cluster.map_shared_rank(csq_part, r)[c];
+      }
       badc |= c < k && !isfinite(s) ? (1u << c) : 0u;
       csq_lo = c == g ? s : csq_lo;
       csq_hi = c == g + 8 ? s : csq_hi;
@@ -449,7 +461,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int64_t wrow = row0 + 8 * rg + lane;
       const float wl = lane < 8 && wrow < p.n ? wg[wrow] : 0.0f;
       if (lane == 0) {
-        if (rg == 0) {
+        if (rg == 0 && ncl > 1) {
           MbarArriveExpectTx(full(b), static_cast<uint32_t>(ncl * Cfg::kSlot * 4));
         } else {
           MbarArrive(full(b));
@@ -476,7 +488,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         xrow[1] += xx[4];
       }
       __syncwarp();
-      if (lane < ncl) MbarArriveRemote(MapRank(empty(b), lane));  // rank `lane`'s partial is read
+      // Rank `lane`'s partial is read.
+      if (ncl == 1 && lane == 0) MbarArrive(empty(b));
+      if (ncl > 1 && lane < ncl) MbarArriveRemote(MapRank(empty(b), lane));
       // Buffers b3 for the sums, once the math warps are done with tile j - 3's.
       const int b3 = j % 3;
       KMW_MARK_CTRL(7);
