@@ -95,7 +95,6 @@ struct KmeansWideConfig {
   static_assert(kStages >= 4, "three tiles worked on, at least one loading");
   static_assert((kSlot * 4) % 16 == 0 && kOffSlot % 16 == 0, "16-byte st.async");
   static_assert((kStride * 4) % 16 == 0 && kStageBytes % 16 == 0, "16-byte bulk copies");
-  static_assert(kRows <= 32, "one lane per row copy");
   static_assert(kOffBar % 8 == 0, "mbarriers are 8-byte aligned");
   static_assert(kSmemBytes <= kKmeansSmemLimit, "shared memory");
 };
