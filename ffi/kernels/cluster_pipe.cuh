@@ -65,23 +65,25 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// One try of MbarWait: whether the phase with this parity has completed.
+__device__ __forceinline__ bool MbarTryWait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
 // MbarWait for a thread that is ahead and may wait long: it sleeps between
 // tries instead of taking issue slots from its sub-partition's other warps.
 __device__ __forceinline__ void MbarWaitBackoff(uint32_t bar, uint32_t parity) {
-  for (;;) {
-    uint32_t done;
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    if (done) return;
-    __nanosleep(256);
-  }
+  while (!MbarTryWait(bar, parity)) __nanosleep(256);
 }
 
 // 16 bytes into another block's shared memory (dst from MapRank), completing
