@@ -96,6 +96,22 @@ __device__ __forceinline__ void StAsync16(uint32_t dst, float4 v, uint32_t bar) 
       : "memory");
 }
 
+__device__ __forceinline__ void StAsync16(uint32_t dst, uint4 v, uint32_t bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
+      "[%5];\n" ::"r"(dst),
+      "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
+      : "memory");
+}
+// 8 bytes, as StAsync16.
+__device__ __forceinline__ void StAsync8(uint32_t dst, float2 v, uint32_t bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(
+          dst),
+      "f"(v.x), "f"(v.y), "r"(bar)
+      : "memory");
+}
+
 // `bytes` (a multiple of 16) from global memory into this block's shared
 // memory by the bulk-copy engine, completing that many transaction bytes on
 // this block's mbarrier `bar`; both addresses 16-byte aligned.
