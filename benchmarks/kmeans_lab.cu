@@ -240,11 +240,15 @@ void Run(const Case& cs) {
   CHECK(cudaDeviceSynchronize());
   CHECK(tsm2::KmeansWideTrace(tr));
   if (tr[15] > 0) {
-    const char* names[12] = {"land",  "dist",   "reduce+empty", "ready",
-                             "sums",  "push",   "| ctrl: full", "partials",
-                             "freed", "labels", "| prod: wait", "issue"};
-    std::printf("  trace, cycles per tile (math thread 0, control warp 0, producer):");
-    for (int q = 0; q < 12; ++q) std::printf(" %s %.0f", names[q], double(tr[q]) / tr[15]);
+    // Slots as in kernels/kmeans_wide.cuh (KMW_MARK*).
+    const char* names[15] = {"land", "dist",           "red",          "ready",
+                             "sums", "| ctrl: labels", "consume",      "| owner: records",
+                             "own",  "red wait",       "| prod: wait", "issue",
+                             "push", "lab empty",      "rec read"};
+    std::printf("  trace, cycles per tile (math thread 0, control warp 0, owner, producer):");
+    for (int q : {0, 1, 2, 3, 4, 5, 6, 9, 12, 7, 14, 13, 8, 10, 11}) {
+      std::printf(" %s %.0f", names[q], double(tr[q]) / tr[15]);
+    }
     std::printf("\n");
   }
 #endif
