@@ -199,10 +199,10 @@ constexpr bool KmeansMmaTakes(int itemsize, int64_t d, int64_t k) {
 // block of a cluster owns kKmeansWideCols columns (its centroid values sit in
 // registers), so d in (256, 4096] takes clusters of 1 to 8; k <= 16 (one
 // centroid tile). Past the mma step's 256 it beats the CUDA-core step at
-// every d measured (H100, k = 16: n = 1e6, d = 260 710 against 1,156 us, d =
-// 512 750 against 1,172; n = 5e5, d = 768 741 against 1,155; n = 2.5e5, d =
-// 1024 393 against 622, d = 4096 1,763 against 3,584; benchmarks/results/
-// h100-2026-11-23/session22). One block per SM and one partial per cluster
+// every d measured (H100, k = 16: n = 1e6, d = 260 670 against 1,147 us, d =
+// 512 747 against 1,163; n = 5e5, d = 768 674 against 1,148; n = 2.5e5, d =
+// 1024 387 against 622, d = 4096 1,455 against 3,571; benchmarks/results/
+// h100-2026-11-23/session23/2613dbd). One block per SM and one partial per cluster
 // of ceil(d / 512) blocks: at most sms partials, within what KmeansMaxOwners
 // gives the CUDA-core plan of the same d (2 sms / its cluster, which is 1
 // through d = 1024); PlanOwners caps them at what the workspace holds anyway.
