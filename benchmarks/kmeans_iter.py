@@ -15,9 +15,13 @@ k = 16, f32) this times, in the same process and the same way:
   ``argmin``, ``jax.ops.segment_sum``, ``sums / counts``.
 
 Timing is the benchmark harness's (``jax_tsm2.bench.timing``): each jitted
-call does ``--calls`` iterations on distinct copies of X, calls run back to
-back, median of ``--repeats`` samples. Before timing, the fused and plain
-results are compared (label agreement, centroid difference).
+call does ``--calls`` iterations on distinct copies of X, all from the same
+centroids, calls run back to back, median of ``--repeats`` samples. Being
+independent, a call's iterations may overlap on the device, which no k-means
+run can; ``--chained`` starts each from the centroids the one before returned
+instead. Both change the figures in ways not yet understood
+(benchmarks/NOTES.md, session 23). Before timing, the fused and plain results
+are compared (label agreement, centroid difference).
 
 Bars (issue 6): ``fused / read <= 1.3`` and ``plain / fused >= 3``. With
 ``--sklearn``, scikit-learn's Lloyd iteration on this machine's CPU is timed
@@ -100,9 +104,43 @@ def _data(n: int, d: int, k: int, dtype: Any, copies: int, seed: int = 0):
     return out
 
 
-def _time(fn, data, per_sample: int, repeats: int) -> float:
+def _next_centroids(out: Any, c: jax.Array) -> jax.Array:
+    """The centroids the next iteration starts from: an iteration's own, the step's
+    ``sums / counts``, or ``c`` for the read (which has none)."""
+    if isinstance(out, fused.LloydStep):
+        filled = out.counts > 0
+        mean = out.sums / jnp.where(filled, out.counts, 1)[:, None]
+        return jnp.where(filled[:, None], mean, c).astype(c.dtype)
+    if isinstance(out, tuple) and len(out) == 4:
+        return out[3].astype(c.dtype)
+    return c
+
+
+def _chained(fn, calls: int):
+    """``calls`` iterations back to back on distinct copies of X, each starting from the
+    centroids the one before returned, as Lloyd's iterations run (``--chained``)."""
+
+    def products(x, x_sq, w, c):
+        outs, cur = [], c[0]
+        for r in range(calls):
+            outs.append(fn(x[r], x_sq[r], w[r], cur))
+            cur = _next_centroids(outs[-1], cur)
+        return tuple(outs)
+
+    return products
+
+
+def _time(fn, data, per_sample: int, repeats: int, chained: bool) -> float:
     copies = [list(col) for col in zip(*data, strict=True)]
-    compiled, _ = timing.compile_jax(fn, copies)
+    if not chained:
+        compiled, _ = timing.compile_jax(fn, copies)
+    else:
+        clock = timing.device_clock_available()
+        chained = _chained(fn, len(data))
+        lowered = jax.jit(timing.clocked(chained) if clock else chained).lower(
+            *[tuple(col) for col in copies]
+        )
+        compiled = timing.JaxProgram(lowered.compile(), clock)
     timing.run_jax(compiled, copies)
     return statistics.median(
         timing.time_jax(compiled, copies, per_sample=per_sample, repeats=repeats)
@@ -153,7 +191,7 @@ def run_case(spec: str, args: argparse.Namespace, nblocks: int) -> dict[str, Any
     seconds = {}
     for name, fn in impls.items():
         try:
-            seconds[name] = _time(fn, data, args.per_sample, args.repeats)
+            seconds[name] = _time(fn, data, args.per_sample, args.repeats, args.chained)
         except Exception as err:  # a failing peer is reported, not fatal
             seconds[name] = None
             res.setdefault("errors", {})[name] = f"{type(err).__name__}: {err}"
@@ -181,6 +219,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", action="append", help="N,D,K,DTYPE (repeatable)")
     p.add_argument("--calls", type=int, default=2, help="iterations per call (copies of X)")
+    p.add_argument(
+        "--chained",
+        action="store_true",
+        help="each iteration of a call starts from the centroids the one before returned",
+    )
     p.add_argument("--per-sample", type=int, default=5)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--sklearn", action="store_true", help="also time scikit-learn on the CPU")
