@@ -2,10 +2,10 @@
 // cluster hand data to each other without a cluster-wide barrier: mbarriers
 // (local waits, local and remote arrivals, expected transaction bytes),
 // asynchronous stores into another block's shared memory that complete on
-// that block's mbarrier (st.async), bulk copies from global memory that
-// complete on this block's, and named barriers for a subset of a block's
-// warps. Addresses are 32-bit shared-window addresses (SmemAddr for
-// this block, MapRank for the same offset in another block of the cluster).
+// that block's mbarrier (st.async), and bulk copies from global memory that
+// complete on this block's. Addresses are 32-bit shared-window addresses
+// (SmemAddr for this block, MapRank for the same offset in another block of
+// the cluster).
 // Used by the wide k-means step (kmeans_wide.cuh). CUDA only.
 #pragma once
 
@@ -88,20 +88,18 @@ __device__ __forceinline__ void MbarWaitBackoff(uint32_t bar, uint32_t parity) {
 
 // 16 bytes into another block's shared memory (dst from MapRank), completing
 // 16 transaction bytes on that block's mbarrier `bar` (also from MapRank).
-__device__ __forceinline__ void StAsync16(uint32_t dst, float4 v, uint32_t bar) {
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, "
-      "[%5];\n" ::"r"(dst),
-      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
-      : "memory");
-}
-
 __device__ __forceinline__ void StAsync16(uint32_t dst, uint4 v, uint32_t bar) {
   asm volatile(
       "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
       "[%5];\n" ::"r"(dst),
       "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
       : "memory");
+}
+__device__ __forceinline__ void StAsync16(uint32_t dst, float4 v, uint32_t bar) {
+  StAsync16(dst,
+            make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z),
+                       __float_as_uint(v.w)),
+            bar);
 }
 // 8 bytes, as StAsync16.
 __device__ __forceinline__ void StAsync8(uint32_t dst, float2 v, uint32_t bar) {
@@ -127,11 +125,6 @@ __device__ __forceinline__ void BulkCopyToShared(uint32_t dst, const void* src, 
 // later bulk copies (async proxy) into the same bytes.
 __device__ __forceinline__ void FenceProxyAsyncShared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// A barrier for `threads` threads (whole warps) of the block, id 1..15.
-__device__ __forceinline__ void NamedBarrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 }  // namespace tsm2
