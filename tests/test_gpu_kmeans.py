@@ -227,7 +227,11 @@ def _on_cpu(*arrays):
     return [jax.device_put(a, cpu) for a in arrays]
 
 
-@pytest.mark.parametrize(("d", "k"), [(64, 17), (256, 17), (2048, 16), (4096, 13)])
+# d = 388 and 1028: the cluster step with one block (its control warps label)
+# and with three (tiles owned by ranks 0, 1, 2 in turn).
+@pytest.mark.parametrize(
+    ("d", "k"), [(64, 17), (256, 17), (388, 12), (1028, 9), (2048, 16), (4096, 13)]
+)
 @pytest.mark.parametrize("bad_centroid", (False, True), ids=("finite-c", "inf-c"))
 def test_tensor_core_step_non_finite_as_the_cpu_target(d, k, bad_centroid):
     # A NaN or Inf times a zero of the one-hot would poison every cluster on
