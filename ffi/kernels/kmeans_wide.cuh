@@ -221,9 +221,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return bars + 8 * (Cfg::kBarStage + static_cast<uint32_t>(j % kStages));
   };
   auto drained = [&](int j) { return landed(j) + 8 * kStages; };
-  // A cluster of one block (d <= 512) hands records and labels to itself with
-  // plain stores and local arrivals: st.async and remote arrivals need a
-  // cluster of two blocks or more (compute-sanitizer rejects them).
+  // A cluster of one block (d <= 512) exchanges nothing: st.async and remote
+  // arrivals need a cluster of two blocks or more (compute-sanitizer rejects
+  // them), and its control warps label their row groups themselves.
   const bool alone = ncl == 1;
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
@@ -456,11 +456,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // 0 and 1 for the owner warp, pass rg for control warp rg.
     const bool owner_warp = warp == Cfg::kOwner;
     const int rg = owner_warp ? 0 : warp - Cfg::kMathWarps;
-    const bool labels = owner_warp != alone;
+    const bool labelling = owner_warp != alone;
     // ||c||^2 of centroids g and g + 8, and which are not finite.
     float csq_lo = 0, csq_hi = 0;
     uint32_t badc = 0;
-    for (int c = 0; c < 16 && labels; ++c) {
+    for (int c = 0; c < 16 && labelling; ++c) {
       float s = 0;
       for (int r = 0; r < ncl; ++r) {
         s += alone ? csq_part[c] : cluster.map_shared_rank(csq_part, r)[c];
