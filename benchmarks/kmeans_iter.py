@@ -15,13 +15,20 @@ k = 16, f32) this times, in the same process and the same way:
   ``argmin``, ``jax.ops.segment_sum``, ``sums / counts``.
 
 Timing is the benchmark harness's (``jax_tsm2.bench.timing``): each jitted
-call does ``--calls`` iterations on distinct copies of X, all from the same
-centroids, calls run back to back, median of ``--repeats`` samples. Being
-independent, a call's iterations may overlap on the device, which no k-means
-run can; ``--chained`` starts each from the centroids the one before returned
-instead. Both change the figures in ways not yet understood
-(benchmarks/NOTES.md, session 23). Before timing, the fused and plain results
-are compared (label agreement, centroid difference).
+call does ``--calls`` iterations on distinct copies of X, calls run back to
+back, median of ``--repeats`` samples. By default the iterations of a call are
+chained, as Lloyd's iterations run: each starts from the centroids the one
+before returned. ``--independent`` starts them all from the same centroids
+instead; being independent they may then overlap on the device, which no
+k-means run can. Timed that way the fused step, whose persistent grid expects
+the GPU to itself, took 30-110 us more an iteration at d = 4096
+(benchmarks/NOTES.md, session 23).
+
+The data are blobs around k centres, and the initial centroids are the first
+k points, one from each blob (so the clusters stay filled and chained
+iterations time Lloyd's steps, not the empty-cluster rule; the counts after a
+chain of plain iterations are reported as ``min_count``). Before timing, the
+fused and plain results are compared (label agreement, centroid difference).
 
 Bars (issue 6): ``fused / read <= 1.3`` and ``plain / fused >= 3``. With
 ``--sklearn``, scikit-learn's Lloyd iteration on this machine's CPU is timed
@@ -86,17 +93,20 @@ def _read(nblocks: int):
 
 
 def _data(n: int, d: int, k: int, dtype: Any, copies: int, seed: int = 0):
-    """``copies`` distinct blobs datasets (n x d) with weights, norms and k initial centroids."""
+    """``copies`` distinct draws (n x d) of one blobs distribution, with weights, norms and
+    k initial centroids (a copy's first k points, one in each blob). The blob centres are
+    shared, so centroids that one copy's iteration returns still fit the next copy."""
+    centres = 4.0 * jax.random.normal(jax.random.key(seed), (k, d), jnp.float32)
+    # Point i < k belongs to blob i: x[:k] starts one centroid in each blob.
+    gen = jax.jit(
+        lambda kl, kn, centres: (
+            centres[jax.random.randint(kl, (n,), 0, k).at[:k].set(jnp.arange(min(n, k)))]
+            + jax.random.normal(kn, (n, d), jnp.float32)
+        ).astype(dtype)
+    )
     out = []
     for i in range(copies):
-        kc, kl, kn = jax.random.split(jax.random.key(seed + i), 3)
-        centres = 4.0 * jax.random.normal(kc, (k, d), jnp.float32)
-        gen = jax.jit(
-            lambda kl, kn, centres: (
-                centres[jax.random.randint(kl, (n,), 0, k)]
-                + jax.random.normal(kn, (n, d), jnp.float32)
-            ).astype(dtype)
-        )
+        kl, kn = jax.random.split(jax.random.key(seed + 1 + i))
         x = gen(kl, kn, centres)
         acc = fused.acc_dtype(dtype)
         x_sq = jax.jit(core._sq_norms)(x)
@@ -118,7 +128,7 @@ def _next_centroids(out: Any, c: jax.Array) -> jax.Array:
 
 def _chained(fn, calls: int):
     """``calls`` iterations back to back on distinct copies of X, each starting from the
-    centroids the one before returned, as Lloyd's iterations run (``--chained``)."""
+    centroids the one before returned, as Lloyd's iterations run (the default)."""
 
     def products(x, x_sq, w, c):
         outs, cur = [], c[0]
@@ -128,6 +138,17 @@ def _chained(fn, calls: int):
         return tuple(outs)
 
     return products
+
+
+def _min_count(data: list, k: int) -> int:
+    """The smallest cluster over a chain of plain iterations through the copies of X
+    (0: the empty-cluster rule would run in a chained timing)."""
+    step, c, smallest = jax.jit(_plain_iteration), data[0][3], None
+    for x, x_sq, w, _ in data:
+        labels, _, _, c = step(x, x_sq, w, c)
+        size = int(jnp.min(jnp.bincount(labels, length=k)))
+        smallest = size if smallest is None else min(smallest, size)
+    return smallest
 
 
 def _time(fn, data, per_sample: int, repeats: int, chained: bool) -> float:
@@ -182,6 +203,9 @@ def run_case(spec: str, args: argparse.Namespace, nblocks: int) -> dict[str, Any
         "inertia_rel_diff": float(jnp.abs(inertia_f - inertia_p) / jnp.abs(inertia_p)),
     }
 
+    res["timing"] = "chained" if args.chained else "independent"
+    res["min_count"] = _min_count(data, k)
+
     read_method, read_fn = _read(nblocks)
     res["read_method"] = read_method
     impls = {"read": read_fn, "fused": _ours("auto"), "unfused": _ours("jnp"),
@@ -220,9 +244,9 @@ def main() -> None:
     p.add_argument("--case", action="append", help="N,D,K,DTYPE (repeatable)")
     p.add_argument("--calls", type=int, default=2, help="iterations per call (copies of X)")
     p.add_argument(
-        "--chained",
+        "--independent",
         action="store_true",
-        help="each iteration of a call starts from the centroids the one before returned",
+        help="all iterations of a call start from the same centroids (default: chained)",
     )
     p.add_argument("--per-sample", type=int, default=5)
     p.add_argument("--repeats", type=int, default=7)
@@ -230,6 +254,7 @@ def main() -> None:
     p.add_argument("--sklearn-iters", type=int, default=3)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
+    args.chained = not args.independent
     specs = args.case or DEFAULT_CASES
     if any("float64" in spec for spec in specs):
         jax.config.update("jax_enable_x64", True)
@@ -245,7 +270,8 @@ def main() -> None:
         s = r["seconds"]
         how = "used" if r["fused_eligible"] else "NOT eligible: jnp path"
         print(f"n={r['n']} d={r['d']} k={r['k']} {r['dtype']} "
-              f"(X {r['x_bytes'] / 1e9:.3g} GB, fused kernel {how})")  # fmt: skip
+              f"(X {r['x_bytes'] / 1e9:.3g} GB, fused kernel {how}; {r['timing']} "
+              f"iterations, smallest cluster {r['min_count']})")  # fmt: skip
         for name in ("read", "fused", "fused_step", "unfused", "plain"):
             if name in s:
                 print(f"  {name:<10} {_fmt(s[name])}")

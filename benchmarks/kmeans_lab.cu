@@ -339,6 +339,10 @@ int main(int argc, char** argv) {
       {"f32 odd 100003x132 k=17", 100003, 132, 17, 0},
       {"f32 odd 65x252 k=1", 65, 252, 1, 0},
       {"f32 odd 4099x68 k=32", 4099, 68, 32, 0},
+      // The tensor-core step's 32-row tiles: a partial last tile, both row classes.
+      {"f32 odd 30011x196 k=11", 30011, 196, 11, 0},
+      {"f32 odd 50021x100 k=16", 50021, 100, 16, 0},
+      {"f32 odd 33x256 k=9", 33, 256, 9, 0},
       {"f64 odd 4099x3 k=1", 4099, 3, 1, 1},
       {"f64 odd 5003x2049 k=9", 5003, 2049, 9, 1},
       {"bf16 odd 10007x33 k=7", 10007, 33, 7, 2},
