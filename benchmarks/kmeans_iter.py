@@ -16,7 +16,11 @@ k = 16, f32) this times, in the same process and the same way:
 
 Timing is the benchmark harness's (``jax_tsm2.bench.timing``): each jitted
 call does ``--calls`` iterations on distinct copies of X, calls run back to
-back, median of ``--repeats`` samples. By default the iterations of a call are
+back, and the implementations take turns, one sample of each per round, median
+of ``--repeats`` rounds. Taking turns matters here: under sustained load the
+H100 slows (the d = 4096 step went from ~1.44 to ~1.60 ms within ~50 ms of
+back-to-back calls; benchmarks/NOTES.md, session 24), so timing one
+implementation after another favoured whichever ran first. By default the iterations of a call are
 chained, as Lloyd's iterations run: each starts from the centroids the one
 before returned. ``--independent`` starts them all from the same centroids
 instead; being independent they may then overlap on the device, which no
@@ -151,21 +155,30 @@ def _min_count(data: list, k: int) -> int:
     return smallest
 
 
-def _time(fn, data, per_sample: int, repeats: int, chained: bool) -> float:
+def _compile(fn, data, chained: bool):
+    """``fn`` jitted over the copies (chained or not), compiled, warmed; with its operands."""
     copies = [list(col) for col in zip(*data, strict=True)]
     if not chained:
         compiled, _ = timing.compile_jax(fn, copies)
     else:
         clock = timing.device_clock_available()
-        chained = _chained(fn, len(data))
-        lowered = jax.jit(timing.clocked(chained) if clock else chained).lower(
+        products = _chained(fn, len(data))
+        lowered = jax.jit(timing.clocked(products) if clock else products).lower(
             *[tuple(col) for col in copies]
         )
         compiled = timing.JaxProgram(lowered.compile(), clock)
     timing.run_jax(compiled, copies)
-    return statistics.median(
-        timing.time_jax(compiled, copies, per_sample=per_sample, repeats=repeats)
-    )
+    return compiled, copies
+
+
+def _time_in_turns(programs: dict, per_sample: int, repeats: int) -> dict[str, list[float]]:
+    """``repeats`` rounds of one sample of each program: the GPU's drift under sustained load
+    lands on every implementation alike (module docstring)."""
+    samples: dict[str, list[float]] = {name: [] for name in programs}
+    for _ in range(repeats):
+        for name, (compiled, copies) in programs.items():
+            samples[name] += timing.time_jax(compiled, copies, per_sample=per_sample, repeats=1)
+    return samples
 
 
 def _sklearn_iteration(x: np.ndarray, init: np.ndarray, iters: int) -> float | None:
@@ -212,14 +225,17 @@ def run_case(spec: str, args: argparse.Namespace, nblocks: int) -> dict[str, Any
              "plain": _plain_iteration}  # fmt: skip
     if eligible:
         impls["fused_step"] = _fused_step
-    seconds = {}
+    seconds, programs = {}, {}
     for name, fn in impls.items():
         try:
-            seconds[name] = _time(fn, data, args.per_sample, args.repeats, args.chained)
+            programs[name] = _compile(fn, data, args.chained)
         except Exception as err:  # a failing peer is reported, not fatal
             seconds[name] = None
             res.setdefault("errors", {})[name] = f"{type(err).__name__}: {err}"
+    samples = _time_in_turns(programs, args.per_sample, args.repeats)
+    seconds.update({name: statistics.median(s) for name, s in samples.items()})
     res["seconds"] = seconds
+    res["samples"] = samples
     t = seconds
     ratio = lambda a, b: t[a] / t[b] if t.get(a) and t.get(b) else None
     res["fused_over_read"] = ratio("fused", "read")
@@ -274,7 +290,9 @@ def main() -> None:
               f"iterations, smallest cluster {r['min_count']})")  # fmt: skip
         for name in ("read", "fused", "fused_step", "unfused", "plain"):
             if name in s:
-                print(f"  {name:<10} {_fmt(s[name])}")
+                got = r["samples"].get(name)
+                spread = f"  (samples {_fmt(min(got))} .. {_fmt(max(got))})" if got else ""
+                print(f"  {name:<10} {_fmt(s[name])}{spread}")
         bar1 = r["fused_over_read"]
         bar2 = r["plain_over_fused"]
         print(f"  fused / read  = {bar1:.3f} (bar <= 1.3: {'PASS' if bar1 <= 1.3 else 'FAIL'})"
