@@ -181,6 +181,13 @@ def _time_in_turns(programs: dict, per_sample: int, repeats: int) -> dict[str, l
     return samples
 
 
+def _time(fn, data, per_sample: int, repeats: int, chained: bool = False) -> float:
+    """Median seconds per iteration of ``fn`` timed alone (for probes that import this
+    module, e.g. ``kmeans_update_probe.py``)."""
+    samples = _time_in_turns({"fn": _compile(fn, data, chained)}, per_sample, repeats)
+    return statistics.median(samples["fn"])
+
+
 def _sklearn_iteration(x: np.ndarray, init: np.ndarray, iters: int) -> float | None:
     try:
         from sklearn.cluster import KMeans
