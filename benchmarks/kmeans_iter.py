@@ -19,14 +19,16 @@ call does ``--calls`` iterations on distinct copies of X, calls run back to
 back, and the implementations take turns, one sample of each per round, median
 of ``--repeats`` rounds. Taking turns matters here: under sustained load the
 H100 slows (the d = 4096 step went from ~1.44 to ~1.60 ms within ~50 ms of
-back-to-back calls; benchmarks/NOTES.md, session 24), so timing one
-implementation after another favoured whichever ran first. By default the iterations of a call are
-chained, as Lloyd's iterations run: each starts from the centroids the one
-before returned. ``--independent`` starts them all from the same centroids
-instead; being independent they may then overlap on the device, which no
-k-means run can. Timed that way the fused step, whose persistent grid expects
-the GPU to itself, took 30-110 us more an iteration at d = 4096
-(benchmarks/NOTES.md, session 23).
+back-to-back calls, and nvidia-smi reported the software power cap during such
+runs; benchmarks/NOTES.md, session 24), so timing one implementation after
+another favoured whichever ran first.
+
+By default the iterations of a call are chained, as Lloyd's iterations run:
+each starts from the centroids the one before returned. ``--independent``
+starts them all from the same centroids instead; being independent they may
+then overlap on the device, which no k-means run can. Timed that way the fused
+step, whose persistent grid expects the GPU to itself, took 30-110 us more an
+iteration at d = 4096 (benchmarks/NOTES.md, session 23).
 
 The data are blobs around k centres, and the initial centroids are the first
 k points, one from each blob (so the clusters stay filled and chained
