@@ -280,10 +280,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
         xsq = fma(v.z, v.z, xsq);
         xsq = fma(v.w, v.w, xsq);
         uint32_t bh[4], bl[4];
-        SplitTf32(v.x, bh[0], bl[0]);
-        SplitTf32(v.y, bh[1], bl[1]);
-        SplitTf32(v.z, bh[2], bl[2]);
-        SplitTf32(v.w, bh[3], bl[3]);
+        SplitTf32Trunc(v.x, bh[0], bl[0]);
+        SplitTf32Trunc(v.y, bh[1], bl[1]);
+        SplitTf32Trunc(v.z, bh[2], bl[2]);
+        SplitTf32Trunc(v.w, bh[3], bl[3]);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
 #pragma unroll
@@ -468,8 +468,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           uint32_t h0, l0, h1, l1;
-          SplitTf32(w2.x * e0[nt], h0, l0);
-          SplitTf32(w2.y * e1[nt], h1, l1);
+          SplitTf32Trunc(w2.x * e0[nt], h0, l0);
+          SplitTf32Trunc(w2.y * e1[nt], h1, l1);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             MmaTf32(sacc[mt][nt], oh[mt], l0, l1);

@@ -330,10 +330,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             xsq[rg] = fma(v.y, v.y, xsq[rg]);
             xsq[rg] = fma(v.z, v.z, xsq[rg]);
             xsq[rg] = fma(v.w, v.w, xsq[rg]);
-            SplitTf32(v.x, bh[rg][0], bl[rg][0]);
-            SplitTf32(v.y, bh[rg][1], bl[rg][1]);
-            SplitTf32(v.z, bh[rg][2], bl[rg][2]);
-            SplitTf32(v.w, bh[rg][3], bl[rg][3]);
+            SplitTf32Trunc(v.x, bh[rg][0], bl[rg][0]);
+            SplitTf32Trunc(v.y, bh[rg][1], bl[rg][1]);
+            SplitTf32Trunc(v.z, bh[rg][2], bl[rg][2]);
+            SplitTf32Trunc(v.w, bh[rg][3], bl[rg][3]);
           }
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -395,8 +395,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               uint32_t h0, l0, h1, l1;
-              SplitTf32(w2.x * e0[e], h0, l0);
-              SplitTf32(w2.y * e1[e], h1, l1);
+              SplitTf32Trunc(w2.x * e0[e], h0, l0);
+              SplitTf32Trunc(w2.y * e1[e], h1, l1);
               MmaTf32(sacc[4 * jc + e], oh, l0, l1);
               MmaTf32(sacc[4 * jc + e], oh, h0, h1);
             }
