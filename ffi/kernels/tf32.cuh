@@ -1,8 +1,8 @@
 // TF32 tensor-core helpers for kernels that keep f32 accuracy ("3xTF32"):
 // each f32 operand is split into a high and a low TF32 part, x = hi + lo, and
 // a product is taken as hi*hi + hi*lo + lo*hi (lo*lo is below f32 rounding).
-// Used by the k-means step (kmeans_mma.cuh) and TSM2T's f32 tiles
-// (tn_tf32.cuh). CUDA only; mma.sync TF32 needs sm_80.
+// Used by the k-means steps (kmeans_mma.cuh, kmeans_wide.cuh) and TSM2T's
+// f32 tiles (tn_tf32.cuh). CUDA only; mma.sync TF32 needs sm_80.
 #pragma once
 
 #include <cstdint>
