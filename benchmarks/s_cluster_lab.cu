@@ -31,13 +31,15 @@
 //   build/labs/s_cluster_lab [filter] [k] [n]    # filter: comma-separated substrings
 // Knobs of the first variant: -DSC_NC=256 -DSC_KC=8 -DSC_ROWS=32 -DSC_STAGES=4
 // -DSC_WK=1 (warps splitting a stage's rows) -DSC_A_AFTER=1 (B stages issued
-// before A) -DSC_RX=0 (relaxed last barrier); -DSC_SWEEP=0 drops the other built-in variants;
+// before A) -DSC_RX=0 (relaxed last barrier); -DSC_SWEEP=0 drops the other built-in variants
+// (2: the unsplit sweep);
 // -DSC_PDL=1 launches the lab's kernels with programmatic dependent launch (the library does by
 // default; -DTSM2_S_CLUSTER_PDL=0 turns it off there). SC_TRACE=1 in the
 // environment adds a per-block timeline of one launch of each kernel (SM,
 // start, first stage, loop, cluster exchange, stores, exit: TraceLaunch),
 // the library's through the TSM2_S_CLUSTER_MARK hook.
 #include <cooperative_groups.h>
+#include <cuda.h>  // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -50,6 +52,7 @@
 #include <vector>
 
 #include "benchmarks/lab_common.cuh"
+#include "ffi/kernels/cluster_pipe.cuh"
 #include "ffi/kernels/common.cuh"
 #include "ffi/kernels/tn_half.cuh"
 
@@ -422,6 +425,165 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
   trace.Store(p);
 }
 
+// ---------------------------------------------------------------------------
+// TMA variant (session 26): the same 64-column tiles, clusters of KC ranks and
+// mma.sync math, but each stage arrives by tensor-map copies (one box of
+// kRows x 64 of B, two of 16 x 64 of A, all with the 128-byte swizzle that
+// the ldmatrix addressing above already assumes), issued by one producer
+// thread in a warp of its own and completed on the stage's mbarrier. The
+// consumers release a stage with one arrival per warp, so a slot is refilled
+// as soon as the last warp is done with it, with no block-wide barrier per
+// stage (the cp.async ring waits on its slowest thread's copies and a
+// __syncthreads every stage). A's rows past m and any rows or columns past k
+// and n land as zeros (the box's out-of-bounds fill).
+template <class Cfg>
+struct TmaSmem {
+  static constexpr int kBoxes = Cfg::kNC / 64, kBox = Cfg::kRows * 128;  // B: 64-column boxes
+  static constexpr int kBStage = kBoxes * kBox;
+  static constexpr int kABox = 16 * 64 * 2, kAStage = Cfg::kRows / 64 * kABox;  // A: 64 k-columns
+  static constexpr int kStageTx = kBStage + kAStage;
+  static constexpr int kBytes = 1024 + Cfg::kStages * (kBStage + kAStage) + 2 * 8 * Cfg::kStages;
+  static_assert(Cfg::kNC % 64 == 0 && Cfg::kRows % 64 == 0, "whole 64 x 64 boxes");
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads + 32, 1)
+    ScTmaKernel(const __grid_constant__ ScArgs p, const __grid_constant__ CUtensorMap b_map,
+                const __grid_constant__ CUtensorMap a_map) {
+  using Sm = TmaSmem<Cfg>;
+  constexpr int KC = Cfg::kKC, S = Cfg::kStages;
+  extern __shared__ __align__(16) char smem_raw[];
+  // The swizzle is a function of the address bits: stages start on 1 KB.
+  const uint32_t raw = tsm2::SmemAddr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  char* smem = smem_raw + (base - raw);
+  const uint32_t ring = base, aring = base + S * Sm::kBStage;
+  const uint32_t full = aring + S * Sm::kAStage, empty = full + 8 * S;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int ks = p.k / KC, steps = ks / Cfg::kRows;
+  const int col0 = (SC_GRID1D ? blockIdx.x / KC : blockIdx.y) * Cfg::kNC;
+  const int k0 = rank * ks;
+  BlockTrace trace;
+  trace.Mark(p, 0);
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      tsm2::MbarInit(full + 8 * s, 1);
+      tsm2::MbarInit(empty + 8 * s, Cfg::kWarps);
+    }
+    tsm2::MbarInitFence();
+  }
+  __syncthreads();
+#if SC_PDL
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+
+  float acc[4][4] = {};
+  const int wn = warp % Cfg::kWarpsN, wk = warp / Cfg::kWarpsN;
+  if (warp == Cfg::kWarps) {  // the producer
+    if (lane == 0) {
+      for (int it = 0; it < steps; ++it) {
+        const int s = it % S;
+        if (it >= S) tsm2::MbarWait(empty + 8 * s, (it / S - 1) & 1);
+        tsm2::MbarArriveExpectTx(full + 8 * s, Sm::kStageTx);
+        const int r0 = k0 + it * Cfg::kRows;
+#pragma unroll
+        for (int b = 0; b < Sm::kBoxes; ++b) {
+          tsm2::TmaLoad2d(ring + s * Sm::kBStage + b * Sm::kBox, &b_map, col0 + 64 * b, r0,
+                          full + 8 * s);
+        }
+#pragma unroll
+        for (int b = 0; b < Cfg::kRows / 64; ++b) {
+          tsm2::TmaLoad2d(aring + s * Sm::kAStage + b * Sm::kABox, &a_map, r0 + 64 * b, 0,
+                          full + 8 * s);
+        }
+      }
+    }
+  } else {
+    const int lrow = lane % 8 + 8 * (lane / 8 % 2), lhi = lane / 16;
+    uint32_t b_off[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      b_off[h] = wn / 2 * Sm::kBox + lrow * 128 + 16 * ((4 * (wn % 2) + 2 * h + lhi) ^ (lane % 8));
+    }
+    for (int it = 0; it < steps; ++it) {
+      const int s = it % S;
+      tsm2::MbarWait(full + 8 * s, (it / S) & 1);
+      if (it == 0) trace.Mark(p, 1);
+      const char* st = smem + (ring - base) + s * Sm::kBStage;
+      const char* as = smem + (aring - base) + s * Sm::kAStage;
+      float part[4][4] = {};
+#pragma unroll
+      for (int q = 0; q < Cfg::kK16PerWarp; ++q) {
+        const int kr = 16 * (wk + Cfg::kWK * q);
+        const int c = (kr % 64) / 8 + lhi;
+        uint32_t fa[4], fb[2][4];
+        LdMatrixX4(as + (kr / 64) * Sm::kABox + lrow * 128 + 16 * (c ^ (lrow % 8)), fa);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) LdMatrixX4Trans(st + kr * 128 + b_off[h], fb[h]);
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+          const uint32_t frag[2] = {fb[f / 2][2 * (f % 2)], fb[f / 2][2 * (f % 2) + 1]};
+          MmaHalf<bf16>(part[f], fa, frag);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) tsm2::MbarArrive(empty + 8 * s);
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[f][e] += part[f][e];
+      }
+    }
+  }
+  __syncthreads();  // every stage consumed: the ring takes the partial sums
+  trace.Mark(p, 2);
+  float* part_s = reinterpret_cast<float*>(smem);  // [kWK][16][kLdp]
+  if (warp < Cfg::kWarps) WritePartials<Cfg>(p, acc, wn, wk, part_s);
+  cluster.sync();
+  trace.Mark(p, 3);
+  ReduceOverCluster<Cfg>(p, cluster, rank, col0, part_s);
+  trace.Mark(p, 4);
+  ClusterArriveRelaxed();
+  ClusterWait();
+  trace.Mark(p, 5);
+  trace.Store(p);
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point.
+using EncodeFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                              const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                              const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeFn Encoder() {
+  static EncodeFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                           &found));
+    return reinterpret_cast<EncodeFn>(f);
+  }();
+  return fn;
+}
+// A bf16 row-major [rows][cols] matrix as a tensor map of box_rows x 64
+// boxes with the 128-byte swizzle.
+CUtensorMap EncodeBf16(const void* ptr, int64_t rows, int64_t cols, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t stride[1] = {static_cast<cuuint64_t>(cols) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)}, unit[2] = {1, 1};
+  const CUresult r =
+      Encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(ptr), dims, stride,
+                box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::printf("cuTensorMapEncodeTiled failed: %d\n", static_cast<int>(r));
+    std::exit(1);
+  }
+  return map;
+}
+
 // Launch configuration of one variant, prepared once outside the timed loop.
 template <class Cfg, void (*Kernel)(ScArgs)>
 struct ScLauncher {
@@ -698,6 +860,149 @@ void TryCluster(const Lab& lab, int m) {
   TryVariant<Cfg, ScClusterKernel<Cfg>>(lab, m, "cluster");
 }
 
+// The TMA variant: tensor maps for A (m rows) and every copy of B, made once.
+template <class Cfg>
+void TryTma(const Lab& lab, int m) {
+  char name[96];
+  std::snprintf(name, sizeof name, "tma nc%d kc%d r%d s%d", Cfg::kNC, Cfg::kKC, Cfg::kRows,
+                Cfg::kStages);
+  if (!lab::Wanted(name, lab.filter)) return;
+  ScArgs p0 = lab.Args(m, 0);
+  if (!Cfg::Takes(p0)) return;
+  const CUtensorMap a_map = EncodeBf16(lab.a, m, lab.k, 16);
+  std::vector<CUtensorMap> b_maps;
+  for (int64_t i = 0; i < lab.copies; ++i)
+    b_maps.push_back(EncodeBf16(lab.B(i), lab.k, lab.n, Cfg::kRows));
+  const int smem = TmaSmem<Cfg>::kBytes;
+  auto kernel = ScTmaKernel<Cfg>;
+  CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[2];
+  cfg.gridDim =
+      SC_GRID1D ? dim3(Cfg::kKC * (lab.n / Cfg::kNC), 1, 1) : dim3(Cfg::kKC, lab.n / Cfg::kNC, 1);
+  cfg.blockDim = dim3(Cfg::kThreads + 32, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = lab.stream;
+  tsm2::SetClusterLaunch(&cfg, attr, Cfg::kKC, SC_PDL);
+  static bool said = false;
+  if (!said) {
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads + 32, smem));
+    std::printf("# %s: %d blocks, smem %d B, %d blocks/SM\n", name, Cfg::kKC * (lab.n / Cfg::kNC),
+                smem, per_sm);
+    said = true;
+  }
+  auto launch_traced = [&](int64_t turn, uint64_t* trace) {
+    ScArgs a = lab.Args(m, turn);
+    a.trace = trace;
+    CHECK(cudaLaunchKernelEx(&cfg, kernel, a, b_maps[turn % lab.copies], a_map));
+  };
+  auto launch = [&](int64_t turn) { launch_traced(turn, nullptr); };
+  const double err = WorstError(lab, m, launch);
+  const Timing sec = TimeRotating(lab, launch);
+  Report(lab, name, m, sec, ProductBytes(lab, m), err);
+  if (lab.tracing) {
+    TraceLaunch(lab, name, m, Cfg::kKC * (lab.n / Cfg::kNC), Cfg::kKC, launch_traced);
+  }
+}
+
+// Copy-only probe (session 26): blocks stream column strips of B, NCB boxes
+// of 64 columns side by side (runs of 128 * NCB bytes of each row) and ROWS
+// rows a stage, over one KC-th of the rows (blockIdx.y), through the same
+// producer / mbarrier ring as ScTmaKernel, with consumers that only release
+// the stages. It asks what the access pattern alone costs against a plain read.
+template <int NCB, int ROWS, int S>
+__global__ void __launch_bounds__(288, 1)
+    ScTmaProbeKernel(const __grid_constant__ CUtensorMap b_map, int k, int kc) {
+  constexpr int kStage = NCB * ROWS * 128;
+  extern __shared__ __align__(16) char smem_raw[];
+  const uint32_t raw = tsm2::SmemAddr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const uint32_t full = base + S * kStage, empty = full + 8 * S;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rows = k / kc, steps = rows / ROWS, r_begin = blockIdx.y * rows;
+  const int col0 = blockIdx.x * NCB * 64;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      tsm2::MbarInit(full + 8 * s, 1);
+      tsm2::MbarInit(empty + 8 * s, 8);
+    }
+    tsm2::MbarInitFence();
+  }
+  __syncthreads();
+#if SC_PDL
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  if (warp == 8) {
+    if (lane == 0) {
+      for (int it = 0; it < steps; ++it) {
+        const int s = it % S;
+        if (it >= S) tsm2::MbarWait(empty + 8 * s, (it / S - 1) & 1);
+        tsm2::MbarArriveExpectTx(full + 8 * s, kStage);
+#pragma unroll
+        for (int b = 0; b < NCB; ++b) {
+          tsm2::TmaLoad2d(base + s * kStage + b * ROWS * 128, &b_map, col0 + 64 * b,
+                          r_begin + it * ROWS, full + 8 * s);
+        }
+      }
+    }
+  } else {
+    for (int it = 0; it < steps; ++it) {
+      const int s = it % S;
+      tsm2::MbarWait(full + 8 * s, (it / S) & 1);
+      __syncwarp();
+      if (lane == 0) tsm2::MbarArrive(empty + 8 * s);
+    }
+  }
+}
+
+template <int NCB, int ROWS, int S>
+void TryProbe(const Lab& lab, int kc) {
+  char name[96];
+  std::snprintf(name, sizeof name, "probe runs%d r%d s%d kc%d", NCB * 128, ROWS, S, kc);
+  if (!lab::Wanted(name, lab.filter)) return;
+  if (lab.n % (64 * NCB) != 0 || lab.k % (kc * ROWS) != 0) return;
+  std::vector<CUtensorMap> b_maps;
+  for (int64_t i = 0; i < lab.copies; ++i)
+    b_maps.push_back(EncodeBf16(lab.B(i), lab.k, lab.n, ROWS));
+  const int smem = 1024 + S * NCB * ROWS * 128 + 16 * S;
+  auto kernel = ScTmaProbeKernel<NCB, ROWS, S>;
+  CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[2];
+  cfg.gridDim = dim3(lab.n / (64 * NCB), kc, 1);
+  cfg.blockDim = dim3(288, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = lab.stream;
+  tsm2::SetClusterLaunch(&cfg, attr, 1, SC_PDL);
+  int per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 288, smem));
+  auto launch = [&](int64_t turn) {
+    CHECK(cudaLaunchKernelEx(&cfg, kernel, b_maps[turn % lab.copies], lab.k, kc));
+  };
+  const Timing sec = TimeRotating(lab, launch);
+  char label[128];
+  std::snprintf(label, sizeof label, "%s (%d blocks, %d/SM)", name, (lab.n / (64 * NCB)) * kc,
+                per_sm);
+  Report(lab, label, 0, sec, 2.0 * lab.b_elems, 0.0);
+}
+
+void RunProbes(const Lab& lab) {
+  TryProbe<1, 128, 4>(lab, 1);
+  TryProbe<1, 128, 4>(lab, 2);
+  TryProbe<1, 128, 8>(lab, 1);
+  TryProbe<1, 128, 8>(lab, 2);
+  TryProbe<2, 64, 8>(lab, 1);
+  TryProbe<2, 64, 8>(lab, 2);
+  TryProbe<4, 32, 8>(lab, 2);
+  TryProbe<4, 32, 8>(lab, 4);
+  TryProbe<8, 16, 8>(lab, 4);
+  TryProbe<8, 16, 8>(lab, 8);
+  TryProbe<1, 256, 4>(lab, 2);
+}
+
 // The library's S plan (the cluster kernel at 4096 x 4096 since session 15,
 // strips before), launched as
 // SplitLauncher<bf16>::Launch does but without instantiating the T kernels.
@@ -760,8 +1065,28 @@ using MainCfg = ScCfg<SC_NC, SC_KC, SC_ROWS, SC_STAGES, SC_WK, SC_A_AFTER, SC_RX
 void RunM(Lab& lab, int m) {
   TryLib(lab, m);
   TryCluster<MainCfg>(lab, m);  // by default the library's stage shape, 32 rows x 4
-#if SC_SWEEP
+#if SC_SWEEP == 1
   TryCluster<ScCfg<256, 8, 32, 4, 1, 1, 1>>(lab, m);
+#elif SC_SWEEP == 3
+  // Tensor-map stages (TryTma), clusters of 2 and of 1, 3 to 10 stages.
+  TryTma<ScCfg<64, 2, 128, 4, 4, 1, 1>>(lab, m);
+  // 128 columns (256-byte runs of each row: the copy-only probe streams them
+  // at the read ceiling at 8192 x 14336, 128-byte runs at 94-97%).
+  TryTma<ScCfg<128, 1, 64, 8, 2, 1, 1>>(lab, m);
+  TryTma<ScCfg<128, 1, 64, 11, 2, 1, 1>>(lab, m);
+  TryTma<ScCfg<128, 1, 128, 5, 2, 1, 1>>(lab, m);
+  TryTma<ScCfg<128, 2, 64, 6, 2, 1, 1>>(lab, m);
+  TryTma<ScCfg<128, 2, 64, 8, 2, 1, 1>>(lab, m);
+  TryTma<ScCfg<128, 4, 64, 6, 2, 1, 1>>(lab, m);
+#elif SC_SWEEP == 2
+  // No split of the contraction (clusters of 1): a block streams its 64
+  // columns over all of k, as cuBLAS's nvjet S kernel does (64 CTAs at 4096 x
+  // 4096), and 8192 x 14336 fits one wave at two blocks per SM (224 blocks).
+  TryCluster<ScCfg<64, 1, 128, 4, 4, 1, 1>>(lab, m);
+  TryCluster<ScCfg<64, 1, 128, 5, 4, 1, 1>>(lab, m);
+  TryCluster<ScCfg<64, 1, 128, 8, 4, 1, 1>>(lab, m);
+  TryCluster<ScCfg<64, 1, 64, 8, 4, 1, 1>>(lab, m);
+  TryCluster<ScCfg<64, 1, 64, 12, 4, 1, 1>>(lab, m);
 #endif
 }
 
@@ -832,6 +1157,9 @@ int main(int argc, char** argv) {
     }
   }
   TryRead(lab);
+#if SC_SWEEP == 3
+  RunProbes(lab);
+#endif
   for (int m : {1, 2, 4, 8, 16}) RunM(lab, m);
   return 0;
 }

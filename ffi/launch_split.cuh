@@ -12,6 +12,7 @@
 #include "ffi/kernels/small_left.cuh"
 #include "ffi/kernels/small_left_cluster.cuh"
 #include "ffi/kernels/small_left_mma.cuh"
+#include "ffi/kernels/small_left_tma.cuh"
 #include "ffi/kernels/split_reduce.cuh"
 #include "ffi/kernels/tn.cuh"
 #include "ffi/kernels/tn_half.cuh"
@@ -20,6 +21,7 @@
 #include "ffi/launch.h"
 #include "ffi/occupancy.h"
 #include "ffi/split_plans.h"
+#include "ffi/tensor_maps.h"
 
 namespace tsm2 {
 
@@ -133,12 +135,58 @@ struct SplitLauncher {
     return cudaGetLastError();
   }
 
+  // One block per 128-column tile (small_left_tma.cuh), with B and A as
+  // tensor maps; a shared operand (batch stride 0) is a map of one batch.
+  static cudaError_t LaunchSTma(const DeviceMatmul& p, const SplitArgs& a, int blocks,
+                                cudaStream_t stream) {
+    const CUtensorMapDataType type = std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    CUtensorMap b_map, a_map;
+    if (cudaError_t e = EncodeHalfTensorMap(&b_map, type, p.b, a.b_batch_stride ? p.batch : 1, p.k,
+                                            p.n, kSTmaRows);
+        e != cudaSuccess) {
+      return e;
+    }
+    if (cudaError_t e =
+            EncodeHalfTensorMap(&a_map, type, p.a, a.a_batch_stride ? p.batch : 1, p.m, p.k, 16);
+        e != cudaSuccess) {
+      return e;
+    }
+    constexpr auto kKernel = &Tsm2STmaKernel<T>;
+    const void* kernel = reinterpret_cast<const void*>(kKernel);
+    int per_sm = 0;  // also opts the kernel in to its shared memory
+    if (cudaError_t e = BlocksPerSm(kernel, STmaSmem::kThreads, STmaSmem::kBytes, &per_sm);
+        e != cudaSuccess) {
+      return e;
+    }
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+    cfg.blockDim = dim3(STmaSmem::kThreads);
+    cfg.dynamicSmemBytes = STmaSmem::kBytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    SetClusterLaunch(&cfg, attr, 1, kSClusterPdl);
+    if (cudaError_t e = cudaLaunchKernelEx(&cfg, kKernel, a, b_map, a_map); e != cudaSuccess) {
+      return e;
+    }
+    return cudaGetLastError();
+  }
+
   static cudaError_t LaunchS(const DeviceMatmul& p, SplitArgs a, const SplitPlan& s,
                              cudaStream_t stream) {
     constexpr int kCpt = SCols<T>::kCpt;
     a.vec_ok = p.n % kCpt == 0 && reinterpret_cast<uintptr_t>(p.b) % SCols<T>::kBytes == 0;
     const int64_t mt = Pow2AtLeast(p.m);
     const int blocks = static_cast<int>(a.splits * a.tiles_n * p.batch);
+    if constexpr (sizeof(T) == 2) {
+      if (s.tma) {  // no other kernel runs a tensor-map plan
+        if (!HasClusters()) return cudaErrorInvalidDeviceFunction;
+        // The copies need 16-byte aligned operands (n, k % 8 == 0: the plan),
+        // and the stores an aligned C; XLA's buffers always are.
+        if (reinterpret_cast<uintptr_t>(p.c) % 16 != 0) return cudaErrorInvalidValue;
+        return LaunchSTma(p, a, blocks, stream);
+      }
+    }
     if constexpr (sizeof(T) <= 4) {
       if (s.cluster) {  // no other kernel runs a cluster plan
         if (!HasClusters()) return cudaErrorInvalidDeviceFunction;

@@ -43,9 +43,10 @@ struct SplitPlan {
   int64_t step = 0;                  // contraction rows staged per pipeline step
   int64_t thread_edge = 4;           // T: each thread holds a thread_edge^2 block of the tile
   bool mma = false;                  // tensor-core tiles (tn_mma/tf32/half.cuh, small_left_mma.cuh)
-  bool cluster = false;              // S: 256-column tiles over clusters (small_left_cluster.cuh)
-  int64_t splits = 1;                // contraction ranges per output tile
-  int64_t split_len = 0;             // rows per split (a multiple of step)
+  bool cluster = false;              // S: 64-column tiles over clusters (small_left_cluster.cuh)
+  bool tma = false;       // S: 128-column tiles by tensor-map copies (small_left_tma.cuh)
+  int64_t splits = 1;     // contraction ranges per output tile
+  int64_t split_len = 0;  // rows per split (a multiple of step)
   // Blocks of the grid (a cluster plan's units are clusters of kSClusterBlocks).
   int64_t Blocks(int64_t batch) const {
     return batch * tiles_m * tiles_n * splits * (cluster ? kSClusterBlocks : 1);
@@ -188,9 +189,40 @@ inline bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int 
              int64_t{kSClusterBlocksPerSm} * sm_count;
 }
 
+// bf16/f16 S that the cluster kernel cannot take in one wave: 128-column
+// tiles, each one block over the whole contraction, fed by tensor-map copies
+// (small_left_tma.cuh; sm_90, like the clusters). The tiles must fill at
+// least half the SMs, since no split of the contraction adds blocks. Kernel
+// lab (session 26), bf16 m x 8192 x 14336: 77.6-78.4 us for m = 1-16 against
+// 91.7-138.8 for the 128-column cp.async tiles and splits planned before.
+// TSM2_S_TMA=0: a kernel-lab knob.
+#ifndef TSM2_S_TMA
+#define TSM2_S_TMA 1
+#endif
+constexpr bool kSTma = TSM2_S_TMA && TSM2_MIN_CUDA_ARCH >= 90;
+constexpr int kSTmaCols = 128, kSTmaRows = 64, kSTmaStages = 8;
+
+inline bool SUsesTma(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
+  constexpr int64_t kMaxCoord = int64_t{1} << 31;  // TMA coordinates are 32-bit
+  return kSTma && itemsize == 2 && n % 8 == 0 && k % 8 == 0 && k < kMaxCoord && n < kMaxCoord &&
+         batch < kMaxCoord && batch * CeilDiv(n, kSTmaCols) * 2 >= sm_count;
+}
+
 inline int SColsPerThread(int itemsize) { return itemsize == 8 ? 2 : 4; }
 inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
   SplitPlan s;
+  if (!SUsesCluster(itemsize, batch, k, n, sm_count) && SUsesTma(itemsize, batch, k, n, sm_count)) {
+    s.tma = true;
+    s.mma = true;
+    s.tile_m = m;
+    s.tile_n = kSTmaCols;
+    s.tiles_m = 1;
+    s.tiles_n = CeilDiv(n, kSTmaCols);
+    s.step = kSTmaRows;
+    s.splits = 1;
+    s.split_len = CeilDiv(k, s.step) * s.step;
+    return s;
+  }
   if (SUsesCluster(itemsize, batch, k, n, sm_count)) {
     s.cluster = true;
     s.mma = itemsize == 2;  // f32 multiplies on the CUDA cores

@@ -393,7 +393,9 @@ S_CLUSTER_SHAPES = [
     (1000, 4104),  # k not a multiple of a stage (a rank's 500 rows = 3 x 128 + 116)
     (12_000, 3584),  # 47 stages per rank, each with its own columns of A
 ]
-S_MMA_TILE_SHAPES = [(1024, 10_000), (1001, 9001)]  # 16-byte rows; odd n, element copies
+# k or n not a multiple of 8 (no clusters, no tensor maps): 16-byte rows of B
+# with k % 8 == 4; odd n, element copies.
+S_MMA_TILE_SHAPES = [(1020, 10_000), (1001, 9001)]
 
 
 @pytest.mark.parametrize("dtype", [*HALF_DTYPES, jnp.float32], ids=dtype_ids)
@@ -415,10 +417,57 @@ def test_small_left_clusters(dtype, m, k, n):
 @pytest.mark.parametrize(("k", "n"), S_MMA_TILE_SHAPES, ids=str)
 def test_small_left_mma_tiles(dtype, m, k, n):
     plan = _s_plan(dtype, 1, m, k, n)
-    assert plan["mma"] and not plan["cluster"], plan
+    assert plan["mma"] and not plan["cluster"] and not plan["tma"], plan
     rng = np.random.default_rng(m * 37 + k + n)
     a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
     check(_run(a, b, TSM2S, NN), a, b, NN)
+
+
+# S by tensor-map copies (small_left_tma.cuh): bf16/f16 with n and k multiples
+# of 8 too wide for the clusters' one wave, 128-column tiles of one block each.
+# The boxes' zero fill is the only edge handling, so the shapes put k and n
+# off the stage (64 rows) and tile (128 columns) edges.
+S_TMA_SHAPES = [
+    (1000, 8712),  # k = 15 stages + 40 rows; n = 68 tiles + 8 columns
+    (24, 8456),  # one stage, mostly zeros; n = 66 tiles + 8
+    (4096, 16_384),  # whole stages and tiles, 128 tiles
+    (8192, 14_336),  # issue 4's 235 MB case, 112 tiles, 128 stages (more than the ring's 8)
+]
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize("m", [1, 3, 8, 13, 16])
+@pytest.mark.parametrize(("k", "n"), S_TMA_SHAPES, ids=str)
+def test_small_left_tensor_maps(dtype, m, k, n):
+    plan = _s_plan(dtype, 1, m, k, n)
+    assert plan["tma"] and not plan["cluster"] and plan["splits"] == 1, plan
+    rng = np.random.default_rng(m * 41 + k + n)
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    check(_run(a, b, TSM2S, NN), a, b, NN)
+    if m in (1, 16):
+        check(_run(a, b, TSM2S, NN, jnp.float32), a, b, NN)
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    # both batched (3-D maps); A shared (a map of one batch entry)
+    [((8, 5, 1000), (8, 1000, 2056)), ((9, 2048), (8, 2048, 2048))],
+    ids=str,
+)
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+def test_small_left_tensor_maps_batched(a_shape, b_shape, dtype):
+    assert _s_plan(dtype, b_shape[0], a_shape[-2], a_shape[-1], b_shape[-1])["tma"]
+    rng = np.random.default_rng(9)
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+    check(_run(a, b, TSM2S, NN), a, b, NN)
+
+
+def test_small_left_tensor_maps_are_bitwise_reproducible():
+    rng = np.random.default_rng(15)
+    a, b = rand(rng, (13, 4096), jnp.bfloat16), rand(rng, (4096, 16_384), jnp.bfloat16)
+    c1 = np.asarray(_run(a, b, TSM2S, NN, jnp.float32))
+    c2 = np.asarray(_run(a, b, TSM2S, NN, jnp.float32))
+    assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32))
 
 
 @pytest.mark.parametrize(

@@ -121,6 +121,17 @@ __device__ __forceinline__ void BulkCopyToShared(uint32_t dst, const void* src, 
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
+// A 2-D tensor-map box at (c0, c1) (innermost coordinate first) into shared
+// memory at dst, completing its bytes on `bar`. `map` is a kernel parameter
+// (__grid_constant__) or lives in global memory.
+__device__ __forceinline__ void TmaLoad2d(uint32_t dst, const void* map, int c0, int c1,
+                                          uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
 // Orders this thread's earlier generic-proxy shared-memory writes before
 // later bulk copies (async proxy) into the same bytes.
 __device__ __forceinline__ void FenceProxyAsyncShared() {

@@ -87,6 +87,13 @@ class Calibration:
       launch term (``t_launch``, 3.5 us) charging this kernel more than it
       pays: its launch overlaps the previous kernel's tail (PDL).
 
+    - ``tma_eta_stream``, ``tma_l2_weight``: the same two for bf16/f16 TSM2S
+      by tensor-map copies (128-column tiles, one block each, for shapes the
+      clusters take in more than one wave). From the kernel lab (session 26,
+      bf16 m x 8192 x 14336, CUDA graphs): 77.6 us at m = 1 and 78.4 at
+      m = 16 give 1.02 (the launch term again charged more than paid) and
+      0.1 (A's 16 rows add ~0.8 us over 112 tiles).
+
     TSM2L's row-per-thread kernel (rows of 16 or 32 bytes, ``n <= 8``):
 
     - ``row_eta_stream``: the fraction of the read ceiling it streams A and C
@@ -203,6 +210,8 @@ class Calibration:
     s_scalar_cycles: tuple[float, float] = (0.40, 0.035)
     cluster_eta_stream: float = 1.05
     cluster_l2_weight: float = 0.5
+    tma_eta_stream: float = 1.02
+    tma_l2_weight: float = 0.1
     t_async_bytes_per_clk: float = 5.0
     xla_slow_passes: float = 3.3
     xla_short_k: int = 2400

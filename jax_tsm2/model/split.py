@@ -4,7 +4,9 @@ Both cut a long contraction into splits, one output tile per block, and add
 the splits' partial sums in a second launch. bf16/f16/f32 TSM2S whose
 64-column tiles, 2 blocks each, fit in one wave runs over thread-block clusters instead
 (the blocks of a cluster split the contraction), modelled as a stream of B
-plus each tile's read of A from L2. The plan (tiles, splits,
+plus each tile's read of A from L2; bf16/f16 TSM2S too wide for that wave takes
+128-column tiles fed by tensor-map copies, modelled the same way with its own
+constants. The plan (tiles, splits,
 blocks, workspace) comes from the extension (``_tsm2_ext.split_plan``), the
 same code the launcher runs. Each kernel streams at a measured fraction of
 the read ceiling and computes at a measured fraction of the FMA lanes
@@ -67,6 +69,20 @@ def split_prediction(
     active = min(dev.sm_count, blocks)
     bw = dev.bandwidth(cal)
     eta_stream, eta_fma = cal.split_eta(kernel)
+    if plan.get("tma"):
+        # By tensor-map copies (small_left_tma.cuh): one block per 128-column
+        # tile streams B at its own efficiency; A comes from L2 once per tile.
+        l2 = plan["tiles_n"] * a_bytes * cal.tma_l2_weight
+        t_mem = (dram + l2) / (bw * cal.tma_eta_stream)
+        how = (
+            f"tsm2s in {plan['tiles_n']} tiles of {plan['tile_n']} columns by tensor-map "
+            f"copies on tensor cores, one block per tile; B streamed at "
+            f"{cal.tma_eta_stream:.2f}x the modelled read rate, A read {plan['tiles_n']} "
+            "times from L2"
+        )
+        return _finish(
+            p, dtype, layout, kernel, plan, dram, (t_mem, 0.0), None, True, how, dev, cal
+        )
     if plan.get("cluster"):
         # Over clusters (small_left_cluster.cuh): B streamed at their own
         # efficiency, plus each column tile's read of A from L2 at a fraction

@@ -1,0 +1,210 @@
+// TSM2S by tensor-map copies, for bf16 and f16 on sm_90: C[m, n] = A[m, k] @
+// B[k, n], m <= 16, where the cluster kernel (small_left_cluster.cuh) needs
+// more than one wave (n > 8448 on an H100, or a batch).
+//
+// Why a kernel of its own. A block of the cluster kernel reads 128 bytes of
+// each row of B. At 8192 x 14336 a copy-only probe moving B in such strips
+// ran at 94-97% of a plain read, while 256-byte strips ran at the read's own
+// speed (benchmarks/s_cluster_lab.cu, RunProbes, session 26). So a block here
+// owns kSTmaCols = 128 columns and the whole contraction: no cluster, no
+// partial sums, one block per SM, the grid as many waves as it needs.
+//
+// A stage is kSTmaRows rows of the block's 128 columns as two 64-column
+// boxes, plus the same rows' columns of A as one 16 x 64 box, all three in
+// the tensor map's 128-byte swizzle (chunk c of a 128-byte row r lands at
+// c ^ (r % 8), which is what the ldmatrix addressing expects). One thread of
+// a ninth warp issues them and they complete on the stage's "full" mbarrier;
+// each consumer warp arrives on the stage's "empty" mbarrier when done, and
+// the producer refills the slot once all eight have. No block-wide barrier
+// per stage. Rows past k, columns past n and A's rows past m arrive as zeros
+// (the boxes' out-of-bounds fill), so every edge is handled by the copies.
+//
+// Consumer warp w multiplies 32 columns (w % 4) over every other k16 step of
+// a stage (w / 4) with mma.sync m16n8k16; each stage's chain starts from zero
+// and is added to the warp's running f32 sum, as in the other half-precision
+// kernels. The two k16 groups are added in a fixed order at the end.
+//
+// Kernel lab, bf16 m x 8192 x 14336, CUDA graphs, m = 1 / 8 / 16 (session
+// 26): 77.6 / 78.1 / 78.4 us against 77.0 for a plain read of B; the cluster
+// kernel's design over two waves 81.2 / 82.8 / 84.8, and the 128-column
+// cp.async tiles this replaces 91.7 / 129.3 / 138.8.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a type only: nothing links libcuda)
+
+#include <cstdint>
+
+#include "ffi/kernels/cluster_pipe.cuh"
+#include "ffi/kernels/small_left_cluster.cuh"
+#include "ffi/kernels/split_reduce.cuh"
+#include "ffi/kernels/tn_half.cuh"
+#include "ffi/split_plans.h"
+
+namespace tsm2 {
+
+// A 3-D tensor-map box at (c0, c1, c2), innermost first, as TmaLoad2d.
+__device__ __forceinline__ void TmaLoad3d(uint32_t dst, const void* map, int c0, int c1, int c2,
+                                          uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
+struct STmaSmem {
+  static constexpr int kConsumerWarps = 8, kThreads = 32 * (kConsumerWarps + 1);
+  static constexpr int kRows = kSTmaRows, kStages = kSTmaStages;
+  static constexpr int kBox = kRows * 128;  // one 64-column box of B: kRows rows of 128 bytes
+  static constexpr int kBStage = 2 * kBox, kABox = 16 * 128;
+  static constexpr int kStageTx = kBStage + kABox;  // bytes each stage's copies complete
+  static constexpr int kWarpsN = kSTmaCols / 32, kWK = kConsumerWarps / kWarpsN;
+  static constexpr int kK16PerWarp = kRows / 16 / kWK;
+  static constexpr int kLdp = kSTmaCols + 8;  // row stride of the partial sums (floats)
+  // 1 KB to align the first stage (the swizzle follows address bits), the
+  // stages, and a full and an empty mbarrier per stage.
+  static constexpr int kBytes = 1024 + kStages * (kBStage + kABox) + 16 * kStages;
+  static_assert(kRows == 64, "A's box covers one stage's 64 columns of the contraction");
+  static_assert(kSTmaCols == 128 && kWK * kWarpsN == kConsumerWarps, "two k16 groups of 4 warps");
+  static_assert(kRows % (16 * kWK) == 0, "whole k16 steps per group");
+  static_assert(kWK * 16 * kLdp * 4 <= kStages * kBStage, "the partial sums fit in the ring");
+};
+
+// b_map: B as [batch_b][k][n], boxes of kRows x 64; a_map: A as
+// [batch_a][m][k], boxes of 16 x 64; a batch of 1 where the operand is
+// shared (p.a_batch_stride or p.b_batch_stride 0). Both 128-byte swizzled.
+template <typename T>
+__global__ void __launch_bounds__(STmaSmem::kThreads, 1)
+    Tsm2STmaKernel(const __grid_constant__ SplitArgs p, const __grid_constant__ CUtensorMap b_map,
+                   const __grid_constant__ CUtensorMap a_map) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Sm = STmaSmem;
+  constexpr int S = Sm::kStages;
+  extern __shared__ __align__(16) char smem_raw[];
+  const uint32_t raw = SmemAddr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  char* smem = smem_raw + (base - raw);
+  const uint32_t ring = base, aring = base + S * Sm::kBStage;
+  const uint32_t full = aring + S * Sm::kABox, empty = full + 8 * S;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tile = static_cast<int>(blockIdx.x % static_cast<uint32_t>(p.tiles_n));
+  const int batch = static_cast<int>(blockIdx.x / static_cast<uint32_t>(p.tiles_n));
+  const int col0 = tile * kSTmaCols;
+  const int steps = static_cast<int>((p.k + Sm::kRows - 1) / Sm::kRows);
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      MbarInit(full + 8 * s, 1);
+      MbarInit(empty + 8 * s, Sm::kConsumerWarps);
+    }
+    MbarInitFence();
+  }
+  __syncthreads();
+  if constexpr (kSClusterPdl) {
+    // Launched as a programmatic dependent: the previous kernel's writes
+    // (our operands, or readers of C) are settled only after this.
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  }
+
+  float acc[4][4] = {};  // four m16n8 accumulators
+  const int wn = warp % Sm::kWarpsN, wk = warp / Sm::kWarpsN;
+  if (warp == Sm::kConsumerWarps) {  // the producer
+    if (lane == 0) {
+      const int bb = p.b_batch_stride ? batch : 0, ab = p.a_batch_stride ? batch : 0;
+      for (int it = 0; it < steps; ++it) {
+        const int s = it % S;
+        if (it >= S) MbarWait(empty + 8 * s, (it / S - 1) & 1);
+        MbarArriveExpectTx(full + 8 * s, Sm::kStageTx);
+        const int r0 = it * Sm::kRows;
+        TmaLoad3d(ring + s * Sm::kBStage, &b_map, col0, r0, bb, full + 8 * s);
+        TmaLoad3d(ring + s * Sm::kBStage + Sm::kBox, &b_map, col0 + 64, r0, bb, full + 8 * s);
+        TmaLoad3d(aring + s * Sm::kABox, &a_map, r0, 0, ab, full + 8 * s);
+      }
+    }
+  } else {
+    // ldmatrix rows: lane l addresses row l % 8 of matrix l / 8; A's matrices
+    // are (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), B's per
+    // 16 columns h (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15,
+    // n 8-15). k16 steps start on multiples of 16 rows, so a lane's row % 8
+    // is lane % 8 at every step.
+    const int lrow = lane % 8 + 8 * (lane / 8 % 2), lhi = lane / 16;
+    int b_off[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      b_off[h] = wn / 2 * Sm::kBox + lrow * 128 + 16 * ((4 * (wn % 2) + 2 * h + lhi) ^ (lane % 8));
+    }
+    for (int it = 0; it < steps; ++it) {
+      const int s = it % S;
+      MbarWait(full + 8 * s, (it / S) & 1);
+      const char* st = smem + s * Sm::kBStage;
+      const char* as = smem + (aring - base) + s * Sm::kABox;
+      float part[4][4] = {};
+#pragma unroll
+      for (int q = 0; q < Sm::kK16PerWarp; ++q) {
+        const int kr = 16 * (wk + Sm::kWK * q);
+        const int c = kr / 8 + lhi;
+        uint32_t fa[4], fb[2][4];
+        LdMatrixX4(as + lrow * 128 + 16 * (c ^ (lrow % 8)), fa);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) LdMatrixX4Trans(st + kr * 128 + b_off[h], fb[h]);
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+          const uint32_t frag[2] = {fb[f / 2][2 * (f % 2)], fb[f / 2][2 * (f % 2) + 1]};
+          MmaHalf<T>(part[f], fa, frag);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) MbarArrive(empty + 8 * s);
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[f][e] += part[f][e];
+      }
+    }
+  }
+  __syncthreads();  // every stage consumed: the ring takes the partial sums
+
+  // m16n8 accumulators: lane holds rows lane / 4 and lane / 4 + 8, columns
+  // 2 (lane % 4) and the next, of each n8 tile. Only the m real rows are kept.
+  float* part_s = reinterpret_cast<float*>(smem);  // [kWK][16][kLdp]
+  if (warp < Sm::kConsumerWarps) {
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+      const int j = 32 * wn + 8 * f + 2 * (lane % 4);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = lane / 4 + 8 * hh;
+        if (i < p.m) {
+          *reinterpret_cast<float2*>(part_s + (wk * 16 + i) * Sm::kLdp + j) =
+              make_float2(acc[f][2 * hh], acc[f][2 * hh + 1]);
+        }
+      }
+    }
+  }
+  __syncthreads();
+  // Group 0's sums plus group 1's, four columns per thread; n % 8 == 0 (the
+  // plan's condition), so a quad is wholly inside or outside n.
+  constexpr int kQuads = kSTmaCols / 4;
+  for (int e = tid; e < p.m * kQuads; e += Sm::kThreads) {
+    const int i = e / kQuads, j = 4 * (e % kQuads);
+    if (col0 + j >= p.n) continue;
+    float4 sum = *reinterpret_cast<const float4*>(part_s + i * Sm::kLdp + j);
+#pragma unroll
+    for (int g = 1; g < Sm::kWK; ++g) {
+      const float4 v = *reinterpret_cast<const float4*>(part_s + (g * 16 + i) * Sm::kLdp + j);
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    const int64_t at = (batch * p.m + i) * p.n + col0 + j;
+    if (p.out_f32) {
+      *reinterpret_cast<float4*>(static_cast<float*>(p.c) + at) = sum;
+    } else {
+      *reinterpret_cast<uint2*>(static_cast<T*>(p.c) + at) =
+          make_uint2(PackPair<T>(sum.x, sum.y), PackPair<T>(sum.z, sum.w));
+    }
+  }
+#endif
+}
+
+}  // namespace tsm2
