@@ -182,6 +182,20 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         evidence="H100: S bf16 1x4096x4096 14.2 us against XLA's dot 14.6-15.2 "
         "(h100-2026-11-23/session17); measured at k = n = 4096 only",
     ),
+    # A few rows times a B too wide for the clusters' one wave, on the
+    # tensor-map kernel (128-column tiles, small_left_tma.cuh).
+    MeasuredWin(
+        "tsm2s",
+        frozenset({"bfloat16"}),
+        max_rows=16,
+        max_k=8192,
+        max_n=14336,
+        min_k=8192,
+        min_n=14336,
+        evidence="H100: S bf16 1/2/4/8/16x8192x14336 77.3/77.4/77.5/77.7/78.3 us against "
+        "XLA's dot 77.5/78.3/79.2/79.7/81.3 and torch 78.7-79.6 "
+        "(h100-2026-11-23/session26); measured at k = 8192, n = 14336 only",
+    ),
 )
 SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
     np.dtype(t) for t in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16)

@@ -446,7 +446,9 @@ def test_auto_never_picks_a_kernel_that_measured_slower_than_xla():
     routes = _committed_routes(mc)
     assert len(routes) >= 103
     slower = [r for r in routes if r["kernel_over_xla"] > 1.10]
-    assert len(slower) >= 70  # most of the R, L, NT and S suites
+    # most of the R, L, NT and S suites (session 26's tensor-map S kernel left
+    # fewer slow S cases than session 17's 128-column tiles: 64, was 70)
+    assert len(slower) >= 60
     bad = [r for r in routes if r["target"] in r["slow_kernels"]]
     assert not bad, [(r["file"], r["case"], r["dtype"], r["target"]) for r in bad]
     assert all(r["slowdown"] is None or r["slowdown"] <= 0.10 for r in routes)
@@ -464,7 +466,7 @@ def test_the_safety_check_can_fail(monkeypatch):
     monkeypatch.setattr(routing, "route", lambda *a, **kw: real(*a, **dict(kw, mode="prefer")))
     routes = _committed_routes(mc)
     slow = [r for r in routes if r["slowdown"] is not None and r["slowdown"] > 0.10]
-    assert len(slow) >= 70
+    assert len(slow) >= 60
 
 
 @pytest.mark.gpu
@@ -558,7 +560,8 @@ def test_measured_wins_need_the_measured_alignment():
 
 
 def test_small_left_wins_cover_only_the_measured_shapes():
-    """The S wins were measured at k = n = 4096 (cluster kernel, one wave)."""
+    """The S wins were measured at k = n = 4096 (cluster kernel, one wave) and, for bf16,
+    at k = 8192, n = 14336 (tensor-map kernel)."""
     f32, bf16 = np.dtype("float32"), np.dtype(jnp.bfloat16)
     for m in (1, 2, 4):
         r = route((m, 4096), (4096, 4096), dtype=jnp.float32, mode="auto")
@@ -569,6 +572,15 @@ def test_small_left_wins_cover_only_the_measured_shapes():
         ((2, 4096), (4096, 4096), jnp.bfloat16),  # 14.3 against 14.1-14.2
         ((1, 4096), (4096, 2048), jnp.float32),  # not measured
         ((1, 8192), (8192, 4096), jnp.float32),
+    ]:
+        assert route(a, b, dtype=dtype, mode="auto").layer != "measured"
+    for m in (1, 5, 16):
+        r = route((m, 8192), (8192, 14336), dtype=jnp.bfloat16, mode="auto")
+        assert r.target == "tsm2s" and r.layer == "measured", r
+    for a, b, dtype in [
+        ((17, 8192), (8192, 14336), jnp.bfloat16),  # past S's 16 rows
+        ((8, 8192), (8192, 14336), jnp.float16),  # not measured
+        ((8, 8192), (8192, 14328), jnp.bfloat16),
     ]:
         assert route(a, b, dtype=dtype, mode="auto").layer != "measured"
     wins = [w for w in routing.MEASURED_WINS if w.target == "tsm2s"]
