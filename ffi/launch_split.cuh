@@ -135,15 +135,17 @@ struct SplitLauncher {
     return cudaGetLastError();
   }
 
-  // One block per 128-column tile (small_left_tma.cuh), with B and A as
+  // One block per kCols-column tile (small_left_tma.cuh), with B and A as
   // tensor maps; a shared operand (batch stride 0) is a map of one batch.
+  template <int kCols>
   static cudaError_t LaunchSTma(const DeviceMatmul& p, const SplitArgs& a, int blocks,
                                 cudaStream_t stream) {
+    using Sm = STmaSmem<kCols>;
     const CUtensorMapDataType type = std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                                : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     CUtensorMap b_map, a_map;
     if (cudaError_t e = EncodeHalfTensorMap(&b_map, type, p.b, a.b_batch_stride ? p.batch : 1, p.k,
-                                            p.n, kSTmaRows);
+                                            p.n, Sm::kRows);
         e != cudaSuccess) {
       return e;
     }
@@ -152,17 +154,16 @@ struct SplitLauncher {
         e != cudaSuccess) {
       return e;
     }
-    constexpr auto kKernel = &Tsm2STmaKernel<T>;
+    constexpr auto kKernel = &Tsm2STmaKernel<T, kCols>;
     const void* kernel = reinterpret_cast<const void*>(kKernel);
     int per_sm = 0;  // also opts the kernel in to its shared memory
-    if (cudaError_t e = BlocksPerSm(kernel, STmaSmem::kThreads, STmaSmem::kBytes, &per_sm);
-        e != cudaSuccess) {
+    if (cudaError_t e = BlocksPerSm(kernel, Sm::kThreads, Sm::kBytes, &per_sm); e != cudaSuccess) {
       return e;
     }
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-    cfg.blockDim = dim3(STmaSmem::kThreads);
-    cfg.dynamicSmemBytes = STmaSmem::kBytes;
+    cfg.blockDim = dim3(Sm::kThreads);
+    cfg.dynamicSmemBytes = Sm::kBytes;
     cfg.stream = stream;
     cudaLaunchAttribute attr[2];
     SetClusterLaunch(&cfg, attr, 1, kSClusterPdl);
@@ -184,7 +185,8 @@ struct SplitLauncher {
         // The copies need 16-byte aligned operands (n, k % 8 == 0: the plan),
         // and the stores an aligned C; XLA's buffers always are.
         if (reinterpret_cast<uintptr_t>(p.c) % 16 != 0) return cudaErrorInvalidValue;
-        return LaunchSTma(p, a, blocks, stream);
+        return s.tile_n == 64 ? LaunchSTma<64>(p, a, blocks, stream)
+                              : LaunchSTma<128>(p, a, blocks, stream);
       }
     }
     if constexpr (sizeof(T) <= 4) {

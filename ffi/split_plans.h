@@ -189,36 +189,52 @@ inline bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int 
              int64_t{kSClusterBlocksPerSm} * sm_count;
 }
 
-// bf16/f16 S that the cluster kernel cannot take in one wave: 128-column
-// tiles, each one block over the whole contraction, fed by tensor-map copies
-// (small_left_tma.cuh; sm_90, like the clusters). The tiles must fill at
-// least half the SMs, since no split of the contraction adds blocks. Kernel
-// lab (session 26), bf16 m x 8192 x 14336: 77.6-78.4 us for m = 1-16 against
-// 91.7-138.8 for the 128-column cp.async tiles and splits planned before.
+// bf16/f16 S by tensor-map copies (small_left_tma.cuh; sm_90, like the
+// clusters): each block owns a column tile and the whole contraction, so the
+// tiles alone must make at least kSTmaMinBlocks blocks (no split adds any).
+// 64 SMs each streaming their own tile saturate HBM: cuBLAS runs bf16
+// 1 x 4096 x 4096 on 64 CTAs, and so does this kernel's 64-column form.
+// - 64-column tiles where the clusters' one wave fits: kernel lab (session
+//   26), bf16 m x 4096 x 4096, m = 1-16: 13.6-13.75 us, flat in m, against
+//   13.8-14.4 for the cluster kernel in the same run.
+// - 128-column tiles beyond it (256-byte runs of each row: a copy-only probe
+//   moved B in 128-byte runs at 94-97% of a plain read at 8192 x 14336, in
+//   256-byte runs at its full speed): bf16 m x 8192 x 14336, m = 1-16, 77.3-78.3
+//   us in the harness against 91.7-138.8 for the cp.async tiles and splits
+//   planned before.
 // TSM2_S_TMA=0: a kernel-lab knob.
 #ifndef TSM2_S_TMA
 #define TSM2_S_TMA 1
 #endif
 constexpr bool kSTma = TSM2_S_TMA && TSM2_MIN_CUDA_ARCH >= 90;
-constexpr int kSTmaCols = 128, kSTmaRows = 64, kSTmaStages = 8;
+constexpr int kSTmaMinBlocks = 64;
+// Stages of 16 KB of B: 8 of 64 rows at 128 columns (one block per SM), 5 of
+// 128 rows at 64 columns (the lab's best: 8 stages ran 13.7-14.1 us).
+constexpr int STmaStages(int cols) { return cols == 128 ? 8 : 5; }
 
-inline bool SUsesTma(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
+// The tensor-map tile width for this S problem, or 0 where the kernel does
+// not take it.
+inline int STmaCols(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
   constexpr int64_t kMaxCoord = int64_t{1} << 31;  // TMA coordinates are 32-bit
-  return kSTma && itemsize == 2 && n % 8 == 0 && k % 8 == 0 && k < kMaxCoord && n < kMaxCoord &&
-         batch < kMaxCoord && batch * CeilDiv(n, kSTmaCols) * 2 >= sm_count;
+  if (!kSTma || itemsize != 2 || n % 8 != 0 || k % 8 != 0 || k >= kMaxCoord || n >= kMaxCoord ||
+      batch >= kMaxCoord) {
+    return 0;
+  }
+  const int64_t cols = SUsesCluster(itemsize, batch, k, n, sm_count) ? 64 : 128;
+  return batch * CeilDiv(n, cols) >= kSTmaMinBlocks ? static_cast<int>(cols) : 0;
 }
 
 inline int SColsPerThread(int itemsize) { return itemsize == 8 ? 2 : 4; }
 inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
   SplitPlan s;
-  if (!SUsesCluster(itemsize, batch, k, n, sm_count) && SUsesTma(itemsize, batch, k, n, sm_count)) {
+  if (const int cols = STmaCols(itemsize, batch, k, n, sm_count); cols > 0) {
     s.tma = true;
     s.mma = true;
     s.tile_m = m;
-    s.tile_n = kSTmaCols;
+    s.tile_n = cols;
     s.tiles_m = 1;
-    s.tiles_n = CeilDiv(n, kSTmaCols);
-    s.step = kSTmaRows;
+    s.tiles_n = CeilDiv(n, cols);
+    s.step = 8192 / cols;  // rows of B per stage (16 KB)
     s.splits = 1;
     s.split_len = CeilDiv(k, s.step) * s.step;
     return s;

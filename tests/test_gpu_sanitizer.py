@@ -180,12 +180,13 @@ sys.path.insert(0, {tests!r})
 from _helpers import assert_close_to_reference, ffi_matmul, rand
 
 # TSM2S for bf16/f16 on tensor cores: clusters with no split, with splits and
-# batched, a part-filled tile; tensor-map tiles (n = 8712, and 4240 batched),
-# 128-column cp.async tiles with odd n (element copies). f32 (unbatched): the
-# clusters on CUDA cores, and the split kernel beyond them.
+# batched, a part-filled tile; tensor-map tiles of 64 columns (n = 4104) and
+# of 128 (n = 8712, and 4240 batched); 128-column cp.async tiles with odd n
+# (element copies). f32 (unbatched): the clusters on CUDA cores, and the
+# split kernel beyond them.
 rng = np.random.default_rng(1)
 shapes = [(1, 8, 8), (3, 4104, 8), (9, 2048, 264), (16, 1000, 1000), (8, 200, 4240),
-          (13, 33, 4241), (5, 1000, 8712)]
+          (13, 33, 4241), (7, 1000, 4104), (5, 1000, 8712)]
 runs = list(itertools.product(shapes, [jnp.bfloat16, jnp.float16], [None, 3]))
 runs += list(itertools.product(shapes, [jnp.float32], [None]))
 count = 0

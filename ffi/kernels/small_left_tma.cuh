@@ -1,33 +1,33 @@
 // TSM2S by tensor-map copies, for bf16 and f16 on sm_90: C[m, n] = A[m, k] @
-// B[k, n], m <= 16, where the cluster kernel (small_left_cluster.cuh) needs
-// more than one wave (n > 8448 on an H100, or a batch).
+// B[k, n], m <= 16, one block per column tile over the whole contraction: no
+// cluster, no partial sums, the grid as many waves as it needs. The plan
+// (split_plans.h STmaCols) picks 64-column tiles where 64 of them or more fit
+// the cluster kernel's one wave (4096 x 4096: 64 blocks, as cuBLAS runs it),
+// 128-column tiles beyond (256-byte runs of each row of B: at 8192 x 14336 a
+// copy-only probe moved 128-byte runs at 94-97% of a plain read and 256-byte
+// runs at its full speed; benchmarks/s_cluster_lab.cu RunProbes, session 26).
 //
-// Why a kernel of its own. A block of the cluster kernel reads 128 bytes of
-// each row of B. At 8192 x 14336 a copy-only probe moving B in such strips
-// ran at 94-97% of a plain read, while 256-byte strips ran at the read's own
-// speed (benchmarks/s_cluster_lab.cu, RunProbes, session 26). So a block here
-// owns kSTmaCols = 128 columns and the whole contraction: no cluster, no
-// partial sums, one block per SM, the grid as many waves as it needs.
+// A stage is 16 KB of B (64 rows x 128 columns as two 64-column boxes, or
+// 128 rows x 64 columns as one) plus the same rows' columns of A as 16 x 64
+// boxes, all in the tensor map's 128-byte swizzle (chunk c of a 128-byte row
+// r lands at c ^ (r % 8), which is what the ldmatrix addressing expects). One
+// thread of a ninth warp issues them and they complete on the stage's "full"
+// mbarrier; each consumer warp arrives on the stage's "empty" mbarrier when
+// done, and the producer refills the slot once all eight have. No block-wide
+// barrier per stage (the cp.async kernels wait on their slowest thread's
+// copies and a __syncthreads every stage). Rows past k, columns past n and
+// A's rows past m arrive as zeros (the boxes' out-of-bounds fill), so every
+// edge is handled by the copies.
 //
-// A stage is kSTmaRows rows of the block's 128 columns as two 64-column
-// boxes, plus the same rows' columns of A as one 16 x 64 box, all three in
-// the tensor map's 128-byte swizzle (chunk c of a 128-byte row r lands at
-// c ^ (r % 8), which is what the ldmatrix addressing expects). One thread of
-// a ninth warp issues them and they complete on the stage's "full" mbarrier;
-// each consumer warp arrives on the stage's "empty" mbarrier when done, and
-// the producer refills the slot once all eight have. No block-wide barrier
-// per stage. Rows past k, columns past n and A's rows past m arrive as zeros
-// (the boxes' out-of-bounds fill), so every edge is handled by the copies.
+// Consumer warp w multiplies 32 columns (w % kWarpsN) over every kWK-th k16
+// step of a stage (w / kWarpsN) with mma.sync m16n8k16; each stage's chain
+// starts from zero and is added to the warp's running f32 sum, as in the
+// other half-precision kernels. The kWK groups are added in a fixed order at
+// the end (bitwise reproducible).
 //
-// Consumer warp w multiplies 32 columns (w % 4) over every other k16 step of
-// a stage (w / 4) with mma.sync m16n8k16; each stage's chain starts from zero
-// and is added to the warp's running f32 sum, as in the other half-precision
-// kernels. The two k16 groups are added in a fixed order at the end.
-//
-// Kernel lab, bf16 m x 8192 x 14336, CUDA graphs, m = 1 / 8 / 16 (session
-// 26): 77.6 / 78.1 / 78.4 us against 77.0 for a plain read of B; the cluster
-// kernel's design over two waves 81.2 / 82.8 / 84.8, and the 128-column
-// cp.async tiles this replaces 91.7 / 129.3 / 138.8.
+// Harness (session 26, device clock), bf16 m x 8192 x 14336, m = 1 / 8 / 16:
+// 77.3 / 77.8 / 78.4 us (98.3-96.9% of the read ceiling) against XLA's dot
+// 77.5 / 79.7 / 81.3 and torch 78.7-79.6.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (a type only: nothing links libcuda)
@@ -52,20 +52,25 @@ __device__ __forceinline__ void TmaLoad3d(uint32_t dst, const void* map, int c0,
       : "memory");
 }
 
+// kCols = 128: stages of 64 rows (two 64-column boxes of B, one box of A);
+// kCols = 64: stages of 128 rows (one box of B, two of A). 16 KB of B either
+// way; 8 warps split the columns into 32-column slices and a stage's k16
+// steps between kWK groups.
+template <int kCols>
 struct STmaSmem {
   static constexpr int kConsumerWarps = 8, kThreads = 32 * (kConsumerWarps + 1);
-  static constexpr int kRows = kSTmaRows, kStages = kSTmaStages;
+  static constexpr int kRows = 8192 / kCols, kStages = STmaStages(kCols);
+  static constexpr int kBoxes = kCols / 64, kABoxes = kRows / 64;
   static constexpr int kBox = kRows * 128;  // one 64-column box of B: kRows rows of 128 bytes
-  static constexpr int kBStage = 2 * kBox, kABox = 16 * 128;
-  static constexpr int kStageTx = kBStage + kABox;  // bytes each stage's copies complete
-  static constexpr int kWarpsN = kSTmaCols / 32, kWK = kConsumerWarps / kWarpsN;
+  static constexpr int kBStage = kBoxes * kBox, kABox = 16 * 128, kAStage = kABoxes * kABox;
+  static constexpr int kStageTx = kBStage + kAStage;  // bytes each stage's copies complete
+  static constexpr int kWarpsN = kCols / 32, kWK = kConsumerWarps / kWarpsN;
   static constexpr int kK16PerWarp = kRows / 16 / kWK;
-  static constexpr int kLdp = kSTmaCols + 8;  // row stride of the partial sums (floats)
+  static constexpr int kLdp = kCols + 8;  // row stride of the partial sums (floats)
   // 1 KB to align the first stage (the swizzle follows address bits), the
   // stages, and a full and an empty mbarrier per stage.
-  static constexpr int kBytes = 1024 + kStages * (kBStage + kABox) + 16 * kStages;
-  static_assert(kRows == 64, "A's box covers one stage's 64 columns of the contraction");
-  static_assert(kSTmaCols == 128 && kWK * kWarpsN == kConsumerWarps, "two k16 groups of 4 warps");
+  static constexpr int kBytes = 1024 + kStages * (kBStage + kAStage) + 16 * kStages;
+  static_assert(kCols == 64 || kCols == 128, "whole 64-column boxes, at most 4 column slices");
   static_assert(kRows % (16 * kWK) == 0, "whole k16 steps per group");
   static_assert(kWK * 16 * kLdp * 4 <= kStages * kBStage, "the partial sums fit in the ring");
 };
@@ -73,23 +78,23 @@ struct STmaSmem {
 // b_map: B as [batch_b][k][n], boxes of kRows x 64; a_map: A as
 // [batch_a][m][k], boxes of 16 x 64; a batch of 1 where the operand is
 // shared (p.a_batch_stride or p.b_batch_stride 0). Both 128-byte swizzled.
-template <typename T>
-__global__ void __launch_bounds__(STmaSmem::kThreads, 1)
+template <typename T, int kCols>
+__global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
     Tsm2STmaKernel(const __grid_constant__ SplitArgs p, const __grid_constant__ CUtensorMap b_map,
                    const __grid_constant__ CUtensorMap a_map) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Sm = STmaSmem;
+  using Sm = STmaSmem<kCols>;
   constexpr int S = Sm::kStages;
   extern __shared__ __align__(16) char smem_raw[];
   const uint32_t raw = SmemAddr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   char* smem = smem_raw + (base - raw);
   const uint32_t ring = base, aring = base + S * Sm::kBStage;
-  const uint32_t full = aring + S * Sm::kABox, empty = full + 8 * S;
+  const uint32_t full = aring + S * Sm::kAStage, empty = full + 8 * S;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int tile = static_cast<int>(blockIdx.x % static_cast<uint32_t>(p.tiles_n));
   const int batch = static_cast<int>(blockIdx.x / static_cast<uint32_t>(p.tiles_n));
-  const int col0 = tile * kSTmaCols;
+  const int col0 = tile * kCols;
   const int steps = static_cast<int>((p.k + Sm::kRows - 1) / Sm::kRows);
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
@@ -115,9 +120,16 @@ __global__ void __launch_bounds__(STmaSmem::kThreads, 1)
         if (it >= S) MbarWait(empty + 8 * s, (it / S - 1) & 1);
         MbarArriveExpectTx(full + 8 * s, Sm::kStageTx);
         const int r0 = it * Sm::kRows;
-        TmaLoad3d(ring + s * Sm::kBStage, &b_map, col0, r0, bb, full + 8 * s);
-        TmaLoad3d(ring + s * Sm::kBStage + Sm::kBox, &b_map, col0 + 64, r0, bb, full + 8 * s);
-        TmaLoad3d(aring + s * Sm::kABox, &a_map, r0, 0, ab, full + 8 * s);
+#pragma unroll
+        for (int b = 0; b < Sm::kBoxes; ++b) {
+          TmaLoad3d(ring + s * Sm::kBStage + b * Sm::kBox, &b_map, col0 + 64 * b, r0, bb,
+                    full + 8 * s);
+        }
+#pragma unroll
+        for (int b = 0; b < Sm::kABoxes; ++b) {
+          TmaLoad3d(aring + s * Sm::kAStage + b * Sm::kABox, &a_map, r0 + 64 * b, 0, ab,
+                    full + 8 * s);
+        }
       }
     }
   } else {
@@ -136,14 +148,14 @@ __global__ void __launch_bounds__(STmaSmem::kThreads, 1)
       const int s = it % S;
       MbarWait(full + 8 * s, (it / S) & 1);
       const char* st = smem + s * Sm::kBStage;
-      const char* as = smem + (aring - base) + s * Sm::kABox;
+      const char* as = smem + (aring - base) + s * Sm::kAStage;
       float part[4][4] = {};
 #pragma unroll
       for (int q = 0; q < Sm::kK16PerWarp; ++q) {
         const int kr = 16 * (wk + Sm::kWK * q);
-        const int c = kr / 8 + lhi;
+        const int c = kr % 64 / 8 + lhi;  // A's chunk in its 64-column box kr / 64
         uint32_t fa[4], fb[2][4];
-        LdMatrixX4(as + lrow * 128 + 16 * (c ^ (lrow % 8)), fa);
+        LdMatrixX4(as + kr / 64 * Sm::kABox + lrow * 128 + 16 * (c ^ (lrow % 8)), fa);
 #pragma unroll
         for (int h = 0; h < 2; ++h) LdMatrixX4Trans(st + kr * 128 + b_off[h], fb[h]);
 #pragma unroll
@@ -183,7 +195,7 @@ __global__ void __launch_bounds__(STmaSmem::kThreads, 1)
   __syncthreads();
   // Group 0's sums plus group 1's, four columns per thread; n % 8 == 0 (the
   // plan's condition), so a quad is wholly inside or outside n.
-  constexpr int kQuads = kSTmaCols / 4;
+  constexpr int kQuads = kCols / 4;
   for (int e = tid; e < p.m * kQuads; e += Sm::kThreads) {
     const int i = e / kQuads, j = 4 * (e % kQuads);
     if (col0 + j >= p.n) continue;
