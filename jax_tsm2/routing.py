@@ -157,9 +157,9 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         evidence="H100: TN f32 1e7x16x16 2.25x, 1e6x16x256 1.85x, 1e6x64x64 1.19x; f64 "
         "2.48x, 2.20x, 1.38x over jnp.matmul (h100-2026-11-22c); measured at k >= 1e6",
     ),
-    # A few rows times a 4096 x 4096 B on the cluster kernel (one wave of
-    # 16 clusters), device-clock timed. At m >= 8 in f32 and m >= 2 in bf16
-    # XLA's dot was as fast or faster, so the regions stop there.
+    # A few rows times a 4096 x 4096 B, device-clock timed: f32 on the cluster
+    # kernel (64 clusters of 2), where at m >= 8 XLA's dot was as fast or
+    # faster, so the region stops there; bf16 on the tensor-map kernel.
     MeasuredWin(
         "tsm2s",
         frozenset({"float32"}),
@@ -174,13 +174,14 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
     MeasuredWin(
         "tsm2s",
         frozenset({"bfloat16"}),
-        max_rows=1,
+        max_rows=16,
         max_k=4096,
         max_n=4096,
         min_k=4096,
         min_n=4096,
-        evidence="H100: S bf16 1x4096x4096 14.2 us against XLA's dot 14.6-15.2 "
-        "(h100-2026-11-23/session17); measured at k = n = 4096 only",
+        evidence="H100: S bf16 1/2/4/8/16x4096x4096 on the tensor-map kernel's 64-column "
+        "tiles 13.65/13.72/13.77/13.89/14.07 us against XLA's dot 14.31/14.10/14.29/14.49/"
+        "15.04 (h100-2026-11-23/session26, call 7); measured at k = n = 4096 only",
     ),
     # A few rows times a B too wide for the clusters' one wave, on the
     # tensor-map kernel (128-column tiles, small_left_tma.cuh).

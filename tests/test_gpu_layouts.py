@@ -390,7 +390,7 @@ S_CLUSTER_SHAPES = [
     (8000, 1000),  # the last tile part-filled (1000 = 15 x 64 + 40)
     (8, 264),  # one stage: the second block has no rows; 8 columns in the last tile
     (50_000, 256),  # many stages per block, split across clusters
-    (1000, 4104),  # k not a multiple of a stage (a rank's 500 rows = 3 x 128 + 116)
+    (1000, 4000),  # k not a multiple of a stage (a rank's 500 rows = 3 x 128 + 116), 63 tiles
     (12_000, 3584),  # 47 stages per rank, each with its own columns of A
 ]
 # k or n not a multiple of 8 (no clusters, no tensor maps): 16-byte rows of B
