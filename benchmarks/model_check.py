@@ -55,7 +55,7 @@ COMMITTED = (
     "h100-2026-11-22c/layouts-before-routing/bench.json",
     "h100-2026-11-22c/tn-grad-routed/bench.json",
     "h100-2026-11-23/layouts-final/bench.json",
-    "h100-2026-11-23/session26/bench-s/bench.json",
+    "h100-2026-11-23/session26/bench-s-tma64/bench.json",
 )
 # Families whose kernel records in a file measured a kernel since rewritten
 # (TSM2T's staging and its f64 tensor-core tiles, 2026-11-23; the gradient
@@ -65,7 +65,7 @@ SUPERSEDED: dict[str, frozenset[str]] = {
     "h100-2026-11-22c/layouts-before-routing": frozenset({"TN", "S"}),
     "h100-2026-11-22c/tn-grad-routed": frozenset({"TN", "GRAD"}),
     # TSM2S's strips gave way to the cluster kernel (sessions 15-17), measured
-    # again in session26/bench-s (which also measures the tensor-map kernel).
+    # again in session26/bench-s-tma64 (which also measures the tensor-map kernel).
     "h100-2026-11-23/layouts-final": frozenset({"S"}),
 }
 # What the calibration (jax_tsm2/model/calibration.py) was fitted to, per file:

@@ -32,7 +32,7 @@
 // Knobs of the first variant: -DSC_NC=256 -DSC_KC=8 -DSC_ROWS=32 -DSC_STAGES=4
 // -DSC_WK=1 (warps splitting a stage's rows) -DSC_A_AFTER=1 (B stages issued
 // before A) -DSC_RX=0 (relaxed last barrier); -DSC_SWEEP=0 drops the other built-in variants
-// (2: the unsplit sweep);
+// (2: the unsplit sweep; 3: the copy-only probes, RunProbes, before the usual m loop);
 // -DSC_PDL=1 launches the lab's kernels with programmatic dependent launch (the library does by
 // default; -DTSM2_S_CLUSTER_PDL=0 turns it off there). SC_TRACE=1 in the
 // environment adds a per-block timeline of one launch of each kernel (SM,
@@ -426,131 +426,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
 }
 
 // ---------------------------------------------------------------------------
-// TMA variant (session 26): the same 64-column tiles, clusters of KC ranks and
-// mma.sync math, but each stage arrives by tensor-map copies (one box of
-// kRows x 64 of B, two of 16 x 64 of A, all with the 128-byte swizzle that
-// the ldmatrix addressing above already assumes), issued by one producer
-// thread in a warp of its own and completed on the stage's mbarrier. The
-// consumers release a stage with one arrival per warp, so a slot is refilled
-// as soon as the last warp is done with it, with no block-wide barrier per
-// stage (the cp.async ring waits on its slowest thread's copies and a
-// __syncthreads every stage). A's rows past m and any rows or columns past k
-// and n land as zeros (the box's out-of-bounds fill).
-template <class Cfg>
-struct TmaSmem {
-  static constexpr int kBoxes = Cfg::kNC / 64, kBox = Cfg::kRows * 128;  // B: 64-column boxes
-  static constexpr int kBStage = kBoxes * kBox;
-  static constexpr int kABox = 16 * 64 * 2, kAStage = Cfg::kRows / 64 * kABox;  // A: 64 k-columns
-  static constexpr int kStageTx = kBStage + kAStage;
-  static constexpr int kBytes = 1024 + Cfg::kStages * (kBStage + kAStage) + 2 * 8 * Cfg::kStages;
-  static_assert(Cfg::kNC % 64 == 0 && Cfg::kRows % 64 == 0, "whole 64 x 64 boxes");
-};
-
-template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads + 32, 1)
-    ScTmaKernel(const __grid_constant__ ScArgs p, const __grid_constant__ CUtensorMap b_map,
-                const __grid_constant__ CUtensorMap a_map) {
-  using Sm = TmaSmem<Cfg>;
-  constexpr int KC = Cfg::kKC, S = Cfg::kStages;
-  extern __shared__ __align__(16) char smem_raw[];
-  // The swizzle is a function of the address bits: stages start on 1 KB.
-  const uint32_t raw = tsm2::SmemAddr(smem_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  char* smem = smem_raw + (base - raw);
-  const uint32_t ring = base, aring = base + S * Sm::kBStage;
-  const uint32_t full = aring + S * Sm::kAStage, empty = full + 8 * S;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int ks = p.k / KC, steps = ks / Cfg::kRows;
-  const int col0 = (SC_GRID1D ? blockIdx.x / KC : blockIdx.y) * Cfg::kNC;
-  const int k0 = rank * ks;
-  BlockTrace trace;
-  trace.Mark(p, 0);
-  if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      tsm2::MbarInit(full + 8 * s, 1);
-      tsm2::MbarInit(empty + 8 * s, Cfg::kWarps);
-    }
-    tsm2::MbarInitFence();
-  }
-  __syncthreads();
-#if SC_PDL
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-
-  float acc[4][4] = {};
-  const int wn = warp % Cfg::kWarpsN, wk = warp / Cfg::kWarpsN;
-  if (warp == Cfg::kWarps) {  // the producer
-    if (lane == 0) {
-      for (int it = 0; it < steps; ++it) {
-        const int s = it % S;
-        if (it >= S) tsm2::MbarWait(empty + 8 * s, (it / S - 1) & 1);
-        tsm2::MbarArriveExpectTx(full + 8 * s, Sm::kStageTx);
-        const int r0 = k0 + it * Cfg::kRows;
-#pragma unroll
-        for (int b = 0; b < Sm::kBoxes; ++b) {
-          tsm2::TmaLoad2d(ring + s * Sm::kBStage + b * Sm::kBox, &b_map, col0 + 64 * b, r0,
-                          full + 8 * s);
-        }
-#pragma unroll
-        for (int b = 0; b < Cfg::kRows / 64; ++b) {
-          tsm2::TmaLoad2d(aring + s * Sm::kAStage + b * Sm::kABox, &a_map, r0 + 64 * b, 0,
-                          full + 8 * s);
-        }
-      }
-    }
-  } else {
-    const int lrow = lane % 8 + 8 * (lane / 8 % 2), lhi = lane / 16;
-    uint32_t b_off[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      b_off[h] = wn / 2 * Sm::kBox + lrow * 128 + 16 * ((4 * (wn % 2) + 2 * h + lhi) ^ (lane % 8));
-    }
-    for (int it = 0; it < steps; ++it) {
-      const int s = it % S;
-      tsm2::MbarWait(full + 8 * s, (it / S) & 1);
-      if (it == 0) trace.Mark(p, 1);
-      const char* st = smem + (ring - base) + s * Sm::kBStage;
-      const char* as = smem + (aring - base) + s * Sm::kAStage;
-      float part[4][4] = {};
-#pragma unroll
-      for (int q = 0; q < Cfg::kK16PerWarp; ++q) {
-        const int kr = 16 * (wk + Cfg::kWK * q);
-        const int c = (kr % 64) / 8 + lhi;
-        uint32_t fa[4], fb[2][4];
-        LdMatrixX4(as + (kr / 64) * Sm::kABox + lrow * 128 + 16 * (c ^ (lrow % 8)), fa);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) LdMatrixX4Trans(st + kr * 128 + b_off[h], fb[h]);
-#pragma unroll
-        for (int f = 0; f < 4; ++f) {
-          const uint32_t frag[2] = {fb[f / 2][2 * (f % 2)], fb[f / 2][2 * (f % 2) + 1]};
-          MmaHalf<bf16>(part[f], fa, frag);
-        }
-      }
-      __syncwarp();
-      if (lane == 0) tsm2::MbarArrive(empty + 8 * s);
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[f][e] += part[f][e];
-      }
-    }
-  }
-  __syncthreads();  // every stage consumed: the ring takes the partial sums
-  trace.Mark(p, 2);
-  float* part_s = reinterpret_cast<float*>(smem);  // [kWK][16][kLdp]
-  if (warp < Cfg::kWarps) WritePartials<Cfg>(p, acc, wn, wk, part_s);
-  cluster.sync();
-  trace.Mark(p, 3);
-  ReduceOverCluster<Cfg>(p, cluster, rank, col0, part_s);
-  trace.Mark(p, 4);
-  ClusterArriveRelaxed();
-  ClusterWait();
-  trace.Mark(p, 5);
-  trace.Store(p);
-}
-
+// Tensor maps (session 26). The lab's own tensor-map S kernel (ScTmaKernel,
+// TryTma: calls 2 and 4 of session 26) became ffi/kernels/small_left_tma.cuh
+// and left the lab at 4d90880; TryLib times it where the library's plan picks
+// it. The copy-only probe below stays.
 // cuTensorMapEncodeTiled through the runtime's driver entry point.
 using EncodeFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
                               const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
@@ -860,58 +739,11 @@ void TryCluster(const Lab& lab, int m) {
   TryVariant<Cfg, ScClusterKernel<Cfg>>(lab, m, "cluster");
 }
 
-// The TMA variant: tensor maps for A (m rows) and every copy of B, made once.
-template <class Cfg>
-void TryTma(const Lab& lab, int m) {
-  char name[96];
-  std::snprintf(name, sizeof name, "tma nc%d kc%d r%d s%d", Cfg::kNC, Cfg::kKC, Cfg::kRows,
-                Cfg::kStages);
-  if (!lab::Wanted(name, lab.filter)) return;
-  ScArgs p0 = lab.Args(m, 0);
-  if (!Cfg::Takes(p0)) return;
-  const CUtensorMap a_map = EncodeBf16(lab.a, m, lab.k, 16);
-  std::vector<CUtensorMap> b_maps;
-  for (int64_t i = 0; i < lab.copies; ++i)
-    b_maps.push_back(EncodeBf16(lab.B(i), lab.k, lab.n, Cfg::kRows));
-  const int smem = TmaSmem<Cfg>::kBytes;
-  auto kernel = ScTmaKernel<Cfg>;
-  CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[2];
-  cfg.gridDim =
-      SC_GRID1D ? dim3(Cfg::kKC * (lab.n / Cfg::kNC), 1, 1) : dim3(Cfg::kKC, lab.n / Cfg::kNC, 1);
-  cfg.blockDim = dim3(Cfg::kThreads + 32, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = lab.stream;
-  tsm2::SetClusterLaunch(&cfg, attr, Cfg::kKC, SC_PDL);
-  static bool said = false;
-  if (!said) {
-    int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads + 32, smem));
-    std::printf("# %s: %d blocks, smem %d B, %d blocks/SM\n", name, Cfg::kKC * (lab.n / Cfg::kNC),
-                smem, per_sm);
-    said = true;
-  }
-  auto launch_traced = [&](int64_t turn, uint64_t* trace) {
-    ScArgs a = lab.Args(m, turn);
-    a.trace = trace;
-    CHECK(cudaLaunchKernelEx(&cfg, kernel, a, b_maps[turn % lab.copies], a_map));
-  };
-  auto launch = [&](int64_t turn) { launch_traced(turn, nullptr); };
-  const double err = WorstError(lab, m, launch);
-  const Timing sec = TimeRotating(lab, launch);
-  Report(lab, name, m, sec, ProductBytes(lab, m), err);
-  if (lab.tracing) {
-    TraceLaunch(lab, name, m, Cfg::kKC * (lab.n / Cfg::kNC), Cfg::kKC, launch_traced);
-  }
-}
-
 // Copy-only probe (session 26): blocks stream column strips of B, NCB boxes
 // of 64 columns side by side (runs of 128 * NCB bytes of each row) and ROWS
-// rows a stage, over one KC-th of the rows (blockIdx.y), through the same
-// producer / mbarrier ring as ScTmaKernel, with consumers that only release
-// the stages. It asks what the access pattern alone costs against a plain read.
+// rows a stage, over one KC-th of the rows (blockIdx.y), through a producer
+// warp and an mbarrier ring as in small_left_tma.cuh, with consumers that
+// only release the stages. It asks what the access pattern alone costs against a plain read.
 template <int NCB, int ROWS, int S>
 __global__ void __launch_bounds__(288, 1)
     ScTmaProbeKernel(const __grid_constant__ CUtensorMap b_map, int k, int kc) {
@@ -1067,17 +899,6 @@ void RunM(Lab& lab, int m) {
   TryCluster<MainCfg>(lab, m);  // by default the library's stage shape, 32 rows x 4
 #if SC_SWEEP == 1
   TryCluster<ScCfg<256, 8, 32, 4, 1, 1, 1>>(lab, m);
-#elif SC_SWEEP == 3
-  // Tensor-map stages (TryTma), clusters of 2 and of 1, 3 to 10 stages.
-  TryTma<ScCfg<64, 2, 128, 4, 4, 1, 1>>(lab, m);
-  // 128 columns (256-byte runs of each row: the copy-only probe streams them
-  // at the read ceiling at 8192 x 14336, 128-byte runs at 94-97%).
-  TryTma<ScCfg<128, 1, 64, 8, 2, 1, 1>>(lab, m);
-  TryTma<ScCfg<128, 1, 64, 11, 2, 1, 1>>(lab, m);
-  TryTma<ScCfg<128, 1, 128, 5, 2, 1, 1>>(lab, m);
-  TryTma<ScCfg<128, 2, 64, 6, 2, 1, 1>>(lab, m);
-  TryTma<ScCfg<128, 2, 64, 8, 2, 1, 1>>(lab, m);
-  TryTma<ScCfg<128, 4, 64, 6, 2, 1, 1>>(lab, m);
 #elif SC_SWEEP == 2
   // No split of the contraction (clusters of 1): a block streams its 64
   // columns over all of k, as cuBLAS's nvjet S kernel does (64 CTAs at 4096 x

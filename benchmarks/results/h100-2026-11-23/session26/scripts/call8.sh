@@ -1,0 +1,21 @@
+#!/bin/bash
+# Session 26, call 8 (tree db6c7ee):
+# bf16 family S routed, then every test of test_gpu_layouts.py and the S sanitizer sweep.
+set -u
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+t0=$SECONDS
+python3 -m pip install --no-build-isolation --no-deps -e . > $OUT/install.log 2>&1 || { tail -30 $OUT/install.log; exit 1; }
+echo "install $((SECONDS - t0)) s"
+t0=$SECONDS
+timeout 150 python3 -m jax_tsm2.bench --out $OUT/bench-s-bf16 --family S --dtype bf16 --model > $OUT/bench-s-bf16.log 2>&1
+echo "bench $((SECONDS - t0)) s"
+grep "bf16" $OUT/bench-s-bf16/bench.md | cut -d'|' -f3,5,8,18,19 | head -12
+grep -E "^- issue 4" $OUT/bench-s-bf16/bench.md
+grep -A10 "^## Bar misses" $OUT/bench-s-bf16/bench.md
+t0=$SECONDS
+python3 -m pytest -q -m gpu tests/test_gpu_layouts.py > $OUT/pytest-layouts.log 2>&1
+echo "layouts tests $((SECONDS - t0)) s: $(tail -1 $OUT/pytest-layouts.log)"
+grep -E "^FAILED" $OUT/pytest-layouts.log | head -10
+t0=$SECONDS
+timeout $((595 - SECONDS)) python3 -m pytest -q -m gpu tests/test_gpu_sanitizer.py -k small_left > $OUT/pytest-s-san.log 2>&1
+echo "S sanitizer $((SECONDS - t0)) s: $(tail -1 $OUT/pytest-s-san.log)"
