@@ -69,34 +69,28 @@ def split_prediction(
     active = min(dev.sm_count, blocks)
     bw = dev.bandwidth(cal)
     eta_stream, eta_fma = cal.split_eta(kernel)
-    if plan.get("tma"):
-        # By tensor-map copies (small_left_tma.cuh): one block per 128-column
-        # tile streams B at its own efficiency; A comes from L2 once per tile.
-        l2 = plan["tiles_n"] * a_bytes * cal.tma_l2_weight
-        t_mem = (dram + l2) / (bw * cal.tma_eta_stream)
-        how = (
-            f"tsm2s in {plan['tiles_n']} tiles of {plan['tile_n']} columns by tensor-map "
-            f"copies on tensor cores, one block per tile; B streamed at "
-            f"{cal.tma_eta_stream:.2f}x the modelled read rate, A read {plan['tiles_n']} "
-            "times from L2"
-        )
-        return _finish(
-            p, dtype, layout, kernel, plan, dram, (t_mem, 0.0), None, True, how, dev, cal
-        )
-    if plan.get("cluster"):
-        # Over clusters (small_left_cluster.cuh): B streamed at their own
-        # efficiency, plus each column tile's read of A from L2 at a fraction
-        # of a DRAM byte; the tensor cores (bf16/f16) and CUDA cores (f32, at
-        # most 16 FMAs per element of B) have time to spare.
-        l2 = plan["tiles_n"] * a_bytes * cal.cluster_l2_weight
-        t_mem = (dram + l2) / (bw * cal.cluster_eta_stream)
-        how = (
-            f"tsm2s in {plan['tiles_n']} tiles of {plan['tile_n']} columns over clusters of "
-            f"{plan['cluster_blocks']} "
-            f"on {'tensor' if plan.get('mma') else 'CUDA'} cores, "
-            f"{plan['splits']} split{'s' if plan['splits'] != 1 else ''}; "
-            f"B streamed at {cal.cluster_eta_stream:.2f}x the modelled read rate (the launch "
-            f"overlaps the previous kernel), A read {plan['tiles_n']} times from L2"
+    if plan.get("tma") or plan.get("cluster"):
+        # The S kernels that stream B at their own efficiency, plus each
+        # column tile's read of A from L2 at a fraction of a DRAM byte; their
+        # tensor cores (bf16/f16) and CUDA cores (f32, at most 16 FMAs per
+        # element of B) have time to spare. By tensor-map copies
+        # (small_left_tma.cuh) one block takes a tile; over clusters
+        # (small_left_cluster.cuh) a cluster does.
+        tiles = f"tsm2s in {plan['tiles_n']} tiles of {plan['tile_n']} columns"
+        if plan.get("tma"):
+            eta, l2_weight = cal.tma_eta_stream, cal.tma_l2_weight
+            how = f"{tiles} by tensor-map copies on tensor cores, one block per tile"
+        else:
+            eta, l2_weight = cal.cluster_eta_stream, cal.cluster_l2_weight
+            how = (
+                f"{tiles} over clusters of {plan['cluster_blocks']} "
+                f"on {'tensor' if plan.get('mma') else 'CUDA'} cores, "
+                f"{plan['splits']} split{'s' if plan['splits'] != 1 else ''}"
+            )
+        t_mem = (dram + plan["tiles_n"] * a_bytes * l2_weight) / (bw * eta)
+        how += (
+            f"; B streamed at {eta:.2f}x the modelled read rate (the launch overlaps the "
+            f"previous kernel), A read {plan['tiles_n']} times from L2"
         )
         return _finish(
             p, dtype, layout, kernel, plan, dram, (t_mem, 0.0), None, True, how, dev, cal
