@@ -3,10 +3,11 @@
 // (local waits, local and remote arrivals, expected transaction bytes),
 // asynchronous stores into another block's shared memory that complete on
 // that block's mbarrier (st.async), and bulk copies from global memory that
-// complete on this block's. Addresses are 32-bit shared-window addresses
-// (SmemAddr for this block, MapRank for the same offset in another block of
-// the cluster).
-// Used by the wide k-means step (kmeans_wide.cuh). CUDA only.
+// complete on this block's (plain, or tensor-map boxes). Addresses are
+// 32-bit shared-window addresses (SmemAddr for this block, MapRank for the
+// same offset in another block of the cluster).
+// Used by the wide k-means step (kmeans_wide.cuh) and TSM2S by tensor-map
+// copies (small_left_tma.cuh). CUDA only.
 #pragma once
 
 #include <cstdint>
@@ -130,6 +131,15 @@ __device__ __forceinline__ void TmaLoad2d(uint32_t dst, const void* map, int c0,
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
       "{%2, %3}], [%4];\n" ::"r"(dst),
       "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+// A 3-D tensor-map box at (c0, c1, c2), innermost first, as TmaLoad2d.
+__device__ __forceinline__ void TmaLoad3d(uint32_t dst, const void* map, int c0, int c1, int c2,
+                                          uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
 // Orders this thread's earlier generic-proxy shared-memory writes before

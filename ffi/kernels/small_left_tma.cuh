@@ -42,16 +42,6 @@
 
 namespace tsm2 {
 
-// A 3-D tensor-map box at (c0, c1, c2), innermost first, as TmaLoad2d.
-__device__ __forceinline__ void TmaLoad3d(uint32_t dst, const void* map, int c0, int c1, int c2,
-                                          uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
-      "{%2, %3, %4}], [%5];\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-
 // kCols = 128: stages of 64 rows (two 64-column boxes of B, one box of A);
 // kCols = 64: stages of 128 rows (one box of B, two of A). 16 KB of B either
 // way; 8 warps split the columns into 32-column slices and a stage's k16
