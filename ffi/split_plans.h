@@ -44,7 +44,7 @@ struct SplitPlan {
   int64_t thread_edge = 4;           // T: each thread holds a thread_edge^2 block of the tile
   bool mma = false;                  // tensor-core tiles (tn_mma/tf32/half.cuh, small_left_mma.cuh)
   bool cluster = false;              // S: 64-column tiles over clusters (small_left_cluster.cuh)
-  bool tma = false;       // S: 128-column tiles by tensor-map copies (small_left_tma.cuh)
+  bool tma = false;       // S: 64/128-column tiles by tensor-map copies (small_left_tma.cuh)
   int64_t splits = 1;     // contraction ranges per output tile
   int64_t split_len = 0;  // rows per split (a multiple of step)
   // Blocks of the grid (a cluster plan's units are clusters of kSClusterBlocks).
@@ -208,8 +208,10 @@ inline bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int 
 #endif
 constexpr bool kSTma = TSM2_S_TMA && TSM2_MIN_CUDA_ARCH >= 90;
 constexpr int kSTmaMinBlocks = 64;
-// Stages of 16 KB of B: 8 of 64 rows at 128 columns (one block per SM), 5 of
-// 128 rows at 64 columns (the lab's best: 8 stages ran 13.7-14.1 us).
+// Stages of 16 KB of B: STmaRows(cols) rows of the tile. 8 of them at 128
+// columns (one block per SM), 5 at 64 (the lab's best at 4096 x 4096: 13.6-13.75
+// us for m = 1-16, against 14.75-15.13 with 8 stages and 15.7-16.0 with 10).
+constexpr int STmaRows(int cols) { return 8192 / cols; }
 constexpr int STmaStages(int cols) { return cols == 128 ? 8 : 5; }
 
 // The tensor-map tile width for this S problem, or 0 where the kernel does
@@ -234,7 +236,7 @@ inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_
     s.tile_n = cols;
     s.tiles_m = 1;
     s.tiles_n = CeilDiv(n, cols);
-    s.step = 8192 / cols;  // rows of B per stage (16 KB)
+    s.step = STmaRows(cols);
     s.splits = 1;
     s.split_len = CeilDiv(k, s.step) * s.step;
     return s;

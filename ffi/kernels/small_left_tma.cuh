@@ -49,7 +49,7 @@ namespace tsm2 {
 template <int kCols>
 struct STmaSmem {
   static constexpr int kConsumerWarps = 8, kThreads = 32 * (kConsumerWarps + 1);
-  static constexpr int kRows = 8192 / kCols, kStages = STmaStages(kCols);
+  static constexpr int kRows = STmaRows(kCols), kStages = STmaStages(kCols);
   static constexpr int kBoxes = kCols / 64, kABoxes = kRows / 64;
   static constexpr int kBox = kRows * 128;  // one 64-column box of B: kRows rows of 128 bytes
   static constexpr int kBStage = kBoxes * kBox, kABox = 16 * 128, kAStage = kABoxes * kABox;
