@@ -139,7 +139,7 @@ struct SplitLauncher {
   // tensor maps; a shared operand (batch stride 0) is a map of one batch.
   template <int kCols>
   static cudaError_t LaunchSTma(const DeviceMatmul& p, const SplitArgs& a, int blocks,
-                                cudaStream_t stream) {
+                                bool early_dependents, cudaStream_t stream) {
     using Sm = STmaSmem<kCols>;
     const CUtensorMapDataType type = std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                                : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
@@ -167,7 +167,8 @@ struct SplitLauncher {
     cfg.stream = stream;
     cudaLaunchAttribute attr[2];
     SetClusterLaunch(&cfg, attr, 1, kSClusterPdl);
-    if (cudaError_t e = cudaLaunchKernelEx(&cfg, kKernel, a, b_map, a_map); e != cudaSuccess) {
+    if (cudaError_t e = cudaLaunchKernelEx(&cfg, kKernel, a, b_map, a_map, early_dependents);
+        e != cudaSuccess) {
       return e;
     }
     return cudaGetLastError();
@@ -185,8 +186,8 @@ struct SplitLauncher {
         // The copies need 16-byte aligned operands (n, k % 8 == 0: the plan),
         // and the stores an aligned C; XLA's buffers always are.
         if (reinterpret_cast<uintptr_t>(p.c) % 16 != 0) return cudaErrorInvalidValue;
-        return s.tile_n == 64 ? LaunchSTma<64>(p, a, blocks, stream)
-                              : LaunchSTma<128>(p, a, blocks, stream);
+        return s.tile_n == 64 ? LaunchSTma<64>(p, a, blocks, s.early_dependents, stream)
+                              : LaunchSTma<128>(p, a, blocks, s.early_dependents, stream);
       }
     }
     if constexpr (sizeof(T) <= 4) {

@@ -191,6 +191,7 @@ nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, i
   d["cluster"] = s.cluster;
   d["cluster_blocks"] = s.cluster ? tsm2::kSClusterBlocks : 0;
   d["tma"] = s.tma;
+  d["early_dependents"] = s.early_dependents;
   d["splits"] = s.splits;
   d["split_len"] = s.split_len;
   d["blocks"] = s.Blocks(batch);

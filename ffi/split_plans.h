@@ -47,6 +47,8 @@ struct SplitPlan {
   bool tma = false;       // S: 64/128-column tiles by tensor-map copies (small_left_tma.cuh)
   int64_t splits = 1;     // contraction ranges per output tile
   int64_t split_len = 0;  // rows per split (a multiple of step)
+  // S by tensor maps: the next PDL launch may start early (TSM2_S_TMA_EARLY).
+  bool early_dependents = false;
   // Blocks of the grid (a cluster plan's units are clusters of kSClusterBlocks).
   int64_t Blocks(int64_t batch) const {
     return batch * tiles_m * tiles_n * splits * (cluster ? kSClusterBlocks : 1);
@@ -209,10 +211,31 @@ inline bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int 
 constexpr bool kSTma = TSM2_S_TMA && TSM2_MIN_CUDA_ARCH >= 90;
 constexpr int kSTmaMinBlocks = 64;
 // Stages of 16 KB of B: STmaRows(cols) rows of the tile. 8 of them at 128
-// columns (one block per SM), 5 at 64 (the lab's best at 4096 x 4096: 13.6-13.75
-// us for m = 1-16, against 14.75-15.13 with 8 stages and 15.7-16.0 with 10).
+// columns (one block per SM), 6 at 64. Kernel lab at 4096 x 4096, m = 1-16:
+// 5 stages 13.6-13.75 us against 14.75-15.13 with 8 and 15.7-16.0 with 10
+// (session 26); 6 stages 12.60-12.88 against 12.66-13.04 with 5 and
+// 12.79-13.12 with 7 (session 27, PDL on); without PDL, 64-row stages x 10
+// or 12 were no faster than 6 of 128.
 constexpr int STmaRows(int cols) { return 8192 / cols; }
-constexpr int STmaStages(int cols) { return cols == 128 ? 8 : 5; }
+constexpr int STmaStages(int cols) { return cols == 128 ? 8 : 6; }
+// Where a second grid of the same plan fits on the SMs this one leaves idle,
+// each block lets the next programmatic dependent launch (griddepcontrol.
+// launch_dependents) once its producer has issued its last copies, so the
+// next product's blocks are resident and past their set-up when this one
+// ends; their griddepcontrol.wait still waits for all of this grid. Kernel
+// lab (session 27, graph replay, A and B rotated), bf16 m x 4096 x 4096
+// (64 blocks), m = 1 / 8 / 16: 12.62 / 12.85 / 13.02 us against 13.17 /
+// 13.24 / 13.37 without; letting it launch at the start instead: 13.00 /
+// 13.18 / 13.36. At 8192 x 14336 (112 blocks, one per SM) it cost 3.4-3.8 us
+// (77.0-77.7 -> 80.5-81.5), so grids over half the SMs do not. Under XLA's
+// command buffers (the default) every custom call is its own child graph and
+// no PDL edge joins two of them, so there neither this nor PDL itself changes
+// anything; with XLA_FLAGS=--xla_gpu_enable_command_buffer= the harness ran
+// bf16 m x 4096 x 4096 in 13.1-13.4 us against 13.6-14.0 with them.
+// TSM2_S_TMA_EARLY=0: a kernel-lab knob.
+#ifndef TSM2_S_TMA_EARLY
+#define TSM2_S_TMA_EARLY 1
+#endif
 
 // The tensor-map tile width for this S problem, or 0 where the kernel does
 // not take it.
@@ -239,6 +262,8 @@ inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_
     s.step = STmaRows(cols);
     s.splits = 1;
     s.split_len = CeilDiv(k, s.step) * s.step;
+    s.early_dependents =
+        TSM2_S_TMA_EARLY && kSClusterPdl && 2 * batch * s.tiles_n <= int64_t{sm_count};
     return s;
   }
   if (SUsesCluster(itemsize, batch, k, n, sm_count)) {

@@ -444,6 +444,8 @@ S_TMA_SHAPES = [
 def test_small_left_tensor_maps(dtype, m, k, n):
     plan = _s_plan(dtype, 1, m, k, n)
     assert plan["tma"] and not plan["cluster"] and plan["splits"] == 1, plan
+    # the next launch starts early only where it fits beside this one
+    assert plan["early_dependents"] == (2 * plan["blocks"] <= jax.devices()[0].core_count), plan
     rng = np.random.default_rng(m * 41 + k + n)
     a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
     check(_run(a, b, TSM2S, NN), a, b, NN)
@@ -471,6 +473,31 @@ def test_small_left_tensor_maps_are_bitwise_reproducible():
     c1 = np.asarray(_run(a, b, TSM2S, NN, jnp.float32))
     c2 = np.asarray(_run(a, b, TSM2S, NN, jnp.float32))
     assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32))
+
+
+def test_small_left_tensor_maps_chained_products_wait_for_each_other():
+    """Each product's A is the previous product's C, back to back in one jit. With
+    early_dependents the next product's blocks start before this one ends; they must wait
+    for all of its output (griddepcontrol.wait) or they read a half-written A."""
+    k = n = 4096
+    assert _s_plan(jnp.bfloat16, 1, 16, k, n)["early_dependents"]
+    rng = np.random.default_rng(27)
+    x = rand(rng, (16, k), jnp.bfloat16)
+    # scaled by 1 / 64 (exact) so that every product's entries stay near 1
+    bs = [rand(rng, (k, n), jnp.bfloat16) / 64 for _ in range(6)]
+
+    @jax.jit
+    def chain(x, bs):
+        outs = []
+        for b in bs:
+            x = ffi_product(x, b, TSM2S, NN)
+            outs.append(x)
+        return outs
+
+    prev = x
+    for b, y in zip(bs, chain(x, bs), strict=True):
+        check(y, prev, b, NN)
+        prev = y
 
 
 @pytest.mark.parametrize(

@@ -142,10 +142,30 @@ __device__ __forceinline__ void TmaLoad3d(uint32_t dst, const void* map, int c0,
       "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
+// TmaLoad3d with an L2 cache policy (L2EvictFirst).
+__device__ __forceinline__ void TmaLoad3dHint(uint32_t dst, const void* map, int c0, int c1, int c2,
+                                              uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
+      : "memory");
+}
+// A policy that marks the lines a copy brings into L2 first to go: for data
+// read once, so that it does not push out what is read again.
+__device__ __forceinline__ uint64_t L2EvictFirst() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
 // Orders this thread's earlier generic-proxy shared-memory writes before
 // later bulk copies (async proxy) into the same bytes.
 __device__ __forceinline__ void FenceProxyAsyncShared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Fetches a __grid_constant__ tensor map's descriptor ahead of its first copy.
+__device__ __forceinline__ void PrefetchTensorMap(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
 }  // namespace tsm2

@@ -25,6 +25,18 @@
 // other half-precision kernels. The kWK groups are added in a fixed order at
 // the end (bitwise reproducible).
 //
+// What a launch costs beyond its stream of B matters at 4096 x 4096 (~13.5
+// us, ~11 of them streaming): XLA launches each custom call in its own child
+// graph, so PDL does not hide one kernel's start behind the last one's end.
+// The producer therefore prefetches the two tensor maps, sets up the ring and
+// issues its first stages before the block barrier, and B's copies carry an
+// L2 evict-first policy: B is read once, and without it the stream pushes
+// out of L2 the lines read again at every launch (the kernel's code, A).
+// Kernel lab without PDL (session 27, A and B rotated), bf16 m x 4096 x 4096,
+// m = 1 / 8 / 16: 13.85 / 13.96 / 14.08 us before, 13.80 / 13.84 / 13.91
+// with the prefetch, 13.68 / 13.76 / 13.87 also issuing early, 13.48 / 13.52
+// / 13.55 also evicting B first. An evict-last policy on A did not help.
+//
 // Harness (session 26, device clock), bf16 m x 8192 x 14336, m = 1 / 8 / 16:
 // 77.3 / 77.8 / 78.4 us (98.3-96.9% of the read ceiling) against XLA's dot
 // 77.5 / 79.7 / 81.3 and torch 78.7-79.6.
@@ -68,10 +80,11 @@ struct STmaSmem {
 // b_map: B as [batch_b][k][n], boxes of kRows x 64; a_map: A as
 // [batch_a][m][k], boxes of 16 x 64; a batch of 1 where the operand is
 // shared (p.a_batch_stride or p.b_batch_stride 0). Both 128-byte swizzled.
+// early_dependents: SplitPlan::early_dependents (split_plans.h).
 template <typename T, int kCols>
 __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
     Tsm2STmaKernel(const __grid_constant__ SplitArgs p, const __grid_constant__ CUtensorMap b_map,
-                   const __grid_constant__ CUtensorMap a_map) {
+                   const __grid_constant__ CUtensorMap a_map, bool early_dependents) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Sm = STmaSmem<kCols>;
   constexpr int S = Sm::kStages;
@@ -86,41 +99,58 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
   const int batch = static_cast<int>(blockIdx.x / static_cast<uint32_t>(p.tiles_n));
   const int col0 = tile * kCols;
   const int steps = static_cast<int>((p.k + Sm::kRows - 1) / Sm::kRows);
-  if (tid == 0) {
+  // One thread of the last warp is the producer: it issues every stage's
+  // copies, S ahead of the consumers.
+  const bool producer = warp == Sm::kConsumerWarps && lane == 0;
+  const int bb = p.b_batch_stride ? batch : 0, ab = p.a_batch_stride ? batch : 0;
+  const uint64_t b_policy = L2EvictFirst();  // B is read once (see the file's comment)
+  auto issue = [&](int it) {
+    const int s = it % S;
+    if (it >= S) MbarWait(empty + 8 * s, (it / S - 1) & 1);
+    MbarArriveExpectTx(full + 8 * s, Sm::kStageTx);
+    const int r0 = it * Sm::kRows;
+#pragma unroll
+    for (int b = 0; b < Sm::kBoxes; ++b) {
+      TmaLoad3dHint(ring + s * Sm::kBStage + b * Sm::kBox, &b_map, col0 + 64 * b, r0, bb,
+                    full + 8 * s, b_policy);
+    }
+#pragma unroll
+    for (int b = 0; b < Sm::kABoxes; ++b) {
+      TmaLoad3d(aring + s * Sm::kAStage + b * Sm::kABox, &a_map, r0 + 64 * b, 0, ab, full + 8 * s);
+    }
+  };
+  // The producer sets up the ring and issues the first S stages before the
+  // block barrier (see the file's comment).
+  int issued = 0;
+  if (producer) {
+    PrefetchTensorMap(&b_map);
+    PrefetchTensorMap(&a_map);
     for (int s = 0; s < S; ++s) {
       MbarInit(full + 8 * s, 1);
       MbarInit(empty + 8 * s, Sm::kConsumerWarps);
     }
     MbarInitFence();
+    FenceProxyAsyncShared();  // the copies complete on the barriers just made
+    if constexpr (kSClusterPdl) {
+      // Launched as a programmatic dependent: the previous kernel's writes
+      // (our operands, or readers of C) are settled only after this.
+      asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    }
+    for (; issued < S && issued < steps; ++issued) issue(issued);
   }
   __syncthreads();
   if constexpr (kSClusterPdl) {
-    // Launched as a programmatic dependent: the previous kernel's writes
-    // (our operands, or readers of C) are settled only after this.
+    // Every thread waits too: the consumers' stores of C must follow the
+    // previous kernel's reads of that buffer.
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
   }
 
   float acc[4][4] = {};  // four m16n8 accumulators
   const int wn = warp % Sm::kWarpsN, wk = warp / Sm::kWarpsN;
-  if (warp == Sm::kConsumerWarps) {  // the producer
-    if (lane == 0) {
-      const int bb = p.b_batch_stride ? batch : 0, ab = p.a_batch_stride ? batch : 0;
-      for (int it = 0; it < steps; ++it) {
-        const int s = it % S;
-        if (it >= S) MbarWait(empty + 8 * s, (it / S - 1) & 1);
-        MbarArriveExpectTx(full + 8 * s, Sm::kStageTx);
-        const int r0 = it * Sm::kRows;
-#pragma unroll
-        for (int b = 0; b < Sm::kBoxes; ++b) {
-          TmaLoad3d(ring + s * Sm::kBStage + b * Sm::kBox, &b_map, col0 + 64 * b, r0, bb,
-                    full + 8 * s);
-        }
-#pragma unroll
-        for (int b = 0; b < Sm::kABoxes; ++b) {
-          TmaLoad3d(aring + s * Sm::kAStage + b * Sm::kABox, &a_map, r0 + 64 * b, 0, ab,
-                    full + 8 * s);
-        }
-      }
+  if (warp == Sm::kConsumerWarps) {
+    if (producer) {
+      for (int it = issued; it < steps; ++it) issue(it);
+      if (early_dependents) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     }
   } else {
     // ldmatrix rows: lane l addresses row l % 8 of matrix l / 8; A's matrices
