@@ -37,7 +37,9 @@
 // default; -DTSM2_S_CLUSTER_PDL=0 turns it off there). SC_TRACE=1 in the
 // environment adds a per-block timeline of one launch of each kernel (SM,
 // start, first stage, loop, cluster exchange, stores, exit: TraceLaunch),
-// the library's through the TSM2_S_CLUSTER_MARK hook.
+// the library's through the TSM2_S_CLUSTER_MARK hook. SC_A_ROTATE=1 gives
+// every launch its own copy of A too, as the harness does (the library's
+// kernels only: "lib S").
 #include <cooperative_groups.h>
 #include <cuda.h>  // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cuda_bf16.h>
@@ -557,6 +559,10 @@ struct Lab {
   const char* filter = nullptr;
 
   const bf16* B(int64_t copy) const { return b + (copy % copies) * b_stride; }
+  // SC_A_ROTATE=1: A too is a different copy each launch, as in the harness
+  // (session 27: it changed nothing for the tensor-map kernel).
+  bool rotate_a = false;
+  const bf16* A(int64_t copy) const { return a + (rotate_a ? copy % copies : 0) * 16 * k; }
   ScArgs Args(int m, int64_t copy) const { return ScArgs{a, B(copy), c, m, k, n}; }
 };
 
@@ -833,6 +839,8 @@ void RunProbes(const Lab& lab) {
   TryProbe<8, 16, 8>(lab, 4);
   TryProbe<8, 16, 8>(lab, 8);
   TryProbe<1, 256, 4>(lab, 2);
+  TryProbe<1, 128, 6>(lab, 1);
+  TryProbe<1, 128, 6>(lab, 2);
 }
 
 // The library's S plan (the cluster kernel at 4096 x 4096 since session 15,
@@ -863,6 +871,7 @@ void TryLib(Lab& lab, int m) {
   auto launch = [&](int64_t turn) {
     tsm2::DeviceMatmul q = p;
     q.b = lab.B(turn);
+    q.a = lab.A(turn);
     const tsm2::SplitArgs args = L::Args(q, plan, s, lab.ws);
     CHECK(L::LaunchS(q, args, s, lab.stream));
     if (plan.splits > 1) {
@@ -929,7 +938,7 @@ int main(int argc, char** argv) {
   lab.b_stride = (lab.b_elems + 127) / 128 * 128;  // 256-byte aligned copies
   const int64_t b_bytes = lab.b_elems * 2;
   lab.copies = std::max<int64_t>(2, (4 * int64_t{l2} + b_bytes - 1) / b_bytes);
-  CHECK(cudaMalloc(&lab.a, size_t{16} * lab.k * sizeof(bf16)));
+  CHECK(cudaMalloc(&lab.a, static_cast<size_t>(lab.copies) * 16 * lab.k * sizeof(bf16)));
   CHECK(cudaMalloc(&lab.b, static_cast<size_t>(lab.copies * lab.b_stride) * sizeof(bf16)));
   CHECK(cudaMalloc(&lab.c, size_t{16} * lab.n * sizeof(bf16)));
   CHECK(cudaMalloc(&lab.ref, size_t{16} * lab.n * sizeof(float)));
@@ -941,7 +950,10 @@ int main(int argc, char** argv) {
   lab.tracing = std::getenv("SC_TRACE") && std::getenv("SC_TRACE")[0] == '1';
   lab::FillKernel<<<1024, 256>>>(lab.a, int64_t{16} * lab.k, 1234u);
   lab::FillKernel<<<4096, 256>>>(lab.b, lab.b_elems, 99u);
+  lab.rotate_a = std::getenv("SC_A_ROTATE") && std::getenv("SC_A_ROTATE")[0] == '1';
   for (int64_t i = 1; i < lab.copies; ++i) {
+    CHECK(cudaMemcpy(lab.a + i * 16 * lab.k, lab.a, size_t{16} * lab.k * sizeof(bf16),
+                     cudaMemcpyDeviceToDevice));
     CHECK(cudaMemcpy(lab.b + i * lab.b_stride, lab.b, b_bytes, cudaMemcpyDeviceToDevice));
   }
   const int64_t outs = int64_t{16} * lab.n;
