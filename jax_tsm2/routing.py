@@ -173,29 +173,32 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
     ),
     MeasuredWin(
         "tsm2s",
-        frozenset({"bfloat16"}),
+        frozenset({"bfloat16", "float16"}),
         max_rows=16,
         max_k=4096,
         max_n=4096,
         min_k=4096,
         min_n=4096,
         evidence="H100: S bf16 1/2/4/8/16x4096x4096 on the tensor-map kernel's 64-column "
-        "tiles 13.65/13.72/13.77/13.89/14.07 us against XLA's dot 14.31/14.10/14.29/14.49/"
-        "15.04 (h100-2026-11-23/session26, call 7); measured at k = n = 4096 only",
+        "tiles 13.38/13.52/13.55/13.86/14.03 us against XLA's dot 14.39/14.31/14.35/14.62/"
+        "15.05 (h100-2026-11-23/session27, call 8); f16 13.7/13.8/13.8/13.9/14.1 against "
+        "14.3/14.1/14.4/14.5/15.1 (session27, call 2, the kernel before its start was "
+        "reworked); measured at k = n = 4096 only",
     ),
     # A few rows times a B too wide for the clusters' one wave, on the
     # tensor-map kernel (128-column tiles, small_left_tma.cuh).
     MeasuredWin(
         "tsm2s",
-        frozenset({"bfloat16"}),
+        frozenset({"bfloat16", "float16"}),
         max_rows=16,
         max_k=8192,
         max_n=14336,
         min_k=8192,
         min_n=14336,
-        evidence="H100: S bf16 1/2/4/8/16x8192x14336 77.3/77.4/77.5/77.7/78.3 us against "
-        "XLA's dot 77.5/78.3/79.2/79.7/81.3 and torch 78.7-79.6 "
-        "(h100-2026-11-23/session26); measured at k = 8192, n = 14336 only",
+        evidence="H100: S bf16 1/2/4/8/16x8192x14336 77.2/77.3/77.5/78.2/79.4 us against "
+        "XLA's dot 78.1/78.4/78.8/79.6/81.3 (h100-2026-11-23/session27, call 8); f16 "
+        "77.5/77.5/77.7/77.9/78.4 against 77.9/78.3/78.7/79.9/81.7 (session27, call 2); "
+        "measured at k = 8192, n = 14336 only",
     ),
 )
 SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(

@@ -8,6 +8,7 @@ machine can produce: `jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))`
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 
 import jax
@@ -560,32 +561,35 @@ def test_measured_wins_need_the_measured_alignment():
 
 
 def test_small_left_wins_cover_only_the_measured_shapes():
-    """The S wins were measured at k = n = 4096 (f32: cluster kernel, one wave; bf16:
-    tensor-map kernel) and, for bf16, at k = 8192, n = 14336 (tensor-map kernel)."""
+    """The S wins were measured at k = n = 4096 (f32: cluster kernel, one wave; bf16 and
+    f16: tensor-map kernel) and, for bf16 and f16, at k = 8192, n = 14336 (tensor-map
+    kernel)."""
     f32, bf16 = np.dtype("float32"), np.dtype(jnp.bfloat16)
     for m in (1, 2, 4):
         r = route((m, 4096), (4096, 4096), dtype=jnp.float32, mode="auto")
         assert r.target == "tsm2s" and r.layer == "measured", r
-    for m in (1, 2, 8, 16):
-        r = route((m, 4096), (4096, 4096), dtype=jnp.bfloat16, mode="auto")
+    for m, dtype in itertools.product((1, 2, 8, 16), (jnp.bfloat16, jnp.float16)):
+        r = route((m, 4096), (4096, 4096), dtype=dtype, mode="auto")
         assert r.target == "tsm2s" and r.layer == "measured", r
     for a, b, dtype in [
         ((8, 4096), (4096, 4096), jnp.float32),  # 27.9 us against XLA's 26.0
-        ((2, 4096), (4096, 4096), jnp.float16),  # not measured
         ((1, 4096), (4096, 2048), jnp.float32),  # not measured
+        ((2, 4096), (4096, 2048), jnp.float16),  # not measured
         ((1, 8192), (8192, 4096), jnp.float32),
     ]:
         assert route(a, b, dtype=dtype, mode="auto").layer != "measured"
-    for m in (1, 5, 16):
-        r = route((m, 8192), (8192, 14336), dtype=jnp.bfloat16, mode="auto")
+    for m, dtype in itertools.product((1, 5, 16), (jnp.bfloat16, jnp.float16)):
+        r = route((m, 8192), (8192, 14336), dtype=dtype, mode="auto")
         assert r.target == "tsm2s" and r.layer == "measured", r
     for a, b, dtype in [
         ((17, 8192), (8192, 14336), jnp.bfloat16),  # past S's 16 rows
-        ((8, 8192), (8192, 14336), jnp.float16),  # not measured
         ((8, 8192), (8192, 14328), jnp.bfloat16),
     ]:
         assert route(a, b, dtype=dtype, mode="auto").layer != "measured"
     wins = [w for w in routing.MEASURED_WINS if w.target == "tsm2s"]
-    assert {w.dtypes for w in wins} == {frozenset({"float32"}), frozenset({"bfloat16"})}
+    assert {w.dtypes for w in wins} == {
+        frozenset({"float32"}),
+        frozenset({"bfloat16", "float16"}),
+    }
     assert not any(w.covers("tsm2s", f32, model.Problem(None, 1, 4096, 4104), "nn") for w in wins)
     assert not any(w.covers("tsm2s", bf16, model.Problem(2, 16, 4096, 4096), "nn") for w in wins)
