@@ -228,10 +228,11 @@ constexpr int STmaStages(int cols) { return cols == 128 ? 8 : 6; }
 // 13.24 / 13.37 without; letting it launch at the start instead: 13.00 /
 // 13.18 / 13.36. At 8192 x 14336 (112 blocks, one per SM) it cost 3.4-3.8 us
 // (77.0-77.7 -> 80.5-81.5), so grids over half the SMs do not. Under XLA's
-// command buffers (the default) every custom call is its own child graph and
-// no PDL edge joins two of them, so there neither this nor PDL itself changes
-// anything; with XLA_FLAGS=--xla_gpu_enable_command_buffer= the harness ran
-// bf16 m x 4096 x 4096 in 13.1-13.4 us against 13.6-14.0 with them.
+// command buffers (the default) neither this nor PDL itself changed the
+// harness's times (likely because each custom call is recorded as its own
+// child graph, and PDL joins kernel nodes); with XLA_FLAGS=
+// --xla_gpu_enable_command_buffer= it ran bf16 m x 4096 x 4096 in 13.1-13.4
+// us against 13.6-14.0 with them (session 27).
 // TSM2_S_TMA_EARLY=0: a kernel-lab knob.
 #ifndef TSM2_S_TMA_EARLY
 #define TSM2_S_TMA_EARLY 1

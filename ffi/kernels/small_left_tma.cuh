@@ -26,8 +26,9 @@
 // the end (bitwise reproducible).
 //
 // What a launch costs beyond its stream of B matters at 4096 x 4096 (~13.5
-// us, ~11 of them streaming): XLA launches each custom call in its own child
-// graph, so PDL does not hide one kernel's start behind the last one's end.
+// us, ~11 of them streaming): under XLA's command buffers PDL did not hide
+// one kernel's start behind the last one's end (split_plans.h, kSClusterPdl
+// and TSM2_S_TMA_EARLY), so the start is paid in full.
 // The producer therefore prefetches the two tensor maps, sets up the ring and
 // issues its first stages before the block barrier, and B's copies carry an
 // L2 evict-first policy: B is read once, and without it the stream pushes
