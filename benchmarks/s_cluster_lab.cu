@@ -544,6 +544,9 @@ __global__ void ErrorKernel(const bf16* c, const float* ref, int64_t count, unsi
 struct Lab {
   int k = 4096, n = 4096;
   int64_t b_elems = 0, b_stride = 0, copies = 1;
+  // Copies of A and of C: SC_A_COPIES / SC_C_COPIES, else SC_AC_COPIES, else
+  // `copies` (the harness gives each of its up to 256 products its own).
+  int64_t a_copies = 1, c_copies = 1;
   bf16* a = nullptr;     // [16][k]: the problem with m rows uses the first m
   bf16* b = nullptr;     // `copies` copies of [k][n]
   bf16* c = nullptr;     // [16][n]
@@ -562,7 +565,14 @@ struct Lab {
   // SC_A_ROTATE=1: A too is a different copy each launch, as in the harness
   // (session 27: it changed nothing for the tensor-map kernel).
   bool rotate_a = false;
-  const bf16* A(int64_t copy) const { return a + (rotate_a ? copy % copies : 0) * 16 * k; }
+  const bf16* A(int64_t copy) const { return a + (rotate_a ? copy % a_copies : 0) * 16 * k; }
+  // SC_C_ROTATE=1: each launch writes its own C, as each product in the
+  // harness does (C(0) is `c`, which the error check reads).
+  bool rotate_c = false;
+  bf16* C(int64_t copy) const { return c + (rotate_c ? copy % c_copies : 0) * 16 * n; }
+  // SC_CHILD=1: the timed graph holds each launch as a child graph of its
+  // own, as XLA's command buffers record a custom call.
+  bool child_graphs = false;
   ScArgs Args(int m, int64_t copy) const { return ScArgs{a, B(copy), c, m, k, n}; }
 };
 
@@ -598,9 +608,24 @@ Timing TimeRotating(const Lab& lab, const F& launch) {
 
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(lab.stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kTimed; ++i) launch(turn++);
-  CHECK(cudaStreamEndCapture(lab.stream, &graph));
+  if (lab.child_graphs) {
+    CHECK(cudaGraphCreate(&graph, 0));
+    cudaGraphNode_t prev = nullptr;
+    for (int i = 0; i < kTimed; ++i) {
+      cudaGraph_t one;
+      CHECK(cudaStreamBeginCapture(lab.stream, cudaStreamCaptureModeThreadLocal));
+      launch(turn++);
+      CHECK(cudaStreamEndCapture(lab.stream, &one));
+      cudaGraphNode_t node;
+      CHECK(cudaGraphAddChildGraphNode(&node, graph, prev ? &prev : nullptr, prev ? 1 : 0, one));
+      CHECK(cudaGraphDestroy(one));  // the node holds its own copy
+      prev = node;
+    }
+  } else {
+    CHECK(cudaStreamBeginCapture(lab.stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kTimed; ++i) launch(turn++);
+    CHECK(cudaStreamEndCapture(lab.stream, &graph));
+  }
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
   CHECK(cudaGraphLaunch(exec, lab.stream));  // warm-up replay
   CHECK(cudaEventRecord(e0, lab.stream));
@@ -872,6 +897,7 @@ void TryLib(Lab& lab, int m) {
     tsm2::DeviceMatmul q = p;
     q.b = lab.B(turn);
     q.a = lab.A(turn);
+    q.c = lab.C(turn);
     const tsm2::SplitArgs args = L::Args(q, plan, s, lab.ws);
     CHECK(L::LaunchS(q, args, s, lab.stream));
     if (plan.splits > 1) {
@@ -938,9 +964,16 @@ int main(int argc, char** argv) {
   lab.b_stride = (lab.b_elems + 127) / 128 * 128;  // 256-byte aligned copies
   const int64_t b_bytes = lab.b_elems * 2;
   lab.copies = std::max<int64_t>(2, (4 * int64_t{l2} + b_bytes - 1) / b_bytes);
-  CHECK(cudaMalloc(&lab.a, static_cast<size_t>(lab.copies) * 16 * lab.k * sizeof(bf16)));
+  auto copies_from = [&](const char* var) {
+    const char* v = std::getenv(var);
+    if (!v) v = std::getenv("SC_AC_COPIES");
+    return v ? std::max<int64_t>(1, std::atoll(v)) : lab.copies;
+  };
+  lab.a_copies = copies_from("SC_A_COPIES");
+  lab.c_copies = copies_from("SC_C_COPIES");
+  CHECK(cudaMalloc(&lab.a, static_cast<size_t>(lab.a_copies) * 16 * lab.k * sizeof(bf16)));
   CHECK(cudaMalloc(&lab.b, static_cast<size_t>(lab.copies * lab.b_stride) * sizeof(bf16)));
-  CHECK(cudaMalloc(&lab.c, size_t{16} * lab.n * sizeof(bf16)));
+  CHECK(cudaMalloc(&lab.c, static_cast<size_t>(lab.c_copies) * 16 * lab.n * sizeof(bf16)));
   CHECK(cudaMalloc(&lab.ref, size_t{16} * lab.n * sizeof(float)));
   CHECK(cudaMalloc(&lab.worst, sizeof(unsigned)));
   CHECK(cudaMalloc(&lab.sink, static_cast<size_t>(lab.sms) * 8 * sizeof(uint32_t)));
@@ -951,9 +984,13 @@ int main(int argc, char** argv) {
   lab::FillKernel<<<1024, 256>>>(lab.a, int64_t{16} * lab.k, 1234u);
   lab::FillKernel<<<4096, 256>>>(lab.b, lab.b_elems, 99u);
   lab.rotate_a = std::getenv("SC_A_ROTATE") && std::getenv("SC_A_ROTATE")[0] == '1';
-  for (int64_t i = 1; i < lab.copies; ++i) {
+  lab.rotate_c = std::getenv("SC_C_ROTATE") && std::getenv("SC_C_ROTATE")[0] == '1';
+  lab.child_graphs = std::getenv("SC_CHILD") && std::getenv("SC_CHILD")[0] == '1';
+  for (int64_t i = 1; i < lab.a_copies; ++i) {
     CHECK(cudaMemcpy(lab.a + i * 16 * lab.k, lab.a, size_t{16} * lab.k * sizeof(bf16),
                      cudaMemcpyDeviceToDevice));
+  }
+  for (int64_t i = 1; i < lab.copies; ++i) {
     CHECK(cudaMemcpy(lab.b + i * lab.b_stride, lab.b, b_bytes, cudaMemcpyDeviceToDevice));
   }
   const int64_t outs = int64_t{16} * lab.n;
