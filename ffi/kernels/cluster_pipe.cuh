@@ -133,18 +133,10 @@ __device__ __forceinline__ void TmaLoad2d(uint32_t dst, const void* map, int c0,
       "l"(map), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
-// A 3-D tensor-map box at (c0, c1, c2), innermost first, as TmaLoad2d.
+// A 3-D tensor-map box at (c0, c1, c2), innermost first, as TmaLoad2d, with
+// an L2 cache policy (L2EvictFirst).
 __device__ __forceinline__ void TmaLoad3d(uint32_t dst, const void* map, int c0, int c1, int c2,
-                                          uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
-      "{%2, %3, %4}], [%5];\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-// TmaLoad3d with an L2 cache policy (L2EvictFirst).
-__device__ __forceinline__ void TmaLoad3dHint(uint32_t dst, const void* map, int c0, int c1, int c2,
-                                              uint32_t bar, uint64_t policy) {
+                                          uint32_t bar, uint64_t policy) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
       " [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),

@@ -37,6 +37,22 @@
 // m = 1 / 8 / 16: 13.85 / 13.96 / 14.08 us before, 13.80 / 13.84 / 13.91
 // with the prefetch, 13.68 / 13.76 / 13.87 also issuing early, 13.48 / 13.52
 // / 13.55 also evicting B first. An evict-last policy on A did not help.
+// A's copies are evict-first too. Every block reads A's lines within a few
+// stages of each other, and A is dead once the kernel ends. At normal
+// priority, the A's of earlier launches pile up in L2, because the evict-first
+// B goes before them. Once they (and the C's) fill ~32 MB, the stream slows.
+// The harness gives each of its 256 products its own A and C, and showed
+// this as a growth with m: 13.4 / 13.8 / 14.0 us at m = 1 / 8 / 16.
+// Kernel lab without PDL, A and C rotated over 256 copies, bf16 m x 4096 x
+// 4096, m = 1 / 8 / 16 (session 28):
+// - as before: 13.49 / 14.00 / 14.27 us;
+// - A evict-first: 13.48 / 13.60 / 14.22;
+// - with 7 copies (A and C stay in L2) it made no difference: 13.54 /
+//   13.54 / 13.57 against 13.48 / 13.51 / 13.61;
+// - warming A or C in L2 at the start made it worse: 13.68-14.38 and
+//   13.66-14.50;
+// - storing C evict-first too (st.global.cs) gave 13.63 / 14.02 at m = 8 /
+//   16; not kept, because C is what the next kernel reads.
 //
 // Harness (session 26, device clock), bf16 m x 8192 x 14336, m = 1 / 8 / 16:
 // 77.3 / 77.8 / 78.4 us (98.3-96.9% of the read ceiling) against XLA's dot
@@ -104,7 +120,8 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
   // copies, S ahead of the consumers.
   const bool producer = warp == Sm::kConsumerWarps && lane == 0;
   const int bb = p.b_batch_stride ? batch : 0, ab = p.a_batch_stride ? batch : 0;
-  const uint64_t b_policy = L2EvictFirst();  // B is read once (see the file's comment)
+  // B is read once, and A is dead after this kernel (see the file's comment).
+  const uint64_t evict_first = L2EvictFirst();
   auto issue = [&](int it) {
     const int s = it % S;
     if (it >= S) MbarWait(empty + 8 * s, (it / S - 1) & 1);
@@ -112,12 +129,13 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
     const int r0 = it * Sm::kRows;
 #pragma unroll
     for (int b = 0; b < Sm::kBoxes; ++b) {
-      TmaLoad3dHint(ring + s * Sm::kBStage + b * Sm::kBox, &b_map, col0 + 64 * b, r0, bb,
-                    full + 8 * s, b_policy);
+      TmaLoad3d(ring + s * Sm::kBStage + b * Sm::kBox, &b_map, col0 + 64 * b, r0, bb, full + 8 * s,
+                evict_first);
     }
 #pragma unroll
     for (int b = 0; b < Sm::kABoxes; ++b) {
-      TmaLoad3d(aring + s * Sm::kAStage + b * Sm::kABox, &a_map, r0 + 64 * b, 0, ab, full + 8 * s);
+      TmaLoad3d(aring + s * Sm::kAStage + b * Sm::kABox, &a_map, r0 + 64 * b, 0, ab, full + 8 * s,
+                evict_first);
     }
   };
   // The producer sets up the ring and issues the first S stages before the
