@@ -37,22 +37,22 @@
 // m = 1 / 8 / 16: 13.85 / 13.96 / 14.08 us before, 13.80 / 13.84 / 13.91
 // with the prefetch, 13.68 / 13.76 / 13.87 also issuing early, 13.48 / 13.52
 // / 13.55 also evicting B first. An evict-last policy on A did not help.
-// A's copies are evict-first too. Every block reads A's lines within a few
-// stages of each other, and A is dead once the kernel ends. At normal
-// priority, the A's of earlier launches pile up in L2, because the evict-first
-// B goes before them. Once they (and the C's) fill ~32 MB, the stream slows.
+// A's copies and C's stores (st.global.cs) are evict-first too. Every block
+// reads A's lines within a few stages of each other, and A is dead once the
+// kernel ends; C is read at most by the next kernel, right after. At normal
+// priority, the A's and C's of earlier launches pile up in L2, because the
+// evict-first B goes before them, and once they fill ~32 MB the stream slows.
 // The harness gives each of its 256 products its own A and C, and showed
 // this as a growth with m: 13.4 / 13.8 / 14.0 us at m = 1 / 8 / 16.
-// Kernel lab without PDL, A and C rotated over 256 copies, bf16 m x 4096 x
-// 4096, m = 1 / 8 / 16 (session 28):
-// - as before: 13.49 / 14.00 / 14.27 us;
-// - A evict-first: 13.48 / 13.60 / 14.22;
-// - with 7 copies (A and C stay in L2) it made no difference: 13.54 /
-//   13.54 / 13.57 against 13.48 / 13.51 / 13.61;
-// - warming A or C in L2 at the start made it worse: 13.68-14.38 and
-//   13.66-14.50;
-// - storing C evict-first too (st.global.cs) gave 13.63 / 14.02 at m = 8 /
-//   16; not kept, because C is what the next kernel reads.
+// Kernel lab without PDL, A and C rotated over 256 copies (session 28):
+// - bf16 m x 4096 x 4096, m = 1 / 8 / 16:
+//   - as before: 13.49 / 14.00 / 14.27 us;
+//   - A evict-first: 13.48 / 13.60 / 14.22;
+//   - A and C evict-first: 13.49 / 13.63 / 14.02.
+// - m x 8192 x 14336, m = 1 / 8 / 16: 77.49 / 78.60 / 79.52 with A
+//   evict-first, 77.44 / 77.97 / 78.56 with C too.
+// - With 7 copies (A and C stay in L2) neither cost anything: within 0.1 us.
+// - Warming A or C in L2 at the start made it worse (13.66-14.50).
 //
 // Harness (session 26, device clock), bf16 m x 8192 x 14336, m = 1 / 8 / 16:
 // 77.3 / 77.8 / 78.4 us (98.3-96.9% of the read ceiling) against XLA's dot
@@ -248,11 +248,12 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
       sum.w += v.w;
     }
     const int64_t at = (batch * p.m + i) * p.n + col0 + j;
+    // Evict-first (st.global.cs): see the file's comment.
     if (p.out_f32) {
-      *reinterpret_cast<float4*>(static_cast<float*>(p.c) + at) = sum;
+      __stcs(reinterpret_cast<float4*>(static_cast<float*>(p.c) + at), sum);
     } else {
-      *reinterpret_cast<uint2*>(static_cast<T*>(p.c) + at) =
-          make_uint2(PackPair<T>(sum.x, sum.y), PackPair<T>(sum.z, sum.w));
+      __stcs(reinterpret_cast<uint2*>(static_cast<T*>(p.c) + at),
+             make_uint2(PackPair<T>(sum.x, sum.y), PackPair<T>(sum.z, sum.w)));
     }
   }
 #endif
