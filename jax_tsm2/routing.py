@@ -180,10 +180,10 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         min_k=4096,
         min_n=4096,
         evidence="H100: S bf16 1/2/4/8/16x4096x4096 on the tensor-map kernel's 64-column "
-        "tiles 13.38/13.52/13.55/13.86/14.03 us against XLA's dot 14.39/14.31/14.35/14.62/"
-        "15.05 (h100-2026-11-23/session27, call 8); f16 13.7/13.8/13.8/13.9/14.1 against "
-        "14.3/14.1/14.4/14.5/15.1 (session27, call 2, the kernel before its start was "
-        "reworked); measured at k = n = 4096 only",
+        "tiles 13.36/13.37/13.51/13.61/13.83 us against XLA's dot 14.31/14.10/14.29/14.50/"
+        "15.11 (h100-2026-11-23/session28, call 11); f16 13.44/13.36/13.51/13.65/13.82 "
+        "against 14.49/14.09/14.54/14.59/15.07 (session28, call 12); measured at "
+        "k = n = 4096 only",
     ),
     # A few rows times a B too wide for the clusters' one wave, on the
     # tensor-map kernel (128-column tiles, small_left_tma.cuh).
@@ -195,9 +195,9 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         max_n=14336,
         min_k=8192,
         min_n=14336,
-        evidence="H100: S bf16 1/2/4/8/16x8192x14336 77.2/77.3/77.5/78.2/79.4 us against "
-        "XLA's dot 78.1/78.4/78.8/79.6/81.3 (h100-2026-11-23/session27, call 8); f16 "
-        "77.5/77.5/77.7/77.9/78.4 against 77.9/78.3/78.7/79.9/81.7 (session27, call 2); "
+        evidence="H100: S bf16 1/2/4/8/16x8192x14336 77.1/77.2/77.3/77.5/78.3 us against "
+        "XLA's dot 79.2/78.3/78.7/79.6/81.6 (h100-2026-11-23/session28, call 11); f16 "
+        "77.1/77.2/77.3/77.5/78.2 against 77.6/78.9/78.7/79.7/81.4 (session28, call 12); "
         "measured at k = 8192, n = 14336 only",
     ),
 )
