@@ -54,9 +54,12 @@
 // - With 7 copies (A and C stay in L2) neither cost anything: within 0.1 us.
 // - Warming A or C in L2 at the start made it worse (13.66-14.50).
 //
-// Harness (session 26, device clock), bf16 m x 8192 x 14336, m = 1 / 8 / 16:
-// 77.3 / 77.8 / 78.4 us (98.3-96.9% of the read ceiling) against XLA's dot
-// 77.5 / 79.7 / 81.3 and torch 78.7-79.6.
+// Harness (session 28, call 11, device clock), bf16, m = 1 / 8 / 16:
+// - m x 4096 x 4096: 13.36 / 13.61 / 13.83 us against XLA's dot 14.31 /
+//   14.50 / 15.11 and torch 13.87 / 13.80 / 16.71;
+// - m x 8192 x 14336: 77.10 / 77.49 / 78.32 us (98.6-97.4% of the read
+//   ceiling) against XLA's dot 79.21 / 79.59 / 81.63 and torch 79.65 /
+//   78.88 / 79.22.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (a type only: nothing links libcuda)
