@@ -56,7 +56,7 @@
 //
 // Harness (session 28, call 11, device clock), bf16, m = 1 / 8 / 16:
 // - m x 4096 x 4096: 13.36 / 13.61 / 13.83 us against XLA's dot 14.31 /
-//   14.50 / 15.11 and torch 13.87 / 13.80 / 16.71;
+//   14.50 / 15.11 and torch 13.87 / 13.80 / 16.67;
 // - m x 8192 x 14336: 77.10 / 77.49 / 78.32 us (98.6-97.4% of the read
 //   ceiling) against XLA's dot 79.21 / 79.59 / 81.63 and torch 79.65 /
 //   78.88 / 79.22.
