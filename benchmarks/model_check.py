@@ -56,18 +56,25 @@ COMMITTED = (
     "h100-2026-11-22c/tn-grad-routed/bench.json",
     "h100-2026-11-23/layouts-final/bench.json",
     "h100-2026-11-23/session26/bench-s-tma64/bench.json",
+    "h100-2026-11-23/session28/call11/bench-s-bf16/bench.json",
+    "h100-2026-11-23/session28/call12/bench-s-f16/bench.json",
 )
-# Families whose kernel records in a file measured a kernel since rewritten
-# (TSM2T's staging and its f64 tensor-core tiles, 2026-11-23; the gradient
-# runs TSM2T): the model describes the current kernel, so only those files'
-# XLA records still count. layouts-final has them measured again.
+# Families ("S") or a family's dtype ("S:bf16") whose kernel records in a
+# file measured a kernel since rewritten (TSM2T's staging and its f64
+# tensor-core tiles, 2026-11-23; the gradient runs TSM2T): the model describes
+# the current kernel, so only those files' XLA records still count.
+# layouts-final has them measured again.
 SUPERSEDED: dict[str, frozenset[str]] = {
     "h100-2026-11-22c/layouts-before-routing": frozenset({"TN", "S"}),
     "h100-2026-11-22c/tn-grad-routed": frozenset({"TN", "GRAD"}),
     # TSM2S's strips gave way to the cluster kernel (sessions 15-17), measured
     # again in session26/bench-s-tma64 (which also measures the tensor-map kernel).
     "h100-2026-11-23/layouts-final": frozenset({"S"}),
+    # bf16 S on the tensor-map kernel before its L2 policies (session 28),
+    # measured again in session28/call11; the file's f32 S records still count.
+    "h100-2026-11-23/session26/bench-s-tma64": frozenset({"S:bf16"}),
 }
+
 # What the calibration (jax_tsm2/model/calibration.py) was fitted to, per file:
 # those families' figures are in-sample. tn-grad-routed repeats the fitted TN
 # shapes (another run of the same kernels): "repeat", not independent.
@@ -85,6 +92,12 @@ REPEATS: dict[str, frozenset[str]] = {
     # TSM2S to layouts-before-routing (the same S shapes).
     "h100-2026-11-23/layouts-final": frozenset({"TN", "S"}),
 }
+
+
+def superseded(label: str, rec: dict[str, Any]) -> bool:
+    """Whether ``rec``'s kernel was rewritten since file ``label`` measured it."""
+    old = SUPERSEDED.get(label, frozenset())
+    return rec.get("family") in old or f"{rec.get('family')}:{rec.get('dtype')}" in old
 
 
 def file_label(path: str | pathlib.Path) -> str:
@@ -160,7 +173,7 @@ def check(
         group = _impl_group(rec)
         if group is None or rec.get("status") != "ok" or not rec.get("seconds"):
             continue
-        if not group.startswith("xla") and rec.get("family") in SUPERSEDED.get(label, ()):
+        if not group.startswith("xla") and superseded(label, rec):
             continue
         prods = products(rec)
         layouts = [lay for lay, _ in prods]
@@ -258,9 +271,8 @@ def routing_check(
     combination was not measured in the file. Kernel records of the families
     ``SUPERSEDED`` for ``label`` do not count."""
     by_case: dict[tuple, dict[str, dict[str, Any]]] = {}
-    old = SUPERSEDED.get(label, frozenset())
     for rec in doc.get("records", []):
-        if rec.get("family") in old and not rec["impl"].startswith("jnp"):
+        if superseded(label, rec) and not rec["impl"].startswith("jnp"):
             continue
         if rec.get("status") == "ok" and rec.get("seconds"):
             by_case.setdefault((rec["case"], rec["dtype"]), {})[rec["impl"]] = rec

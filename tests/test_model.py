@@ -169,7 +169,8 @@ def test_bar1_median_error_per_family_on_committed_h100_results():
     mc, rows = _committed_rows()
     fams = mc.by_family(rows)
     kernel_rows = [r for r in rows if r["group"] == "kernel"]
-    assert len(kernel_rows) >= 105  # R 21, L 36, NT 8 + 8, S 20 (session 17), TN 6, GRAD 3 + 3
+    # R 21, L 36, NT 8 + 8, S 30 (f32 session 26, bf16 and f16 session 28), TN 6, GRAD 3 + 3
+    assert len(kernel_rows) >= 115
     seen = {(s["family"], s["group"]) for s in fams}
     for fam in ("R", "L", "NT", "S", "TN", "GRAD"):
         assert {(fam, "kernel"), (fam, "xla")} <= seen, fam
@@ -182,6 +183,30 @@ def test_bar1_median_error_per_family_on_committed_h100_results():
     # TSM2T's records are layouts-final's (the kernel was rewritten): the shapes
     # it was refitted on, measured again.
     assert marks[("R", "kernel")] == ["in"] and marks[("TN", "kernel")] == ["repeat"]
+
+
+def test_model_check_supersedes_a_family_or_one_of_its_dtypes(monkeypatch):
+    """A file's kernel records of a rewritten kernel drop out, whole family or one dtype;
+    its XLA records (and the other dtypes') still count."""
+    mc = _model_check()
+    monkeypatch.setitem(mc.SUPERSEDED, "run-a", frozenset({"S:bf16"}))
+    monkeypatch.setitem(mc.SUPERSEDED, "run-b", frozenset({"TN"}))
+    assert mc.superseded("run-a", {"family": "S", "dtype": "bf16"})
+    assert not mc.superseded("run-a", {"family": "S", "dtype": "f32"})
+    assert not mc.superseded("run-a", {"family": "TN", "dtype": "bf16"})
+    assert mc.superseded("run-b", {"family": "TN", "dtype": "f64"})
+    assert not mc.superseded("run-c", {"family": "TN", "dtype": "f64"})
+    rec = {"family": "S", "case": "S:1x4096x4096", "m": 1, "k": 4096, "n": 4096,
+           "status": "ok", "seconds": 14e-6, "route": "tsm2s"}  # fmt: skip
+    doc = {
+        "records": [
+            dict(rec, dtype=dt, impl=impl)
+            for dt in ("bf16", "f32")
+            for impl in ("tsm2_kernel", "jnp")
+        ]
+    }
+    kept = {(r["dtype"], r["group"]) for r in mc.check(doc, H100, "run-a")}
+    assert kept == {("bf16", "xla"), ("f32", "xla"), ("f32", "kernel")}
 
 
 def test_model_check_reads_layouts_from_families():
