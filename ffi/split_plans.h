@@ -19,12 +19,20 @@ namespace tsm2 {
 // Blocks a split plan aims for per SM; enough resident warps to keep the
 // memory system busy without making splits (and partial sums) needlessly small.
 constexpr int kSplitBlocksPerSm = 4;
-// The tensor-core T kernels fit two blocks per SM (up to 128 registers per
-// thread, ~94 KB rings), so their plans aim for one wave of two: aiming for
-// four made two waves, and one wave ran 3-10% faster on every tensor-core tile
-// (kernel lab, session 10, H100: TN f32 1e6x64x64 203 -> 192 us, f64 385 ->
-// 367, bf16 115 -> 104.5).
-constexpr int kTMmaBlocksPerSm = 2;
+// Every T kernel fits two blocks per SM: all are launch-bounded to two
+// blocks of 256 threads and ptxas gives each 124-128 registers (and the
+// tensor-core rings are ~94 KB), so T plans aim for one wave of two. Aiming
+// for four made two waves: one wave ran 3-10% faster on every tensor-core
+// tile (kernel lab, session 10, H100: TN f32 1e6x64x64 203 -> 192 us, f64
+// 385 -> 367, bf16 115 -> 104.5). The CUDA-core tiles kept two waves until
+// session 29 (lab, 1e6 rows: f32 512 x 8 735 -> 716 us, f64 16 x 256 744 ->
+// 735; 1e7 x 16 x 16 within 1%).
+// TSM2_T_BLOCKS_PER_SM: a kernel-lab knob (benchmarks/kernel_lab.cu builds only).
+#ifdef TSM2_T_BLOCKS_PER_SM
+constexpr int kTBlocksPerSm = TSM2_T_BLOCKS_PER_SM;
+#else
+constexpr int kTBlocksPerSm = 2;
+#endif
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -57,11 +65,13 @@ struct SplitPlan {
 
 // Picks the number of splits for `tiles` output tiles and a contraction of
 // `k` rows taken `step` at a time, aiming for `per_sm` blocks per SM; at
-// most `max_splits`.
+// most `max_splits`. With `one_wave` the aim is a bound: the grid fits
+// per_sm blocks per SM where the tiles leave room for a split each.
 inline void ChooseSplits(int64_t tiles, int64_t k, int sm_count, int per_sm, int64_t max_splits,
-                         SplitPlan* s) {
+                         SplitPlan* s, bool one_wave = false) {
   const int64_t steps = std::max<int64_t>(1, CeilDiv(k, s->step));
-  const int64_t want = CeilDiv(int64_t{per_sm} * sm_count, std::max<int64_t>(1, tiles));
+  const int64_t slots = int64_t{per_sm} * sm_count, t = std::max<int64_t>(1, tiles);
+  const int64_t want = one_wave ? slots / t : CeilDiv(slots, t);
   s->splits = std::clamp<int64_t>(want, 1, std::min(steps, std::max<int64_t>(1, max_splits)));
   s->split_len = CeilDiv(steps, s->splits) * s->step;
   s->splits = CeilDiv(std::max<int64_t>(k, 1), s->split_len);  // no empty splits
@@ -84,8 +94,10 @@ constexpr int kTStageBytes = 16 * 1024;
 constexpr int kTStageBytesLarge = 32 * 1024;
 // Tiles of 2048+ outputs run on tensor cores where the FMA pipes held the
 // CUDA-core kernel back (64 x 64: 54% of the read ceiling in f64, 50% in
-// f32): f64 tiles with both edges 32 or more on FP64 MMAs (tn_mma.cuh), f32
-// tiles with both edges 16 or more on TF32 MMAs at f32 accuracy
+// f32): f64 and f32 tiles with both edges 16 or more, f64 on FP64 MMAs
+// (tn_mma.cuh; until session 29 f64 needed edges of 32, and f64 16 x 256
+// then trailed cuBLAS: kernel lab, 1e6 rows, 16 x 256 733 -> 725 us, 256 x
+// 16 742 -> 726, 16 x 128 and 128 x 16 1% faster), f32 on TF32 MMAs at f32 accuracy
 // (tn_tf32.cuh). bf16 and f16 tiles carry twice the FMAs per byte of f32
 // ones, so theirs go to m16n8k16 MMAs from 1024 outputs (16 x 8 MMA tiles,
 // one or more per warp; tn_half.cuh). Stage rows are padded by kTMmaPad
@@ -93,8 +105,7 @@ constexpr int kTStageBytesLarge = 32 * 1024;
 constexpr int kTMmaPad = 8;
 constexpr bool TUsesMma(int itemsize, int64_t tile_m, int64_t tile_n) {
   if (itemsize == 2) return tile_m >= 16 && tile_n >= 8 && tile_m * tile_n >= 1024;
-  const int64_t edge = itemsize == 8 ? 32 : 16;
-  return (itemsize == 8 || itemsize == 4) && tile_m >= edge && tile_n >= edge &&
+  return (itemsize == 8 || itemsize == 4) && tile_m >= 16 && tile_n >= 16 &&
          tile_m * tile_n >= 2048;
 }
 // Contraction rows per stage of the tensor-core tiles: whole MMA steps in
@@ -121,8 +132,11 @@ inline SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_
   s.step = std::max<int64_t>(groups, stage_bytes / row_bytes / groups * groups);
   s.mma = TUsesMma(itemsize, s.tile_m, s.tile_n);
   if (s.mma) s.step = TMmaStep(itemsize, s.tile_m, s.tile_n);
-  const int per_sm = s.mma ? kTMmaBlocksPerSm : kSplitBlocksPerSm;
-  ChooseSplits(batch * s.tiles_m * s.tiles_n, k, sm_count, per_sm, int64_t{1} << 40, &s);
+  // Rounded up, the aim left a few blocks for a second wave: 10 tiles x 27
+  // splits = 270 blocks for 264 slots took TN bf16 539940 x 148 x 194 from
+  // 1.23 to 1.64 ms (kernel lab, session 29).
+  ChooseSplits(batch * s.tiles_m * s.tiles_n, k, sm_count, kTBlocksPerSm, int64_t{1} << 40, &s,
+               /*one_wave=*/true);
   return s;
 }
 
