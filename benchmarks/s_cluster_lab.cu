@@ -903,7 +903,8 @@ void TryLib(Lab& lab, int m) {
     if (plan.splits > 1) {
       const int64_t outputs = int64_t{m} * lab.n;
       const int blocks = static_cast<int>(std::min<int64_t>((outputs + 255) / 256, 16 * lab.sms));
-      tsm2::Tsm2SplitReduceKernel<bf16, false><<<blocks, 256, 0, lab.stream>>>(args, int64_t{1});
+      tsm2::Tsm2SplitReduceKernel<bf16, false>
+          <<<blocks, 256, 0, lab.stream>>>(args, int64_t{1}, false);
       CHECK(cudaGetLastError());
     }
   };

@@ -8,6 +8,8 @@
 
 namespace tsm2 {
 
+constexpr int kReduceThreads = 256;
+
 struct SplitArgs {
   const void* a;
   const void* b;
@@ -61,44 +63,88 @@ __device__ __forceinline__ void StoreSplitOut(const SplitArgs& p, const SplitBlo
   }
 }
 
+// Drops a 128-byte line of global memory from L2 without writing it back.
+__device__ __forceinline__ void DiscardL2Line(const void* line) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(line) : "memory");
+#endif
+}
+
 // C = sum over splits of the partial sums, in an order fixed by the plan
-// alone, so that the result does not depend on scheduling. With kWarpEach a
-// warp adds one output's splits (lane l takes splits l, l + 32, ..., then a
-// fixed shuffle tree), which keeps hundreds of splits from serializing on
-// one thread's load latency; else a thread adds them in split order.
-template <typename T, bool kWarpEach>
-__global__ void Tsm2SplitReduceKernel(const __grid_constant__ SplitArgs p, int64_t batch) {
+// alone, so that the result does not depend on scheduling.
+// - kWarpsOverSplits (many splits, T): a block takes 32 consecutive outputs,
+//   lane l output l, warp w splits w, w + 8, ...; the 8 warps' sums are then
+//   added in warp order. Each load of a warp is 32 neighbouring outputs of one
+//   split; the warp-per-output form this replaced read one value per 32-byte
+//   sector (kernel lab, session 29: TN f32 and bf16 1e6 x 16 x 256 1% faster).
+//   With `discard` (the host checks that every warp's loads are whole 128-byte
+//   lines of its own), each line is dropped from L2 once read. The T kernels
+//   write their partials just before this pass, so they are still dirty in L2,
+//   and their write-back cost the next kernel's stream DRAM time: TN f64 1e6 x
+//   16 x 256 (264 splits of 32 KB) 735.8 -> 731.2 us, as fast as an empty
+//   second launch (730.3).
+// - Else a thread adds one output's splits in split order.
+template <typename T, bool kWarpsOverSplits>
+__global__ void __launch_bounds__(kReduceThreads)
+    Tsm2SplitReduceKernel(const __grid_constant__ SplitArgs p, int64_t batch, bool discard) {
   using Acc = AccType<T>;
-  const int64_t mn = p.m * p.n;
+  constexpr int kWarps = kReduceThreads / 32;
+  // Outputs a block takes per pass, and the splits a thread steps over.
+  constexpr int kOutputs = kWarpsOverSplits ? 32 : kReduceThreads;
+  constexpr int kSplitStride = kWarpsOverSplits ? kWarps : 1;
+  constexpr int kPerLine = 128 / static_cast<int>(sizeof(Acc));
+  __shared__ Acc warp_sums[kWarpsOverSplits ? kWarps : 1][32];
+  const int64_t mn = p.m * p.n, outputs = batch * mn;
   const Acc* part = static_cast<const Acc*>(p.partials);
-  const int64_t worker = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int lanes = kWarpEach ? 32 : 1;
-  const int lane = kWarpEach ? threadIdx.x % 32 : 0;
-  // Whole warps iterate together (the loop bound is the same for a warp).
-  for (int64_t o = worker / lanes; o < batch * mn; o += stride / lanes) {
-    const int64_t b = o / mn, e = o % mn;
-    // kBatch loads issued before their adds: one chain of dependent loads
-    // took 5.5-5.8 us for 16 splits of 4096 outputs (Nsight, S bf16
-    // 1x4096x4096, 16 blocks). The adds keep split order, so results are
-    // the same bits as adding one split at a time.
-    constexpr int kBatch = 8;
-    const Acc* src = part + b * p.splits * mn + e;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int first = kWarpsOverSplits ? warp : 0;
+  const bool drops = kWarpsOverSplits && discard && lane % kPerLine == 0;
+  for (int64_t o0 = blockIdx.x * int64_t{kOutputs}; o0 < outputs;
+       o0 += int64_t{gridDim.x} * kOutputs) {
+    const int64_t o = o0 + (kWarpsOverSplits ? lane : threadIdx.x);
     Acc sum = 0;
-    int64_t s = lane;
-    for (; s + (kBatch - 1) * lanes < p.splits; s += kBatch * lanes) {
-      Acc v[kBatch];
+    if (o < outputs) {
+      // kBatch loads issued before their adds: one chain of dependent loads
+      // took 5.5-5.8 us for 16 splits of 4096 outputs (Nsight, S bf16
+      // 1x4096x4096, 16 blocks). The adds keep split order, so results are
+      // the same bits as adding one split at a time.
+      constexpr int kBatch = 8;
+      const Acc* src = part + o / mn * p.splits * mn + o % mn;
+      int64_t s = first;
+      for (; s + (kBatch - 1) * kSplitStride < p.splits; s += kBatch * kSplitStride) {
+        Acc v[kBatch];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) v[u] = src[(s + u * lanes) * mn];
+        for (int u = 0; u < kBatch; ++u) v[u] = src[(s + u * kSplitStride) * mn];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) sum += v[u];
+        for (int u = 0; u < kBatch; ++u) sum += v[u];
+        if (discard) {
+          __syncwarp();  // every lane has its values before a line goes
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            if (drops) DiscardL2Line(src + (s + u * kSplitStride) * mn);
+          }
+        }
+      }
+      for (; s < p.splits; s += kSplitStride) {
+        sum += src[s * mn];
+        if (discard) {
+          __syncwarp();
+          if (drops) DiscardL2Line(src + s * mn);
+        }
+      }
     }
-    for (; s < p.splits; s += lanes) sum += src[s * mn];
-    if constexpr (kWarpEach) {
+    if constexpr (kWarpsOverSplits) {
+      warp_sums[warp][lane] = sum;
+      __syncthreads();
+      sum = 0;
+      if (warp == 0) {
 #pragma unroll
-      for (int d = 16; d > 0; d /= 2) sum += __shfl_down_sync(0xffffffffu, sum, d);
-      if (lane != 0) continue;
+        for (int w = 0; w < kWarps; ++w) sum += warp_sums[w][lane];
+      }
+      __syncthreads();  // warp_sums is free for the next pass
+      if (warp != 0) continue;
     }
+    if (o >= outputs) continue;
     if (p.out_f32) {
       static_cast<float*>(p.c)[o] = static_cast<float>(sum);
     } else {
