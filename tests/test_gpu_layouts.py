@@ -231,6 +231,31 @@ def test_tn_tf32_tiles(k, m, n):
     check(_run(a, b, TSM2T, TN), a, b, TN)
 
 
+# T on FP64 tensor cores (ffi/kernels/tn_mma.cuh): f64 output tiles of 2048+
+# entries with both edges >= 16, including the 16-wide ones (16 x 128, 16 x
+# 256, 128 x 16, 256 x 16) that left the CUDA cores in session 29, with
+# tails in both edges and a contraction over hundreds of splits.
+F64_MMA_TILES = [
+    (200_003, 16, 256),  # 16 x 256, 1 x 8 MMA tiles per warp
+    (20_011, 16, 130),  # 16 x 256, a tail of 2 columns
+    (20_011, 13, 100),  # 16 x 128, tails in both edges
+    (9_001, 128, 16),  # 128 x 16, 2 x 2
+    (3_001, 600, 9),  # 256 x 16, three tiles, tails
+    (20_011, 64, 64),  # 64 x 64
+]
+
+
+@pytest.mark.parametrize(("k", "m", "n"), F64_MMA_TILES, ids=str)
+def test_tn_f64_mma_tiles(k, m, n):
+    assert _plan(jnp.float64, k, m, n)["mma"], "the shape should take the FP64 MMA tiles"
+    rng = np.random.default_rng(k + m + n)
+    a, b = rand(rng, (k, m), jnp.float64), rand(rng, (k, n), jnp.float64)
+    check(_run(a, b, TSM2T, TN), a, b, TN)
+    np.testing.assert_array_equal(
+        np.asarray(_run(a, b, TSM2T, TN)), np.asarray(_run(a, b, TSM2T, TN))
+    )
+
+
 def _assert_positive_sums_within_64_eps(dtype, k, m, n, seed, out=None):
     """A.T @ B of positive data (uniform in [0.5, 1), stored as ``dtype``): |A|^T |B| = A^T B,
     so rounding biases add up instead of cancelling; within 64 f32 eps of the float64
