@@ -361,6 +361,11 @@ FAMILIES: dict[str, Family] = {
         shapes=(GRAD_SHAPE,),
         quick_shapes=(GRAD_SHAPE,),
         tiny_shapes=((2000, 64, 8), (513, 32, 3)),
+        # Not f16: with unit-normal data the gradient's entries (sums of 1e6
+        # products of ~N(0, 512) residuals) pass f16's 65504, so every
+        # implementation, jnp and torch included, returns inf (session 29).
+        dtypes=("f32", "f64", "bf16"),
+        notes="f16 left out: the gradient overflows f16 at 1e6 rows for every implementation",
     ),
 }
 
