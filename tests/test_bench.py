@@ -518,6 +518,27 @@ def test_issue4_bars():
         ("S:f", "torch"),
         ("S:g", "jnp"),
     ]
+    # Routed to XLA's dot, a miss to XLA's dot at another precision within 0.5% is an
+    # XLA tie; a wider one, one to torch, or a kernel route's, is not.
+    ties = [
+        dict(rec("tsm2", "NT:h", 1.002, dtype="bf16"), route="xla"),
+        rec("jnp_highest", "NT:h", 1.0, dtype="bf16"),
+        dict(rec("tsm2", "NT:i", 1.01, dtype="bf16"), route="xla"),
+        rec("jnp_highest", "NT:i", 1.0, dtype="bf16"),
+        dict(rec("tsm2", "NT:j", 1.002, dtype="bf16"), route="xla"),
+        rec("torch", "NT:j", 1.0, dtype="bf16"),
+        dict(rec("tsm2", "NT:k", 1.002, dtype="bf16"), route="tsm2r"),
+        rec("jnp", "NT:k", 1.0, dtype="bf16"),
+    ]
+    misses = report.bars(ties)["issue4"]["peers"]["misses"]
+    assert [(m["case"], m["xla_tie"]) for m in misses] == [
+        ("NT:h", True),
+        ("NT:i", False),
+        ("NT:j", False),
+        ("NT:k", False),
+    ]
+    tie_doc = {"ceilings": {}, "summary": {"bars": report.bars(ties)}}
+    assert any("1/4 with XLA's dot tying XLA's dot" in s for s in report.summary_lines(tie_doc))
     grads = {r["dtype"]: r for r in b4["grad"]["results"]}
     assert grads["f32"]["speedup"] == pytest.approx(1.25) and grads["f32"]["pass"]
     assert not grads["bf16"]["pass"] and b4["grad"]["pass"] is False
