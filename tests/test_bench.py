@@ -1,7 +1,7 @@
 """The benchmark harness (jax_tsm2.bench): end to end on CPU with tiny shapes, plus its parts.
 
 The end-to-end runs call ``main`` in-process (a few seconds) and check the JSON schema that
-other tools read (jax_tsm2/bench/README.md) and the markdown table. ``jax_tsm2.matmul`` is
+other tools read (docs/harness.md) and the markdown table. ``jax_tsm2.matmul`` is
 monkeypatched only where a test needs a wrong implementation, or if it does not exist yet.
 """
 
@@ -86,7 +86,7 @@ def test_end_to_end_cpu_json_and_markdown(tmp_path, capsys, ensure_matmul):
     doc = json.loads((tmp_path / "bench.json").read_text())
     for key, kind in TOP_LEVEL.items():
         assert isinstance(doc[key], kind), key
-    assert doc["schema"] == "jax_tsm2.bench" and doc["schema_version"] == 1
+    assert doc["schema"] == "jax_tsm2.bench" and doc["schema_version"] == 2
     if doc["platform"] == "cpu":
         assert doc["ceilings"]["read_bytes_per_s"] is None
         assert "torch" in doc["impls_skipped"]
@@ -137,7 +137,7 @@ def test_wrong_implementation_is_reported_not_timed(monkeypatch):
     assert recs["tsm2"]["status"] == "failed-check"
     assert recs["tsm2"]["seconds"] is None and recs["tsm2"]["rel_error"] > 5e-2
     assert recs["jnp"]["status"] == "ok"
-    misses = doc["summary"]["bars"]["bar2"]["misses"]
+    misses = doc["summary"]["checks"]["rl_peers"]["misses"]
     assert [m["case"] for m in misses] == ["L:1000x8x8"]
     table = report.text_table(doc)
     assert "FAIL" in table
@@ -159,7 +159,7 @@ def test_x64_flag_is_restored(ensure_matmul):
     assert jax.config.jax_enable_x64 == before
 
 
-def test_suite_matches_bench_md():
+def test_suite_cases_bytes_and_flops():
     cases = suite.select_cases()
     r = [c for c in cases if c.family == "R"]
     ell = [c for c in cases if c.family == "L"]
@@ -168,7 +168,7 @@ def test_suite_matches_bench_md():
     assert suite.Case("L", "bf16", 10_000_000, 64, 64) in cases
     fam = suite.FAMILIES["L"]
     c = suite.Case("L", "f32", 10_000_000, 16, 16)
-    assert fam.min_bytes(c) == (10_000_000 * 16 * 2 + 256) * 4  # 1.28 GB, BENCH.md's floor
+    assert fam.min_bytes(c) == (10_000_000 * 16 * 2 + 256) * 4  # 1.28 GB: read A, write C
     assert fam.flops(c) == 2 * 10_000_000 * 16 * 16
 
 
@@ -240,7 +240,7 @@ def test_route_of_lowered_text():
     assert case.route_of(clock) == "xla"  # the harness's timer is not a route
 
 
-def test_bars_and_speedups():
+def test_rl_checks_and_speedups():
     def rec(impl, case, seconds, n=8, nbytes=10**9, pct=95.0, fam="R", dtype="f32"):
         return {
             "impl": impl,
@@ -257,15 +257,19 @@ def test_bars_and_speedups():
         }
 
     a = [rec("tsm2", "R:a", 1.0), rec("jnp", "R:a", 2.0), rec("torch", "R:a", 1.5)]
-    a.append(rec("tsm2_kernel", "R:a", 0.5))  # ours, not a peer: never the bar-2 reference
+    a.append(rec("tsm2_kernel", "R:a", 0.5))  # ours, not a peer: never the peer reference
     b = [rec("tsm2", "R:b", 1.0, pct=80.0), rec("jnp", "R:b", 1.0), rec("torch", "R:b", 0.9)]
     for group in (a, b):
         report.add_speedups(group)
     assert a[0]["speedup_over"] == {"jnp": 2.0, "torch": 1.5, "tsm2_kernel": 0.5}
-    bars = report.bars(a + b)
-    assert [m["case"] for m in bars["bar1"]["misses"]] == ["R:b"]
-    assert [m["case"] for m in bars["bar2"]["misses"]] == ["R:b"]
-    assert bars["bar3"]["geomean"] == pytest.approx(2.0**0.5)
+    checks = report.checks(a + b)
+    assert [m["case"] for m in checks["rl_bandwidth"]["misses"]] == ["R:b"]
+    assert [m["case"] for m in checks["rl_peers"]["misses"]] == ["R:b"]
+    assert checks["rl_speedup"]["geomean"] == pytest.approx(2.0**0.5)
+    lines = report.summary_lines({"ceilings": {}, "summary": {"checks": checks}})[1:]
+    assert lines[0].startswith("R/L bandwidth (>= 256 MB with small n at >= 90% of read ceil")
+    assert "1/2 cases routed" in lines[0]
+    assert lines[2] == "R/L speed-up (geomean vs jnp, target >= 1.5x): 1.41x MISS"
     assert report._clean({"x": float("nan"), "y": (1, 2.5)}) == {"x": None, "y": [1, 2.5]}
 
 
@@ -305,7 +309,7 @@ def test_gpu_device_clock_times_the_products():
     assert not plain.clocked and len(timing.run_jax(plain, [a, b])) == 8
 
 
-# -- issue 4: NT, TN, S and the gradient benchmark -------------------------------------------
+# -- NT, TN, S and the gradient benchmark -------------------------------------------------
 
 LAYOUT_RECORD_FIELDS = {"product": str, "operand_shapes": list, "output_shape": list}
 
@@ -323,13 +327,13 @@ def test_layout_families_and_grad_end_to_end_cpu(tmp_path, capsys, ensure_matmul
     argv = ["--tiny", "--case", cases, "--dtype", "f32,f64,bf16", "--repeats", "2"]
     assert cli.main([*argv, "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    assert "issue 4 peers (NT/TN/S" in printed and "issue 4 grad (jax.grad" in printed
+    assert "NT/TN/S peers (no slower" in printed and "gradient (jax.grad" in printed
 
     doc = json.loads((tmp_path / "bench.json").read_text())
     got = {(r["case"], r["dtype"]) for r in doc["records"]}
     want = {("NT:300x96x16", d) for d in ("f32", "bf16")}
     want |= {("S:8x320x96", d) for d in ("f32", "bf16")}
-    want |= {("TN:20000x8x8", d) for d in ("f32", "f64")}  # BENCH.md: TN is f32 and f64
+    want |= {("TN:20000x8x8", d) for d in ("f32", "f64")}  # the suite: TN is f32 and f64
     want |= {("GRAD:513x32x3", d) for d in ("f32", "f64", "bf16")}
     assert got == want
     shapes = {
@@ -356,9 +360,10 @@ def test_layout_families_and_grad_end_to_end_cpu(tmp_path, capsys, ensure_matmul
     )
     assert tn["tolerance"] == pytest.approx(2 * 2.0**-24 * 20000**0.5)
 
-    issue4 = doc["summary"]["bars"]["issue4"]
-    assert issue4["peers"]["cases"] == 6 and issue4["bandwidth"]["cases"] == 0  # tiny: < 256 MB
-    grads = {r["dtype"]: r for r in issue4["grad"]["results"]}
+    checks = doc["summary"]["checks"]
+    assert checks["layout_peers"]["cases"] == 6
+    assert checks["layout_bandwidth"]["cases"] == 0  # tiny: < 256 MB
+    grads = {r["dtype"]: r for r in checks["grad"]["results"]}
     assert set(grads) == {"f32", "f64", "bf16"}
     assert all(r["speedup"] > 0 and r["tsm2_seconds"] > 0 for r in grads.values())
     md = (tmp_path / "bench.md").read_text()
@@ -436,12 +441,12 @@ def test_wrong_tn_result_fails_the_full_check(monkeypatch):
     doc = run_suite(_tiny_opts(cases=["TN:20000x8x8"], impls=["tsm2", "jnp"]), log=lambda _: None)
     recs = {r["impl"]: r for r in doc["records"]}
     assert recs["tsm2"]["status"] == "failed-check" and recs["jnp"]["status"] == "ok"
-    assert [m["case"] for m in doc["summary"]["bars"]["issue4"]["peers"]["misses"]] == [
+    assert [m["case"] for m in doc["summary"]["checks"]["layout_peers"]["misses"]] == [
         "TN:20000x8x8"
     ]
 
 
-def test_layout_suite_matches_bench_md():
+def test_layout_suite_cases_dtypes_and_bytes():
     cases = suite.select_cases(["NT", "S", "TN", "GRAD"])
     count = lambda fam: sum(1 for c in cases if c.family == fam)
     assert count("NT") == 4 * 2 and count("S") == 10 * 2 and count("TN") == 3 * 2
@@ -466,7 +471,7 @@ def test_layout_suite_matches_bench_md():
         cli.main(["--tiny", "--family", "TN", "--dtype", "bf16"])
 
 
-def test_issue4_bars():
+def test_layout_and_gradient_checks():
     def rec(impl, case, seconds, nbytes=10**9, pct=90.0, fam="NT", dtype="f32", status="ok"):
         return {
             "impl": impl,
@@ -486,7 +491,7 @@ def test_issue4_bars():
         [rec("tsm2", "NT:a", 1.0), rec("jnp", "NT:a", 2.0), rec("tsm2_kernel", "NT:a", 1.0)],
         [rec("tsm2", "TN:b", 1.0, pct=80.0, fam="TN"), rec("torch", "TN:b", 0.9, fam="TN")],
         [rec("tsm2", "S:c", 1.0, nbytes=10**8, pct=10.0, fam="S"), rec("jnp", "S:c", 1.5, fam="S")],
-        [rec("tsm2", "R:d", 1.0, pct=10.0, fam="R")],  # issue 3's: not judged here
+        [rec("tsm2", "R:d", 1.0, pct=10.0, fam="R")],  # an R/L case: not judged here
         [rec("tsm2", "GRAD:g", 1.0, fam="GRAD"), rec("jnp", "GRAD:g", 1.25, fam="GRAD")],
         [
             rec("tsm2", "GRAD:g", 1.0, fam="GRAD", dtype="bf16"),
@@ -495,13 +500,15 @@ def test_issue4_bars():
     ]
     for group in groups:
         report.add_speedups(group)
-    b4 = report.bars([r for g in groups for r in g])["issue4"]
-    bw = b4["bandwidth"]
+    checks = report.checks([r for g in groups for r in g])
+    bw = checks["layout_bandwidth"]
     assert bw["cases"] == 2  # NT:a and TN:b; S:c is under 256 MB
     assert [m["case"] for m in bw["misses"]] == ["TN:b"]
     assert [m["case"] for m in bw["kernel_misses"]] == ["TN:b"]  # no forced-kernel record
-    assert b4["peers"]["cases"] == 3
-    assert [(m["case"], m["fastest_peer"]) for m in b4["peers"]["misses"]] == [("TN:b", "torch")]
+    assert checks["layout_peers"]["cases"] == 3
+    assert [(m["case"], m["fastest_peer"]) for m in checks["layout_peers"]["misses"]] == [
+        ("TN:b", "torch")
+    ]
     # Routed to XLA's own program: judged on the two records' pooled samples, so a noisy
     # tsm2 sample set does not make a miss (nor hide a real one against another peer).
     same = [
@@ -513,7 +520,7 @@ def test_issue4_bars():
         dict(rec("tsm2", "S:g", 1.05, fam="S"), program="p3", samples=[1.05]),
         dict(rec("jnp", "S:g", 1.00, fam="S"), program="p4", samples=[1.00]),
     ]
-    peers = report.bars(same)["issue4"]["peers"]
+    peers = report.checks(same)["layout_peers"]
     assert [(m["case"], m["fastest_peer"]) for m in peers["misses"]] == [
         ("S:f", "torch"),
         ("S:g", "jnp"),
@@ -530,19 +537,19 @@ def test_issue4_bars():
         dict(rec("tsm2", "NT:k", 1.002, dtype="bf16"), route="tsm2r"),
         rec("jnp", "NT:k", 1.0, dtype="bf16"),
     ]
-    misses = report.bars(ties)["issue4"]["peers"]["misses"]
+    misses = report.checks(ties)["layout_peers"]["misses"]
     assert [(m["case"], m["xla_tie"]) for m in misses] == [
         ("NT:h", True),
         ("NT:i", False),
         ("NT:j", False),
         ("NT:k", False),
     ]
-    tie_doc = {"ceilings": {}, "summary": {"bars": report.bars(ties)}}
+    tie_doc = {"ceilings": {}, "summary": {"checks": report.checks(ties)}}
     assert any("1/4 with XLA's dot tying XLA's dot" in s for s in report.summary_lines(tie_doc))
-    grads = {r["dtype"]: r for r in b4["grad"]["results"]}
+    grads = {r["dtype"]: r for r in checks["grad"]["results"]}
     assert grads["f32"]["speedup"] == pytest.approx(1.25) and grads["f32"]["pass"]
-    assert not grads["bf16"]["pass"] and b4["grad"]["pass"] is False
-    doc = {"ceilings": {}, "summary": {"bars": report.bars([r for g in groups for r in g])}}
+    assert not grads["bf16"]["pass"] and checks["grad"]["pass"] is False
+    doc = {"ceilings": {}, "summary": {"checks": checks}}
     lines = report.summary_lines(doc)
-    assert any(s.startswith("issue 4 bandwidth") and "1/2 cases routed" in s for s in lines)
+    assert any(s.startswith("NT/TN/S bandwidth") and "1/2 cases routed" in s for s in lines)
     assert any("GRAD:g f32" in s and "1.25x pass" in s for s in lines)

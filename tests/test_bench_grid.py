@@ -1,6 +1,7 @@
-"""Issue 5 in the harness: ``--model`` (predicted beside measured, bar 1) and ``--grid``
-(the validation grid of random shapes, bar 2). CPU: tiny shapes, the forced kernels run the
-FFI target's reference loops; the bar logic runs on synthetic records."""
+"""The model and routing checks in the harness: ``--model`` (predicted beside measured, the
+model's error) and ``--grid`` (the validation grid of random shapes, routing against the best
+of each shape). CPU: tiny shapes, the forced kernels run the FFI target's reference loops; the
+grid-routing judge runs on synthetic records."""
 
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def test_grid_end_to_end_cpu(tmp_path, capsys):
     argv = ["--tiny", "--grid", "6", "--grid-seed", "2", "--model", "--out", str(tmp_path)]
     assert cli.main(argv) == 0
     printed = capsys.readouterr()
-    assert "issue 5 bar 2 (grid" in printed.out and "best kernel" in printed.out
+    assert "grid routing (routed <=" in printed.out and "best kernel" in printed.out
     assert "[6/6]" in printed.err and "routed" in printed.err
 
     doc = json.loads((tmp_path / "bench.json").read_text())
@@ -129,10 +130,10 @@ def test_grid_end_to_end_cpu(tmp_path, capsys):
             assert rec["predicted_seconds"] > 0 and rec["predicted_target"]
             if rec["kernel"]:
                 assert rec["predicted_target"] == rec["kernel"]
-    bar2 = doc["summary"]["bars"]["issue5"]["bar2"]
-    assert bar2["shapes"] == 6 and bar2["judged"] == 6 and not bar2["kernel_failures"]
-    assert bar2["pass"] is False  # fewer than 100 shapes, whatever the times
-    assert doc["summary"]["bars"]["bar2"]["cases"] == 0  # grid records stay out of issue 3's
+    routing = doc["summary"]["checks"]["grid_routing"]
+    assert routing["shapes"] == 6 and routing["judged"] == 6 and not routing["kernel_failures"]
+    assert routing["pass"] is False  # fewer than 100 shapes, whatever the times
+    assert doc["summary"]["checks"]["rl_peers"]["cases"] == 0  # grid records stay out
     md = (tmp_path / "bench.md").read_text()
     assert "| family | case | dtype | MB | route | tsm2 us | model us |" in md
 
@@ -177,7 +178,7 @@ def test_time_budget_and_checkpoint(tmp_path):
     partial = tmp_path / report.PARTIAL
     assert cli.main(["--merge", str(partial), "--out", str(tmp_path / "m")]) == 0
     merged = json.loads((tmp_path / "m" / "bench.json").read_text())
-    assert merged["summary"]["bars"]["issue5"]["bar2"]["shapes"] == 4
+    assert merged["summary"]["checks"]["grid_routing"]["shapes"] == 4
     opts.time_budget_s = 1e-9
     doc = run_suite(opts, log=lambda _: None)
     assert doc["stopped_early"]["cases_run"] == 0 and doc["records"] == []
@@ -192,7 +193,7 @@ def test_model_fields_on_a_tiny_cpu_run(tmp_path, capsys):
     argv = ["--tiny", "--case", cases, "--dtype", "f32", "--model", "--out", str(tmp_path)]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert "model us" in out and "err %" in out and "issue 5 bar 1 (model" in out
+    assert "model us" in out and "err %" in out and "model error (median" in out
     doc = json.loads((tmp_path / "bench.json").read_text())
     assert doc["model"]["name"] == model.current_device().name
     for rec in doc["records"]:
@@ -206,12 +207,12 @@ def test_model_fields_on_a_tiny_cpu_run(tmp_path, capsys):
         assert rec["model_error"] == pytest.approx(want)
         if rec["impl"] == "jnp_highest":
             assert rec["predicted_target"] == "xla (highest)"
-    bar1 = doc["summary"]["bars"]["issue5"]["bar1"]
-    assert bar1["suite"]["records"] == 12 and bar1["grid"] is None  # 4 cases x 3 impls
-    assert set(bar1["suite"]["per_impl"]) == set(JAX_IMPLS)
+    error = doc["summary"]["checks"]["model_error"]
+    assert error["suite"]["records"] == 12 and error["grid"] is None  # 4 cases x 3 impls
+    assert set(error["suite"]["per_impl"]) == set(JAX_IMPLS)
     errors = [abs(r["model_error"]) for r in doc["records"] if r["model_error"] is not None]
     assert len(errors) == 12
-    assert bar1["suite"]["median_abs_error"] == pytest.approx(statistics.median(errors))
+    assert error["suite"]["median_abs_error"] == pytest.approx(statistics.median(errors))
     assert "`model us`" in (tmp_path / "bench.md").read_text()
 
 
@@ -220,7 +221,7 @@ def test_model_off_adds_nothing():
     opts.repeats, opts.warmup, opts.max_calls = 1, 0, 2
     doc = run_suite(opts, log=lambda _: None)
     assert "predicted_seconds" not in doc["records"][0] and "model" not in doc
-    assert "issue5" not in doc["summary"]["bars"]
+    assert "model_error" not in doc["summary"]["checks"]
 
 
 ROUTE_CASES = [
@@ -254,7 +255,7 @@ def test_routed_target_is_what_the_cuda_lowering_emits(fam, dtype, m, k, n, mode
     assert layout in predict.FAMILY_LAYOUTS[fam]
 
 
-# -- bar 2 on synthetic records ---------------------------------------------------------------
+# -- grid routing on synthetic records-----------------------------------------------------------
 
 
 def _rec(impl, label, seconds, kernel=None, status="ok", route="xla", dtype="f32"):
@@ -276,9 +277,9 @@ def _rec(impl, label, seconds, kernel=None, status="ok", route="xla", dtype="f32
     }
 
 
-def test_grid_bar2_misses_and_passes():
+def test_grid_routing_misses_and_passes():
     shapes = [
-        # a 9% loss to a kernel: within the bar
+        # a 9% loss to a kernel: within 1.10x
         [_rec("tsm2", "L:a", 1.09), _rec("jnp", "L:a", 1.09), _rec("tsm2l", "L:a", 1.0, "tsm2l")],
         # 20% slower than the best kernel: a miss
         [_rec("tsm2", "R:b", 1.2), _rec("jnp", "R:b", 1.25), _rec("tsm2r", "R:b", 1.0, "tsm2r")],
@@ -297,7 +298,7 @@ def test_grid_bar2_misses_and_passes():
     ]
     records = [r for group in shapes for r in group]
     records.append({**_rec("jnp", "R:x", 1.0), "grid": False})  # suite records are ignored
-    b = grid_report.bar2(records)
+    b = grid_report.grid_routing(records)
     assert b["shapes"] == 6 and b["judged"] == 5
     assert [(m["case"], m["best"]) for m in b["misses"]] == [
         ("R:b", "tsm2r"),
@@ -312,41 +313,41 @@ def test_grid_bar2_misses_and_passes():
     assert b["worst_ratio"] == pytest.approx(1.3) and b["pass"] is False
     assert b["routes"] == {"xla": 4, "tsm2t": 1}
     lines = grid_report.summary_lines(b)
-    assert lines[0].startswith("issue 5 bar 2") and "2/5 shapes within" in lines[0]
+    assert lines[0].startswith("grid routing (routed") and "2/5 shapes within" in lines[0]
     assert any("1 forced-kernel records failed: tsm2s S:d f32" in s for s in lines)
     md = "\n".join(grid_report.misses_markdown(b))
     assert "| R:b | f32 | xla | 1200000.0 |" in md and "1.200x of tsm2r" in md
 
 
-def test_grid_bar2_passes_with_enough_shapes():
+def test_grid_routing_passes_with_enough_shapes():
     records = []
-    for i in range(grid_report.BAR2_MIN_SHAPES):
+    for i in range(grid_report.MIN_SHAPES):
         label = f"L:{i}"
         records += [_rec("tsm2", label, 1.0), _rec("jnp", label, 1.0)]
-        records.append(_rec("tsm2l", label, 0.95, "tsm2l"))  # 5% faster: within the bar
-    b = grid_report.bar2(records)
+        records.append(_rec("tsm2l", label, 0.95, "tsm2l"))  # 5% faster: within 1.10x
+    b = grid_report.grid_routing(records)
     assert b["judged"] == 100 and not b["misses"] and b["pass"] is True
     doc = {"ceilings": {}, "records": records, "summary": report.summarize({"records": records})}
     lines = report.summary_lines(doc)
     assert any("100/100 shapes within" in s and s.endswith("pass") for s in lines)
-    assert not any(s.startswith("bar 1 ") for s in lines)  # a grid-only run: no issue 3 lines
+    assert not any(s.startswith("R/L ") for s in lines)  # a grid-only run: no R/L checks
 
 
 def _timed(rec, samples, program):
     return {**rec, "samples": samples, "seconds": statistics.median(samples), "program": program}
 
 
-def test_grid_bar2_pools_one_program_timed_twice():
+def test_grid_routing_pools_one_program_timed_twice():
     """Routed to XLA's own program (equal digests): the two medians are noise, so both count
     as the pooled median. Different programs, or no digest, are never pooled."""
-    noisy = [12.3, 8.8, 9.2, 13.9, 6.1]  # seed 3, L 150977x4x4 f16, us
+    noisy = [12.3, 8.8, 9.2, 13.9, 6.1]  # H100, L 150977x4x4 f16, us
     quiet = [8.2, 7.2, 7.5, 22.1, 6.1]
     same = [
         _timed(_rec("tsm2", "L:a", 0), noisy, "d1"),
         _timed(_rec("jnp", "L:a", 0), quiet, "d1"),
         _timed(_rec("tsm2l", "L:a", 0, "tsm2l"), [10.7] * 5, "k1"),
     ]
-    b = grid_report.bar2(same)
+    b = grid_report.grid_routing(same)
     v = b["results"][0]
     assert v["pooled_seconds"] == pytest.approx(8.5) and v["ratio"] == pytest.approx(1.0)
     assert not b["misses"] and b["pooled"] == 1
@@ -354,20 +355,20 @@ def test_grid_bar2_pools_one_program_timed_twice():
     assert any("1 shapes compiled to a reference's own program (1 XLA's dot's" in s for s in lines)
     for other in ("d2", None):  # a different program, or none recorded: medians as measured
         recs = [same[0] | {"program": other}, same[1], same[2]]
-        b = grid_report.bar2(recs)
+        b = grid_report.grid_routing(recs)
         assert b["results"][0]["pooled_seconds"] is None and b["pooled"] == 0
         assert b["misses"] and b["misses"][0]["ratio"] == pytest.approx(9.2 / 7.5)
 
 
-def test_grid_bar2_pools_the_routed_kernel_with_the_same_forced_kernel():
-    """Routed to TSM2L, which was also forced: one program (seed 6, L 35969x6x32 f32, us),
+def test_grid_routing_pools_the_routed_kernel_with_the_same_forced_kernel():
+    """Routed to TSM2L, which was also forced: one program (H100, L 35969x6x32 f32, us),
     pooled with the forced kernel's samples, and judged against XLA's dot as before."""
     recs = [
         _timed(_rec("tsm2", "L:a", 0), [17.5, 17.7, 18.0, 14.5, 16.1], "k1"),
         _timed(_rec("jnp", "L:a", 0), [17.0, 38.2, 13.4, 14.4, 14.2], "x1"),
         _timed(_rec("tsm2l", "L:a", 0, "tsm2l"), [14.3, 22.6, 15.0, 13.5, 13.8], "k1"),
     ]
-    b = grid_report.bar2(recs)
+    b = grid_report.grid_routing(recs)
     v = b["results"][0]
     assert v["pooled_with"] == "tsm2l" and v["pooled_seconds"] == pytest.approx(15.55)
     assert v["best"] == "xla" and v["ratio"] == pytest.approx(15.55 / 14.4)

@@ -1,8 +1,8 @@
-"""Benchmark harness of jax_tsm2: ``python -m jax_tsm2.bench`` (README.md next to this file).
+"""Benchmark harness of jax_tsm2: ``python -m jax_tsm2.bench`` (docs/harness.md).
 
 Times ``jax_tsm2.matmul`` against ``jnp.matmul`` (default and highest precision) and cuBLAS
-through ``torch.matmul`` on the suite of shared/BENCH.md, against a read-bandwidth ceiling
-measured in the same run, and writes JSON, markdown and a roofline plot.
+through ``torch.matmul`` on the benchmark suite (docs/benchmarking.md), against a
+read-bandwidth ceiling measured in the same run, and writes JSON, markdown and a roofline plot.
 
 JAX and torch share one GPU here, so JAX must not preallocate most of its memory. The variable
 is read when JAX creates its GPU client (first use of a device), not at ``import jax``, so

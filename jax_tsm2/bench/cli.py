@@ -11,7 +11,7 @@ from pathlib import Path
 
 from jax_tsm2.bench import grid, report
 from jax_tsm2.bench.impls import KERNEL_MODES
-from jax_tsm2.bench.runner import Options, run_suite, stderr_log
+from jax_tsm2.bench.runner import SCHEMA_VERSION, Options, run_suite, stderr_log
 from jax_tsm2.bench.suite import DEFAULT_DTYPES, DEFAULT_FAMILIES, parse_int, select_cases
 
 #: --grid's default time budget: the grid (~5 min on an H100 at N = 120) and the install
@@ -31,7 +31,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m jax_tsm2.bench",
         description="Benchmark jax_tsm2.matmul against jnp.matmul and torch (cuBLAS) on the "
-        "suite of shared/BENCH.md, against a read-bandwidth ceiling measured in the same run.",
+        "benchmark suite, against a read-bandwidth ceiling measured in the same run. The "
+        "suite, the timing and the JSON format: docs/benchmarking.md and docs/harness.md.",
     )
     sel = p.add_argument_group("what to run")
     sel.add_argument(
@@ -81,7 +82,7 @@ def parser() -> argparse.ArgumentParser:
         const=120,
         default=0,
         metavar="N",
-        help="issue 5 bar 2's validation grid: N random shapes (default 120) instead of the "
+        help="the validation grid: N random shapes (default 120) instead of the "
         "suite, each timed routed (mode auto), with XLA's dot and with every TSM2 kernel that "
         "takes it; --tiny draws tiny shapes",
     )
@@ -105,7 +106,7 @@ def parser() -> argparse.ArgumentParser:
     sel.add_argument(
         "--model",
         action="store_true",
-        help="add jax_tsm2.model's prediction beside every measured time (issue 5 bar 1)",
+        help="add jax_tsm2.model's prediction beside every measured time, and its error",
     )
     mode = sel.add_mutually_exclusive_group()
     mode.add_argument(
@@ -258,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         docs = [json.loads(Path(path).read_text()) for path in args.merge]
         doc = report.merge(docs)
         doc["command_line"] = opts.command_line
+        doc["schema_version"] = SCHEMA_VERSION  # the summary was recomputed
     else:
         partial = (lambda d: report.write_partial(d, args.out)) if args.out else None
         doc = run_suite(opts, stderr_log, checkpoint=partial)

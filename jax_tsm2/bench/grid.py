@@ -1,19 +1,19 @@
-"""``--grid N``: issue 5 bar 2's validation grid of random shapes, and what runs on each.
+"""``--grid N``: the validation grid of random shapes, and what runs on each.
 
 Each shape draws its family uniformly from R, L, NT, TN, S and its dtype uniformly from f32,
 f64, bf16, f16; then m, k, n log-uniformly over the family's ranges (``FULL``: those of
-shared/BENCH.md's families, widened to the regions the kernels are meant for), redrawn until
+the suite's families, widened to the regions the kernels are meant for), redrawn until
 the case's minimal bytes lie in ``[min_bytes, max_bytes]`` (at most ~1 GB, so that the distinct
 buffers of a call fit and the grid stays short; at least ~1 MB, below which launch costs are
 all there is to time). A family may have several regions (NT: R-like, L-like and the k-means
-shapes of BENCH.md); one is picked uniformly per draw. The draw is deterministic for a seed,
+shapes of the NT suite); one is picked uniformly per draw. The draw is deterministic for a seed,
 and the first ``N`` shapes of a larger grid are the grid of ``N``.
 
 On each shape the harness times the routed ``jax_tsm2.matmul`` (mode "auto"; with
 ``--autotune``, autotuned at its lowering: ``jax_tsm2.autotune``), XLA's dot
 (``jnp.matmul``, default precision) and every TSM2 kernel that can take the shape in the
-family's layout, each forced through the FFI target (``jax_tsm2.kernel_call``); the bar
-compares them in ``grid_report.py``.
+family's layout, each forced through the FFI target (``jax_tsm2.kernel_call``);
+``grid_report.py`` compares them.
 
 Example:
     >>> from jax_tsm2.bench import grid
@@ -65,7 +65,7 @@ class GridSpec:
 
 _R: Region = ((1e3, 3e4), (1e3, 3e4), (1, 64))
 _L: Region = ((1e4, 1e7), (1, 64), (1, 64))
-#: The grid of issue 5, bar 2 (BENCH.md's families; TN's m is the contraction).
+#: The validation grid (the suite's families, widened; TN's m is the contraction).
 FULL = GridSpec(
     name="full",
     regions={

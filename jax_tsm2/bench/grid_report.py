@@ -1,7 +1,7 @@
-"""Issue 5, bar 2, on the validation grid (``--grid``): the routed path against the better of
-our best kernel and XLA's dot, measured in the same run; with the grid's table and misses.
+"""Routing on the validation grid (``--grid``): the routed path against the better of our
+best kernel and XLA's dot, measured in the same run; with the grid's table and misses.
 
-A shape is a miss when the routed ``tsm2`` time exceeds ``BAR2_MAX_RATIO`` times the fastest
+A shape is a miss when the routed ``tsm2`` time exceeds ``MAX_RATIO`` times the fastest
 of XLA's dot (``jnp``) and every forced kernel that passed its check, or when the routed
 implementation itself failed. A shape where neither XLA's dot nor any kernel was timed is not
 judged (and listed). Forced kernels that fail their float64 check are listed too: a kernel
@@ -9,8 +9,8 @@ that computes a wrong answer is a bug whatever its speed.
 
 Where the routed path compiled to exactly the program of a reference (the records' ``program``
 digests match: routed to XLA's dot, or to the kernel that was also forced), the two are one
-program timed twice, and their medians differ only by noise (seed 3, L 150977x4x4 f16: samples
-of 6.1-13.9 us against 6.1-22.1 us, medians 9.2 and 7.5; seed 6, L 35969x6x32 f32, routed and
+program timed twice, and their medians differ only by noise (on an H100, L 150977x4x4 f16:
+samples of 6.1-13.9 us against 6.1-22.1 us, medians 9.2 and 7.5; L 35969x6x32 f32, routed and
 forced TSM2L: medians 17.5 and 14.3 us). Both then count as the median of their pooled
 samples. Without digests (older records, or a jaxlib that does not expose the HLO) nothing is
 pooled.
@@ -22,10 +22,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-#: Issue 5, bar 2: the routed path at most this many times the better reference.
-BAR2_MAX_RATIO = 1.10
-#: Issue 5, bar 2: the grid has at least this many shapes.
-BAR2_MIN_SHAPES = 100
+#: The grid-routing check: the routed path at most this many times the better reference ...
+MAX_RATIO = 1.10
+#: ... on a grid of at least this many shapes.
+MIN_SHAPES = 100
 ROUTED, XLA = "tsm2", "jnp"
 
 
@@ -82,13 +82,13 @@ def verdict(recs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out["miss"], out["why"] = True, f"routed: {routed['status']}"
         return out
     out["ratio"] = (pooled if pooled is not None else routed["seconds"]) / refs[best]
-    if out["ratio"] > BAR2_MAX_RATIO:
+    if out["ratio"] > MAX_RATIO:
         out["miss"], out["why"] = True, f"{out['ratio']:.3f}x of {best}"
     return out
 
 
-def bar2(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """Bar 2 over the grid's records; None when the run has no grid records."""
+def grid_routing(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The grid-routing check over the grid's records; None when the run has no grid records."""
     shapes = _shapes(records)
     if not shapes:
         return None
@@ -106,10 +106,10 @@ def bar2(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     for r in judged:
         routes[r["route"] or "?"] = routes.get(r["route"] or "?", 0) + 1
     return {
-        "rule": f"routed tsm2 <= {BAR2_MAX_RATIO:.2f} x min(best forced kernel, XLA's dot), "
-        f"on >= {BAR2_MIN_SHAPES} shapes",
-        "max_ratio": BAR2_MAX_RATIO,
-        "min_shapes": BAR2_MIN_SHAPES,
+        "rule": f"routed tsm2 <= {MAX_RATIO:.2f} x min(best forced kernel, XLA's dot), "
+        f"on >= {MIN_SHAPES} shapes",
+        "max_ratio": MAX_RATIO,
+        "min_shapes": MIN_SHAPES,
         "shapes": len(results),
         "judged": len(judged),
         "misses": misses,
@@ -119,20 +119,20 @@ def bar2(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         "routes": routes,
         "pooled": sum(r["pooled_seconds"] is not None for r in judged),
         "pooled_with_xla": sum(r.get("pooled_with") == "xla" for r in judged),
-        "pass": len(judged) >= BAR2_MIN_SHAPES and not misses,
+        "pass": len(judged) >= MIN_SHAPES and not misses,
         "results": results,
     }
 
 
 def summary_lines(b: dict[str, Any] | None) -> list[str]:
-    """Bar 2's lines for the text and markdown summaries."""
+    """The grid-routing check's lines for the text and markdown summaries."""
     if not b:
         return []
     n, misses = b["judged"], b["misses"]
     worst = f"; worst {b['worst_ratio']:.3f}x" if b["worst_ratio"] is not None else ""
     short = f"; fewer than {b['min_shapes']} shapes" if n < b["min_shapes"] else ""
     out = [
-        f"issue 5 bar 2 (grid: routed <= {b['max_ratio']:.2f}x min(best kernel, XLA's dot)): "
+        f"grid routing (routed <= {b['max_ratio']:.2f}x min(best kernel, XLA's dot)): "
         f"{n - len(misses)}/{n} shapes within{worst}{short}; {'pass' if b['pass'] else 'MISS'}",
         "grid routes: " + ", ".join(f"{k} {v}" for k, v in sorted(b["routes"].items())),
     ]
@@ -183,12 +183,12 @@ def table_rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[
 
 
 def misses_markdown(b: dict[str, Any] | None) -> list[str]:
-    """The misses of bar 2 as a markdown table (empty when there are none)."""
+    """The grid-routing misses as a markdown table (empty when there are none)."""
     if not b or not b["misses"]:
         return []
     lines = [
         "",
-        "## Issue 5 bar 2: grid misses",
+        "## Grid routing misses",
         "",
         "| case | dtype | routed target | tsm2 us | xla us | best kernel | kernel us | why |",
         "|---|---|---|---|---|---|---|---|",

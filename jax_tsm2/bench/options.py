@@ -28,8 +28,8 @@ class Options:
     autotune: bool = False  # --autotune: the routed tsm2 column lowers with autotune on
     repeats: int = 5
     # Cases estimated under short_case_s take short_repeats samples: at ~10 us a product's
-    # samples jump between two levels (grid seed 7, L f32 13007x38x7: 8.5 or 14 us in every
-    # implementation), and five samples decided the grid's bar by a coin toss.
+    # samples jump between two levels (on an H100, L f32 13007x38x7: 8.5 or 14 us in every
+    # implementation), and five samples made the grid's verdict a coin toss.
     short_case_s: float = 20e-6
     short_repeats: int = 15
     warmup: int = 1
@@ -42,7 +42,7 @@ class Options:
     compute_size: int = 8192  # N of the GEMM-rate ceiling (plot only); 0: not measured
     seed: int = 0
     model: bool = False  # --model: the performance model's prediction beside each time
-    grid: int = 0  # --grid N: N random shapes (issue 5, bar 2) instead of the suite
+    grid: int = 0  # --grid N: N random shapes (the validation grid) instead of the suite
     grid_seed: int = 0
     grid_start: int = 0  # run the grid's shapes from this index on (to split a grid in two)
     time_budget_s: float | None = None  # start no case after this many seconds of the run

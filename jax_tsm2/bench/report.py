@@ -1,8 +1,10 @@
-"""Turns records into speedups, a summary (with the bars of issues 3, 4 and 5), tables and files.
+"""Turns records into speedups, a summary (with the suite's checks), tables and files.
 
-Issue 5's bars have modules of their own: the model's error (``predict.py``, ``--model``) and
-the validation grid (``grid_report.py``, ``--grid``); the grid's records are kept out of the
-suite's table and of issues 3 and 4's bars.
+The checks judge a run against the targets the project sets itself (docs/benchmarking.md):
+the R and L suites' bandwidth, peers and speed-up, the NT/TN/S suites' bandwidth and peers,
+and the gradient benchmark. Two more have modules of their own: the model's error
+(``predict.py``, ``--model``) and routing on the validation grid (``grid_report.py``,
+``--grid``); the grid's records are kept out of the suite's table and checks.
 """
 
 from __future__ import annotations
@@ -51,33 +53,33 @@ def is_peer(impl: str) -> bool:
     return not impl.startswith(OURS)
 
 
-#: Issue 3, bar 1: cases at least this large (decimal bytes) ...
-BAR1_MIN_BYTES = 256_000_000
+#: The R and L suites (bandwidth, peers and speed-up checks).
+RL_FAMILIES = ("R", "L")
+#: R/L bandwidth check: cases at least this large (decimal bytes) ...
+RL_MIN_BYTES = 256_000_000
 #: ... whose n CUDA cores keep up with at 90% of bandwidth ...
-BAR1_MAX_N = {"f32": 16, "f64": 16, "bf16": 8, "f16": 8}
+RL_MAX_N = {"f32": 16, "f64": 16, "bf16": 8, "f16": 8}
 #: ... reach this % of the read ceiling.
-BAR1_MIN_PCT = 90.0
-#: Issue 3, bar 3: geometric-mean speedup over jnp (default precision).
-BAR3_MIN_GEOMEAN = 1.5
-# Two runs of one XLA program differ by up to ~2% here; bar-2 misses within
-# this margin are flagged as such (strict counts are reported too).
-BAR2_NOISE = 0.02
-# A case routed to XLA's dot (as bar 2 means losers to be) can only tie the
+RL_MIN_PCT = 90.0
+#: R/L speed-up target: geometric-mean speedup over jnp (default precision).
+RL_MIN_GEOMEAN = 1.5
+# Two runs of one XLA program differ by up to ~2% here; peer-check misses
+# within this margin are flagged as such (strict counts are reported too).
+PEER_NOISE = 0.02
+# A case routed to XLA's dot (as routing means losers to be) can only tie the
 # peers that are XLA's dot too: jnp, and jnp_highest, another program where
-# precision changes XLA's tiling but not bf16/f16 numerics. Misses to those
-# within this margin are flagged `xla_tie` (session 29: NT bf16/f16 at
-# 0.999-1.000x of jnp_highest); the strict count still counts them.
-BAR2_XLA_TIE = 0.005
+# precision changes XLA's tiling but not bf16/f16 numerics (NT bf16/f16 on an
+# H100 measured 0.999-1.000x of jnp_highest). Misses to those within this
+# margin are flagged `xla_tie`; the strict count still counts them.
+XLA_TIE = 0.005
 XLA_PEERS = ("jnp", "jnp_highest")
-#: Issue 3's families (bars 1-3).
-ISSUE3_FAMILIES = ("R", "L")
-#: Issue 4: NT, TN and S cases at least this large (decimal bytes) ...
+#: The layout suites: NT, TN and S cases at least this large (decimal bytes) ...
 LAYOUT_FAMILIES = ("NT", "TN", "S")
 LAYOUT_MIN_BYTES = 256_000_000
 #: ... reach this % of the read ceiling; and every NT/TN/S case is no slower than the
 #: fastest peer.
 LAYOUT_MIN_PCT = 85.0
-#: Issue 4's gradient benchmark: faster through jax_tsm2.matmul than through jnp.matmul.
+#: The gradient benchmark: faster through jax_tsm2.matmul than through jnp.matmul.
 GRAD_FAMILY = "GRAD"
 GRAD_PEER = "jnp"
 
@@ -111,7 +113,7 @@ def _by_case(records: list[dict[str, Any]]) -> Cases:
 
 
 def summarize(doc: dict[str, Any]) -> dict[str, Any]:
-    """Status counts, geometric-mean speedups of tsm2 per peer, and the bars of issues 3, 4."""
+    """Status counts, geometric-mean speedups of tsm2 per peer, and the checks."""
     records = doc["records"]
     statuses: dict[str, int] = {}
     for rec in records:
@@ -125,14 +127,16 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
         for fam in sorted({r["family"] for r in vals}):
             speedups[peer][fam] = geomean(r["tsm2_speedup"] for r in vals if r["family"] == fam)
     out = {"statuses": statuses, "geomean_tsm2_speedup": speedups}
-    out["bars"] = bars([r for r in records if not r.get("grid")])
-    issue5 = {"bar1": predict.bar1(records), "bar2": grid_report.bar2(records)}
-    if any(issue5.values()):
-        out["bars"]["issue5"] = issue5
+    out["checks"] = checks([r for r in records if not r.get("grid")])
+    model_error, grid_routing = predict.model_error(records), grid_report.grid_routing(records)
+    if model_error:
+        out["checks"]["model_error"] = model_error
+    if grid_routing:
+        out["checks"]["grid_routing"] = grid_routing
     return out
 
 
-def _bandwidth_bar(
+def _bandwidth_check(
     cases: Cases,
     families: tuple[str, ...],
     min_bytes: int,
@@ -162,7 +166,7 @@ def _bandwidth_bar(
     return count, misses, kernel_misses
 
 
-def _peer_bar(cases: Cases, families: tuple[str, ...]) -> tuple[int, list[dict[str, Any]]]:
+def _peer_check(cases: Cases, families: tuple[str, ...]) -> tuple[int, list[dict[str, Any]]]:
     """(cases judged, misses): tsm2 no slower than the fastest peer timed on the case."""
     count, misses = 0, []
     for (case, dtype), recs in cases.items():
@@ -184,12 +188,12 @@ def _peer_bar(cases: Cases, families: tuple[str, ...]) -> tuple[int, list[dict[s
         best = min(timed, key=timed.__getitem__)
         if not ok or mine > timed[best]:
             why = ours["status"] if not ok else f"{timed[best] / mine:.3f}x of {best}"
-            noise = ok and mine <= timed[best] * (1 + BAR2_NOISE)
+            noise = ok and mine <= timed[best] * (1 + PEER_NOISE)
             xla_tie = (
                 ok
                 and ours.get("route") == "xla"
                 and best in XLA_PEERS
-                and mine <= timed[best] * (1 + BAR2_XLA_TIE)
+                and mine <= timed[best] * (1 + XLA_TIE)
             )
             misses.append(
                 {
@@ -220,8 +224,8 @@ def _same_program(ours: dict[str, Any], recs: dict[str, dict[str, Any]]) -> str 
     return None
 
 
-def _grad_bar(cases: Cases) -> dict[str, Any]:
-    """Issue 4's gradient benchmark: tsm2 (jax.grad through jax_tsm2.matmul) against jnp
+def _grad_check(cases: Cases) -> dict[str, Any]:
+    """The gradient benchmark: tsm2 (jax.grad through jax_tsm2.matmul) against jnp
     (through jnp.matmul), per GRAD case and dtype, with every other peer's speedup beside."""
     results = []
     for (case, dtype), recs in cases.items():
@@ -250,48 +254,49 @@ def _grad_bar(cases: Cases) -> dict[str, Any]:
     }
 
 
-def bars(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Issue 3's bars (bar1-bar3, on the R and L records) and issue 4's (``issue4``: NT, TN
-    and S bandwidth and peers, and the gradient benchmark); misses listed with the reason."""
+def checks(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The suite's checks, misses listed with the reason: ``rl_bandwidth``, ``rl_peers`` and
+    ``rl_speedup`` on the R and L records; ``layout_bandwidth`` and ``layout_peers`` on NT,
+    TN and S; ``grad``, the gradient benchmark."""
     cases = _by_case(records)
-    n1, bar1, bar1_kernel = _bandwidth_bar(
-        cases, ISSUE3_FAMILIES, BAR1_MIN_BYTES, BAR1_MIN_PCT, BAR1_MAX_N
-    )
-    n2, bar2 = _peer_bar(cases, ISSUE3_FAMILIES)
-    n4, bw4, bw4_kernel = _bandwidth_bar(cases, LAYOUT_FAMILIES, LAYOUT_MIN_BYTES, LAYOUT_MIN_PCT)
-    n4p, peers4 = _peer_bar(cases, LAYOUT_FAMILIES)
+    n1, bw, bw_kernel = _bandwidth_check(cases, RL_FAMILIES, RL_MIN_BYTES, RL_MIN_PCT, RL_MAX_N)
+    n2, peers = _peer_check(cases, RL_FAMILIES)
+    n4, bw4, bw4_kernel = _bandwidth_check(cases, LAYOUT_FAMILIES, LAYOUT_MIN_BYTES, LAYOUT_MIN_PCT)
+    n4p, peers4 = _peer_check(cases, LAYOUT_FAMILIES)
     g = geomean(
-        r["tsm2_speedup"] for r in records if r["impl"] == "jnp" and r["family"] in ISSUE3_FAMILIES
+        r["tsm2_speedup"] for r in records if r["impl"] == "jnp" and r["family"] in RL_FAMILIES
     )
     return {
-        "bar1": {
-            "rule": f"bytes >= {BAR1_MIN_BYTES}, n <= {BAR1_MAX_N}: "
-            f">= {BAR1_MIN_PCT}% of read ceiling",
+        "rl_bandwidth": {
+            "rule": f"R/L, bytes >= {RL_MIN_BYTES}, n <= {RL_MAX_N}: "
+            f">= {RL_MIN_PCT}% of read ceiling",
             "cases": n1,
-            "misses": bar1,
-            "kernel_misses": bar1_kernel,  # the same rule on the forced-kernel column
+            "misses": bw,
+            "kernel_misses": bw_kernel,  # the same rule on the forced-kernel column
         },
-        "bar2": {"rule": "tsm2 no slower than the fastest peer", "cases": n2, "misses": bar2},
-        "bar3": {
-            "rule": f"geomean speedup over jnp >= {BAR3_MIN_GEOMEAN}",
+        "rl_peers": {
+            "rule": "R/L: tsm2 no slower than the fastest peer",
+            "cases": n2,
+            "misses": peers,
+        },
+        "rl_speedup": {
+            "rule": f"R/L: geomean speedup over jnp >= {RL_MIN_GEOMEAN}",
             "geomean": g,
-            "pass": g is not None and g >= BAR3_MIN_GEOMEAN,
+            "pass": g is not None and g >= RL_MIN_GEOMEAN,
         },
-        "issue4": {
-            "bandwidth": {
-                "rule": f"{'/'.join(LAYOUT_FAMILIES)}, bytes >= {LAYOUT_MIN_BYTES}: "
-                f">= {LAYOUT_MIN_PCT}% of read ceiling",
-                "cases": n4,
-                "misses": bw4,
-                "kernel_misses": bw4_kernel,
-            },
-            "peers": {
-                "rule": f"{'/'.join(LAYOUT_FAMILIES)}: tsm2 no slower than the fastest peer",
-                "cases": n4p,
-                "misses": peers4,
-            },
-            "grad": _grad_bar(cases),
+        "layout_bandwidth": {
+            "rule": f"{'/'.join(LAYOUT_FAMILIES)}, bytes >= {LAYOUT_MIN_BYTES}: "
+            f">= {LAYOUT_MIN_PCT}% of read ceiling",
+            "cases": n4,
+            "misses": bw4,
+            "kernel_misses": bw4_kernel,
         },
+        "layout_peers": {
+            "rule": f"{'/'.join(LAYOUT_FAMILIES)}: tsm2 no slower than the fastest peer",
+            "cases": n4p,
+            "misses": peers4,
+        },
+        "grad": _grad_check(cases),
     }
 
 
@@ -381,7 +386,7 @@ def text_table(doc: dict[str, Any]) -> str:
 
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:
-    """Ceilings, geometric means and bars, one fact per line."""
+    """Ceilings, geometric means and checks, one fact per line."""
     ceil = doc["ceilings"]
     out = []
     read, copy = ceil.get("read_bytes_per_s"), ceil.get("copy_bytes_per_s")
@@ -405,45 +410,44 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
             f"stopped early: {stopped['cases_run']} of {stopped['cases_planned']} cases "
             f"({stopped['why']})"
         )
-    b = summary.get("bars")
+    c = summary.get("checks")
     grid_only = not _suite_records(doc) and any(r.get("grid") for r in doc.get("records", ()))
-    if b and not grid_only:
-        n1, n2 = b["bar1"]["cases"], b["bar2"]["cases"]
-        k_miss = b["bar1"].get("kernel_misses")
-        out.append(
-            f"bar 1 (>= {BAR1_MIN_PCT:.0f}% of read ceiling): "
-            f"{n1 - len(b['bar1']['misses'])}/{n1} cases routed"
-            + (f", {n1 - len(k_miss)}/{n1} with the kernels forced" if k_miss is not None else "")
-        )
-        misses2 = b["bar2"]["misses"]
-        noisy = sum(1 for x in misses2 if x.get("within_noise"))
-        out.append(
-            f"bar 2 (no slower than fastest peer): {n2 - len(misses2)}/{n2} cases strictly, "
-            f"{n2 - len(misses2) + noisy}/{n2} within {BAR2_NOISE:.0%}"
-        )
-        g3 = b["bar3"]["geomean"]
-        out.append(
-            f"bar 3 (geomean vs jnp >= {BAR3_MIN_GEOMEAN}): "
-            + (f"{g3:.2f}x {'pass' if b['bar3']['pass'] else 'MISS'}" if g3 else "n/a")
-        )
-    out += _issue4_lines((b or {}).get("issue4"))
-    issue5 = (b or {}).get("issue5") or {}
-    out += predict.summary_lines(issue5.get("bar1"))
-    out += grid_report.summary_lines(issue5.get("bar2"))
+    if c and not grid_only:
+        out += _rl_lines(c)
+    out += _layout_lines(c)
+    out += predict.summary_lines((c or {}).get("model_error"))
+    out += grid_report.summary_lines((c or {}).get("grid_routing"))
     return out
 
 
-def _issue4_lines(b4: dict[str, Any] | None) -> list[str]:
-    """Issue 4's bars, where the run has NT/TN/S or GRAD cases."""
-    if not b4:
+def _rl_lines(c: dict[str, Any]) -> list[str]:
+    """The R and L checks (bandwidth, peers, speed-up)."""
+    bw, peers, speedup = c["rl_bandwidth"], c["rl_peers"], c["rl_speedup"]
+    n1, n2, k_miss = bw["cases"], peers["cases"], bw.get("kernel_misses")
+    noisy = sum(1 for x in peers["misses"] if x.get("within_noise"))
+    g = speedup["geomean"]
+    return [
+        f"R/L bandwidth (>= {RL_MIN_BYTES / 1e6:.0f} MB with small n at "
+        f">= {RL_MIN_PCT:.0f}% of read ceiling): {n1 - len(bw['misses'])}/{n1} cases routed"
+        + (f", {n1 - len(k_miss)}/{n1} with the kernels forced" if k_miss is not None else ""),
+        f"R/L peers (no slower than the fastest peer): {n2 - len(peers['misses'])}/{n2} cases "
+        f"strictly, {n2 - len(peers['misses']) + noisy}/{n2} within {PEER_NOISE:.0%}",
+        f"R/L speed-up (geomean vs jnp, target >= {RL_MIN_GEOMEAN}x): "
+        + (f"{g:.2f}x {'pass' if speedup['pass'] else 'MISS'}" if g else "n/a"),
+    ]
+
+
+def _layout_lines(c: dict[str, Any] | None) -> list[str]:
+    """The NT/TN/S checks and the gradient benchmark, where the run has such cases."""
+    if not c or "layout_peers" not in c:
         return []
     out = []
     fams = "/".join(LAYOUT_FAMILIES)
-    bw, peers = b4["bandwidth"], b4["peers"]
+    bw, peers = c["layout_bandwidth"], c["layout_peers"]
     if bw["cases"] or peers["cases"]:
         n, k_miss = bw["cases"], bw.get("kernel_misses")
         out.append(
-            f"issue 4 bandwidth ({fams} >= {LAYOUT_MIN_BYTES / 1e6:.0f} MB at "
+            f"{fams} bandwidth (>= {LAYOUT_MIN_BYTES / 1e6:.0f} MB at "
             f">= {LAYOUT_MIN_PCT:.0f}% of read ceiling): {n - len(bw['misses'])}/{n} cases routed"
             + (f", {n - len(k_miss)}/{n} with the kernels forced" if k_miss is not None else "")
         )
@@ -451,13 +455,13 @@ def _issue4_lines(b4: dict[str, Any] | None) -> list[str]:
         noisy = sum(1 for x in misses if x.get("within_noise"))
         ties = sum(1 for x in misses if x.get("xla_tie"))
         out.append(
-            f"issue 4 peers ({fams} no slower than fastest peer): {n - len(misses)}/{n} cases "
+            f"{fams} peers (no slower than the fastest peer): {n - len(misses)}/{n} cases "
             f"strictly, {n - len(misses) + ties}/{n} with XLA's dot tying XLA's dot "
-            f"(routed to XLA, within {BAR2_XLA_TIE:.1%} of {'/'.join(XLA_PEERS)}), "
-            f"{n - len(misses) + noisy}/{n} within {BAR2_NOISE:.0%}"
+            f"(routed to XLA, within {XLA_TIE:.1%} of {'/'.join(XLA_PEERS)}), "
+            f"{n - len(misses) + noisy}/{n} within {PEER_NOISE:.0%}"
         )
-    for r in b4["grad"]["results"]:
-        head = f"issue 4 grad (jax.grad of ||A x - y||^2, {r['case']} {r['dtype']}): "
+    for r in c["grad"]["results"]:
+        head = f"gradient (jax.grad of ||A x - y||^2, {r['case']} {r['dtype']}): "
         if r["speedup"] is None:
             out.append(head + f"n/a ({r['why']})")
             continue
@@ -473,7 +477,7 @@ def _issue4_lines(b4: dict[str, Any] | None) -> list[str]:
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """A markdown report: what was run where, the table, the summary and the bar misses."""
+    """A markdown report: what was run where, the table, the summary and the check misses."""
     v = doc["versions"]
     lines = [
         f"# jax_tsm2 benchmark: {doc['gpu']}",
@@ -501,17 +505,16 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         lines.append("")
     lines += [*(f"- {s}" for s in summary_lines(doc))]
-    b = (doc.get("summary") or {}).get("bars") or {}
-    b4 = b.get("issue4") or {}
+    c = (doc.get("summary") or {}).get("checks") or {}
     groups = [
-        ("1", (b.get("bar1") or {}).get("misses")),
-        ("2", (b.get("bar2") or {}).get("misses")),
-        ("4 bandwidth", (b4.get("bandwidth") or {}).get("misses")),
-        ("4 peers", (b4.get("peers") or {}).get("misses")),
-        ("4 grad", [r for r in (b4.get("grad") or {}).get("results", []) if not r["pass"]]),
+        ("R/L bandwidth", (c.get("rl_bandwidth") or {}).get("misses")),
+        ("R/L peers", (c.get("rl_peers") or {}).get("misses")),
+        ("NT/TN/S bandwidth", (c.get("layout_bandwidth") or {}).get("misses")),
+        ("NT/TN/S peers", (c.get("layout_peers") or {}).get("misses")),
+        ("gradient", [r for r in (c.get("grad") or {}).get("results", []) if not r["pass"]]),
     ]
     if any(misses for _, misses in groups):
-        lines += ["", "## Bar misses", "", "| bar | case | dtype | why |", "|---|---|---|---|"]
+        lines += ["", "## Check misses", "", "| check | case | dtype | why |", "|---|---|---|---|"]
         for name, misses in groups:
             lines += [
                 f"| {name} | {x['case']} | {x['dtype']} | {x.get('why') or _grad_why(x)}"
@@ -519,7 +522,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 + " |"
                 for x in misses or []
             ]
-    lines += grid_report.misses_markdown((b.get("issue5") or {}).get("bar2"))
+    lines += grid_report.misses_markdown(c.get("grid_routing"))
     return "\n".join(lines) + "\n"
 
 
@@ -573,6 +576,19 @@ def _clean(obj: Any) -> Any:
 PARTIAL = "bench.partial.json"
 
 
+def dumps(doc: dict[str, Any]) -> str:
+    """``bench.json``'s text: the metadata and summary indented, then one line per record
+    (records are most of a file's bytes; a line each keeps the file small and its diffs
+    readable)."""
+    doc = _clean(doc)
+    records = doc.pop("records", [])
+    head = json.dumps(doc, indent=1, allow_nan=False)
+    compact = lambda r: json.dumps(r, separators=(",", ":"), allow_nan=False)
+    lines = ",\n".join("  " + compact(r) for r in records)
+    body = f"[\n{lines}\n ]" if records else "[]"
+    return f'{head.removesuffix("}").rstrip()}{"," if doc else ""}\n "records": {body}\n}}\n'
+
+
 def write_partial(doc: dict[str, Any], out_dir: str | Path) -> Path:
     """Write the records so far to ``bench.partial.json`` (replaced after every case; removed
     by ``write``): a run killed by a time limit leaves them, and ``--merge`` summarizes them."""
@@ -588,7 +604,7 @@ def write(doc: dict[str, Any], out_dir: str | Path, plot: bool = False) -> list[
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "bench.json", out / "bench.md"]
-    paths[0].write_text(json.dumps(_clean(doc), indent=1, allow_nan=False) + "\n")
+    paths[0].write_text(dumps(doc))
     paths[1].write_text(markdown(doc))
     (out / PARTIAL).unlink(missing_ok=True)
     if plot:

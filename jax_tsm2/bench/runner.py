@@ -26,7 +26,9 @@ from jax_tsm2.bench.options import Options
 from jax_tsm2.bench.suite import Case, select_cases
 
 SCHEMA = "jax_tsm2.bench"
-SCHEMA_VERSION = 1
+# Version 2 names the summary's verdicts ``summary.checks``; version 1 files carry them as
+# ``summary.bars`` (``--merge`` recomputes a file's summary in the current version).
+SCHEMA_VERSION = 2
 
 Log = Callable[[str], None]
 Checkpoint = Callable[[dict[str, Any]], None]
@@ -138,8 +140,8 @@ def _run(opts: Options, log: Log, checkpoint: Checkpoint | None) -> dict[str, An
     date = datetime.now(timezone.utc).isoformat(timespec="seconds")
     platform = jax.devices()[0].platform
     torch, torch_reason = None, "disabled (--no-torch)"
-    if opts.grid:  # bar 2 compares the routed path with XLA's dot and our kernels only
-        torch_reason = "not timed on the grid (issue 5 bar 2 compares with XLA's dot and kernels)"
+    if opts.grid:  # the grid compares the routed path with XLA's dot and our kernels only
+        torch_reason = "not timed on the grid (it compares with XLA's dot and our kernels)"
     elif opts.torch:
         if platform == "gpu":
             torch, torch_reason = load_torch()

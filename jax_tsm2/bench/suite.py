@@ -1,4 +1,4 @@
-"""The benchmark suite of shared/BENCH.md: families of cases, their bytes, flops and references.
+"""The benchmark suite (docs/benchmarking.md): families of cases, their bytes, flops and references.
 
 A *family* is everything the harness needs to know about one kind of product: which cases it has
 (the full suite, a quick subset, tiny CPU shapes), the operand shapes of a case, the fewest bytes
@@ -6,8 +6,8 @@ an implementation must move, the flop count, how to apply a ``matmul``-like call
 operands (one definition serves ``jax_tsm2.matmul``, ``jnp.matmul``, ``torch.matmul`` and
 ``np.matmul``), and how to compute a cheap float64 reference.
 
-Families R and L (issue 3), NT, TN and S (issue 4) are the suite of BENCH.md. GRAD is the
-gradient benchmark of issue 4: ``jax.grad`` of a least-squares loss, timed like a product (see
+Families R, L, NT, TN and S are the product suite. GRAD is the gradient benchmark:
+``jax.grad`` of a least-squares loss, timed like a product (see
 :class:`GradFamily`). A family with another layout subclasses :class:`Family` (override
 ``operand_shapes``/``output_shape``/``apply`` and, where rows of the output are not rows of the
 first operand, ``check_rows``/``reference``) and is listed in :data:`FAMILIES`.
@@ -242,7 +242,7 @@ def _torch_grad(matmul: Callable[..., Any], a: Any, x: Any, y: Any) -> Any:
 
 @dataclass(frozen=True)
 class GradFamily(Family):
-    """The gradient benchmark of issue 4: ``grad_x sum((A @ x - y)**2) = 2 A.T (A x - y)``.
+    """The gradient benchmark: ``grad_x sum((A @ x - y)**2) = 2 A.T (A x - y)``.
 
     Operands ``A`` (m x k), ``x`` (k x n), ``y`` (m x n); the output is the gradient, k x n.
     JAX implementations are ``jax.grad`` of the loss written with their ``matmul`` (so
@@ -297,7 +297,7 @@ class GradFamily(Family):
         return 2.0 * grad[rows]
 
 
-# The suite of BENCH.md. m = 1e4 .. 1e7 are written out so that the JSON holds plain integers.
+# The suite. m = 1e4 .. 1e7 are written out so that the JSON holds plain integers.
 _R_SHAPES = tuple(
     (s, s, n) for s in (10240, 20480, 30720) for n in (1, 2, 4, 8, 16, 32, 64)
 ) + tuple((15360, k, 16) for k in (3840, 7680, 15360, 30720))
@@ -312,7 +312,7 @@ _NT_SHAPES = (
 )
 _S_SHAPES = tuple((m, k, n) for k, n in ((4096, 4096), (8192, 14336)) for m in (1, 2, 4, 8, 16))
 _TN_SHAPES = ((10_000_000, 16, 16), (1_000_000, 16, 256), (1_000_000, 64, 64))
-#: Issue 4's gradient benchmark: A 1e6 x 512, x 512 x 8.
+#: The gradient benchmark: A 1e6 x 512, x 512 x 8.
 GRAD_SHAPE = (1_000_000, 512, 8)
 
 FAMILIES: dict[str, Family] = {
@@ -363,18 +363,18 @@ FAMILIES: dict[str, Family] = {
         tiny_shapes=((2000, 64, 8), (513, 32, 3)),
         # Not f16: with unit-normal data the gradient's entries (sums of 1e6
         # products of ~N(0, 512) residuals) pass f16's 65504, so every
-        # implementation, jnp and torch included, returns inf (session 29).
+        # implementation, jnp and torch included, returns inf.
         dtypes=("f32", "f64", "bf16"),
         notes="f16 left out: the gradient overflows f16 at 1e6 rows for every implementation",
     ),
 }
 
 
-#: dtypes run when ``--dtype`` is not given (f16 is optional in BENCH.md).
+#: dtypes run when ``--dtype`` is not given (f16 on request).
 DEFAULT_DTYPES: tuple[str, ...] = ("f32", "f64", "bf16")
-#: families run when ``--family`` is not given (issue 3's; ``--family all`` runs every one).
+#: families run when ``--family`` is not given (``--family all`` runs every one).
 DEFAULT_FAMILIES: tuple[str, ...] = ("R", "L")
-#: the families of issue 4: their bars are reported apart from issue 3's (report.py).
+#: the layout families: their checks are reported apart from R and L's (report.py).
 LAYOUT_FAMILIES: tuple[str, ...] = ("NT", "TN", "S")
 GRAD_FAMILY = "GRAD"
 
@@ -415,10 +415,10 @@ def select_cases(
 ) -> list[Case]:
     """The cases to run, ordered by family, dtype and (m, k, n).
 
-    ``mode`` is ``"full"`` (BENCH.md), ``"quick"`` or ``"tiny"`` (CPU smoke tests). Explicit
+    ``mode`` is ``"full"`` (the suite), ``"quick"`` or ``"tiny"`` (CPU smoke tests). Explicit
     ``FAMILY:MxKxN`` cases replace the suite's shapes (and imply their families). ``m``, ``k``,
     ``n`` keep only shapes whose sizes are listed. Family ``"ALL"`` stands for every family.
-    A family runs only the dtypes it lists (BENCH.md's, plus f16 where it makes sense); a
+    A family runs only the dtypes it lists (the suite's, plus f16 where it makes sense); a
     selection that leaves no case is an error that says why.
     """
     if mode not in ("full", "quick", "tiny"):

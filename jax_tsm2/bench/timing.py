@@ -1,4 +1,4 @@
-"""How every implementation is timed (shared/BENCH.md, "How a case is timed").
+"""How every implementation is timed (docs/benchmarking.md, "How a case is timed").
 
 One *call* is ``R`` products back to back, each on its own operand buffers, so that
 
@@ -21,7 +21,7 @@ that figure is kept too (``seconds_host`` in the JSON). Why the device clock: a 
 ``2 R`` buffers, and on an H100 the host spends ~3 us per buffer before any launch (a
 do-nothing function of the same buffers takes ~1.6 ms for ``R = 256``), so for products
 under ~15 us the host, not the GPU, set the pace and the host-clock samples of one case
-spread from 14 to 22 us (session 16, bf16 S 1 x 4096 x 4096) while torch's spread 0.04 us.
+spread from 14 to 22 us (bf16 S 1 x 4096 x 4096) while torch's spread 0.04 us.
 Nothing is subtracted from either clock. Timing one call alone instead (``seconds_isolated``
 in the JSON, ``isolated=True`` here) also charges the host's dispatch (and the update of
 XLA's command buffers, which were seen to add up to ~2 ms for 34 custom calls) to JAX, but
