@@ -1,10 +1,10 @@
-"""Issue 8's bar: what ABFT costs on top of the plain product, measured on the device.
+"""What ABFT costs on top of the plain product, measured on the device.
 
 Times ``jax.jit(jax_tsm2.abft.abft_matmul)`` against ``jax.jit(jax_tsm2.matmul)``
 on the same operands (8192 x 8192 x 8192 f32, default precision, unless told
 otherwise): each sample queues ``--calls`` calls back to back and syncs once;
 plain and checked samples alternate, and the median of ``--repeats`` samples
-of each is reported. The bar is an overhead of at most 10%, detection and
+of each is reported. The target is an overhead of at most 10%, detection and
 correction included (``abft_matmul`` always runs its verification, the
 ``lax.cond`` on the flagged-column count and the in-place column update; no
 fault is injected, so the repair branch itself is not taken).
@@ -140,7 +140,7 @@ def _measure(a, b, args) -> dict:
     line = (
         f"{n}^3 {dtype.name} [{abft._SUMS}/{abft._REPAIR}]: matmul {mp * 1e3:.3f} ms, "
         f"abft_matmul {ma * 1e3:.3f} ms, overhead {overhead:+.1%} "
-        f"(bar <= +10%: {'PASS' if overhead <= 0.10 else 'FAIL'}); "
+        f"(target <= +10%: {'PASS' if overhead <= 0.10 else 'FAIL'}); "
         f"clean verdict: {int(verdict.errors_detected)} errors detected"
     )
     pieces = (

@@ -5,7 +5,7 @@
 #   PROBE=0 skips the probe, SANITIZE=0 the memcheck, PROFILE=1 adds an ncu
 #   profile of the two headline cases, ERROR_PATHS="bad-shape ..." runs the
 #   handler-error probes (each in its own process). The probe's timings are a
-#   quick signal only: python -m jax_tsm2.bench is the reference (NOTES.md).
+#   quick signal only: python -m jax_tsm2.bench is the reference (docs/benchmarking.md).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false

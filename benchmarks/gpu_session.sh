@@ -8,10 +8,10 @@
 #   PYTEST_GROUPS='ARGS; ARGS; ...' runs these pytest argument lists side by
 #     side instead, a process and a log each (shell quoting inside a list
 #     holds). Tests only check results, so sharing the GPU is safe, and one
-#     process leaves most of the machine's host cores idle (session 28: the
-#     matmul, ABFT/k-means and sanitizer tests together in 390 s).
-#   PACK=1 leaves $OUT as one out.tgz, even after a failure: the device tool
-#     returns at most 8 files.
+#     process leaves most of the machine's host cores idle (on an H100 machine the
+#     matmul, ABFT/k-means and sanitizer tests ran together in 390 s).
+#   PACK=1 leaves $OUT as one out.tgz, even after a failure (for runners that
+#     bring back only a few files).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"

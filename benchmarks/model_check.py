@@ -1,4 +1,4 @@
-"""Predicted beside measured, per case, for benchmark result files (issue 5's bar 1).
+"""Predicted beside measured, per case, for benchmark result files: the model's error.
 
     python benchmarks/model_check.py                  # every committed H100 file (COMMITTED)
     python benchmarks/model_check.py path/to/bench.json [more.json ...] [--quiet]
@@ -24,8 +24,8 @@ The device is the H100 preset with the file's measured read ceiling
 and how much slower that measured than the better of the two.
 
 For validation grids (``--grid`` runs), ``benchmarks/grid_fit.py`` fits the
-grid constants on one grid and reports the per-family error and bar 2 on the
-other (``--simulate NEW.json``: bar 2 with the committed constants).
+grid constants on one grid and reports the per-family error and routing on
+the other (``--simulate NEW.json``: routing with the committed constants).
 
 ``--json`` writes the tables for other tools. Exits 1 when the median error
 of a family's forced kernels or of its ``jnp`` records exceeds ``--bar``
@@ -48,49 +48,38 @@ from jax_tsm2 import model, routing
 _DTYPES = {"f32": "float32", "f64": "float64", "bf16": "bfloat16", "f16": "float16"}
 XLA_IMPLS = ("jnp", "jnp_highest")
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
-# The committed H100 runs of the current kernels (h100-2026-11-22/ is an older
-# build of the R and L kernels, superseded by h100-2026-11-22b/).
+# The committed H100 runs the model is checked against (benchmarks/results/h100/README.md):
+# the R and L suites the row-tile constants were fitted to, the first NT/TN/S run (its NT
+# kernels and every XLA record still count), and the current NT/TN/S/GRAD run.
 COMMITTED = (
-    "h100-2026-11-22b/bench.json",
-    "h100-2026-11-22c/layouts-before-routing/bench.json",
-    "h100-2026-11-22c/tn-grad-routed/bench.json",
-    "h100-2026-11-23/layouts-final/bench.json",
-    "h100-2026-11-23/session26/bench-s-tma64/bench.json",
-    "h100-2026-11-23/session28/call11/bench-s-bf16/bench.json",
-    "h100-2026-11-23/session28/call12/bench-s-f16/bench.json",
+    "h100/calibration-r-l/bench.json",
+    "h100/calibration-layouts/bench.json",
+    "h100/suite-layouts/bench.json",
 )
 # Families ("S") or a family's dtype ("S:bf16") whose kernel records in a
-# file measured a kernel since rewritten (TSM2T's staging and its f64
-# tensor-core tiles, 2026-11-23; the gradient runs TSM2T): the model describes
-# the current kernel, so only those files' XLA records still count.
-# layouts-final has them measured again.
+# file measured a kernel since rewritten (TSM2T's staging and its tensor-core
+# tiles, TSM2S's cluster and tensor-map kernels): the model describes the
+# current kernel, so only those files' XLA records still count.
 SUPERSEDED: dict[str, frozenset[str]] = {
-    "h100-2026-11-22c/layouts-before-routing": frozenset({"TN", "S"}),
-    "h100-2026-11-22c/tn-grad-routed": frozenset({"TN", "GRAD"}),
-    # TSM2S's strips gave way to the cluster kernel (sessions 15-17), measured
-    # again in session26/bench-s-tma64 (which also measures the tensor-map kernel).
-    "h100-2026-11-23/layouts-final": frozenset({"S"}),
-    # bf16 S on the tensor-map kernel before its L2 policies (session 28),
-    # measured again in session28/call11; the file's f32 S records still count.
-    "h100-2026-11-23/session26/bench-s-tma64": frozenset({"S:bf16"}),
+    # Its GRAD records (forward XLA, backward an earlier TSM2T) still count: the kernel
+    # path measured faster than XLA's dot there, as the current one does.
+    "h100/calibration-layouts": frozenset({"TN", "S"}),
 }
 
 # What the calibration (jax_tsm2/model/calibration.py) was fitted to, per file:
-# those families' figures are in-sample. tn-grad-routed repeats the fitted TN
-# shapes (another run of the same kernels): "repeat", not independent.
+# those families' figures are in-sample.
 IN_SAMPLE: dict[str, frozenset[str]] = {
-    "h100-2026-11-22b": frozenset({"R", "L"}),
-    "h100-2026-11-22c/layouts-before-routing": frozenset({"S", "TN"}),
+    "h100/calibration-r-l": frozenset({"R", "L"}),
+    "h100/calibration-layouts": frozenset({"S", "TN"}),
     # The grid constants (benchmarks/grid_fit.py: fitted on both grids; it
     # reports each grid held out).
-    "h100-2026-11-23/grid-seed0": frozenset({"R", "L", "NT", "S", "TN"}),
-    "h100-2026-11-23/grid-seed1": frozenset({"R", "L", "NT", "S", "TN"}),
+    "h100/grid-seed0": frozenset({"R", "L", "NT", "S", "TN"}),
+    "h100/grid-seed1": frozenset({"R", "L", "NT", "S", "TN"}),
 }
+# The same shapes as a fitted family, measured again: TSM2T was refitted to the TN suite's
+# shapes after its rewrite, and TSM2S's tensor-map constants to the S suite's 8192 x 14336.
 REPEATS: dict[str, frozenset[str]] = {
-    "h100-2026-11-22c/tn-grad-routed": frozenset({"TN"}),
-    # TSM2T was refitted to h100-2026-11-23/tn-rewrite (the same TN shapes) and
-    # TSM2S to layouts-before-routing (the same S shapes).
-    "h100-2026-11-23/layouts-final": frozenset({"TN", "S"}),
+    "h100/suite-layouts": frozenset({"TN", "S"}),
 }
 
 

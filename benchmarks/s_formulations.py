@@ -1,10 +1,10 @@
 """Times small-left products (S: ``a`` m x k, ``b`` k x n, m <= 16) written several ways,
 with the harness's timing (``jax_tsm2.bench.timing``), beside torch's cuBLAS.
 
-Issue 4's last peer misses are the 33 MB bf16 S cases (m x 4096 x 4096), where XLA's dot
-(what routing picks) runs at 0.94-0.95x torch's CUDA graph. This asks whether another
-formulation XLA compiles (a fused multiply and column reduction, or a dot accumulating in
-f32) or our TSM2S kernel beats it.
+On the 33 MB bf16 S cases (m x 4096 x 4096) XLA's dot ran at 0.94-0.95x of torch's CUDA
+graph on an H100. This asks whether another formulation XLA compiles (a fused multiply and
+column reduction, or a dot accumulating in f32) or our TSM2S kernel beats it. (On the H100
+the fused multiply and reduction took 3-10x torch's time; an f32 dot, XLA's dot's.)
 
     python benchmarks/s_formulations.py [--repeats 15] [--out results.txt]
 """

@@ -421,9 +421,11 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def _rl_lines(c: dict[str, Any]) -> list[str]:
-    """The R and L checks (bandwidth, peers, speed-up)."""
+    """The R and L checks (bandwidth, peers, speed-up), where the run has R or L cases."""
     bw, peers, speedup = c["rl_bandwidth"], c["rl_peers"], c["rl_speedup"]
     n1, n2, k_miss = bw["cases"], peers["cases"], bw.get("kernel_misses")
+    if not (n1 or n2):
+        return []
     noisy = sum(1 for x in peers["misses"] if x.get("within_noise"))
     g = speedup["geomean"]
     return [
@@ -479,6 +481,7 @@ def _layout_lines(c: dict[str, Any] | None) -> list[str]:
 def markdown(doc: dict[str, Any]) -> str:
     """A markdown report: what was run where, the table, the summary and the check misses."""
     v = doc["versions"]
+    merged = doc.get("merged_from") or []
     lines = [
         f"# jax_tsm2 benchmark: {doc['gpu']}",
         "",
@@ -487,6 +490,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"(CUDA {v.get('torch_cuda')}), driver {v.get('driver')}, jax_tsm2 {v.get('jax_tsm2')}",
         f"- build_info: `{json.dumps(doc.get('build_info'))}`",
         f"- command: `{doc.get('command_line')}`",
+        *(f"- merged from: `{m.get('command_line')}` ({m.get('date')})" for m in merged),
         "- GB/s over the minimal bytes (every operand read once, the output written once: "
         "`(m*k + k*n + m*n) * itemsize` for R, L, NT, S; `(m*k + m*n + k*n)` for TN; GRAD reads "
         "A twice: `(2*m*k + m*n + 2*k*n)`); `% ceil` is of the read ceiling; `x peer` is peer "

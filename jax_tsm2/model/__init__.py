@@ -4,7 +4,7 @@ This is the row-major counterpart of the paper's model (sections 3.1.8-3.1.9,
 Algorithm 5). From a device description (``Device``: what the CUDA driver
 reports, or a preset) and a problem (batch, m, k, n, dtype, layout) it
 estimates, for each candidate kernel with the tile the launcher would run
-(read from ``ffi/tile_configs.h`` through ``_tsm2_ext.tile_config``, never
+(read from ``ffi/matmul/tiles.h`` through ``_tsm2_ext.tile_config``, never
 re-derived here):
 
 - occupancy: blocks per SM from threads, shared memory and registers, as
@@ -42,8 +42,9 @@ dtype's dot peak when that is slower.
 Only what the driver does not report is tabulated: FMA lanes per SM per
 architecture (``FMA_LANES``) and dense dot throughput. The calibration
 constants (``Calibration``) were fitted to the H100 runs in
-``benchmarks/results/h100-2026-11-22b`` (R, L) and ``h100-2026-11-22c`` (S,
-TN) and are checked by ``benchmarks/model_check.py``, which reports the
+``benchmarks/results/h100/calibration-r-l`` (R, L), ``calibration-layouts`` (S,
+TN) and the validation grids, and are checked by ``benchmarks/model_check.py``,
+which reports the
 error per family and marks which figures are in-sample (NT and the gradient
 benchmark were fitted to nothing: they test the model).
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 
-# TSM2T (layout tn) in one block, apart from the rest: its staging is being
-# rewritten, and ``python benchmarks/grid_fit.py --refit tsm2t GRID.json``
-# refits these four (and nothing else) on a grid run of the new kernel.
-# Stream and FMA refitted to the rewritten kernel's TN suite on the H100
-# (h100-2026-11-23/tn-rewrite: 16 x 16 at 97-99% of the read ceiling, 64 x 64
-# f32 at 47 FMA/clk/SM; median error 3%, worst 8%); element rate and margin
+# TSM2T (layout tn) in one block, apart from the rest: ``python
+# benchmarks/grid_fit.py --refit tsm2t GRID.json`` refits these four (and
+# nothing else) on a grid run, for when TSM2T's staging changes again.
+# Stream and FMA fitted to the TN suite on the H100 after TSM2T's staging lost
+# its divisions (16 x 16 at 97-99% of the read ceiling, 64 x 64 f32 on CUDA
+# cores at 47 FMA/clk/SM; median error 3%, worst 8%); element rate and margin
 # from the seed-0 grid (see ``Calibration.route_margin``).
 TSM2T_ETA_STREAM = 0.97
 TSM2T_ETA_FMA = 0.40
@@ -31,7 +31,7 @@ TSM2T_ROUTE_MARGIN = 0.10
 class Calibration:
     """Constants the driver cannot give, each fitted to one committed H100 run.
 
-    Row-tile kernels (TSM2R, TSM2L), fitted to benchmarks/results/h100-2026-11-22b
+    Row-tile kernels (TSM2R, TSM2L), fitted to benchmarks/results/h100/calibration-r-l
     (families R and L):
 
     - ``stream_fraction``: measured read ceiling / theoretical DRAM bandwidth
@@ -65,12 +65,12 @@ class Calibration:
     - ``P``: the soft-maximum exponent joining t_mem and t_cmp.
 
     Split kernels (TSM2S, TSM2T), fitted to
-    benchmarks/results/h100-2026-11-22c/layouts-before-routing (families S, TN):
+    benchmarks/results/h100/calibration-layouts (families S, TN):
 
     - ``split_eta_stream``: the fraction of the read ceiling each streams at.
       TSM2S keeps ``eta_stream`` (its m = 1 cases reached 89-91%); TSM2T,
       since its stage copies lost their division, 97-99% where it is
-      memory-bound (h100-2026-11-23/tn-rewrite): 0.97.
+      memory-bound (the TN suite, kernel lab): 0.97.
     - ``split_eta_fma``: the fraction of the FMA lanes each sustains. TSM2S
       (one block of 8 warps per SM at m = 16, a barrier per 32 rows) sustained
       about 19-26 FMA/clk/SM of 128 at m = 8 and 16 (inferred through the same
@@ -79,8 +79,8 @@ class Calibration:
     - ``cluster_eta_stream``, ``cluster_l2_weight``: bf16/f16/f32 TSM2S over
       thread-block clusters streams B at its own fraction of the read ceiling
       and reads A from L2 once per column tile, each L2 byte costing that
-      fraction of a DRAM byte. Refitted in session 19 to the 64-column tiles
-      over clusters of 2 (session 18's family S, forced kernels, both dtypes
+      fraction of a DRAM byte. Fitted to the 64-column tiles over clusters
+      of 2 (family S on the H100, forced kernels, device clock, both dtypes
       at m x 4096 x 4096, m = 1..16; least squares on the worst error): 1.05
       and 0.5, within 2.3% of all ten (bf16 14.0 / 14.6 / 15.3 us against
       13.7 / 14.6 / 15.2 at m = 1 / 8 / 16). A fraction above 1 is the fixed
@@ -89,7 +89,7 @@ class Calibration:
 
     - ``tma_eta_stream``, ``tma_l2_weight``: the same two for bf16/f16 TSM2S
       by tensor-map copies (128-column tiles, one block each, for shapes the
-      clusters take in more than one wave). Fitted to session 26's family S
+      clusters take in more than one wave). Fitted to family S on the H100
       (forced kernel, device clock, bf16 m x 8192 x 14336): 77.3 us at m = 1
       and 78.3 at m = 16 give 1.04 (the launch term again charged more than
       paid) and 0.1 (A's 16 rows add ~1 us over 112 tiles): 77.2 / 78.2
@@ -98,7 +98,7 @@ class Calibration:
     TSM2L's row-per-thread kernel (rows of 16 or 32 bytes, ``n <= 8``):
 
     - ``row_eta_stream``: the fraction of the read ceiling it streams A and C
-      at; the kernel lab (benchmarks/NOTES.md, session 4) measured 89.8-92.3%
+      at; the kernel lab measured 89.8-92.3%
       on bf16/f32/f64 rows of 1e7: 0.90. Its FMAs (at most 16 x 8 per row)
       are far below the FMA rate at that stream, so it is modelled as memory-bound.
 
@@ -115,7 +115,7 @@ class Calibration:
       3.0 passes, 8.5% with the two; the suites' 18 tn cases stay at 1.3%).
     - ``xla_t_floor``, ``xla_t_launch``: as ``t_floor``, ``t_launch`` above.
 
-    Refitted to the validation grid (benchmarks/results/h100-2026-11-23/grid-seed0,
+    Refitted to the validation grid (benchmarks/results/h100/grid-seed0,
     ``benchmarks/grid_fit.py`` fits them on half of its shapes and tests on the
     other half):
 
@@ -134,8 +134,8 @@ class Calibration:
       16 / itemsize): 4/8-byte cp.async for f32/f64, 4-byte pairs for bf16/f16
       with n even (a copy per two elements), else through registers; each
       element feeds ``m`` FMAs, at a quarter of the rate in f64. Fitted to the
-      session 11 kernel lab's four shapes (h100-2026-11-23/session11/lab: +6,
-      -14, +2, -12%) and the 15 element-copy shapes of grid seeds 3 (second
+      kernel lab's four element-copy shapes (+6, -14, +2, -12%) and the 15
+      element-copy shapes of grid seeds 3 (second
       half) and 4 above the launch floor (median |error| 5.7%, all within 36%;
       f32 14x14138x3143 +29%, f16 1x1297x10767 +36%); (0.36, 0.056) with half
       the rate in f64 had a 14% median and f64 at -14 to -31%.
@@ -150,8 +150,9 @@ class Calibration:
       ``m >= xla_tall_ratio * k``; seed 1's R/NT shapes with m = 2-5.5 k ran
       XLA's dot at a third of the ceiling (NT f32 12973x6236x4: 341 us, TSM2R 134).
     - ``route_margin``: per kernel, how much faster than XLA's dot a kernel
-      must be predicted for mode auto to run it; fitted by bar 2 on the
-      fitting grid from 10% up: 10% for every kernel (TSM2T's in its block above).
+      must be predicted for mode auto to run it; fitted by the shapes routed
+      within 1.10x of their best on the fitting grid, from 10% up: 10% for
+      every kernel (TSM2T's in its block above).
     - ``xla_short_k``: XLA's dot reads its operands once in nn where A has at
       most 4 rows and ``k`` is at most this (``xla.operand_passes``). Five
       grids (seeds 0-3): k = 1221-1892 ran once, 2507 at 1.7 passes, 2927 and
@@ -164,8 +165,8 @@ class Calibration:
       ran three times over.
     - ``xla_short_k_passes``: the passes over the operands for those two
       rules: 1.1-1.7 on the grids (R f64 13345x3587x28 1.7, S f32 1x1417x10401
-      1.2); 1.0-1.2 score best on bar 2 over the five grids (346/363 outside
-      TN, 336 before the two rules).
+      1.2); 1.0-1.2 route best over the five grids (346/363 shapes within
+      1.10x outside TN, 336 without the two rules).
     - ``xla_wide_ratio``, ``xla_wide_passes``: in nn where n is at least
       ``xla_wide_ratio`` times k (S shapes with a wide B), the passes where the
       rules above do not apply: seeds 0-4 ran them 1.6-2.8 times over (bf16

@@ -141,7 +141,7 @@ def arch_entry(table: dict[tuple[int, int], Any], cc: tuple[int, int]) -> Any:
 # 1980 MHz boost, HBM3 at 2619 MHz on a 5120-bit bus = 3.35 TB/s, 50 MB L2,
 # 228 KB shared memory and 64K registers per SM). The measured streaming-read
 # ceiling on the benchmark machine was 3070 GB/s (92% of 3.35 TB/s;
-# benchmarks/results/h100-2026-11-22b), which is what this preset uses.
+# benchmarks/results/h100/calibration-r-l), which is what this preset uses.
 H100_SXM = Device(
     name="NVIDIA H100 80GB HBM3",
     cc=(9, 0),

@@ -1,4 +1,4 @@
-"""TSM2S and TSM2T: the split-contraction kernels (``ffi/split_plans.h``).
+"""TSM2S and TSM2T: the split-contraction kernels (``ffi/matmul/split_plan.h``).
 
 Both cut a long contraction into splits, one output tile per block, and add
 the splits' partial sums in a second launch. bf16/f16/f32 TSM2S whose
@@ -127,7 +127,7 @@ def split_prediction(
             (p.m, plan["tiles_n"], plan["tile_m"]),
             (p.n, plan["tiles_m"], plan["tile_n"]),
         ):
-            # Half pairs: at the byte rate on tensor-core tiles (session 11 lab:
+            # Half pairs: at the byte rate on tensor-core tiles (kernel lab:
             # 148 x 194 at -2%, 30 x 20 +25%) and for operands of 32 columns or
             # more; at half of it for narrower ones on CUDA-core tiles (lab 6 x 10,
             # grid seed 4 18 x 2; seed 4's 224 x 2 ran at the byte rate).
@@ -138,13 +138,13 @@ def split_prediction(
                 elems += batch * p.k * tiles * width
         cycles = copied / cal.t_async_bytes_per_clk + elems / cal.scalar_rate(kernel)
         t_mem = max(t_mem, cycles / (active * dev.clock_hz))
-    # TSM2T's tensor-core tiles (split_plans.h TUsesMma) are charged a multiple
+    # TSM2T's tensor-core tiles (split_plan.h TUsesMma) are charged a multiple
     # of the FMA pipes' rate at the same efficiency: twice for FP64 MMAs
-    # (h100-2026-11-23/tn-mma: 64 x 64 f64 at 408 us, predicted 400) and the
-    # 3xTF32 f32 tiles (session 8 kernel lab: 64 x 64 at 206 us, 16 x 256 at
-    # 390; predicted 203 and 379); three times for bf16/f16 m16n8k16 tiles, one
-    # MMA per product (session 10 kernel lab, bf16 1e6 rows: 512 x 8 at 374 us,
-    # 64 x 64 at 116, 16 x 256 at 215; predicted 361, 121, 197).
+    # (kernel lab: 64 x 64 f64 at 408 us, predicted 400) and the 3xTF32 f32
+    # tiles (kernel lab: 64 x 64 at 206 us, 16 x 256 at 390; predicted 203 and
+    # 379); three times for bf16/f16 m16n8k16 tiles, one MMA per product
+    # (kernel lab, bf16 1e6 rows: 512 x 8 at 374 us, 64 x 64 at 116, 16 x 256
+    # at 215; predicted 361, 121, 197).
     # TSM2S on tensor cores (m >= 8 bf16/f16, small_left_mma.cuh) pays for A's
     # rows padded to 16 at the same three times (kernel lab, bf16: 8 x 8192 x
     # 14336 at 133 us, 16 x 4096 x 4096 at 23; predicted 127 and 22).

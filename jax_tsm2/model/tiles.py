@@ -1,6 +1,6 @@
 """TSM2R and TSM2L: the row-tile kernels, from the tile the launcher would run.
 
-The tile (``ffi/tile_configs.h``, read through ``_tsm2_ext.tile_config``,
+The tile (``ffi/matmul/tiles.h``, read through ``_tsm2_ext.tile_config``,
 never re-derived here) gives threads, shared memory, rows per thread and the
 ring depth; from those come occupancy, the bytes in flight per SM (and so
 the stream efficiency), the FMA rate the tile can sustain, and a time::
@@ -88,7 +88,7 @@ def tile_prediction(
     stream = cal.eta_stream * min(1.0, inflight / need) ** cal.inflight_exponent
     stream *= active_sms / dev.sm_count
     t_mem = dram / (bw * stream)
-    # Rows of A that are not whole 16-byte vectors (launch_matmul.cuh a_vec_ok)
+    # Rows of A that are not whole 16-byte vectors (launch_tiles.cuh a_vec_ok)
     # are copied element by element, at a rate in elements, not bytes.
     a_vec = p.k % (16 // isz) == 0
     if not a_vec:
