@@ -67,7 +67,7 @@ def test_nt_through_the_streaming_kernels(dtype, m, k, n, kernel):
     check(_run(a, b, kernel, NT), a, b, NT)
 
 
-# TSM2L's row-per-thread kernel (ffi/kernels/row_per_thread.cuh) takes rows
+# TSM2L's row-per-thread kernel (ffi/matmul/kernels/row_per_thread.cuh) takes rows
 # of exactly 16 or 32 bytes and n <= 8: every such k per dtype, n on and off
 # the whole-vector output path, m just past a block step (1024 rows of 16
 # bytes, 512 of 32) and past a whole grid stride (264 blocks on an H100), in
@@ -202,7 +202,7 @@ def test_batched_layouts(dtype, kernel, layout, a_shape, b_shape):
     check(_run(a, b, kernel, layout), a, b, layout)
 
 
-# T on TF32 tensor cores (ffi/kernels/tn_tf32.cuh): f32 output tiles of 2048+
+# T on TF32 tensor cores (ffi/matmul/kernels/tn_tf32.cuh): f32 output tiles of 2048+
 # entries with both edges >= 16. One shape per warp-to-tile map the launcher
 # has (1 x 4, 2 x 2 and 1 x 2 MMA tiles per warp), with tails in both edges.
 TF32_TILES = [
@@ -231,10 +231,10 @@ def test_tn_tf32_tiles(k, m, n):
     check(_run(a, b, TSM2T, TN), a, b, TN)
 
 
-# T on FP64 tensor cores (ffi/kernels/tn_mma.cuh): f64 output tiles of 2048+
-# entries with both edges >= 16, including the 16-wide ones (16 x 128, 16 x
-# 256, 128 x 16, 256 x 16) that left the CUDA cores in session 29, with
-# tails in both edges and a contraction over hundreds of splits.
+# T on FP64 tensor cores (ffi/matmul/kernels/tn_mma.cuh): f64 output tiles of
+# 2048+ entries with both edges >= 16, including the 16-wide ones (16 x 128,
+# 16 x 256, 128 x 16, 256 x 16), with tails in both edges and a contraction
+# over hundreds of splits.
 F64_MMA_TILES = [
     (200_003, 16, 256),  # 16 x 256, 1 x 8 MMA tiles per warp
     (20_011, 16, 130),  # 16 x 256, a tail of 2 columns
@@ -327,7 +327,7 @@ def test_tn_tf32_tiles_keep_ieee_nan_and_inf():
     assert (np.abs(c - want)[fin] <= bound[fin]).all()
 
 
-# T on bf16/f16 tensor cores (ffi/kernels/tn_half.cuh): output tiles of 1024+
+# T on bf16/f16 tensor cores (ffi/matmul/kernels/tn_half.cuh): output tiles of 1024+
 # entries with edges >= 16 x 8. One shape per tile the launcher has, with
 # tails in both edges where the tile allows; an edge that is not a multiple
 # of 8 (13, 50, 100, ...) is not whole 16-byte vectors of a half type, so
@@ -459,7 +459,7 @@ S_TMA_SHAPES = [
     (1000, 8712),  # 128 columns: k = 15 stages + 40 rows; n = 68 tiles + 8 columns
     (24, 8456),  # one stage, mostly zeros; n = 66 tiles + 8
     (4096, 16_384),  # whole stages and tiles, 128 tiles
-    (8192, 14_336),  # issue 4's 235 MB case, 112 tiles, 128 stages (more than the ring's 8)
+    (8192, 14_336),  # the S suite's 235 MB case, 112 tiles, 128 stages (more than the ring's 8)
 ]
 
 

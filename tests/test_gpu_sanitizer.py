@@ -121,7 +121,7 @@ def test_kmeans_step_sanitizers_report_no_errors(tmp_path, tool):
     # the math warps through mbarriers (arrive after a __syncwarp, try_wait to
     # acquire), and racecheck 2025.3 reports every such byte as a RAW hazard
     # (184k on one call), while excluding that kernel by name crashed the tool
-    # (benchmarks/NOTES.md, session 20). So its cases sit out racecheck only;
+    # (docs/kmeans.md). So its cases sit out racecheck only;
     # memcheck and synccheck cover them.
     skip = tool == "racecheck"
     _assert_sanitizer_clean(tmp_path, KMEANS_SWEEP, tool, "Kmeans", skip_cluster_step=skip)
