@@ -1,4 +1,7 @@
-"""cuBLAS's TF32 time on the ABFT bar's product (8192^3 f32), beside benchmarks/abft_gemm_lab.cu.
+"""cuBLAS's TF32 time on the ABFT benchmark's product (8192^3 f32), beside the GEMM lab.
+
+The lab is ``benchmarks/lab/abft_gemm_lab.cu`` (a CUTLASS TF32 GEMM with the checksums in its
+epilogue; docs/abft.md).
 
 torch's ``matmul`` with TF32 allowed (CUDA events around each call), then ``jnp.matmul`` at
 default precision (host clock around a blocking call, so it carries the dispatch too). Run on

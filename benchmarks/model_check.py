@@ -28,7 +28,7 @@ grid constants on one grid and reports the per-family error and routing on
 the other (``--simulate NEW.json``: routing with the committed constants).
 
 ``--json`` writes the tables for other tools. Exits 1 when the median error
-of a family's forced kernels or of its ``jnp`` records exceeds ``--bar``
+of a family's forced kernels or of its ``jnp`` records exceeds ``--max-error``
 (default 0.20).
 """
 
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--theoretical", action="store_true", help="no measured bandwidth: the driver's figure"
     )
-    ap.add_argument("--bar", type=float, default=0.20)
+    ap.add_argument("--max-error", type=float, default=0.20, help="median |error| allowed")
     ap.add_argument("--json", help="write the tables here")
     ap.add_argument("--quiet", action="store_true", help="summaries only")
     args = ap.parse_args(argv)
@@ -415,10 +415,12 @@ def main(argv: list[str] | None = None) -> int:
                 indent=1,
             )
     over = [
-        s for s in fams if s["group"] in ("kernel", "xla") and s["median_abs_rel_error"] > args.bar
+        s
+        for s in fams
+        if s["group"] in ("kernel", "xla") and s["median_abs_rel_error"] > args.max_error
     ]
     for s in over:
-        print(f"over the bar: {s['family']} {s['group']} {s['kernel']}", file=sys.stderr)
+        print(f"error over --max-error: {s['family']} {s['group']} {s['kernel']}", file=sys.stderr)
     return 1 if over else 0
 
 
