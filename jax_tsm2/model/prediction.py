@@ -1,6 +1,6 @@
 """What the model answers (``Prediction``) and the pieces every kernel's estimate shares.
 
-Holds the kernel and layout tables (``ffi/matmul/kinds.h``), ``problem_from``
+Holds the kernel and layout tables (``ffi/matmul_kinds.h``), ``problem_from``
 (a problem from sizes or operand shapes), the occupancy calculation, the
 t2 threshold, and the way a body time, a launch cost and a per-call floor
 combine into one predicted time.
@@ -26,13 +26,13 @@ from jax_tsm2.problem import Problem
 KERNEL_NAMES: dict[int, str] = {0: "tsm2r", 1: "tsm2l", 2: "tsm2s", 3: "tsm2t"}
 KERNEL_IDS: dict[str, int] = {v: k for k, v in KERNEL_NAMES.items()}
 LAYOUTS = ("nn", "nt", "tn")
-# Which kernels take which layout (ffi/matmul/kinds.h).
+# Which kernels take which layout (ffi/matmul_kinds.h).
 KERNELS_FOR_LAYOUT: dict[str, tuple[str, ...]] = {
     "nn": ("tsm2r", "tsm2l", "tsm2s"),
     "nt": ("tsm2r", "tsm2l"),
     "tn": ("tsm2t",),
 }
-S_MAX_M = 16  # split_plan.h kSMaxM
+S_MAX_M = 16  # split_plans.h kSMaxM
 
 
 def itemsize(dtype: Any) -> int:
