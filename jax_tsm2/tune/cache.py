@@ -102,8 +102,8 @@ def _valid_entry(key: Any, value: Any) -> bool:
     return value.get("target") in _LAYOUT_TARGETS[layout]
 
 
-def _read_capped(path: pathlib.Path) -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most ``MAX_BYTES``; else OSError.
+def read_capped(path: pathlib.Path, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``max_bytes``; else OSError.
 
     O_NONBLOCK keeps ``open`` from waiting for a writer when the path is a
     FIFO; the type is checked on the opened descriptor, so a file swapped for
@@ -114,9 +114,9 @@ def _read_capped(path: pathlib.Path) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(f"not a regular file (mode {stat.filemode(st.st_mode)})")
-        if st.st_size > MAX_BYTES:
-            raise OSError(f"{st.st_size} bytes, more than the {MAX_BYTES} a tune cache may have")
-        chunks, left = [], MAX_BYTES + 1
+        if st.st_size > max_bytes:
+            raise OSError(f"{st.st_size} bytes, more than the {max_bytes} such a file may have")
+        chunks, left = [], max_bytes + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:
@@ -124,7 +124,7 @@ def _read_capped(path: pathlib.Path) -> bytes:
             chunks.append(chunk)
             left -= len(chunk)
         if left <= 0:  # it grew while being read
-            raise OSError(f"more than the {MAX_BYTES} bytes a tune cache may have")
+            raise OSError(f"more than the {max_bytes} bytes such a file may have")
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -133,7 +133,7 @@ def _read_capped(path: pathlib.Path) -> bytes:
 def _parse(path: pathlib.Path, device_key: str) -> dict[str, Any] | None:
     """The file's contents if they can be trusted for device_key; warns and returns None if not."""
     try:
-        text = _read_capped(path).decode("utf-8")
+        text = read_capped(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         _warn(path, f"unreadable ({err})")
         return None

@@ -1,0 +1,622 @@
+"""Calibration: the performance model fitted to the GPU at hand.
+
+The model (``jax_tsm2.model``) predicts each kernel's and XLA's dot's time from
+the device's properties and a few constants. Those constants were fitted on
+one GPU, and what XLA's dot does on a shape changes with the GPU and the jax
+version, so on another GPU the predictions drift (on an H200 the model of an
+H100 erred by a median 31%). A calibration measures, on this GPU:
+
+- the streaming-read ceiling and the time of the smallest launch,
+- each candidate (our kernels and XLA's dot) on a designed set of probe
+  shapes covering the regions the kernels are meant for (``design``),
+
+and stores them (``CalibrationData``) in the user cache directory, one file
+per GPU model. ``Corrections`` turns the probes into a correction of the
+model per target, layout and dtype: the model's prediction times the
+geometric mean of measured / predicted over nearby probes (a Gaussian kernel
+in log-size space, shrunk towards 1 where no probe is near). Routing picks
+with the corrected predictions (``decide``); its margin grows where the
+probes are far from the shape, so an extrapolation never buys a kernel that
+has not been seen winning near there.
+
+The probe set is deterministic and designed (strata of log-bytes in each
+region), and it is not the set anything is judged on: the benchmark's random
+grids draw their shapes with other seeds.
+
+Example (a fake timer standing in for the GPU: every kernel runs 20% slower
+than the model says, XLA's dot as predicted):
+    >>> from jax_tsm2 import model
+    >>> from jax_tsm2.tune import calibrate
+    >>> dev = model.H100_SXM
+    >>> probes = calibrate.design(per_cell=2, dtypes=("float32",), families=("L",))
+    >>> def timer(target, p, dtype, layout):
+    ...     t = model.predict(p, dtype, layout, target, device=dev).seconds
+    ...     return t if target == "xla" else 1.2 * t
+    >>> data = calibrate.measure(probes, timer, dev, read_bytes_per_s=3.07e12,
+    ...                          launch_seconds=6e-6, log=None)
+    >>> corr = calibrate.Corrections(data)
+    >>> probe = data.records[0]  # at a probe: the factor, shrunk a little towards 1
+    >>> [round(x, 2) for x in corr.factor("tsm2l", probe.problem, "float32", "nn")]
+    [1.16, 1.0]
+    >>> corr.factor("tsm2l", probe.problem, "float64", "nn")  # nothing measured in f64
+    (1.0, 0.0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import pathlib
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from jax_tsm2 import model
+from jax_tsm2.problem import Problem
+
+SCHEMA = "jax_tsm2.calibration"
+VERSION = 1
+# Nothing is tuned on this seed's shapes but the corrections themselves; the
+# benchmark grids that judge routing use other seeds.
+DESIGN_SEED = 20_481
+# A calibration file holds a few hundred probes: well under a megabyte.
+MAX_BYTES = 4 << 20
+
+Timer = Callable[[str, Problem, str, str], float]
+
+# The regions the kernels are meant for, as (m, k, n) ranges of the canonical
+# problem (for TN, k is the long contraction), with the layout each family's
+# product is stored in. The probes' sizes are kept between MIN_BYTES and
+# MAX_PROBE_BYTES of operands and result.
+Region = tuple[tuple[float, float], tuple[float, float], tuple[float, float]]
+FAMILY_LAYOUT: dict[str, str] = {"R": "nn", "L": "nn", "S": "nn", "NT": "nt", "TN": "tn"}
+REGIONS: dict[str, tuple[Region, ...]] = {
+    "R": (((1e3, 3e4), (1e3, 3e4), (1, 64)),),
+    "L": (((1e4, 1e7), (1, 64), (1, 64)),),
+    "NT": (((1e3, 3e4), (1e3, 3e4), (1, 64)), ((1e4, 1e7), (1, 64), (1, 64))),
+    "TN": (((1, 256), (1e4, 1e7), (1, 256)),),
+    "S": (((1, 16), (1e3, 2e4), (1e3, 2e4)),),
+}
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+MIN_BYTES = 1_000_000
+MAX_PROBE_BYTES = 1_000_000_000
+
+# The corrections' kernel width in octaves of each size (rows, k, n), and the
+# weight of the prior (no correction) against one probe at distance zero.
+BANDWIDTH_OCTAVES = 1.5
+PRIOR_WEIGHT = 0.25
+# Margins a kernel must be predicted faster than XLA's dot by: where probes
+# are near (support >= 1) the base margin, growing towards FAR_MARGIN as the
+# nearest probes recede. Without a calibration routing uses the model's own
+# margins widened to UNCALIBRATED_MARGIN.
+BASE_MARGIN = 0.04
+FAR_MARGIN = 0.5
+UNCALIBRATED_MARGIN = 0.3
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """One shape to measure: a canonical problem in a layout and dtype."""
+
+    family: str
+    dtype: str
+    layout: str
+    problem: Problem
+
+
+def _itemsize(dtype: str) -> int:
+    return 8 if dtype == "float64" else 4 if dtype == "float32" else 2
+
+
+def _bytes(p: Problem, dtype: str) -> int:
+    b = p.batch or 1
+    return b * (p.m * p.k + p.k * p.n + p.m * p.n) * _itemsize(dtype)
+
+
+def design(
+    per_cell: int = 6,
+    *,
+    seed: int = DESIGN_SEED,
+    families: Sequence[str] = tuple(REGIONS),
+    dtypes: Sequence[str] = DTYPES,
+) -> list[Probe]:
+    """The probe set: ``per_cell`` shapes per (family, dtype), in round-robin order.
+
+    Within a cell the shapes are stratified in log-bytes (one per equal slice
+    of log(MIN_BYTES)..log(MAX_PROBE_BYTES)) and log-uniform in each size
+    within the family's regions, so they spread over the region rather than
+    cluster. Cells take turns in the returned order, so a calibration cut short
+    by its time budget still covers every cell.
+
+    Example:
+        >>> probes = design(per_cell=2)
+        >>> len(probes), len({(q.family, q.dtype) for q in probes})
+        (40, 20)
+        >>> design(per_cell=2) == probes
+        True
+    """
+    if per_cell < 1:
+        raise ValueError(f"per_cell must be >= 1, got {per_cell}")
+    rng = np.random.default_rng(seed)
+    cells: list[list[Probe]] = []
+    lo, hi = math.log(MIN_BYTES), math.log(MAX_PROBE_BYTES)
+    for fam in families:
+        if fam not in REGIONS:
+            raise ValueError(f"unknown family {fam!r}; one of {', '.join(REGIONS)}")
+        for dtype in dtypes:
+            cell: list[Probe] = []
+            for i in range(per_cell):
+                want = (lo + (hi - lo) * i / per_cell, lo + (hi - lo) * (i + 1) / per_cell)
+                cell.append(_draw(rng, fam, dtype, want, {q.problem for q in cell}))
+            cells.append(cell)
+    return [cell[i] for i in range(per_cell) for cell in cells]
+
+
+def _draw(
+    rng: np.random.Generator, fam: str, dtype: str, want: tuple[float, float], seen: set
+) -> Probe:
+    regions = REGIONS[fam]
+    best: Probe | None = None
+    for _ in range(20_000):
+        region = regions[rng.integers(len(regions))]
+        m, k, n = (int(round(math.exp(rng.uniform(math.log(a), math.log(b))))) for a, b in region)
+        p = Problem(None, max(m, 1), max(k, 1), max(n, 1))
+        size = math.log(_bytes(p, dtype))
+        if p in seen:
+            continue
+        if want[0] <= size <= want[1]:
+            return Probe(fam, dtype, FAMILY_LAYOUT[fam], p)
+        if MIN_BYTES <= math.exp(size) <= MAX_PROBE_BYTES and best is None:
+            best = Probe(fam, dtype, FAMILY_LAYOUT[fam], p)
+    if best is None:
+        raise ValueError(f"no {fam} {dtype} probe fits {MIN_BYTES}-{MAX_PROBE_BYTES} bytes")
+    return best
+
+
+def targets_for(p: Problem, dtype: str, layout: str, device: model.Device) -> list[str]:
+    """The kernels that take ``p`` in ``layout`` (as the model sees them), then "xla".
+
+    TSM2L on a k too long for its L tile runs TSM2R's tile, so it is not a
+    target of its own there.
+    """
+    out = []
+    for k in model.KERNELS_FOR_LAYOUT[layout]:
+        pred = model.predict(p, dtype, layout, k, device=device)
+        if not pred.supported or (k == "tsm2l" and pred.params.get("tile") == "R"):
+            continue
+        out.append(k)
+    return [*out, "xla"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """What one probe measured: seconds per target (targets that failed are absent)."""
+
+    dtype: str
+    layout: str
+    problem: Problem
+    seconds: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.problem
+        return {
+            "dtype": self.dtype,
+            "layout": self.layout,
+            "batch": p.batch,
+            "m": p.m,
+            "k": p.k,
+            "n": p.n,
+            "seconds": dict(sorted(self.seconds.items())),
+        }
+
+    @classmethod
+    def from_json(cls, d: Any) -> Record:
+        if not isinstance(d, dict):
+            raise ValueError(f"a probe record must be an object, got {type(d).__name__}")
+        dtype, layout = d.get("dtype"), d.get("layout")
+        if dtype not in DTYPES or layout not in model.LAYOUTS:
+            raise ValueError(f"probe record with dtype {dtype!r}, layout {layout!r}")
+        sizes = [d.get(s) for s in ("m", "k", "n")]
+        batch = d.get("batch")
+        if not all(_count(s) for s in sizes) or not (batch is None or _count(batch)):
+            raise ValueError(f"probe record sizes {sizes}, batch {batch!r}")
+        secs = d.get("seconds")
+        if not isinstance(secs, dict) or not secs:
+            raise ValueError("probe record without seconds")
+        out = {}
+        for t, s in secs.items():
+            if t not in (*model.KERNEL_IDS, "xla") or not _positive(s):
+                raise ValueError(f"probe record time {t!r}: {s!r}")
+            out[t] = float(s)
+        return cls(dtype, layout, Problem(batch, *sizes), out)
+
+
+def _count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 1 <= x < 2**62
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1e6
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationData:
+    """A GPU's calibration: its ceilings and the probes' measurements, with provenance."""
+
+    device: dict[str, Any]  # key, name, cc, sm_count
+    read_bytes_per_s: float
+    launch_seconds: float
+    records: tuple[Record, ...]
+    made: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return str(self.device["key"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "version": VERSION,
+            "device": self.device,
+            "made": self.made,
+            "read_bytes_per_s": self.read_bytes_per_s,
+            "launch_seconds": self.launch_seconds,
+            "records": [r.to_json() for r in self.records],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> CalibrationData:
+        """Checks the schema of a parsed file; raises ValueError saying what is wrong."""
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            raise ValueError(f"not a {SCHEMA} file")
+        if doc.get("version") != VERSION:
+            raise ValueError(f"version {doc.get('version')!r}, expected {VERSION}")
+        dev = doc.get("device")
+        if not isinstance(dev, dict) or not isinstance(dev.get("key"), str):
+            raise ValueError("no device key")
+        read, launch = doc.get("read_bytes_per_s"), doc.get("launch_seconds")
+        if not (_positive(read / 1e12 if _positive_big(read) else -1) and _positive(launch)):
+            raise ValueError(f"ceilings {read!r} bytes/s, launch {launch!r} s")
+        recs = doc.get("records")
+        if not isinstance(recs, list) or not recs:
+            raise ValueError("no probe records")
+        made = doc.get("made") if isinstance(doc.get("made"), dict) else {}
+        return cls(dev, float(read), float(launch), tuple(Record.from_json(r) for r in recs), made)
+
+
+def _positive_big(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1e16
+
+
+def measure(
+    probes: Iterable[Probe],
+    timer: Timer,
+    device: model.Device,
+    *,
+    read_bytes_per_s: float,
+    launch_seconds: float,
+    budget_s: float | None = None,
+    log: Callable[[str], None] | None = print,
+    progress: Callable[[Iterable[Probe]], Iterable[Probe]] | None = None,
+) -> CalibrationData:
+    """Times every target of every probe with ``timer`` (``tune.cli.GpuTimer`` on a GPU).
+
+    Stops starting new probes once ``budget_s`` seconds have passed (the
+    probes' round-robin order keeps the cells even). A target whose timing
+    fails is left out of its record; a probe where every target failed is
+    dropped. ``progress`` wraps the iteration (e.g. ``tqdm``).
+    """
+    import jax
+
+    dev = device.with_bandwidth(read_bytes_per_s)
+    start = time.monotonic()
+    records: list[Record] = []
+    probes = list(probes)
+    for q in progress(probes) if progress else probes:
+        if budget_s is not None and records and time.monotonic() - start > budget_s:
+            if log:
+                log(f"time budget of {budget_s:.0f} s spent: {len(records)} probes measured")
+            break
+        targets = targets_for(q.problem, q.dtype, q.layout, dev)
+        got = _time_all(timer, targets, q)
+        secs = {t: s for t, s in got.items() if isinstance(s, float)}
+        if secs:
+            records.append(Record(q.dtype, q.layout, q.problem, secs))
+        if log:
+            cells = ", ".join(
+                f"{t} {s * 1e6:.1f} us" if isinstance(s, float) else f"{t} failed ({s})"
+                for t, s in got.items()
+            )
+            p = q.problem
+            log(f"{q.family} {q.dtype} {p.m}x{p.k}x{p.n}: {cells}")
+    if not records:
+        raise RuntimeError("calibration measured nothing: every probe failed")
+    from jax_tsm2 import __version__
+
+    made = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "jax": jax.__version__,
+        "jax_tsm2": __version__,
+        "design_seed": DESIGN_SEED,
+        "command": "python -m jax_tsm2.tune --calibrate",
+        "seconds": round(time.monotonic() - start, 1),
+    }
+    info = {"key": dev.key, "name": dev.name, "cc": list(dev.cc), "sm_count": dev.sm_count}
+    return CalibrationData(info, read_bytes_per_s, launch_seconds, tuple(records), made)
+
+
+def _time_all(timer: Timer, targets: Sequence[str], q: Probe) -> dict[str, float | str]:
+    why = lambda err: f"{type(err).__name__}: {err}"
+    time_all = getattr(timer, "time_all", None)
+    if time_all is not None:
+        try:
+            got = time_all(targets, q.problem, q.dtype, q.layout)
+        except Exception as err:
+            return {t: why(err) for t in targets}
+        return {t: why(v) if isinstance(v, Exception) else _finite(v) for t, v in got.items()}
+    out: dict[str, float | str] = {}
+    for t in targets:
+        try:
+            out[t] = _finite(timer(t, q.problem, q.dtype, q.layout))
+        except Exception as err:
+            out[t] = why(err)
+    return out
+
+
+def _finite(v: Any) -> float | str:
+    v = float(v)
+    return v if math.isfinite(v) and v > 0 else f"timer returned {v!r}"
+
+
+def _coords(p: Problem) -> np.ndarray:
+    return np.log2([float((p.batch or 1) * p.m), float(p.k), float(p.n)])
+
+
+class Corrections:
+    """Per (target, layout, dtype): measured / predicted over the probes, by nearness.
+
+    ``factor`` answers the correction for a shape and its *support*: the
+    summed kernel weight of the probes behind it (1.0 is one probe at the same
+    shape; near 0 nothing was measured near there and the factor is ~1).
+    """
+
+    def __init__(self, data: CalibrationData, calibration: model.Calibration | None = None):
+        self.data = data
+        self.calibration = calibration or model.CALIBRATION
+        self._points: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
+        dev = self.device_model(model.H100_SXM)
+        grouped: dict[tuple[str, str, str], list[tuple[np.ndarray, float]]] = {}
+        for r in data.records:
+            for target, secs in r.seconds.items():
+                pred = model.predict(r.problem, r.dtype, r.layout, target, dev, self.calibration)
+                if not (pred.supported and math.isfinite(pred.seconds) and pred.seconds > 0):
+                    continue
+                resid = math.log(secs / pred.seconds)
+                grouped.setdefault((target, r.layout, r.dtype), []).append(
+                    (_coords(r.problem), resid)
+                )
+        for key, pts in grouped.items():
+            self._points[key] = (np.stack([c for c, _ in pts]), np.array([v for _, v in pts]))
+
+    def device_model(self, like: model.Device) -> model.Device:
+        """``like`` with this calibration's read ceiling (the model's bandwidth)."""
+        return like.with_bandwidth(self.data.read_bytes_per_s)
+
+    def factor(self, target: str, p: Problem, dtype: str, layout: str) -> tuple[float, float]:
+        """(correction factor, support) for ``target`` on ``p``."""
+        pts = self._points.get((target, layout, dtype))
+        if pts is None:
+            return 1.0, 0.0
+        coords, resid = pts
+        d2 = np.sum((coords - _coords(p)) ** 2, axis=1) / BANDWIDTH_OCTAVES**2
+        w = np.exp(-0.5 * d2)
+        support = float(w.sum())
+        log_factor = float((w * resid).sum() / (support + PRIOR_WEIGHT))
+        return math.exp(log_factor), support
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """``decide``'s answer: the target, corrected predictions per target, and why."""
+
+    target: str
+    seconds: dict[str, float]
+    margin: float
+    reason: str
+
+
+def decide(
+    p: Problem,
+    dtype: str,
+    layout: str,
+    names: Sequence[str],
+    device: model.Device,
+    corrections: Corrections,
+    xla_precision: str = "default",
+) -> Decision:
+    """The fastest of ``names`` and XLA's dot by corrected prediction, with a margin that
+    grows where the probes behind the kernel's correction are far away."""
+    dev = corrections.device_model(device)
+    cal = corrections.calibration
+    fx, _ = corrections.factor("xla", p, dtype, layout)
+    xla = model.predict(p, dtype, layout, "xla", dev, cal, xla_precision).seconds * fx
+    secs: dict[str, float] = {"xla": xla}
+    support: dict[str, float] = {}
+    for name in names:
+        pred = model.predict(p, dtype, layout, name, dev, cal)
+        if not pred.supported:
+            continue
+        f, support[name] = corrections.factor(name, p, dtype, layout)
+        secs[name] = pred.seconds * f
+    kernels = [k for k in secs if k != "xla"]
+    if not kernels:
+        return Decision("xla", secs, 0.0, "no kernel takes this problem")
+    best = min(kernels, key=secs.__getitem__)
+    margin = BASE_MARGIN + (FAR_MARGIN - BASE_MARGIN) * math.exp(-2.0 * support[best])
+    us = lambda s: f"{s * 1e6:.1f} us"
+    if secs[best] * (1.0 + margin) < xla:
+        why = (
+            f"{best} predicted {us(secs[best])} against XLA's {us(xla)} on this GPU's "
+            f"calibration ({xla / secs[best]:.2f}x, margin {margin:.0%})"
+        )
+        return Decision(best, secs, margin, why)
+    why = f"XLA's dot predicted {us(xla)} against {best}'s {us(secs[best])} on this GPU's " + (
+        f"calibration (within the {margin:.0%} margin)" if secs[best] < xla else "calibration"
+    )
+    return Decision("xla", secs, margin, why)
+
+
+# --- Files: the user's calibration, else one shipped with the package. ----------------
+
+SHIPPED_DIR = pathlib.Path(__file__).resolve().parent.parent / "calibrations"
+
+
+def file_name(device_key: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in device_key)
+    return f"calibration-{safe}.json"
+
+
+def user_path(device_key: str) -> pathlib.Path:
+    from jax_tsm2.tune import cache
+
+    return cache.cache_dir() / file_name(device_key)
+
+
+def shipped_path(device_key: str) -> pathlib.Path:
+    return SHIPPED_DIR / file_name(device_key)
+
+
+def store(data: CalibrationData, path: pathlib.Path | None = None) -> pathlib.Path:
+    """Writes ``data`` atomically to ``path`` (default: the user's cache directory)."""
+    path = path or user_path(data.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data.to_json(), f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+    _loaded.clear()
+    return path
+
+
+# path -> ((mtime_ns, size, inode, mode), parsed data or None), reloaded when the file changes.
+_loaded: dict[str, tuple[tuple[int, int, int, int], CalibrationData | None]] = {}
+
+
+def _read(path: pathlib.Path, device_key: str) -> CalibrationData | None:
+    """The calibration at ``path`` if it can be trusted for ``device_key``; else warns once
+    per version of the file and returns None. Never raises, never blocks."""
+    import warnings
+
+    from jax_tsm2.tune import cache
+
+    try:
+        st = path.stat()
+    except (OSError, ValueError):
+        return None
+    version = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode)
+    hit = _loaded.get(str(path))
+    if hit is not None and hit[0] == version:
+        return hit[1]
+    data: CalibrationData | None = None
+    try:
+        doc = json.loads(cache.read_capped(path, MAX_BYTES).decode("utf-8"))
+        data = CalibrationData.from_json(doc)
+        if data.key != device_key:
+            raise ValueError(f"made on GPU {data.key[:80]!r}, not this one ({device_key!r})")
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, TypeError) as err:
+        warnings.warn(
+            f"jax_tsm2: ignoring calibration {path}: {str(err)[:300]}. Routing uses the "
+            "uncalibrated model; run `python -m jax_tsm2.tune --calibrate` to measure this GPU.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        data = None
+    _loaded[str(path)] = (version, data)
+    return data
+
+
+def load(device_key: str) -> tuple[CalibrationData, pathlib.Path] | None:
+    """This GPU's calibration and where it came from: the user's (``user_path``), else the
+    one shipped with the package for this GPU model, else None."""
+    for path in (user_path(device_key), shipped_path(device_key)):
+        data = _read(path, device_key)
+        if data is not None:
+            return data, path
+    return None
+
+
+_corrections: dict[int, Corrections] = {}
+
+
+def corrections_for(device_key: str) -> tuple[Corrections, pathlib.Path] | None:
+    """``Corrections`` of this GPU's calibration (built once per loaded file), or None."""
+    found = load(device_key)
+    if found is None:
+        return None
+    data, path = found
+    corr = _corrections.get(id(data))
+    if corr is None or corr.data is not data:
+        _corrections.clear()
+        corr = _corrections[id(data)] = Corrections(data)
+    return corr, path
+
+
+def run(
+    *,
+    budget_s: float = 150.0,
+    per_cell: int = 6,
+    write: bool = True,
+    path: pathlib.Path | None = None,
+    log: Callable[[str], None] | None = print,
+    progress: bool = True,
+) -> CalibrationData:
+    """Calibrates the current GPU: measures its ceilings and the probes, stores the result.
+
+    Needs a CUDA GPU and a CUDA build of jax_tsm2 (RuntimeError otherwise).
+    The probes stop after ``budget_s`` seconds of measuring; the whole run,
+    compilation included, takes about a minute more.
+    """
+    from jax_tsm2 import _ffi
+    from jax_tsm2.tune import cli, timing
+
+    if not (_ffi.cuda_backend_present() and _ffi.cuda_targets_available()):
+        raise RuntimeError("calibration needs a CUDA GPU and a CUDA build of jax_tsm2")
+    device = model.device_from_driver(0)
+    read = timing.read_ceiling(device)
+    launch = timing.launch_floor()
+    if log:
+        log(
+            f"{device.name}: read ceiling {read / 1e9:.0f} GB/s, "
+            f"smallest launch {launch * 1e6:.1f} us"
+        )
+    wrap = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        wrap = lambda xs: tqdm(xs, desc="calibrating", unit="probe", leave=False)
+    data = measure(
+        design(per_cell),
+        cli.GpuTimer(samples=3),
+        device,
+        read_bytes_per_s=read,
+        launch_seconds=launch,
+        budget_s=budget_s,
+        log=log,
+        progress=wrap,
+    )
+    if write:
+        where = store(data, path)
+        if log:
+            log(f"wrote {len(data.records)} probes to {where}")
+    return data

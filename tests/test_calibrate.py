@@ -1,0 +1,198 @@
+"""The calibration: its probe design, its file, and the corrections routing decides with.
+
+A fake timer stands in for the GPU: "true" times are the model's prediction
+times a known factor per target, so the fitted corrections and the decisions
+they lead to can be checked exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+
+import pytest
+
+from jax_tsm2 import model
+from jax_tsm2.problem import Problem
+from jax_tsm2.tune import calibrate
+
+DEV = model.H100_SXM
+
+
+def fake_timer(factors: dict[str, float]):
+    def timer(target, p, dtype, layout):
+        t = model.predict(p, dtype, layout, target, device=DEV.with_bandwidth(3.0e12)).seconds
+        return t * factors.get(target, 1.0)
+
+    return timer
+
+
+def measured(factors, **design):
+    probes = calibrate.design(**design)
+    return calibrate.measure(
+        probes, fake_timer(factors), DEV, read_bytes_per_s=3.0e12, launch_seconds=5e-6, log=None
+    )
+
+
+def test_design_is_deterministic_even_and_inside_the_window():
+    probes = calibrate.design(per_cell=3)
+    assert probes == calibrate.design(per_cell=3)
+    assert probes != calibrate.design(per_cell=3, seed=1)
+    cells = {(q.family, q.dtype) for q in probes}
+    assert len(cells) == len(calibrate.REGIONS) * len(calibrate.DTYPES)
+    # round robin: the first len(cells) probes are one per cell
+    assert len({(q.family, q.dtype) for q in probes[: len(cells)]}) == len(cells)
+    for q in probes:
+        size = calibrate._bytes(q.problem, q.dtype)
+        assert calibrate.MIN_BYTES <= size <= calibrate.MAX_PROBE_BYTES, q
+        assert q.layout == calibrate.FAMILY_LAYOUT[q.family]
+    with pytest.raises(ValueError, match="per_cell"):
+        calibrate.design(per_cell=0)
+    with pytest.raises(ValueError, match="unknown family"):
+        calibrate.design(families=("Q",))
+
+
+def test_corrections_recover_the_factor_near_the_probes():
+    data = measured({"tsm2l": 1.3, "tsm2r": 0.8, "xla": 1.1}, per_cell=4, families=("L",))
+    corr = calibrate.Corrections(data)
+    for r in data.records:
+        for target, want in (("tsm2l", 1.3), ("xla", 1.1)):
+            if target in r.seconds:
+                f, support = corr.factor(target, r.problem, r.dtype, r.layout)
+                assert support >= 1.0
+                # shrunk towards 1 by the prior, never past the truth
+                assert 1.0 < f <= want + 1e-9
+                assert math.log(f) > 0.7 * math.log(want)
+
+
+def test_corrections_fade_to_one_far_from_every_probe():
+    data = measured({"xla": 2.0}, per_cell=2, families=("L",), dtypes=("float32",))
+    corr = calibrate.Corrections(data)
+    far = Problem(None, 10**7, 1, 1)  # far in k and n from any L probe? check support
+    f, support = corr.factor("xla", Problem(None, 3, 5_000_000, 2), "float32", "tn")
+    assert (f, support) == (1.0, 0.0)  # no tn probe at all
+    f, support = corr.factor("xla", far, "float64", "nn")
+    assert (f, support) == (1.0, 0.0)  # no f64 probe
+
+
+@pytest.mark.parametrize("kernel_factor, want", [(0.5, "kernel"), (3.0, "xla")])
+def test_decide_follows_the_measurements(kernel_factor, want):
+    # The model's own preference aside, the measured factors decide.
+    data = measured(
+        {"tsm2r": kernel_factor, "tsm2l": kernel_factor, "xla": 1.0},
+        per_cell=4,
+        families=("R",),
+        dtypes=("float32",),
+    )
+    corr = calibrate.Corrections(data)
+    for r in data.records:
+        names = [t for t in r.seconds if t != "xla"]
+        truth = {t: s for t, s in r.seconds.items()}
+        d = calibrate.decide(r.problem, r.dtype, r.layout, names, DEV, corr)
+        fastest = min(truth, key=truth.__getitem__)
+        if want == "xla":
+            assert d.target == "xla", (r, d)
+        elif truth["xla"] > 1.6 * truth[fastest]:
+            assert d.target != "xla", (r, d)
+        assert d.target in (*names, "xla")
+        assert d.reason
+
+
+def test_margin_grows_where_no_probe_is_near():
+    data = measured({"tsm2l": 0.7}, per_cell=2, families=("L",), dtypes=("float32",))
+    corr = calibrate.Corrections(data)
+    near = data.records[0]
+    d_near = calibrate.decide(near.problem, "float32", "nn", ["tsm2l", "tsm2r"], DEV, corr)
+    d_far = calibrate.decide(Problem(None, 10**7, 3, 61), "float32", "nn", ["tsm2l"], DEV, corr)
+    assert d_near.margin < d_far.margin <= calibrate.FAR_MARGIN
+
+
+def test_a_failing_target_is_left_out_and_an_all_failing_run_raises():
+    def timer(target, p, dtype, layout):
+        if target == "tsm2r":
+            raise RuntimeError("this build has no tsm2r")
+        return 1e-4
+
+    probes = calibrate.design(per_cell=1, families=("R",), dtypes=("float32",))
+    data = calibrate.measure(
+        probes, timer, DEV, read_bytes_per_s=3e12, launch_seconds=5e-6, log=None
+    )
+    assert all("tsm2r" not in r.seconds and "xla" in r.seconds for r in data.records)
+    with pytest.raises(RuntimeError, match="measured nothing"):
+        calibrate.measure(
+            probes, lambda *a: math.nan, DEV, read_bytes_per_s=3e12, launch_seconds=5e-6, log=None
+        )
+
+
+def test_budget_stops_starting_probes():
+    probes = calibrate.design(per_cell=2)
+    data = calibrate.measure(
+        probes,
+        fake_timer({}),
+        DEV,
+        read_bytes_per_s=3e12,
+        launch_seconds=5e-6,
+        budget_s=0.0,
+        log=None,
+    )
+    assert 1 <= len(data.records) < len(probes)
+
+
+def test_file_round_trip_and_lookup(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAX_TSM2_CACHE_DIR", str(tmp_path))
+    data = measured({"xla": 1.2}, per_cell=1, families=("TN",), dtypes=("float64",))
+    path = calibrate.store(data)
+    assert path.parent == tmp_path
+    found = calibrate.load(data.key)
+    assert found is not None and found[1] == path
+    assert found[0].records == data.records
+    assert found[0].read_bytes_per_s == data.read_bytes_per_s
+    assert calibrate.load("some-other-gpu") is None
+
+
+def _write(path, text):
+    path.write_text(text)
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ("[" * 100_000 + "]" * 100_000, "not valid"),
+        (
+            '{"schema": "jax_tsm2.calibration", "version": 1, "read_bytes_per_s": '
+            + "9" * 5000
+            + "}",
+            "",
+        ),
+        ('{"schema": "other"}', "not a jax_tsm2.calibration"),
+        ("\xff\xfe garbage", ""),
+    ],
+)
+def test_an_untrustworthy_file_warns_and_is_ignored(tmp_path, monkeypatch, content, why):
+    monkeypatch.setenv("JAX_TSM2_CACHE_DIR", str(tmp_path))
+    key = DEV.key
+    _write(calibrate.user_path(key), content)
+    with pytest.warns(RuntimeWarning, match="ignoring calibration"):
+        assert calibrate.load(key) is None or calibrate.load(key)[1] != calibrate.user_path(key)
+
+
+def test_a_record_with_bad_fields_invalidates_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAX_TSM2_CACHE_DIR", str(tmp_path))
+    data = measured({}, per_cell=1, families=("S",), dtypes=("bfloat16",))
+    doc = data.to_json()
+    doc["records"][0]["seconds"] = {"tsm2s": -1.0}
+    calibrate.user_path(data.key).write_text(json.dumps(doc))
+    with pytest.warns(RuntimeWarning, match="probe record time"):
+        assert calibrate._read(calibrate.user_path(data.key), data.key) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_in_place_of_the_file_never_blocks(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAX_TSM2_CACHE_DIR", str(tmp_path))
+    os.mkfifo(calibrate.user_path(DEV.key))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calibrate._read(calibrate.user_path(DEV.key), DEV.key)
+    assert any("not a regular file" in str(w.message) for w in caught)
