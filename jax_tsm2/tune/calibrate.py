@@ -165,7 +165,7 @@ def _draw(
     best: Probe | None = None
     for _ in range(20_000):
         region = regions[rng.integers(len(regions))]
-        m, k, n = (int(round(math.exp(rng.uniform(math.log(a), math.log(b))))) for a, b in region)
+        m, k, n = (round(math.exp(rng.uniform(math.log(a), math.log(b)))) for a, b in region)
         p = Problem(None, max(m, 1), max(k, 1), max(n, 1))
         size = math.log(_bytes(p, dtype))
         if p in seen:
