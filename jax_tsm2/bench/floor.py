@@ -209,7 +209,7 @@ def grid_check(floor: dict[str, Any] | None) -> dict[str, Any] | None:
     if grid["routed_failed"]:
         misses.append(f"{len(grid['routed_failed'])} shapes where the routed path did not run")
     return {
-        "rule": f"grid, >= {MIN_SHAPES} shapes, routed: median >= {MIN_MEDIAN:.0%} and 10th "
+        "rule": f">= {MIN_SHAPES} shapes, routed: median >= {MIN_MEDIAN:.0%} and 10th "
         f"percentile >= {MIN_P10:.0%} of the floor, geomean over jnp >= {MIN_GEOMEAN}x, no "
         f"shape over {MAX_SLOWDOWN:.2f}x jnp",
         "shapes": routed["shapes"],
