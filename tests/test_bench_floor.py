@@ -449,6 +449,21 @@ def test_grid_covers_regions_dtypes_sizes_and_odd_primes(seed):
     assert sum(s > floor.BIG_BYTES for s in sizes) >= 30  # shapes over 64 MB to summarize
 
 
+def test_grid_size_and_seed_options():
+    """--grid-size is --grid; --seed seeds the operands, and the grid unless --grid-seed does."""
+
+    def opts(*argv):
+        return cli.options(cli.parser().parse_args(list(argv)), list(argv))
+
+    o = opts("--grid-size", "7", "--seed", "11")
+    assert (o.grid, o.grid_seed, o.seed) == (7, 11, 11)
+    o = opts("--grid", "--grid-seed", "3", "--seed", "2")
+    assert (o.grid, o.grid_seed, o.seed) == (120, 3, 2)
+    o = opts("--grid")
+    assert (o.grid, o.grid_seed, o.seed) == (120, 0, 0)
+    assert opts("--seed", "5", "--tiny").seed == 5
+
+
 def test_grid_records_carry_a_floor_on_a_fake_ceiling(monkeypatch, tmp_path):
     _fake_ceilings(monkeypatch, 1e9, 1e-4)
     argv = ["--tiny", "--grid", "4", "--grid-seed", "5", "--repeats", "1", "--out", str(tmp_path)]

@@ -79,6 +79,7 @@ def parser() -> argparse.ArgumentParser:
     )
     sel.add_argument(
         "--grid",
+        "--grid-size",
         type=int,
         nargs="?",
         const=120,
@@ -89,7 +90,11 @@ def parser() -> argparse.ArgumentParser:
         "takes it; --tiny draws tiny shapes",
     )
     sel.add_argument(
-        "--grid-seed", type=int, default=0, metavar="S", help="seed of the grid (default 0)"
+        "--grid-seed",
+        type=int,
+        default=None,
+        metavar="S",
+        help="seed of the grid's shapes (default: --seed)",
     )
     sel.add_argument(
         "--autotune",
@@ -176,7 +181,11 @@ def parser() -> argparse.ArgumentParser:
         help="time torch with eager launches instead of a CUDA graph",
     )
     tim.add_argument(
-        "--seed", type=int, default=0, help="seed of the operands' random values (default 0)"
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the operands' random values, and of the grid's shapes unless "
+        "--grid-seed is given (default 0)",
     )
     out = p.add_argument_group("output")
     out.add_argument(
@@ -234,7 +243,8 @@ def options(args: argparse.Namespace, argv: Sequence[str]) -> Options:
         command_line=shlex.join(["python", "-m", "jax_tsm2.bench", *argv]),
         model=args.model,
         grid=args.grid or 0,
-        grid_seed=args.grid_seed,
+        seed=args.seed,
+        grid_seed=args.seed if args.grid_seed is None else args.grid_seed,
         grid_start=args.grid_start,
         time_budget_s=budget or None,
     )
