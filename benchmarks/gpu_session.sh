@@ -4,16 +4,32 @@
 # short summary last.
 #
 #   bash benchmarks/gpu_session.sh [extra args for python -m jax_tsm2.bench]
+#
+# The products from real programs and a validation grid of 120 shapes, in one
+# call of at most 10 minutes (the grid alone is ~5 minutes on an H200):
+#
+#   TESTS=0 BENCH_RUNS='--family APP; --model --grid 120 --grid-seed 11' \
+#     bash benchmarks/gpu_session.sh
+#
 #   BENCH=0 / TESTS=0 skip a part; PYTEST_ARGS narrows the tests (default tests/).
 #   PYTEST_GROUPS='ARGS; ARGS; ...' runs these pytest argument lists side by
 #     side instead, a process and a log each (shell quoting inside a list
 #     holds). Tests only check results, so sharing the GPU is safe, and one
 #     process leaves most of the machine's host cores idle (on an H100 machine the
 #     matmul, ABFT/k-means and sanitizer tests ran together in 390 s).
+#   BENCH_RUNS='ARGS; ARGS; ...' runs the harness once per argument list, one
+#     after the other (never side by side: they time the GPU), run i into
+#     $OUT/bench-i; without it, one run of the script's own arguments into
+#     $OUT/bench.
+#   DEADLINE (seconds from the script's start, default 570) bounds the harness
+#     runs: each is given --time-budget for what is left, less 30 s for its last
+#     case and its files, so that a run cut short still writes its summary (an
+#     explicit --time-budget in a run's arguments wins).
 #   PACK=1 leaves $OUT as one out.tgz, even after a failure (for runners that
 #     bring back only a few files).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
+DEADLINE=${DEADLINE:-570}
 mkdir -p "$OUT"
 if [ "${PACK:-0}" = 1 ]; then
   trap 'tar czf /tmp/gpu_session_out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* &&
@@ -45,9 +61,27 @@ if [ "${TESTS:-1}" = 1 ]; then
   fi
 fi
 
+# One harness run into $1 with the remaining arguments; its table and summary last.
+bench() {
+  local dir=$1 budget=$((DEADLINE - SECONDS - 30)) t0=$SECONDS
+  shift
+  if [ "$budget" -lt 30 ]; then
+    echo "bench $dir: not started, $((DEADLINE - SECONDS)) s left before the deadline"
+    return
+  fi
+  python3 -m jax_tsm2.bench --time-budget "$budget" --out "$OUT/$dir" --plot "$@" \
+    > "$OUT/$dir.log" 2>&1
+  echo "bench $dir ($((SECONDS - t0)) s, budget $budget s): $*"
+  sed -n '/^ *\(family\|case\) /,$p' "$OUT/$dir.log" | tail -60
+}
+
 if [ "${BENCH:-1}" = 1 ]; then
-  t0=$SECONDS
-  python3 -m jax_tsm2.bench --out "$OUT/bench" --plot "$@" > "$OUT/bench.log" 2>&1
-  echo "bench ($((SECONDS - t0)) s):"
-  sed -n '/^family/,$p' "$OUT/bench.log" | tail -60
+  if [ -n "${BENCH_RUNS:-}" ]; then
+    IFS=';' read -ra runs <<< "$BENCH_RUNS"
+    for i in "${!runs[@]}"; do
+      eval "bench bench-$i ${runs[$i]}"
+    done
+  else
+    bench bench "$@"
+  fi
 fi

@@ -135,7 +135,7 @@ def test_grid_end_to_end_cpu(tmp_path, capsys):
     assert routing["pass"] is False  # fewer than 100 shapes, whatever the times
     assert doc["summary"]["checks"]["rl_peers"]["cases"] == 0  # grid records stay out
     md = (tmp_path / "bench.md").read_text()
-    assert "| family | case | dtype | MB | route | tsm2 us | model us |" in md
+    assert "| family | case | dtype | MB | floor us | route | tsm2 us | % floor | model us |" in md
 
     # Two halves of a grid merge into the whole.
     assert cli.main([*argv[:5], "--grid-start", "4", "--out", str(tmp_path / "b")]) == 0

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import re
 import statistics
+import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -139,6 +140,43 @@ def _check(
     return "ok", None, err
 
 
+def plan_case(
+    input_bytes: int, output_bytes: int, min_bytes: int, ctx: dict[str, Any], opts: Options
+) -> tuple[timing.Plan, int]:
+    """The plan (products per call, calls per sample) and the number of timed rounds of a
+    product of these sizes, from an estimate of its time: the bytes over the read ceiling
+    (a guess where there is none yet) plus a launch. The empty launch is planned by the same
+    rule (``runner``), so that it is timed as the smallest cases are."""
+    bw = ctx["ceilings"].get("read_bytes_per_s") or _EST_BW.get(ctx["platform"], 5e9)
+    est = min_bytes / bw + _EST_LAUNCH.get(ctx["platform"], 5e-5)
+    plan = timing.make_plan(
+        input_bytes,
+        output_bytes,
+        est,
+        budget_bytes=ctx["budget"],
+        l2_bytes=ctx["device"].l2_bytes,
+        target_call_s=opts.target_call_s,
+        target_sample_s=opts.target_sample_s,
+        max_calls=opts.max_calls,
+        per_sample=opts.per_sample,
+    )
+    rounds = opts.repeats
+    if est < opts.short_case_s:
+        rounds = max(opts.repeats, opts.short_repeats)
+    return plan, rounds
+
+
+def floor_of(min_bytes: int, ceilings: dict[str, Any]) -> tuple[float | None, str | None]:
+    """``(floor_seconds, bound)`` of a product moving ``min_bytes``: the larger of the bytes
+    over the read ceiling and the empty launch, and which of the two it is (``"bytes"`` or
+    ``"launch"``); ``(None, None)`` where either was not measured."""
+    read, launch = ceilings.get("read_bytes_per_s"), ceilings.get("launch_seconds")
+    if not read or not launch:
+        return None, None
+    stream = min_bytes / read
+    return (stream, "bytes") if stream >= launch else (launch, "launch")
+
+
 class CaseRun:
     """Runs one case: plan, operands, reference, then each implementation."""
 
@@ -150,6 +188,7 @@ class CaseRun:
         self.family = FAMILIES[case.family]
         fam, c = self.family, case
         ceiling = ctx["ceilings"]["read_bytes_per_s"]
+        floor, bound = floor_of(fam.min_bytes(c), ctx["ceilings"])
         self.base: dict[str, Any] = {
             "family": c.family,
             "case": c.label,
@@ -164,8 +203,11 @@ class CaseRun:
             "flops": fam.flops(c),
             "intensity": fam.flops(c) / fam.min_bytes(c),
             "ceiling_bytes_per_s": ceiling,
+            "floor_seconds": floor,
+            "floor_bound": bound,
             "gpu": ctx["gpu"],
             "date": ctx["date"],
+            **({"app": c.source} if c.source else {}),
             **(extra or {}),
         }
 
@@ -181,30 +223,23 @@ class CaseRun:
             rec["gflops"] = rec["flops"] / seconds / 1e9
             ceiling = rec["ceiling_bytes_per_s"]
             rec["pct_of_ceiling"] = 100.0 * rec["bytes"] / seconds / ceiling if ceiling else None
+            floor = rec["floor_seconds"]
+            rec["floor_fraction"] = floor / seconds if floor else None
         return rec
 
     def run(self, impls: list[Impl], skipped: dict[str, str]) -> list[dict[str, Any]]:
         fam, case, opts, ctx = self.family, self.case, self.opts, self.ctx
-        bw = ctx["ceilings"]["read_bytes_per_s"] or _EST_BW.get(ctx["platform"], 5e9)
-        est = fam.min_bytes(case) / bw + _EST_LAUNCH.get(ctx["platform"], 5e-5)
-        plan = timing.make_plan(
-            fam.input_bytes(case),
-            fam.output_bytes(case),
-            est,
-            budget_bytes=ctx["budget"],
-            l2_bytes=ctx["device"].l2_bytes,
-            target_call_s=opts.target_call_s,
-            target_sample_s=opts.target_sample_s,
-            max_calls=opts.max_calls,
-            per_sample=opts.per_sample,
+        plan, rounds = plan_case(
+            fam.input_bytes(case), fam.output_bytes(case), fam.min_bytes(case), ctx, opts
         )
         records = [self.record(i, f"skipped: {why}") for i, why in skipped.items()]
         if plan.reason:
             return records + [self.record(i, f"skipped: {plan.reason}") for i in impls]
-        self.plan = plan
-        self.rounds = opts.repeats
-        if est < opts.short_case_s:
-            self.rounds = max(opts.repeats, opts.short_repeats)
+        self.plan, self.rounds = plan, rounds
+        # Where a case's wall time goes (operands and reference, each implementation's
+        # compile and check, its timed samples) is recorded: it is what bounds how many
+        # cases fit in one command on a GPU machine.
+        started = time.perf_counter()
         try:
             copies = _operands(case, plan.calls, opts.seed, ctx["platform"] == "cpu")
             rng = np.random.default_rng(opts.seed)
@@ -213,15 +248,19 @@ class CaseRun:
         except Exception as err:
             why = f"error: operands/reference: {type(err).__name__}: {first_line(err)}"
             return records + [self.record(i, why) for i in impls]
+        self.base["setup_seconds"] = time.perf_counter() - started
         ready: list[_Ready] = []
         done: dict[int, dict[str, Any]] = {}
         overhead = None
         try:
             for index, impl in enumerate(impls):
+                t0 = time.perf_counter()
                 prep = self._prepare(impl, copies, rows, ref)
                 if isinstance(prep, dict):  # failed its check, or could not run
+                    prep["prepare_seconds"] = time.perf_counter() - t0
                     done[index] = prep
                     continue
+                prep.fields["prepare_seconds"] = time.perf_counter() - t0
                 prep.index = index
                 if impl.framework == "jax" and overhead is None:
                     overhead = timing.host_overhead(copies)
@@ -235,6 +274,8 @@ class CaseRun:
         records += [done[i] for i in sorted(done)]
         del copies
         gc.collect()
+        for rec in records:
+            rec["case_seconds"] = time.perf_counter() - started
         return records
 
     def _take_turns(self, ready: list[_Ready]) -> None:
@@ -251,10 +292,12 @@ class CaseRun:
             for prep in ready:
                 if prep.error is not None:
                     continue
+                t0 = time.perf_counter()
                 try:
                     prep.samples.append(prep.sample(per_sample))
                 except Exception as err:
                     prep.error = err
+                prep.wall += time.perf_counter() - t0
 
     def _finish(self, prep: _Ready, overhead: float | None) -> dict[str, Any]:
         impl, fields = prep.impl, prep.fields
@@ -265,6 +308,7 @@ class CaseRun:
                 impl, why, tolerance=fields.get("tolerance"), route=fields.get("route")
             )
         fields.update(self._timing_fields(prep.samples, prep.method))
+        fields["timing_seconds"] = prep.wall
         try:
             fields.update(prep.diagnostics())
         except Exception as err:  # a diagnostic never costs the timing
@@ -396,6 +440,7 @@ class _Ready:
     samples: list[float] = field(default_factory=list)
     error: BaseException | None = None
     index: int = 0
+    wall: float = 0.0  # host seconds spent in its timed samples
 
 
 def first_line(err: BaseException) -> str:

@@ -6,9 +6,15 @@
 * copy (reference only): ``x ^ s`` under jit, counting bytes read plus written.
 * compute (for the roofline plot): ``jnp.matmul(precision="highest")`` of two N x N matrices
   per dtype, in FLOP/s.
+* launch: the time of an empty kernel launch, the floor of a product too small to be bound by
+  its bytes. The empty kernel is ``tsm2_stream_read`` with one block on a 16-byte buffer: a
+  custom call like our products' (XLA never fuses it away, nor merges several into one
+  launch as it does small elementwise fusions), which loads its input and stores one word,
+  the least any product kernel does.
 
-All are timed exactly like the cases (``timing.py``): one operand buffer per call, unrolled
-under jit, median of repeats.
+All are timed exactly like the cases (``timing.py``): one operand buffer per product, unrolled
+under jit, device clock where there is one, median of repeats; the launch with as many
+launches per call as the smallest cases have products per call.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from jax_tsm2.bench import timing
 from jax_tsm2.bench.suite import DTYPES
 
 READ_TARGET = "tsm2_stream_read"
+#: Bytes of each buffer the empty launch reads: one 16-byte load.
+LAUNCH_BYTES = 16
 
 
 def _words(key: Any, count: int) -> Any:
@@ -84,6 +92,43 @@ def measure_bandwidth(
     return out
 
 
+def measure_launch(
+    *,
+    calls: int,
+    per_sample: int,
+    repeats: int,
+    warmup: int = 1,
+    apply: Callable[[Any], Any] | None = None,
+) -> dict[str, Any]:
+    """The empty launch: ``launch_seconds`` per launch (``None`` where it failed, with why).
+
+    ``calls`` launches per jitted call, each on its own ``LAUNCH_BYTES`` buffer, ``per_sample``
+    calls per sample, the median of ``repeats`` samples: what ``timing.make_plan`` gives a case
+    of a few bytes. ``apply`` replaces the kernel (tests)."""
+    words = LAUNCH_BYTES // 4
+    method = f"ffi:{READ_TARGET}, 1 block, {LAUNCH_BYTES}-byte buffer"
+    out: dict[str, Any] = {"launch_method": method, "launch_calls": calls}
+    try:
+        xs = [jnp.full((words,), i, jnp.uint32) for i in range(calls)]
+        compiled, _ = timing.compile_jax(apply or _stream_read(1), [xs])
+        timing.run_jax(compiled, [xs])
+        samples = timing.time_jax(
+            compiled, [xs], per_sample=per_sample, repeats=repeats, warmup=warmup
+        )
+    except Exception as err:
+        out.update(launch_seconds=None, launch_error=f"{type(err).__name__}: {err}")
+        return out
+    out.update(
+        launch_seconds=statistics.median(samples),
+        launch_samples=samples,
+        launch_per_sample=per_sample,
+        launch_timing_method="jax-jit-device-clock"
+        if compiled.clocked
+        else "jax-jit-steady-state-host-clock",
+    )
+    return out
+
+
 def measure_compute(
     dtypes: list[str], *, size: int, budget_bytes: int, repeats: int, seed: int = 1
 ) -> dict[str, Any]:
@@ -118,5 +163,7 @@ def skipped(reason: str) -> dict[str, Any]:
         "copy_bytes_per_s": None,
         "copy_method": None,
         "compute_flops_per_s": {},
+        "launch_seconds": None,
+        "launch_method": None,
         "note": reason,
     }

@@ -31,17 +31,19 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m jax_tsm2.bench",
         description="Benchmark jax_tsm2.matmul against jnp.matmul and torch (cuBLAS) on the "
-        "benchmark suite, against a read-bandwidth ceiling measured in the same run. The "
-        "suite, the timing and the JSON format: docs/benchmarking.md and docs/harness.md.",
+        "benchmark suite, against the floor of each product (max(minimal bytes / read "
+        "ceiling, empty launch), both measured in the same run). The suite, the timing and "
+        "the JSON format: docs/benchmarking.md and docs/harness.md.",
     )
     sel = p.add_argument_group("what to run")
     sel.add_argument(
         "--family",
         type=_names,
         default=None,
-        help="families, comma-separated, among R,L,NT,S,TN,GRAD or all (default: R,L; "
+        help="families, comma-separated, among R,L,NT,S,TN,GRAD,APP or all (default: R,L; "
         "--grid: R,L,NT,TN,S); "
-        "GRAD is the gradient benchmark (jax.grad of ||A x - y||^2, A 1e6 x 512, x 512 x 8)",
+        "GRAD is the gradient benchmark (jax.grad of ||A x - y||^2, A 1e6 x 512, x 512 x 8), "
+        "APP the products from real programs (randomized SVD, LoRA, decode, ...)",
     )
     sel.add_argument(
         "--dtype",
@@ -77,6 +79,7 @@ def parser() -> argparse.ArgumentParser:
     )
     sel.add_argument(
         "--grid",
+        "--grid-size",
         type=int,
         nargs="?",
         const=120,
@@ -87,7 +90,11 @@ def parser() -> argparse.ArgumentParser:
         "takes it; --tiny draws tiny shapes",
     )
     sel.add_argument(
-        "--grid-seed", type=int, default=0, metavar="S", help="seed of the grid (default 0)"
+        "--grid-seed",
+        type=int,
+        default=None,
+        metavar="S",
+        help="seed of the grid's shapes (default: --seed)",
     )
     sel.add_argument(
         "--autotune",
@@ -173,7 +180,13 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="time torch with eager launches instead of a CUDA graph",
     )
-    tim.add_argument("--seed", type=int, default=0)
+    tim.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the operands' random values, and of the grid's shapes unless "
+        "--grid-seed is given (default 0)",
+    )
     out = p.add_argument_group("output")
     out.add_argument(
         "--merge",
@@ -230,7 +243,8 @@ def options(args: argparse.Namespace, argv: Sequence[str]) -> Options:
         command_line=shlex.join(["python", "-m", "jax_tsm2.bench", *argv]),
         model=args.model,
         grid=args.grid or 0,
-        grid_seed=args.grid_seed,
+        seed=args.seed,
+        grid_seed=args.seed if args.grid_seed is None else args.grid_seed,
         grid_start=args.grid_start,
         time_budget_s=budget or None,
     )

@@ -160,7 +160,7 @@ def table_rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[
     """Header and rows of the grid's table: one row per shape."""
     shapes = _shapes(records)
     model = any("predicted_seconds" in r for recs in shapes.values() for r in recs.values())
-    header = ["family", "case", "dtype", "MB", "route", "tsm2 us"]
+    header = ["family", "case", "dtype", "MB", "floor us", "route", "tsm2 us", "% floor"]
     header += ["model us", "err %"] if model else []
     header += ["xla us", "best kernel", "kernel us", "tsm2/best"]
     rows = []
@@ -168,8 +168,10 @@ def table_rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[
         v = verdict(recs)
         routed = recs.get(ROUTED) or {}
         rec = next(iter(recs.values()))
+        frac = routed.get("floor_fraction")
         row = [v["family"], f"{rec['m']}x{rec['k']}x{rec['n']}", v["dtype"]]
-        row += [f"{v['bytes'] / 1e6:.1f}", v["route"] or "-", _us(v["tsm2_seconds"])]
+        row += [f"{v['bytes'] / 1e6:.1f}", _us(rec.get("floor_seconds")), v["route"] or "-"]
+        row += [_us(v["tsm2_seconds"]), f"{100 * frac:.0f}" if frac is not None else "-"]
         if model:
             err = routed.get("model_error")
             row += [

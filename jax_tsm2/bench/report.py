@@ -2,9 +2,11 @@
 
 The checks judge a run against the targets the project sets itself (docs/benchmarking.md):
 the R and L suites' bandwidth, peers and speed-up, the NT/TN/S suites' bandwidth and peers,
-and the gradient benchmark. Two more have modules of their own: the model's error
-(``predict.py``, ``--model``) and routing on the validation grid (``grid_report.py``,
-``--grid``); the grid's records are kept out of the suite's table and checks.
+the gradient benchmark, and, on the suite and the APP products, the routed path against the
+faster of ``jnp.matmul``'s two precisions. Others have modules of their own: the model's error
+(``predict.py``, ``--model``), routing on the validation grid (``grid_report.py``,
+``--grid``) and the distance to the floor (``floor.py``). The grid's records are kept out of
+the suite's table and checks, and the APP products have a table of their own.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from jax_tsm2.bench import grid_report, predict
+from jax_tsm2.bench import floor, grid_report, predict
 
 #: Record keys that are always present, ``None`` where they do not apply.
 RECORD_OPTIONAL = (
@@ -32,9 +34,12 @@ RECORD_OPTIONAL = (
     "per_sample",
     "timing_method",
     "host_overhead_seconds",
+    "prepare_seconds",
+    "timing_seconds",
     "gbps",
     "gflops",
     "pct_of_ceiling",
+    "floor_fraction",
     "rel_error",
     "tolerance",
     "route",
@@ -79,6 +84,11 @@ LAYOUT_MIN_BYTES = 256_000_000
 #: ... reach this % of the read ceiling; and every NT/TN/S case is no slower than the
 #: fastest peer.
 LAYOUT_MIN_PCT = 85.0
+#: The jnp check (suite and APP): routed tsm2 at most this times the faster of jnp and
+#: jnp_highest, the precision a user could pick (2%: two runs of one XLA program differ by
+#: that much here).
+JNP_PEERS = ("jnp", "jnp_highest")
+JNP_MAX_RATIO = 1.0 + PEER_NOISE
 #: The gradient benchmark: faster through jax_tsm2.matmul than through jnp.matmul.
 GRAD_FAMILY = "GRAD"
 GRAD_PEER = "jnp"
@@ -98,8 +108,7 @@ def add_speedups(case_records: list[dict[str, Any]]) -> None:
 
 
 def geomean(values: Iterable[float]) -> float | None:
-    vals = [v for v in values if v and v > 0]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+    return floor.geomean(values)
 
 
 Cases = dict[tuple[str, str], dict[str, dict[str, Any]]]
@@ -133,6 +142,10 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
         out["checks"]["model_error"] = model_error
     if grid_routing:
         out["checks"]["grid_routing"] = grid_routing
+    out["floor"] = floor.summarize(records)
+    grid_floor = floor.grid_check(out["floor"])
+    if grid_floor:
+        out["checks"]["grid_floor"] = grid_floor
     return out
 
 
@@ -254,10 +267,61 @@ def _grad_check(cases: Cases) -> dict[str, Any]:
     }
 
 
+def _jnp_check(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every case of the suite and the APP products: routed tsm2 no slower than the faster of
+    jnp and jnp_highest, ``JNP_MAX_RATIO`` allowed; cuBLAS (torch) beside where it ran. A case
+    routed to the very program of one of them is judged on their pooled samples."""
+    results = []
+    for (group, case, dtype, app), recs in floor.shapes_of(records).items():
+        ours = recs.get(OURS)
+        if ours is None or group == "grid":
+            continue
+        times = floor.shape_seconds(recs)
+        peers = {p: times[p] for p in JNP_PEERS if p in times}
+        if not peers:
+            continue
+        fastest = min(peers, key=peers.__getitem__)
+        mine = times.get(OURS)
+        ratio = mine / peers[fastest] if mine else None
+        results.append(
+            {
+                "case": case,
+                "dtype": dtype,
+                "app": app,
+                "route": ours.get("route"),
+                "tsm2_seconds": mine,
+                **{f"{p}_seconds": times.get(p) for p in (*JNP_PEERS, "torch")},
+                "fastest": fastest,
+                "ratio": ratio,
+                "miss": ratio is None or ratio > JNP_MAX_RATIO,
+                "why": None if mine else ours["status"],
+            }
+        )
+
+    def count(group: str) -> dict[str, int]:
+        picked = [r for r in results if bool(r["app"]) == (group == "app")]
+        return {"cases": len(picked), "misses": sum(r["miss"] for r in picked)}
+
+    return {
+        "rule": f"routed tsm2 <= {JNP_MAX_RATIO:.2f} x min({', '.join(JNP_PEERS)}), every "
+        "suite and APP case",
+        "max_ratio": JNP_MAX_RATIO,
+        "suite": count("suite"),
+        "app": count("app"),
+        "misses": [r for r in results if r["miss"]],
+        "results": results,
+        "pass": not any(r["miss"] for r in results) if results else None,
+    }
+
+
 def checks(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The suite's checks, misses listed with the reason: ``rl_bandwidth``, ``rl_peers`` and
-    ``rl_speedup`` on the R and L records; ``layout_bandwidth`` and ``layout_peers`` on NT,
-    TN and S; ``grad``, the gradient benchmark."""
+    """The checks on the suite's records, misses listed with the reason: ``rl_bandwidth``,
+    ``rl_peers`` and ``rl_speedup`` on the R and L records; ``layout_bandwidth`` and
+    ``layout_peers`` on NT, TN and S; ``grad``, the gradient benchmark; and ``jnp_peers`` on
+    the suite and the APP products (the others leave the APP products out: they judge the
+    suite)."""
+    jnp_peers = _jnp_check(records)
+    records = [r for r in records if not r.get("app")]
     cases = _by_case(records)
     n1, bw, bw_kernel = _bandwidth_check(cases, RL_FAMILIES, RL_MIN_BYTES, RL_MIN_PCT, RL_MAX_N)
     n2, peers = _peer_check(cases, RL_FAMILIES)
@@ -297,6 +361,7 @@ def checks(records: list[dict[str, Any]]) -> dict[str, Any]:
             "misses": peers4,
         },
         "grad": _grad_check(cases),
+        "jnp_peers": jnp_peers,
     }
 
 
@@ -315,7 +380,11 @@ def _cell(rec: dict[str, Any] | None, value: str) -> str:
 
 
 def _suite_records(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for r in doc.get("records", ()) if not r.get("grid")]
+    return [r for r in doc.get("records", ()) if not r.get("grid") and not r.get("app")]
+
+
+def _app_records(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in doc.get("records", ()) if r.get("app") and not r.get("grid")]
 
 
 def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -328,7 +397,8 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     model = any("predicted_seconds" in r for r in records)
     header = ["family", "case", "dtype", "MB"]
     if has_ours:
-        header += ["tsm2 us"] + (["model us", "err %"] if model else []) + ["tsm2 GB/s", "% ceil"]
+        header += ["tsm2 us"] + (["model us", "err %"] if model else [])
+        header += ["tsm2 GB/s", "% ceil", "% floor"]
     header += [f"{p} GB/s" for p in peers]
     if has_ours:
         header += [f"x {p}" for p in peers] + ["route"]
@@ -349,6 +419,8 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             row.append(_cell(ours, f"{ours['gbps']:.0f}" if ok else ""))
             pct = ours["pct_of_ceiling"] if ok else None
             row.append(f"{pct:.1f}" if pct is not None else "-")
+            frac = ours.get("floor_fraction") if ok else None
+            row.append(f"{100 * frac:.1f}" if frac is not None else "-")
         for p in peers:
             rec = recs.get(p)
             ok = rec is not None and rec["status"] == "ok"
@@ -362,10 +434,45 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _us(seconds: float | None) -> str:
+    return f"{seconds * 1e6:.1f}" if seconds else "-"
+
+
+def app_table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the APP products' table: one row per product and dtype, with its
+    floor, every implementation's time, the routed path's fraction of the floor and its time
+    over the faster of jnp's two precisions (the ``jnp_peers`` check). Where the routed path
+    ran another implementation's very program, both show their pooled median, and the route
+    says whose program it was."""
+    records = _app_records(doc)
+    impls = [i for i in doc["impls"] if any(r["impl"] == i for r in records)]
+    peers = [i for i in impls if i != OURS]
+    header = ["case", "dtype", "MB", "floor us", "tsm2 us", "% floor", "route"]
+    header += [f"{p} us" for p in peers] + ["tsm2 / jnp best", "program"]
+    rows = []
+    for (_, case, dtype, app), recs in floor.shapes_of(records).items():
+        any_rec = next(iter(recs.values()))
+        times, twin = floor.shape_seconds(recs), floor.twin(recs)
+        fl, mine = any_rec.get("floor_seconds"), times.get(OURS)
+        route = (recs.get(OURS) or {}).get("route") or "-"
+        best_jnp = min((times[p] for p in JNP_PEERS if p in times), default=None)
+        row = [case, dtype, f"{any_rec['bytes'] / 1e6:.1f}", _us(fl)]
+        row += [_cell(recs.get(OURS), _us(mine))]
+        row += [f"{100 * fl / mine:.1f}" if fl and mine else "-"]
+        row += [f"{route} (= {twin})" if twin else route]
+        row += [_cell(recs.get(p), _us(times.get(p))) for p in peers]
+        row += [f"{mine / best_jnp:.3f}" if mine and best_jnp else "-", app]
+        rows.append(row)
+    return header, rows
+
+
 def _tables(doc: dict[str, Any]) -> list[tuple[list[str], list[list[str]]]]:
-    """The suite's table (where the run has suite records) and the grid's (where it has a grid)."""
+    """The suite's table (where the run has suite records), the APP products' and the grid's
+    (where it has them)."""
     grid = [r for r in doc["records"] if r.get("grid")]
-    tables = [table_rows(doc)] if _suite_records(doc) or not grid else []
+    apps = _app_records(doc)
+    tables = [table_rows(doc)] if _suite_records(doc) or not (grid or apps) else []
+    tables += [app_table_rows(doc)] if apps else []
     return tables + ([grid_report.table_rows(grid)] if grid else [])
 
 
@@ -397,6 +504,9 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     )
     if copy:
         out.append(f"copy ceiling: {copy / 1e9:.0f} GB/s (read + write)")
+    launch = ceil.get("launch_seconds")
+    if launch:
+        out.append(f"empty launch: {launch * 1e6:.2f} us ({ceil.get('launch_method')})")
     summary = doc.get("summary") or {}
     for peer, g in (summary.get("geomean_tsm2_speedup") or {}).items():
         if g["all"]:
@@ -415,9 +525,28 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     if c and not grid_only:
         out += _rl_lines(c)
     out += _layout_lines(c)
+    out += _jnp_lines((c or {}).get("jnp_peers"))
     out += predict.summary_lines((c or {}).get("model_error"))
     out += grid_report.summary_lines((c or {}).get("grid_routing"))
+    out += floor.summary_lines(summary.get("floor"))
+    out += floor.check_lines((c or {}).get("grid_floor"))
     return out
+
+
+def _jnp_lines(check: dict[str, Any] | None) -> list[str]:
+    """The jnp check's line, where the run has suite or APP cases it could judge."""
+    if not check or not check["results"]:
+        return []
+    parts = [
+        f"{name} {g['cases'] - g['misses']}/{g['cases']}"
+        for name, g in (("suite", check["suite"]), ("APP", check["app"]))
+        if g["cases"]
+    ]
+    return [
+        f"jnp peers (routed <= {check['max_ratio']:.2f}x the faster of "
+        f"{' and '.join(JNP_PEERS)}): {', '.join(parts)} cases; "
+        f"{'pass' if check['pass'] else 'MISS'}"
+    ]
 
 
 def _rl_lines(c: dict[str, Any]) -> list[str]:
@@ -493,8 +622,9 @@ def markdown(doc: dict[str, Any]) -> str:
         *(f"- merged from: `{m.get('command_line')}` ({m.get('date')})" for m in merged),
         "- GB/s over the minimal bytes (every operand read once, the output written once: "
         "`(m*k + k*n + m*n) * itemsize` for R, L, NT, S; `(m*k + m*n + k*n)` for TN; GRAD reads "
-        "A twice: `(2*m*k + m*n + 2*k*n)`); `% ceil` is of the read ceiling; `x peer` is peer "
-        "time / tsm2 time (> 1: tsm2 faster). FAIL: output failed the float64 check (not "
+        "A twice: `(2*m*k + m*n + 2*k*n)`); `% ceil` is of the read ceiling; `% floor` is the "
+        "floor (max(minimal bytes / read ceiling, empty launch)) over the time; `x peer` is "
+        "peer time / tsm2 time (> 1: tsm2 faster). FAIL: output failed the float64 check (not "
         "timed); skip/ERR: see the JSON.",
         "",
     ]
@@ -516,6 +646,7 @@ def markdown(doc: dict[str, Any]) -> str:
         ("NT/TN/S bandwidth", (c.get("layout_bandwidth") or {}).get("misses")),
         ("NT/TN/S peers", (c.get("layout_peers") or {}).get("misses")),
         ("gradient", [r for r in (c.get("grad") or {}).get("results", []) if not r["pass"]]),
+        ("jnp peers", [_jnp_miss(x) for x in (c.get("jnp_peers") or {}).get("misses", [])]),
     ]
     if any(misses for _, misses in groups):
         lines += ["", "## Check misses", "", "| check | case | dtype | why |", "|---|---|---|---|"]
@@ -527,7 +658,23 @@ def markdown(doc: dict[str, Any]) -> str:
                 for x in misses or []
             ]
     lines += grid_report.misses_markdown(c.get("grid_routing"))
+    lines += floor.markdown((doc.get("summary") or {}).get("floor"))
     return "\n".join(lines) + "\n"
+
+
+def _jnp_miss(x: dict[str, Any]) -> dict[str, Any]:
+    """A jnp-check miss as a row of the misses table."""
+    if x["ratio"] is None:
+        why = x["why"]
+    else:
+        times = ", ".join(
+            f"{p} {_us(x[f'{p}_seconds'])}" for p in (*JNP_PEERS, "torch") if x[f"{p}_seconds"]
+        )
+        why = (
+            f"{x['ratio']:.3f}x of {x['fastest']} (routed {x['route']}: "
+            f"{_us(x['tsm2_seconds'])} us; {times} us)"
+        )
+    return {"case": x["case"], "dtype": x["dtype"], "why": why}
 
 
 def _grad_why(result: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import jax
 
 from jax_tsm2.bench import ceilings, env, grid, grid_report, predict, report, timing
-from jax_tsm2.bench.case import CaseRun
+from jax_tsm2.bench.case import CaseRun, plan_case
 from jax_tsm2.bench.impls import Impl, jax_impls, load_torch, torch_impl, tsm2_available
 from jax_tsm2.bench.options import Options
 from jax_tsm2.bench.suite import Case, select_cases
@@ -78,11 +78,25 @@ def _measure_ceilings(
         if opts.compute_size
         else {}
     )
+    # The empty launch, planned as a product of a few bytes is: as many launches per call
+    # and calls per sample as the smallest cases get.
+    ctx = {"ceilings": ceil, "platform": "gpu", "budget": budget, "device": device}
+    plan, rounds = plan_case(ceilings.LAUNCH_BYTES, 4, ceilings.LAUNCH_BYTES, ctx, opts)
+    ceil.update(
+        ceilings.measure_launch(
+            calls=plan.calls, per_sample=plan.per_sample, repeats=rounds, warmup=opts.warmup
+        )
+    )
     read, secs = ceil["read_bytes_per_s"], time.perf_counter() - t0
     if read:
         log(f"ceilings ({secs:.1f} s): read {read / 1e9:.0f} GB/s ({ceil['read_method']})")
     else:
         log(f"ceilings ({secs:.1f} s): read not measured ({ceil.get('read_errors')})")
+    launch = ceil["launch_seconds"]
+    if launch:
+        log(f"empty launch: {launch * 1e6:.2f} us ({ceil['launch_method']}, {plan.calls} per call)")
+    else:
+        log(f"empty launch: not measured ({ceil.get('launch_error')})")
     return ceil
 
 

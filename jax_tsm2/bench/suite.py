@@ -7,10 +7,12 @@ operands (one definition serves ``jax_tsm2.matmul``, ``jnp.matmul``, ``torch.mat
 ``np.matmul``), and how to compute a cheap float64 reference.
 
 Families R, L, NT, TN and S are the product suite. GRAD is the gradient benchmark:
-``jax.grad`` of a least-squares loss, timed like a product (see
-:class:`GradFamily`). A family with another layout subclasses :class:`Family` (override
-``operand_shapes``/``output_shape``/``apply`` and, where rows of the output are not rows of the
-first operand, ``check_rows``/``reference``) and is listed in :data:`FAMILIES`.
+``jax.grad`` of a least-squares loss, timed like a product (see :class:`GradFamily`). ``APP``
+is no family of its own but a list of products taken from real programs (:data:`APP_CASES`),
+each a case of the family of its layout that names its source. A family with another layout
+subclasses :class:`Family` (override ``operand_shapes``/``output_shape``/``apply`` and, where
+rows of the output are not rows of the first operand, ``check_rows``/``reference``) and is
+listed in :data:`FAMILIES`.
 """
 
 from __future__ import annotations
@@ -44,13 +46,15 @@ def itemsize(dtype: str) -> int:
 
 @dataclass(frozen=True, order=True)
 class Case:
-    """One benchmark case: a family, a dtype and the logical sizes ``m``, ``k``, ``n``."""
+    """One benchmark case: a family, a dtype and the logical sizes ``m``, ``k``, ``n``; for a
+    product of family APP, the program it comes from (``source``)."""
 
     family: str
     dtype: str
     m: int
     k: int
     n: int
+    source: str | None = field(default=None, compare=False)
 
     @property
     def shape_label(self) -> str:
@@ -370,6 +374,98 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+@dataclass(frozen=True)
+class AppProduct:
+    """A product taken from a real program: its layout family, sizes and dtypes, where it
+    comes from, and a CPU-sized product of the same layout for smoke runs (``--tiny``)."""
+
+    family: str
+    shape: tuple[int, int, int]
+    dtypes: tuple[str, ...]
+    source: str
+    tiny: tuple[int, int, int]
+    quick: bool = False  # one of the ``--quick`` subset
+
+
+#: ``--family APP``: products from real programs, each timed like a suite case of its layout.
+APP_CASES: tuple[AppProduct, ...] = (
+    AppProduct(
+        "R",
+        (100_000, 2000, 32),
+        ("f32",),
+        "randomized SVD: the sketch Y = A @ Omega of a 100000 x 2000 matrix, 32 columns",
+        (1000, 200, 32),
+    ),
+    AppProduct(
+        "TN",
+        (100_000, 2000, 32),
+        ("f32",),
+        "randomized SVD: the projection A.T @ Q onto the sketch's 32-column basis",
+        (1000, 200, 32),
+        quick=True,
+    ),
+    AppProduct(
+        "TN",
+        (1_000_000, 32, 32),
+        ("f32",),
+        "Gram-type product X.T @ Y of two 1e6 x 32 blocks (normal equations, covariances)",
+        (10_000, 32, 32),
+    ),
+    AppProduct(
+        "R",
+        (20_000, 20_000, 8),
+        ("f32", "f64"),
+        "block power (subspace) iteration: A @ V, a 20000 x 20000 matrix, 8 vectors",
+        (400, 400, 8),
+        quick=True,
+    ),
+    AppProduct(
+        "R",
+        (32_768, 4096, 16),
+        ("bf16", "f32"),
+        "LoRA adapter, forward: 32768 tokens x 4096 features @ the rank-16 down-projection",
+        (512, 256, 16),
+    ),
+    AppProduct(
+        "TN",
+        (32_768, 4096, 16),
+        ("bf16", "f32"),
+        "LoRA adapter, backward: the down-projection's gradient X.T @ dZ over 32768 tokens",
+        (512, 256, 16),
+    ),
+    AppProduct(
+        "NT",
+        (1_000_000, 128, 64),
+        ("f32",),
+        "k-means distances: X @ C.T, 1e6 points of 128 features against 64 centroids",
+        (2000, 128, 64),
+    ),
+    AppProduct(
+        "L",
+        (1_000_000, 3, 3),
+        ("f32",),
+        "a tiny-k product: 1e6 3-D points times a 3 x 3 matrix "
+        "(github.com/jax-ml/jax/issues/33004)",
+        (5000, 3, 3),
+    ),
+    AppProduct(
+        "S",
+        (1, 4096, 14336),
+        ("bf16",),
+        "LLM decode, one sequence: h @ W_up of a 4096 -> 14336 MLP (Llama-3-8B, Mistral-7B)",
+        (1, 256, 448),
+        quick=True,
+    ),
+    AppProduct(
+        "S",
+        (4, 4096, 14336),
+        ("bf16",),
+        "LLM decode, a batch of 4 sequences through the same 4096 -> 14336 MLP",
+        (4, 256, 448),
+    ),
+)
+APP = "APP"
+
 #: dtypes run when ``--dtype`` is not given (f16 on request).
 DEFAULT_DTYPES: tuple[str, ...] = ("f32", "f64", "bf16")
 #: families run when ``--family`` is not given (``--family all`` runs every one).
@@ -404,6 +500,17 @@ def parse_case(text: str) -> tuple[str, tuple[int, int, int]]:
     return fam, (m, k, n)
 
 
+def _app_cases(mode: str, dtypes: list[str]) -> list[Case]:
+    """The APP products in their listed order, at the dtypes asked for that each runs."""
+    out = []
+    for app in APP_CASES:
+        if mode == "quick" and not app.quick:
+            continue
+        shape = app.tiny if mode == "tiny" else app.shape
+        out += [Case(app.family, d, *shape, source=app.source) for d in app.dtypes if d in dtypes]
+    return out
+
+
 def select_cases(
     families: Iterable[str] = DEFAULT_FAMILIES,
     dtypes: Iterable[str] = DEFAULT_DTYPES,
@@ -413,13 +520,14 @@ def select_cases(
     n: Iterable[int] | None = None,
     explicit: Iterable[str] = (),
 ) -> list[Case]:
-    """The cases to run, ordered by family, dtype and (m, k, n).
+    """The cases to run, ordered by family, dtype and (m, k, n); then the APP products.
 
     ``mode`` is ``"full"`` (the suite), ``"quick"`` or ``"tiny"`` (CPU smoke tests). Explicit
     ``FAMILY:MxKxN`` cases replace the suite's shapes (and imply their families). ``m``, ``k``,
-    ``n`` keep only shapes whose sizes are listed. Family ``"ALL"`` stands for every family.
-    A family runs only the dtypes it lists (the suite's, plus f16 where it makes sense); a
-    selection that leaves no case is an error that says why.
+    ``n`` keep only shapes whose sizes are listed. Family ``"ALL"`` stands for every family and
+    the APP products; ``"APP"`` for the products from real programs (:data:`APP_CASES`, each
+    at its own dtypes among ``dtypes``). A family runs only the dtypes it lists (the suite's,
+    plus f16 where it makes sense); a selection that leaves no case is an error that says why.
     """
     if mode not in ("full", "quick", "tiny"):
         raise ValueError(f"unknown mode {mode!r}")
@@ -429,6 +537,8 @@ def select_cases(
             raise ValueError(f"unknown or unavailable dtype {d!r}; known: {', '.join(DTYPES)}")
     shapes: dict[str, list[tuple[int, int, int]]] = {}
     explicit = list(explicit)
+    apps: list[Case] = []
+    app_asked = False
     if explicit:
         for text in explicit:
             fam, shape = parse_case(text)
@@ -436,30 +546,40 @@ def select_cases(
     else:
         families = [f.strip().upper() for f in families]
         if "ALL" in families:
-            families = list(FAMILIES)
+            families = [*FAMILIES, APP]
         for fam in families:
+            if fam == APP:
+                app_asked, apps = True, _app_cases(mode, dtypes)
+                continue
             if fam not in FAMILIES:
-                raise ValueError(f"unknown family {fam!r}; known: {', '.join(FAMILIES)}")
+                known = ", ".join([*FAMILIES, APP])
+                raise ValueError(f"unknown family {fam!r}; known: {known}")
             f = FAMILIES[fam]
             pick = {"full": f.shapes, "quick": f.quick_shapes, "tiny": f.tiny_shapes}[mode]
             shapes[fam] = list(pick)
     keep_m, keep_k, keep_n = (set(v) if v is not None else None for v in (m, k, n))
+
+    def kept(mm: int, kk: int, nn: int) -> bool:
+        return all(
+            keep is None or v in keep for keep, v in ((keep_m, mm), (keep_k, kk), (keep_n, nn))
+        )
+
     cases = []
     for fam, fam_shapes in shapes.items():
         f = FAMILIES[fam]
         for mm, kk, nn in dict.fromkeys(fam_shapes):
-            if keep_m is not None and mm not in keep_m:
-                continue
-            if keep_k is not None and kk not in keep_k:
-                continue
-            if keep_n is not None and nn not in keep_n:
-                continue
-            cases.extend(Case(fam, d, mm, kk, nn) for d in dtypes if d in f.dtypes)
+            if kept(mm, kk, nn):
+                cases.extend(Case(fam, d, mm, kk, nn) for d in dtypes if d in f.dtypes)
     order = {d: i for i, d in enumerate(DTYPES)}
     fam_order = {name: i for i, name in enumerate(FAMILIES)}
     cases.sort(key=lambda c: (fam_order[c.family], order[c.dtype], c.m, c.k, c.n))
+    cases += [c for c in apps if kept(c.m, c.k, c.n)]
     if not cases:
-        runs = "; ".join(f"{f} runs {', '.join(FAMILIES[f].dtypes)}" for f in shapes)
+        runs = [f"{f} runs {', '.join(FAMILIES[f].dtypes)}" for f in shapes]
+        if app_asked:
+            runs.append(f"{APP} runs {', '.join(sorted({d for a in APP_CASES for d in a.dtypes}))}")
         filters = " and the m/k/n filters" if any(v is not None for v in (m, k, n)) else ""
-        raise ValueError(f"no cases selected by dtypes {', '.join(dtypes)}{filters} ({runs})")
+        raise ValueError(
+            f"no cases selected by dtypes {', '.join(dtypes)}{filters} ({'; '.join(runs)})"
+        )
     return cases
