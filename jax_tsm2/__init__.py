@@ -19,6 +19,7 @@ from jax_tsm2.config import (
 )
 from jax_tsm2.explain import explain
 from jax_tsm2.kmeans import KMeans, kmeans
+from jax_tsm2.tune.calibrate import run as calibrate
 
 try:
     __version__ = _metadata.version("jax_tsm2")
@@ -31,6 +32,7 @@ __all__ = [
     "abft",
     "autotune",
     "build_info",
+    "calibrate",
     "custom_call_mode",
     "dot_general",
     "explain",

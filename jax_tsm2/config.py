@@ -3,9 +3,10 @@
 Three modes:
 
 - ``"auto"`` (default): routing decides (``jax_tsm2.routing``). On CUDA, a
-  tall-and-skinny product runs a TSM2 kernel where this GPU's tune cache, a
-  committed measurement (``routing.MEASURED_WINS``) or the performance model
-  (``jax_tsm2.model``) says it is faster than XLA's dot, and XLA's dot
+  tall-and-skinny product runs a TSM2 kernel where this GPU's tune cache, its
+  calibration (``python -m jax_tsm2.tune --calibrate``) or, on a GPU without
+  one, the performance model with a wide margin (``jax_tsm2.model``) says it is
+  faster than XLA's dot, and XLA's dot
   otherwise, so calling ``jax_tsm2.matmul`` is not meant to cost speed. On
   CPU, XLA's dot.
 - ``"prefer"``: every tall-and-skinny product runs a TSM2 kernel on CUDA,

@@ -6,7 +6,7 @@ candidate kernel's tile, occupancy and predicted time, and XLA's dot's),
 looks the shape up in the autotuner's cache for this GPU (``tune.cache``),
 and puts it all in one ``Explanation``, whose ``str()`` is a short report:
 the path, which routing layer decided it (the rules, the tune cache,
-autotuning, a measured win, or the model), why, and where the tune cache
+autotuning, this GPU's calibration, or the model), why, and where the tune cache
 lives. With autotuning on (``jax_tsm2.autotune``, or ``autotune=True``) and a
 GPU in the process, explaining a shape the cache has no entry for times it,
 as its first lowering would.
@@ -22,7 +22,7 @@ Example:
     >>> b = jax.ShapeDtypeStruct((8, 8), jnp.bfloat16)
     >>> e = jax_tsm2.explain(a, b, mode="auto", device=model.H100_SXM, show=False)
     >>> e.path, e.layer, e.kernel.kernel, e.kernel.params["t2 (n_tile)"]
-    ('tsm2l', 'measured', 'tsm2l', 8)
+    ('tsm2l', 'model', 'tsm2l', 8)
     >>> why, kernel = e.kernel.reason.split("; ")
     >>> why
     'memory-bound: k*n/(k+n) = 4 below the t2 threshold of 22 on this GPU'
@@ -50,7 +50,7 @@ class Explanation:
 
     path: str  # what the lowering emits: "tsm2r", "tsm2l", "tsm2s", "tsm2t" or "xla"
     route_reason: str  # the router's sentence
-    # Which routing layer decided: "rules", "tune cache", "autotune", "measured" or "model".
+    # Which routing layer decided: "rules", "tune cache", "autotune", "calibration" or "model".
     layer: str
     mode: str
     platform: str

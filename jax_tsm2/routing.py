@@ -40,17 +40,22 @@ layer that answers decides (``Route.layer``):
    (``jax_tsm2.tune.online``), and the entry it stores decides; later lowerings
    find it as ``"tune cache"``. Without a GPU in the process, or where the
    timing fails (a ``RuntimeWarning``), the next layers decide;
-2. ``"measured"``: a committed measurement where a candidate kernel beat XLA's
-   dot for such shapes (``MEASURED_WINS``);
-3. ``"model"``: ``model.choose``: the best candidate if it is predicted faster
-   than XLA's dot by its margin (``Calibration.route_margin``), else XLA's dot.
+2. ``"calibration"``: this GPU's calibration (``jax_tsm2.tune.calibrate``:
+   ``python -m jax_tsm2.tune --calibrate`` stores one in the user's cache
+   directory; the package ships those of the GPUs it was measured on): the
+   model's predictions corrected by what the probes measured near the shape,
+   and a kernel only where it is predicted faster than XLA's dot by a margin
+   that grows where no probe was near;
+3. ``"model"``: on a GPU without a calibration, or without a GPU in the
+   process, ``model.choose`` with a wide margin
+   (``calibrate.UNCALIBRATED_MARGIN``): the model's constants were fitted to
+   one GPU and err by tens of percent on another, so only a kernel predicted
+   far faster than XLA's dot is chosen.
 
-On an H100 with jax 0.11.2 (benchmarks/results/h100-2026-11-22b, -22c) that
-sends A^T @ B (TSM2T: XLA's dot read its operands three times over) and bf16
-products with k, n <= 8 (TSM2L) to our kernels, and everything else to XLA's
-dot, which streamed the R, L, NT and S suites at 90-100% of the read ceiling.
-The model's decisions are cached per (problem, dtype, layout, candidates,
-XLA precision, device); the tune cache is read on every call (a stat of its
+No GPU's measurements are written here as code: what routing knows of a GPU
+comes from its calibration file.
+The decisions are cached per (problem, dtype, layout, candidates, XLA
+precision, device or calibration); the tune cache is read on every call (a stat of its
 file, parsed once per change), so a tuning run takes effect at the next
 lowering. Without a GPU in the process (cross-platform lowering, tests) the
 model reasons about the H100 preset, so decisions are deterministic; where
@@ -69,7 +74,7 @@ from jax import numpy as jnp
 
 from jax_tsm2 import _compat, model
 from jax_tsm2.problem import Problem
-from jax_tsm2.tune import cache, online
+from jax_tsm2.tune import cache, calibrate, online
 
 # TSM2L: tall-and-skinny A (k small) times a small B (k x n).
 TSM2L_MAX_K = 64
@@ -95,112 +100,6 @@ KERNEL_LAYOUTS: dict[str, frozenset[str]] = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class MeasuredWin:
-    """A region of shapes where a kernel measured faster than XLA's dot (``rows`` = batch * m).
-
-    ``layout`` is the operand layout the measurement was taken in.
-    """
-
-    target: str
-    dtypes: frozenset[str]
-    max_rows: int
-    max_k: int
-    max_n: int
-    evidence: str
-    min_rows: int = 0
-    layout: str = "nn"
-    min_k: int = 0
-    # m and n must be multiples of this: the measured shapes were, and the
-    # kernels' vector copies need it (the grid's odd m, n ran 2-5x slower).
-    align: int = 1
-    min_n: int = 0
-
-    def covers(self, target: str, dtype: np.dtype, p: Problem, layout: str = "nn") -> bool:
-        rows = (p.batch or 1) * p.m
-        return (
-            target == self.target
-            and layout == self.layout
-            and dtype.name in self.dtypes
-            and self.min_rows <= rows <= self.max_rows
-            and self.min_k <= p.k <= self.max_k
-            and self.min_n <= p.n <= self.max_n
-            and p.m % self.align == 0
-            and p.n % self.align == 0
-        )
-
-
-# Regions where mode "auto" picks a kernel over XLA's dot, from the committed
-# benchmark runs. Widen them only with a measurement in benchmarks/results/.
-MEASURED_WINS: tuple[MeasuredWin, ...] = (
-    MeasuredWin(
-        "tsm2l",
-        frozenset({"bfloat16"}),
-        max_rows=2**62,
-        max_k=8,
-        max_n=8,
-        min_k=8,  # rows of 16 bytes: the row kernel; k = 2, 4 ran the tile at 10-14% (grid)
-        evidence="H100: L bf16 1e7x8x8 1.47x, 1e6x8x8 1.34x, 1e5x8x8 1.01-1.19x over "
-        "jnp.matmul (h100-2026-11-22b); measured at k = n = 8 only",
-    ),
-    # A^T @ B over a long contraction: XLA's dot streamed every TN case at
-    # about 32% of the read ceiling, TSM2T at 54-80%.
-    MeasuredWin(
-        "tsm2t",
-        frozenset({"float32", "float64"}),
-        max_rows=512,
-        max_k=2**62,
-        max_n=256,
-        min_k=1_000_000,
-        layout="tn",
-        align=4,
-        evidence="H100: TN f32 1e7x16x16 2.25x, 1e6x16x256 1.85x, 1e6x64x64 1.19x; f64 "
-        "2.48x, 2.20x, 1.38x over jnp.matmul (h100-2026-11-22c); measured at k >= 1e6",
-    ),
-    # A few rows times a 4096 x 4096 B, device-clock timed: f32 on the cluster
-    # kernel (64 clusters of 2), where at m >= 8 XLA's dot was as fast or
-    # faster, so the region stops there; bf16 on the tensor-map kernel.
-    MeasuredWin(
-        "tsm2s",
-        frozenset({"float32"}),
-        max_rows=4,
-        max_k=4096,
-        max_n=4096,
-        min_k=4096,
-        min_n=4096,
-        evidence="H100: S f32 1/2/4x4096x4096 24.5/24.7/25.2 us against XLA's dot "
-        "25.1/25.2/25.6 (h100-2026-11-23/session17); measured at k = n = 4096 only",
-    ),
-    MeasuredWin(
-        "tsm2s",
-        frozenset({"bfloat16", "float16"}),
-        max_rows=16,
-        max_k=4096,
-        max_n=4096,
-        min_k=4096,
-        min_n=4096,
-        evidence="H100: S bf16 1/2/4/8/16x4096x4096 on the tensor-map kernel's 64-column "
-        "tiles 13.36/13.37/13.51/13.61/13.83 us against XLA's dot 14.31/14.10/14.29/14.50/"
-        "15.11 (h100-2026-11-23/session28, call 11); f16 13.44/13.36/13.51/13.65/13.82 "
-        "against 14.49/14.09/14.54/14.59/15.07 (session28, call 12); measured at "
-        "k = n = 4096 only",
-    ),
-    # A few rows times a B too wide for the clusters' one wave, on the
-    # tensor-map kernel (128-column tiles, small_left_tma.cuh).
-    MeasuredWin(
-        "tsm2s",
-        frozenset({"bfloat16", "float16"}),
-        max_rows=16,
-        max_k=8192,
-        max_n=14336,
-        min_k=8192,
-        min_n=14336,
-        evidence="H100: S bf16 1/2/4/8/16x8192x14336 77.1/77.2/77.3/77.5/78.3 us against "
-        "XLA's dot 79.2/78.3/78.7/79.6/81.6 (h100-2026-11-23/session28, call 11); f16 "
-        "77.1/77.2/77.3/77.5/78.2 against 77.6/78.9/78.7/79.7/81.4 (session28, call 12); "
-        "measured at k = 8192, n = 14336 only",
-    ),
-)
 SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
     np.dtype(t) for t in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16)
 )
@@ -221,8 +120,8 @@ class Route:
     problem: Problem | None = None
     layout: Layout = "nn"
     # Which layer decided: "rules" (platform, mode, dtypes, eligibility),
-    # "tune cache", "autotune" (timed at this call), "measured" (MEASURED_WINS)
-    # or "model" (model.choose).
+    # "tune cache", "autotune" (timed at this call), "calibration" (this GPU's
+    # calibration file, ``tune.calibrate``) or "model" (model.choose).
     layer: str = "rules"
 
     @property
@@ -360,6 +259,9 @@ def _model_choice(
     device: model.Device,
     calibration: model.Calibration = model.CALIBRATION,
 ) -> model.Choice:
+    # Without a calibration the model's error on a GPU it was not fitted to is
+    # large (a median 31% on an H200 with constants fitted to an H100), so a kernel
+    # must be predicted much faster than XLA's dot before it is chosen.
     return model.choose(
         p,
         dtype,
@@ -368,6 +270,7 @@ def _model_choice(
         kernels=names,
         xla_precision=xla_precision,
         calibration=calibration,
+        margin=max(calibrate.UNCALIBRATED_MARGIN, *(calibration.margin(k) for k in names)),
     )
 
 
@@ -398,6 +301,18 @@ def _tuned(
     return Route(target, reason, p, layout, layer)
 
 
+@functools.lru_cache(maxsize=4096)
+def _calibrated_choice(
+    p: Problem,
+    dtype: str,
+    layout: str,
+    names: tuple[str, ...],
+    xla_precision: str,
+    corrections: calibrate.Corrections,
+) -> calibrate.Decision:
+    return calibrate.decide(p, dtype, layout, names, corrections, xla_precision)
+
+
 def _auto(
     p: Problem,
     dtype: np.dtype,
@@ -409,28 +324,30 @@ def _auto(
     calibration: model.Calibration,
     autotune: bool,
 ) -> Route:
-    """Mode "auto" on a GPU with the targets: tune cache (or autotune), then measured wins,
-    then the model."""
+    """Mode "auto" on a GPU with the targets: tune cache (or autotune), then this GPU's
+    calibration, then the uncalibrated model with a wide margin."""
     r = _tuned(p, dtype, layout, device, why)
     if r is None and names and autotune:
         # Read the cache again even if this call did not time: another thread may have.
         timed = online.tune_now(p, dtype.name, layout, device)
         r = _tuned(p, dtype, layout, device, why, "autotune" if timed else "tune cache")
-    if r is None and not names:
-        r = Route("xla", f"{why}, XLA's dot", p, layout)
-    for name in names if r is None else ():
-        win = next((w for w in MEASURED_WINS if w.covers(name, dtype, p, layout)), None)
-        if win is not None:
-            reason = f"{why}; measured faster than XLA's dot ({win.evidence})"
-            r = Route(name, reason, p, layout, "measured")
-            break
-    if r is None:
-        xp = _xla_precision(precision)
-        c = _model_choice(p, dtype.name, layout, names, xp, device, calibration)
-        r = Route(c.target, f"{why}; model: {c.reason}", p, layout, "model")
-    if device.source.startswith("H100 preset"):
-        r = dataclasses.replace(r, reason=f"{r.reason} [device: {device.source}]")
-    return r
+    if r is not None:
+        return r
+    if not names:
+        return Route("xla", f"{why}, XLA's dot", p, layout)
+    xp = _xla_precision(precision)
+    found = calibrate.corrections_for(device) if device.source == "driver" else None
+    if found is not None:
+        corrections, path = found
+        d = _calibrated_choice(p, dtype.name, layout, names, xp, corrections)
+        return Route(d.target, f"{why}; {d.reason} ({path})", p, layout, "calibration")
+    c = _model_choice(p, dtype.name, layout, names, xp, device, calibration)
+    reason = f"{why}; model: {c.reason}"
+    if device.source == "driver":
+        reason += " [this GPU is not calibrated: `python -m jax_tsm2.tune --calibrate` measures it]"
+    elif device.source.startswith("H100 preset"):
+        reason += f" [device: {device.source}]"
+    return Route(c.target, reason, p, layout, "model")
 
 
 def route(

@@ -56,7 +56,7 @@ def test_design_is_deterministic_even_and_inside_the_window():
 
 def test_corrections_recover_the_factor_near_the_probes():
     data = measured({"tsm2l": 1.3, "tsm2r": 0.8, "xla": 1.1}, per_cell=4, families=("L",))
-    corr = calibrate.Corrections(data)
+    corr = calibrate.Corrections(data, DEV)
     for r in data.records:
         for target, want in (("tsm2l", 1.3), ("xla", 1.1)):
             if target in r.seconds:
@@ -69,7 +69,7 @@ def test_corrections_recover_the_factor_near_the_probes():
 
 def test_corrections_fade_to_one_far_from_every_probe():
     data = measured({"xla": 2.0}, per_cell=2, families=("L",), dtypes=("float32",))
-    corr = calibrate.Corrections(data)
+    corr = calibrate.Corrections(data, DEV)
     far = Problem(None, 10**7, 1, 1)  # far in k and n from any L probe? check support
     f, support = corr.factor("xla", Problem(None, 3, 5_000_000, 2), "float32", "tn")
     assert (f, support) == (1.0, 0.0)  # no tn probe at all
@@ -86,11 +86,11 @@ def test_decide_follows_the_measurements(kernel_factor, want):
         families=("R",),
         dtypes=("float32",),
     )
-    corr = calibrate.Corrections(data)
+    corr = calibrate.Corrections(data, DEV)
     for r in data.records:
         names = [t for t in r.seconds if t != "xla"]
         truth = {t: s for t, s in r.seconds.items()}
-        d = calibrate.decide(r.problem, r.dtype, r.layout, names, DEV, corr)
+        d = calibrate.decide(r.problem, r.dtype, r.layout, names, corr)
         fastest = min(truth, key=truth.__getitem__)
         if want == "xla":
             assert d.target == "xla", (r, d)
@@ -102,10 +102,10 @@ def test_decide_follows_the_measurements(kernel_factor, want):
 
 def test_margin_grows_where_no_probe_is_near():
     data = measured({"tsm2l": 0.7}, per_cell=2, families=("L",), dtypes=("float32",))
-    corr = calibrate.Corrections(data)
+    corr = calibrate.Corrections(data, DEV)
     near = data.records[0]
-    d_near = calibrate.decide(near.problem, "float32", "nn", ["tsm2l", "tsm2r"], DEV, corr)
-    d_far = calibrate.decide(Problem(None, 10**7, 3, 61), "float32", "nn", ["tsm2l"], DEV, corr)
+    d_near = calibrate.decide(near.problem, "float32", "nn", ["tsm2l", "tsm2r"], corr)
+    d_far = calibrate.decide(Problem(None, 10**7, 3, 61), "float32", "nn", ["tsm2l"], corr)
     assert d_near.margin < d_far.margin <= calibrate.FAR_MARGIN
 
 

@@ -102,13 +102,15 @@ def _valid_entry(key: Any, value: Any) -> bool:
     return value.get("target") in _LAYOUT_TARGETS[layout]
 
 
-def read_capped(path: pathlib.Path, max_bytes: int = MAX_BYTES) -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most ``max_bytes``; else OSError.
+def read_capped(path: pathlib.Path, max_bytes: int | None = None) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``max_bytes`` (default
+    ``MAX_BYTES``); else OSError.
 
     O_NONBLOCK keeps ``open`` from waiting for a writer when the path is a
     FIFO; the type is checked on the opened descriptor, so a file swapped for
     something else between a ``stat`` and the ``open`` is still caught.
     """
+    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)

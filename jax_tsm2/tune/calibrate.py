@@ -34,7 +34,7 @@ than the model says, XLA's dot as predicted):
     ...     return t if target == "xla" else 1.2 * t
     >>> data = calibrate.measure(probes, timer, dev, read_bytes_per_s=3.07e12,
     ...                          launch_seconds=6e-6, log=None)
-    >>> corr = calibrate.Corrections(data)
+    >>> corr = calibrate.Corrections(data, dev)
     >>> probe = data.records[0]  # at a probe: the factor, shrunk a little towards 1
     >>> [round(x, 2) for x in corr.factor("tsm2l", probe.problem, "float32", "nn")]
     [1.16, 1.0]
@@ -386,11 +386,17 @@ class Corrections:
     shape; near 0 nothing was measured near there and the factor is ~1).
     """
 
-    def __init__(self, data: CalibrationData, calibration: model.Calibration | None = None):
+    def __init__(
+        self,
+        data: CalibrationData,
+        device: model.Device,
+        calibration: model.Calibration | None = None,
+    ):
         self.data = data
+        self.device = device.with_bandwidth(data.read_bytes_per_s)
         self.calibration = calibration or model.CALIBRATION
         self._points: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
-        dev = self.device_model(model.H100_SXM)
+        dev = self.device
         grouped: dict[tuple[str, str, str], list[tuple[np.ndarray, float]]] = {}
         for r in data.records:
             for target, secs in r.seconds.items():
@@ -403,10 +409,6 @@ class Corrections:
                 )
         for key, pts in grouped.items():
             self._points[key] = (np.stack([c for c, _ in pts]), np.array([v for _, v in pts]))
-
-    def device_model(self, like: model.Device) -> model.Device:
-        """``like`` with this calibration's read ceiling (the model's bandwidth)."""
-        return like.with_bandwidth(self.data.read_bytes_per_s)
 
     def factor(self, target: str, p: Problem, dtype: str, layout: str) -> tuple[float, float]:
         """(correction factor, support) for ``target`` on ``p``."""
@@ -436,13 +438,12 @@ def decide(
     dtype: str,
     layout: str,
     names: Sequence[str],
-    device: model.Device,
     corrections: Corrections,
     xla_precision: str = "default",
 ) -> Decision:
     """The fastest of ``names`` and XLA's dot by corrected prediction, with a margin that
     grows where the probes behind the kernel's correction are far away."""
-    dev = corrections.device_model(device)
+    dev = corrections.device
     cal = corrections.calibration
     fx, _ = corrections.factor("xla", p, dtype, layout)
     xla = model.predict(p, dtype, layout, "xla", dev, cal, xla_precision).seconds * fx
@@ -556,19 +557,18 @@ def load(device_key: str) -> tuple[CalibrationData, pathlib.Path] | None:
     return None
 
 
-_corrections: dict[int, Corrections] = {}
+_corrections: dict[model.Device, Corrections] = {}
 
 
-def corrections_for(device_key: str) -> tuple[Corrections, pathlib.Path] | None:
+def corrections_for(device: model.Device) -> tuple[Corrections, pathlib.Path] | None:
     """``Corrections`` of this GPU's calibration (built once per loaded file), or None."""
-    found = load(device_key)
+    found = load(device.key)
     if found is None:
         return None
     data, path = found
-    corr = _corrections.get(id(data))
+    corr = _corrections.get(device)
     if corr is None or corr.data is not data:
-        _corrections.clear()
-        corr = _corrections[id(data)] = Corrections(data)
+        corr = _corrections[device] = Corrections(data, device)
     return corr, path
 
 
@@ -585,16 +585,32 @@ def run(
 
     Needs a CUDA GPU and a CUDA build of jax_tsm2 (RuntimeError otherwise).
     The probes stop after ``budget_s`` seconds of measuring; the whole run,
-    compilation included, takes about a minute more.
+    compilation included, takes about a minute more. The same as
+    ``python -m jax_tsm2.tune --calibrate``; routing uses the stored file from
+    the next lowering on.
+
+    Example:
+        >>> import jax_tsm2
+        >>> data = jax_tsm2.calibrate(budget_s=60)  # doctest: +SKIP
+        >>> len(data.records), data.read_bytes_per_s  # doctest: +SKIP
+        (100, 4.63e12)
     """
     from jax_tsm2 import _ffi
-    from jax_tsm2.tune import cli, timing
+    from jax_tsm2.bench import ceilings
+    from jax_tsm2.tune import cli
 
     if not (_ffi.cuda_backend_present() and _ffi.cuda_targets_available()):
         raise RuntimeError("calibration needs a CUDA GPU and a CUDA build of jax_tsm2")
     device = model.device_from_driver(0)
-    read = timing.read_ceiling(device)
-    launch = timing.launch_floor()
+    # The read ceiling over buffers of several times the L2, as the harness measures it.
+    buffer = max(1 << 28, 8 * device.l2_bytes)
+    bw = ceilings.measure_bandwidth(
+        buffer_bytes=buffer, buffers=2, sm_count=device.sm_count, repeats=5
+    )
+    lf = ceilings.measure_launch(calls=64, per_sample=4, repeats=7)
+    read, launch = bw.get("read_bytes_per_s"), lf.get("launch_seconds")
+    if not read or not launch:
+        raise RuntimeError(f"could not measure the ceilings: {bw} {lf}")
     if log:
         log(
             f"{device.name}: read ceiling {read / 1e9:.0f} GB/s, "

@@ -1,7 +1,13 @@
-"""``python -m jax_tsm2.tune``: time every candidate for some shapes on this GPU, cache the winners.
+"""``python -m jax_tsm2.tune``: calibrate this GPU, or time chosen shapes and cache the winners.
 
+    python -m jax_tsm2.tune --calibrate [--budget SECONDS] [--output FILE] [--dry-run]
     python -m jax_tsm2.tune --shapes 20480x20480x8,1e7x8x8 --dtype f32,bf16 [--layout nn]
         [--measure-bandwidth] [--dry-run] [--cache-dir DIR]
+
+``--calibrate`` measures the GPU on a designed probe set and stores its
+calibration (``jax_tsm2.tune.calibrate``), from which routing decides every
+shape; run it once per GPU model (about three minutes). ``--shapes`` tunes
+exact shapes:
 
 For each (shape, dtype, layout) the candidates are the kernels that take the
 layout and can run the shape (``model.KERNELS_FOR_LAYOUT``) and XLA's dot. Each
@@ -287,7 +293,20 @@ def measure_read_bandwidth(nbytes: int = 1 << 30, samples: int = 5) -> float:
 
 def main(argv: Sequence[str] | None = None, timer: Timer | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jax_tsm2.tune", description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", required=True, help="comma-separated MxKxN or BxMxKxN")
+    ap.add_argument("--shapes", help="comma-separated MxKxN or BxMxKxN")
+    ap.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure this GPU (read ceiling, launch, each kernel and XLA's dot on a designed "
+        "probe set) and store its calibration, which routing then decides with",
+    )
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=150.0,
+        help="with --calibrate: seconds of probing at most (default 150)",
+    )
+    ap.add_argument("--output", help="with --calibrate: write the calibration to this file")
     ap.add_argument("--dtype", default="f32", help="comma-separated: f32, f64, bf16, f16")
     ap.add_argument("--layout", default="nn", help="comma-separated: nn, nt, tn")
     ap.add_argument("--measure-bandwidth", action="store_true")
@@ -296,6 +315,14 @@ def main(argv: Sequence[str] | None = None, timer: Timer | None = None) -> int:
     ap.add_argument("--max-reps", type=int, default=64, help="most products per timed call")
     ap.add_argument("--samples", type=int, default=5)
     args = ap.parse_args(argv)
+    if args.calibrate:
+        if args.shapes:
+            ap.error("--calibrate measures its own probe shapes: leave out --shapes")
+        if not args.budget > 0:
+            ap.error(f"--budget must be a positive number of seconds, got {args.budget}")
+        return _calibrate(args)
+    if not args.shapes:
+        ap.error("--shapes is required (or --calibrate)")
 
     import os
 
@@ -324,5 +351,27 @@ def main(argv: Sequence[str] | None = None, timer: Timer | None = None) -> int:
     print(f"device {device.key} ({device.source}); cache {cache.cache_path(device.key)}")
     tune(
         problems, dtypes, layouts, timer=timer, device=device, write=not args.dry_run, bandwidth=bw
+    )
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    import os
+    import pathlib
+
+    from jax_tsm2.tune import calibrate
+
+    if args.cache_dir:
+        os.environ[cache.ENV_DIR] = args.cache_dir
+    out = pathlib.Path(args.output) if args.output else None
+    try:
+        data = calibrate.run(budget_s=args.budget, write=not args.dry_run, path=out)
+    except RuntimeError as err:
+        print(f"jax_tsm2.tune --calibrate: {err}", file=sys.stderr)
+        return 2
+    read, launch = data.read_bytes_per_s / 1e9, data.launch_seconds * 1e6
+    print(
+        f"calibrated {data.device['name']}: {len(data.records)} probes, "
+        f"read ceiling {read:.0f} GB/s, smallest launch {launch:.1f} us"
     )
     return 0
