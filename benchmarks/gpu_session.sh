@@ -25,6 +25,10 @@
 #     runs: each is given --time-budget for what is left, less 30 s for its last
 #     case and its files, so that a run cut short still writes its summary (an
 #     explicit --time-budget in a run's arguments wins).
+#   CALIBRATE=SECONDS first calibrates this GPU (python -m jax_tsm2.tune
+#     --calibrate --budget SECONDS) into $JAX_TSM2_CACHE_DIR (default
+#     /tmp/jax_tsm2_cache), so that the tests and harness runs after it route
+#     with it, and copies the calibration file to $OUT.
 #   PACK=1 leaves $OUT as one out.tgz, even after a failure (for runners that
 #     bring back only a few files).
 set -uo pipefail
@@ -42,6 +46,14 @@ t0=$SECONDS
 python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/install.log" 2>&1 ||
   { tail -40 "$OUT/install.log"; exit 1; }
 echo "install: $((SECONDS - t0)) s"
+
+if [ -n "${CALIBRATE:-}" ]; then
+  export JAX_TSM2_CACHE_DIR=${JAX_TSM2_CACHE_DIR:-/tmp/jax_tsm2_cache}
+  t0=$SECONDS
+  python3 -m jax_tsm2.tune --calibrate --budget "$CALIBRATE" > "$OUT/calibrate.log" 2>&1
+  echo "calibrate ($((SECONDS - t0)) s): $(tail -1 "$OUT/calibrate.log")"
+  cp "$JAX_TSM2_CACHE_DIR"/calibration-*.json "$OUT/" 2>/dev/null
+fi
 
 if [ "${TESTS:-1}" = 1 ]; then
   t0=$SECONDS
