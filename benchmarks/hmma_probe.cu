@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "ffi/kernels/tf32.cuh"
+#include "ffi/common/tf32.cuh"
 
 // Operands are 0 or 1.0 (finite whatever threadIdx is); the sums are stored
 // so that the compiler keeps every HMMA.

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "benchmarks/lab_common.cuh"
-#include "ffi/launch_matmul.cuh"
+#include "ffi/matmul/launch_tiles.cuh"
 
 // TryLib runs the library's launchers (normally compiled in launch_<dtype>.cu).
 template struct tsm2::TypedLauncher<float>;

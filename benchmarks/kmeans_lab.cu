@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "benchmarks/lab_common.cuh"
-#include "ffi/kmeans_plan.h"
-#include "ffi/launch.h"
-#include "ffi/launch_kmeans.h"
+#include "ffi/kmeans/plan.h"
+#include "ffi/matmul/launcher.h"
+#include "ffi/kmeans/launcher.h"
 
 #ifdef TSM2_KMW_TRACE
 namespace tsm2 {

@@ -17,8 +17,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "ffi/launch.h"
-#include "ffi/matmul_kinds.h"
+#include "ffi/matmul/launcher.h"
+#include "ffi/matmul/kinds.h"
 
 #define CHECK(x)                                                                              \
   do {                                                                                        \

@@ -54,9 +54,9 @@
 #include <vector>
 
 #include "benchmarks/lab_common.cuh"
-#include "ffi/kernels/cluster_pipe.cuh"
-#include "ffi/kernels/common.cuh"
-#include "ffi/kernels/tn_half.cuh"
+#include "ffi/common/cluster_pipe.cuh"
+#include "ffi/common/kernel_utils.cuh"
+#include "ffi/matmul/kernels/tn_half.cuh"
 
 // The library kernel's timeline hook (small_left_cluster.cuh): thread 0 of
 // each block writes its SM and %globaltimer at the four marks into
@@ -75,7 +75,7 @@ __device__ __forceinline__ void LibMark(int i) {
   }
 }
 #define TSM2_S_CLUSTER_MARK(i) LibMark(i)
-#include "ffi/launch_split.cuh"
+#include "ffi/matmul/launch_split.cuh"
 
 #ifndef SC_NC
 #define SC_NC 256

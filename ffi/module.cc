@@ -10,12 +10,12 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "ffi/abft_plans.h"
+#include "ffi/abft/plan.h"
 #include "ffi/handlers.h"
-#include "ffi/kmeans_plan.h"
-#include "ffi/matmul_problem.h"
-#include "ffi/split_plans.h"
-#include "ffi/tile_configs.h"
+#include "ffi/kmeans/plan.h"
+#include "ffi/matmul/problem.h"
+#include "ffi/matmul/split_plan.h"
+#include "ffi/matmul/tiles.h"
 #include "xla/ffi/api/c_api.h"
 
 namespace nb = nanobind;
