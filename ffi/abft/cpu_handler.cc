@@ -9,16 +9,18 @@
 #include <cstring>
 #include <limits>
 
+#include "ffi/abft/handlers.h"
 #include "ffi/abft/problem.h"
 #include "ffi/common/cpu_elements.h"
-#include "ffi/handlers.h"
-#include "ffi/matmul/handlers.h"
+#include "ffi/common/dispatch.h"
+#include "ffi/common/ffi_helpers.h"
 
 namespace tsm2 {
 namespace {
 
-template <typename Acc>
+template <ElemType E, typename Acc>
 void ColsumsReference(const ColsumsProblem& p, const void* m, const Acc* v, Acc* out) {
+  using In = HostElem<E>;
   std::fill(out, out + p.r * p.cols, Acc(0));
   for (int64_t i = 0; i < p.rows; ++i) {
     for (int q = 0; q < p.r; ++q) {
@@ -26,7 +28,7 @@ void ColsumsReference(const ColsumsProblem& p, const void* m, const Acc* v, Acc*
       const bool abs_q = (p.abs_rows >> q) & 1u;
       Acc* o = out + q * p.cols;
       for (int64_t c = 0; c < p.cols; ++c) {
-        const Acc x = static_cast<Acc>(LoadAs(p.dtype, m, i * p.cols + c));
+        const Acc x = static_cast<Acc>(In::Load(m, i * p.cols + c));
         o[c] = std::fma(w, abs_q ? std::fabs(x) : x, o[c]);
       }
     }
@@ -39,37 +41,37 @@ ffi::Error ColsumsCpuImpl(ffi::AnyBuffer m, ffi::AnyBuffer v, ffi::Result<ffi::A
   if (auto err = DecodeColsums("tsm2_colsums (cpu)", m, v, *out, abs_rows, &p); !err.success()) {
     return err;
   }
-  if (p.acc == ffi::DataType::F64) {
-    ColsumsReference<double>(p, m.untyped_data(), static_cast<const double*>(v.untyped_data()),
-                             static_cast<double*>(out->untyped_data()));
-  } else {
-    ColsumsReference<float>(p, m.untyped_data(), static_cast<const float*>(v.untyped_data()),
-                            static_cast<float*>(out->untyped_data()));
-  }
-  return ffi::Error::Success();
+  return DispatchElemAndAcc("tsm2_colsums (cpu)", p.dtype, p.acc, [&](auto elem, auto acc) {
+    using Acc = AccCType<decltype(acc)::value>;
+    ColsumsReference<decltype(elem)::value, Acc>(p, m.untyped_data(),
+                                                 static_cast<const Acc*>(v.untyped_data()),
+                                                 static_cast<Acc*>(out->untyped_data()));
+    return ffi::Error::Success();
+  });
 }
 
-// bf16/f16 columns with f64 accumulators round through f32 here (StoreAs)
+// bf16/f16 columns with f64 accumulators round through f32 here (HostElem)
 // but straight from f64 on CUDA; jax_tsm2.abft never asks for that pairing.
-template <typename Acc>
+template <ElemType E, typename Acc>
 void RepairReference(const RepairProblem& p, int64_t j, const void* a, const void* b, const void* c,
                      void* c_out, void* old_col, Acc* exact, Acc* scale) {
+  using In = HostElem<E>;
   bool finite = true;
   for (int64_t i = 0; i < p.m; ++i) {
     Acc ex = 0, sc = 0;
     for (int64_t l = 0; l < p.k; ++l) {
-      const Acc x = static_cast<Acc>(LoadAs(p.dtype, a, i * p.k + l));
-      const Acc y = static_cast<Acc>(LoadAs(p.dtype, b, l * p.n + j));
+      const Acc x = static_cast<Acc>(In::Load(a, i * p.k + l));
+      const Acc y = static_cast<Acc>(In::Load(b, l * p.n + j));
       ex = std::fma(x, y, ex);
       sc = std::fma(std::fabs(x), std::fabs(y), sc);
     }
-    StoreAs(p.dtype, old_col, i, LoadAs(p.dtype, c, i * p.n + j));
+    In::Store(old_col, i, In::Load(c, i * p.n + j));
     exact[i] = ex;
     scale[i] = sc;
     finite = finite && std::isfinite(ex);
   }
   if (!finite) return;  // C stays as it was: the caller reports the fault uncorrectable
-  for (int64_t i = 0; i < p.m; ++i) StoreAs(p.dtype, c_out, i * p.n + j, exact[i]);
+  for (int64_t i = 0; i < p.m; ++i) In::Store(c_out, i * p.n + j, exact[i]);
 }
 
 ffi::Error RepairCpuImpl(ffi::AnyBuffer flag, ffi::AnyBuffer j, ffi::AnyBuffer a, ffi::AnyBuffer b,
@@ -91,29 +93,26 @@ ffi::Error RepairCpuImpl(ffi::AnyBuffer flag, ffi::AnyBuffer j, ffi::AnyBuffer a
                                   : *static_cast<const int32_t*>(flag.untyped_data()) != 0;
   const int64_t col = *static_cast<const int32_t*>(j.untyped_data());
   if (!wanted || col < 0 || col >= p.n) return ffi::Error::Success();
-  if (p.acc == ffi::DataType::F64) {
-    RepairReference<double>(p, col, a.untyped_data(), b.untyped_data(), c.untyped_data(),
-                            c_out->untyped_data(), old_col->untyped_data(),
-                            static_cast<double*>(exact->untyped_data()),
-                            static_cast<double*>(scale->untyped_data()));
-  } else {
-    RepairReference<float>(p, col, a.untyped_data(), b.untyped_data(), c.untyped_data(),
-                           c_out->untyped_data(), old_col->untyped_data(),
-                           static_cast<float*>(exact->untyped_data()),
-                           static_cast<float*>(scale->untyped_data()));
-  }
-  return ffi::Error::Success();
+  return DispatchElemAndAcc("tsm2_repair_column (cpu)", p.dtype, p.acc, [&](auto elem, auto acc) {
+    using Acc = AccCType<decltype(acc)::value>;
+    RepairReference<decltype(elem)::value, Acc>(
+        p, col, a.untyped_data(), b.untyped_data(), c.untyped_data(), c_out->untyped_data(),
+        old_col->untyped_data(), static_cast<Acc*>(exact->untyped_data()),
+        static_cast<Acc*>(scale->untyped_data()));
+    return ffi::Error::Success();
+  });
 }
 
 // The judgement of tsm2_abft_judge in plain loops, in the order the CUDA
 // kernels' results are defined by (first index on ties): the failing
 // columns, the worst one, its repair when it is the only one, the verdict.
-template <typename Acc>
+template <ElemType E, typename Acc>
 void JudgeReference(const RepairProblem& p, const Acc* resid, const Acc* threshold, Acc factor,
                     Acc floor, const void* a, const void* b, const void* c, void* c_out,
                     void* old_col, Acc* exact, Acc* scale, int32_t* errors_detected,
                     bool* corrected, int32_t* row, int32_t* col, Acc* magnitude,
                     bool* uncorrectable) {
+  using In = HostElem<E>;
   int failing = 0;
   int64_t j = 0;
   Acc best = -1;
@@ -134,11 +133,11 @@ void JudgeReference(const RepairProblem& p, const Acc* resid, const Acc* thresho
   int64_t at = 0;
   bool finite = false;
   if (single) {
-    RepairReference<Acc>(p, j, a, b, c, c_out, old_col, exact, scale);
+    RepairReference<E, Acc>(p, j, a, b, c, c_out, old_col, exact, scale);
     Acc worst = -1;
     finite = true;
     for (int64_t i = 0; i < p.m; ++i) {
-      const Acc diff = static_cast<Acc>(LoadAs(p.dtype, old_col, i)) - exact[i];
+      const Acc diff = static_cast<Acc>(In::Load(old_col, i)) - exact[i];
       bad += !(std::fabs(diff) <= factor * scale[i] + floor);
       const Acc size = std::isfinite(diff) ? std::fabs(diff) : Acc(INFINITY);
       if (size > worst) {
@@ -154,7 +153,7 @@ void JudgeReference(const RepairProblem& p, const Acc* resid, const Acc* thresho
   *row = nothing || !single ? -1 : static_cast<int32_t>(at);
   *col = nothing ? -1 : static_cast<int32_t>(j);
   *magnitude = nothing  ? Acc(0)
-               : single ? static_cast<Acc>(LoadAs(p.dtype, old_col, at)) - exact[at]
+               : single ? static_cast<Acc>(In::Load(old_col, at)) - exact[at]
                         : resid[j];
   *uncorrectable = !nothing && !fixed;
 }
@@ -177,9 +176,9 @@ ffi::Error JudgeCpuImpl(ffi::AnyBuffer resid, ffi::AnyBuffer threshold, ffi::Any
   if (c_out->untyped_data() != c.untyped_data()) {
     std::memcpy(c_out->untyped_data(), c.untyped_data(), c.size_bytes());
   }
-  auto run = [&](auto zero) {
-    using Acc = decltype(zero);
-    JudgeReference<Acc>(
+  return DispatchElemAndAcc("tsm2_abft_judge (cpu)", p.dtype, p.acc, [&](auto elem, auto acc) {
+    using Acc = AccCType<decltype(acc)::value>;
+    JudgeReference<decltype(elem)::value, Acc>(
         p, static_cast<const Acc*>(resid.untyped_data()),
         static_cast<const Acc*>(threshold.untyped_data()),
         *static_cast<const Acc*>(factor.untyped_data()),
@@ -190,13 +189,8 @@ ffi::Error JudgeCpuImpl(ffi::AnyBuffer resid, ffi::AnyBuffer threshold, ffi::Any
         static_cast<bool*>(corrected->untyped_data()), static_cast<int32_t*>(row->untyped_data()),
         static_cast<int32_t*>(col->untyped_data()), static_cast<Acc*>(magnitude->untyped_data()),
         static_cast<bool*>(uncorrectable->untyped_data()));
-  };
-  if (p.acc == ffi::DataType::F64) {
-    run(double{0});
-  } else {
-    run(float{0});
-  }
-  return ffi::Error::Success();
+    return ffi::Error::Success();
+  });
 }
 
 }  // namespace

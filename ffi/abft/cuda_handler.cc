@@ -1,17 +1,19 @@
-// XLA FFI handlers of the CUDA ABFT targets `tsm2_colsums`,
-// `tsm2_repair_column` and `tsm2_abft_judge`: validate (the same checks as the CPU reference),
-// launch on XLA's stream, and turn a CUDA failure into an ffi::Error naming
-// the op and the buffers. Workspaces are results XLA allocates (sized by
-// _tsm2_ext.colsums_plan and _tsm2_ext.repair_blocks), so the handlers never
-// allocate or synchronize and are CUDA-graph compatible.
+// The CUDA handlers of the ABFT targets tsm2_colsums, tsm2_repair_column and
+// tsm2_abft_judge: validate (the same checks as the CPU reference), hand the
+// element and accumulator types to the one dispatch, launch on XLA's stream,
+// and turn a CUDA failure into an ffi::Error naming the op and the buffers. Workspaces are results
+// XLA allocates (sized by _tsm2_ext.colsums_plan and _tsm2_ext.repair_blocks), so the handlers
+// never allocate or synchronize and are CUDA-graph compatible.
 #include <cuda_runtime_api.h>
 
 #include <string>
 
-#include "ffi/abft/problem.h"
-#include "ffi/handlers.h"
+#include "ffi/abft/handlers.h"
 #include "ffi/abft/launcher.h"
-#include "ffi/matmul/handlers.h"
+#include "ffi/abft/problem.h"
+#include "ffi/common/cuda_error.h"
+#include "ffi/common/dispatch.h"
+#include "ffi/common/ffi_helpers.h"
 
 namespace tsm2 {
 namespace {
@@ -22,7 +24,7 @@ ffi::Error ColsumsCudaImpl(cudaStream_t stream, ffi::AnyBuffer m, ffi::AnyBuffer
   constexpr std::string_view kOp = "tsm2_colsums (cuda)";
   (void)cudaGetLastError();  // never blame this launch for an earlier failure
   ColsumsProblem p;
-  if (auto err = DecodeColsums(kOp, m, v, *out, abs_rows, &p); !err.success()) return err;
+  TSM2_FFI_RETURN_IF_ERROR(DecodeColsums(kOp, m, v, *out, abs_rows, &p));
   DeviceColsums d;
   d.m = m.untyped_data();
   d.v = v.untyped_data();
@@ -31,16 +33,18 @@ ffi::Error ColsumsCudaImpl(cudaStream_t stream, ffi::AnyBuffer m, ffi::AnyBuffer
   d.cols = p.cols;
   d.r = p.r;
   d.abs_rows = p.abs_rows;
-  d.type = ToElemType(p.dtype);
-  d.acc_f64 = p.acc == ffi::DataType::F64;
-  if (cudaError_t e = LaunchColsums(d, workspace->untyped_data(), workspace->size_bytes(), stream);
-      e != cudaSuccess) {
-    return ffi::Error::Internal(std::string(kOp) + ": launch failed: " + cudaGetErrorName(e) +
-                                " (" + cudaGetErrorString(e) + ") for m=" + DescribeBuffer(m) +
-                                ", v=" + DescribeBuffer(v) + ", workspace of " +
-                                std::to_string(workspace->size_bytes()) + " bytes");
-  }
-  return ffi::Error::Success();
+  d.workspace = workspace->untyped_data();
+  d.workspace_bytes = workspace->size_bytes();
+  const std::string operands = "m=" + DescribeBuffer(m) + ", v=" + DescribeBuffer(v) +
+                               ", workspace of " + std::to_string(workspace->size_bytes()) +
+                               " bytes";
+  return DispatchElemAndAcc(kOp, p.dtype, p.acc, [&](auto elem, auto acc) -> ffi::Error {
+    ColsumsLaunchPlan plan;
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
+        kOp, (PlanColsumsLaunch<decltype(elem)::value, decltype(acc)::value>(d, &plan)), operands);
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, LaunchColsums(d, plan, stream), operands);
+    return ffi::Error::Success();
+  });
 }
 
 ffi::Error RepairCudaImpl(cudaStream_t stream, ffi::AnyBuffer flag, ffi::AnyBuffer j,
@@ -51,11 +55,8 @@ ffi::Error RepairCudaImpl(cudaStream_t stream, ffi::AnyBuffer flag, ffi::AnyBuff
   constexpr std::string_view kOp = "tsm2_repair_column (cuda)";
   (void)cudaGetLastError();
   RepairProblem p;
-  if (auto err =
-          DecodeRepair(kOp, flag, j, a, b, c, *c_out, *old_col, *exact, *scale, *workspace, &p);
-      !err.success()) {
-    return err;
-  }
+  TSM2_FFI_RETURN_IF_ERROR(
+      DecodeRepair(kOp, flag, j, a, b, c, *c_out, *old_col, *exact, *scale, *workspace, &p));
   DeviceRepair d;
   d.flag = flag.untyped_data();
   d.flag_bool = p.flag_bool;
@@ -71,14 +72,14 @@ ffi::Error RepairCudaImpl(cudaStream_t stream, ffi::AnyBuffer flag, ffi::AnyBuff
   d.m = p.m;
   d.k = p.k;
   d.n = p.n;
-  d.type = ToElemType(p.dtype);
-  d.acc_f64 = p.acc == ffi::DataType::F64;
-  if (cudaError_t e = LaunchRepairColumn(d, stream); e != cudaSuccess) {
-    return ffi::Error::Internal(std::string(kOp) + ": launch failed: " + cudaGetErrorName(e) +
-                                " (" + cudaGetErrorString(e) + ") for a=" + DescribeBuffer(a) +
-                                ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c));
-  }
-  return ffi::Error::Success();
+  const std::string operands =
+      "a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c);
+  return DispatchElemAndAcc(kOp, p.dtype, p.acc, [&](auto elem, auto acc) -> ffi::Error {
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
+        kOp, (LaunchRepairColumn<decltype(elem)::value, decltype(acc)::value>(d, stream)),
+        operands);
+    return ffi::Error::Success();
+  });
 }
 
 ffi::Error JudgeCudaImpl(cudaStream_t stream, ffi::AnyBuffer resid, ffi::AnyBuffer threshold,
@@ -97,7 +98,7 @@ ffi::Error JudgeCudaImpl(cudaStream_t stream, ffi::AnyBuffer resid, ffi::AnyBuff
       &resid,      &threshold,      &factor,           &floor,      &a,      &b,
       &c,          &*c_out,         &*errors_detected, &*corrected, &*row,   &*col,
       &*magnitude, &*uncorrectable, &*old_col,         &*exact,     &*scale, &*state};
-  if (auto err = DecodeJudge(kOp, x, &p); !err.success()) return err;
+  TSM2_FFI_RETURN_IF_ERROR(DecodeJudge(kOp, x, &p));
   DeviceJudge d;
   d.repair.a = a.untyped_data();
   d.repair.b = b.untyped_data();
@@ -109,8 +110,6 @@ ffi::Error JudgeCudaImpl(cudaStream_t stream, ffi::AnyBuffer resid, ffi::AnyBuff
   d.repair.m = p.m;
   d.repair.k = p.k;
   d.repair.n = p.n;
-  d.repair.type = ToElemType(p.dtype);
-  d.repair.acc_f64 = p.acc == ffi::DataType::F64;
   d.resid = resid.untyped_data();
   d.threshold = threshold.untyped_data();
   d.factor = factor.untyped_data();
@@ -122,12 +121,13 @@ ffi::Error JudgeCudaImpl(cudaStream_t stream, ffi::AnyBuffer resid, ffi::AnyBuff
   d.col = static_cast<int32_t*>(col->untyped_data());
   d.magnitude = magnitude->untyped_data();
   d.uncorrectable = static_cast<bool*>(uncorrectable->untyped_data());
-  if (cudaError_t e = LaunchJudge(d, stream); e != cudaSuccess) {
-    return ffi::Error::Internal(std::string(kOp) + ": launch failed: " + cudaGetErrorName(e) +
-                                " (" + cudaGetErrorString(e) + ") for a=" + DescribeBuffer(a) +
-                                ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c));
-  }
-  return ffi::Error::Success();
+  const std::string operands =
+      "a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c);
+  return DispatchElemAndAcc(kOp, p.dtype, p.acc, [&](auto elem, auto acc) -> ffi::Error {
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
+        kOp, (LaunchJudge<decltype(elem)::value, decltype(acc)::value>(d, stream)), operands);
+    return ffi::Error::Success();
+  });
 }
 
 }  // namespace

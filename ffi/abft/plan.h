@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "ffi/matmul/split_plan.h"
+#include "ffi/common/plan_math.h"
 
 namespace tsm2 {
 

@@ -22,7 +22,8 @@
 #include <string_view>
 
 #include "ffi/abft/plan.h"
-#include "ffi/matmul/problem.h"
+#include "ffi/common/dispatch.h"
+#include "ffi/common/ffi_helpers.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace tsm2 {

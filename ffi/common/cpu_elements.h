@@ -1,16 +1,15 @@
-// Element access for the CPU reference targets: bf16 and f16 stored as raw
-// 16-bit patterns, converted through f32 with round-to-nearest-even, and
-// any supported dtype read as double or written from double.
+// Element access for the CPU reference targets: HostElem<E> reads an element
+// of type E as double and writes one from double, with bf16 and f16 stored
+// as raw 16-bit patterns and converted through f32 with
+// round-to-nearest-even. Plain C++: the CPU-only build has no CUDA types.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-#include "xla/ffi/api/ffi.h"
+#include "ffi/common/elem_type.h"
 
 namespace tsm2 {
-
-namespace ffi = xla::ffi;
 
 // bf16 and f16 are stored as raw 16-bit patterns; these convert through f32.
 inline float Bf16ToFloat(uint16_t h) {
@@ -76,38 +75,37 @@ inline uint16_t FloatToHalf(float f) {
   return sign | static_cast<uint16_t>((static_cast<uint32_t>(exp) << 10) + (q - 0x400u));
 }
 
-inline double LoadAs(ffi::DataType t, const void* p, int64_t i) {
-  switch (t) {
-    case ffi::DataType::F32:
-      return static_cast<const float*>(p)[i];
-    case ffi::DataType::F64:
-      return static_cast<const double*>(p)[i];
-    case ffi::DataType::BF16:
-      return Bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
-    case ffi::DataType::F16:
-      return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
-    default:
-      return 0.0;
+template <ElemType E>
+struct HostElem;
+template <>
+struct HostElem<ElemType::kF32> {
+  static double Load(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
+  static void Store(void* p, int64_t i, double v) {
+    static_cast<float*>(p)[i] = static_cast<float>(v);
   }
-}
-
-inline void StoreAs(ffi::DataType t, void* p, int64_t i, double v) {
-  switch (t) {
-    case ffi::DataType::F32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case ffi::DataType::F64:
-      static_cast<double*>(p)[i] = v;
-      break;
-    case ffi::DataType::BF16:
-      static_cast<uint16_t*>(p)[i] = FloatToBf16(static_cast<float>(v));
-      break;
-    case ffi::DataType::F16:
-      static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v));
-      break;
-    default:
-      break;
+};
+template <>
+struct HostElem<ElemType::kF64> {
+  static double Load(const void* p, int64_t i) { return static_cast<const double*>(p)[i]; }
+  static void Store(void* p, int64_t i, double v) { static_cast<double*>(p)[i] = v; }
+};
+template <>
+struct HostElem<ElemType::kBF16> {
+  static double Load(const void* p, int64_t i) {
+    return Bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
   }
-}
+  static void Store(void* p, int64_t i, double v) {
+    static_cast<uint16_t*>(p)[i] = FloatToBf16(static_cast<float>(v));
+  }
+};
+template <>
+struct HostElem<ElemType::kF16> {
+  static double Load(const void* p, int64_t i) {
+    return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+  }
+  static void Store(void* p, int64_t i, double v) {
+    static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v));
+  }
+};
 
 }  // namespace tsm2

@@ -1,5 +1,7 @@
-// Blocks per SM of a kernel, with the dynamic shared-memory opt-in, cached
-// per kernel and device (the CUDA calls are not free at every launch).
+// What the launchers ask the current CUDA device: its SM count, its compute
+// capability, and a kernel's blocks per SM (with the dynamic shared-memory
+// opt-in), the last cached per kernel and device because the CUDA calls are
+// not free at every launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +11,23 @@
 #include <utility>
 
 namespace tsm2 {
+
+inline cudaError_t SmCount(int* sms) {
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+}
+
+inline bool ComputeMajorAtLeast(int major) {
+  int dev = 0, have = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&have, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+         have >= major;
+}
+// Thread-block clusters, TMA and distributed shared memory: sm_90 and later.
+inline bool HasClusters() { return ComputeMajorAtLeast(9); }
+// FP64, TF32 and bf16 mma.sync and ldmatrix.trans: sm_80 and later.
+inline bool HasMmaSync() { return ComputeMajorAtLeast(8); }
 
 // Occupancy and the shared-memory opt-in, once per kernel and device.
 inline cudaError_t BlocksPerSm(const void* kernel, int threads, int smem, int* out) {

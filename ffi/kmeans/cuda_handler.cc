@@ -1,18 +1,21 @@
-// XLA FFI handlers of the CUDA `tsm2_kmeans_step` target (validate with the
-// same checks as the CPU reference, check that the fused kernel takes (d, k),
-// launch on XLA's stream) and of `tsm2_kmeans_update` (the centroids at the
-// end of an iteration). The workspace (one partial per block) is a result
-// XLA allocates, sized by _tsm2_ext.kmeans_plan, so the handler never
-// allocates or synchronizes and is CUDA-graph compatible.
+// The CUDA handlers of tsm2_kmeans_step (validate with the same checks as
+// the CPU reference, check that the fused kernel takes (d, k), hand the
+// element type to the one dispatch, plan once and run the plan on XLA's
+// stream) and of tsm2_kmeans_update (the centroids at the end of an
+// iteration). The workspace (one partial per block) is a result XLA
+// allocates, sized by _tsm2_ext.kmeans_plan, so the handlers never allocate
+// or synchronize and are CUDA-graph compatible.
 #include <cuda_runtime_api.h>
 
 #include <string>
 
-#include "ffi/handlers.h"
+#include "ffi/common/cuda_error.h"
+#include "ffi/common/dispatch.h"
+#include "ffi/common/ffi_helpers.h"
+#include "ffi/kmeans/handlers.h"
+#include "ffi/kmeans/launcher.h"
 #include "ffi/kmeans/plan.h"
 #include "ffi/kmeans/problem.h"
-#include "ffi/kmeans/launcher.h"
-#include "ffi/matmul/handlers.h"
 
 namespace tsm2 {
 namespace {
@@ -25,18 +28,11 @@ ffi::Error KmeansCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
   constexpr std::string_view kOp = "tsm2_kmeans_step (cuda)";
   (void)cudaGetLastError();  // never blame this launch for an earlier failure
   KmeansProblem p;
-  if (auto err = DecodeKmeans(kOp, x, c, w, *labels, *mind, *sums, *counts, *inertia, &p);
-      !err.success()) {
-    return err;
-  }
-  const int itemsize = ItemSize(p.dtype);
-  if (!KmeansSupported(itemsize, p.d, p.k)) {
-    return ffi::Error::InvalidArgument(
-        std::string(kOp) + ": the fused kernel takes 1 <= k <= " + std::to_string(kKmeansMaxK) +
-        " and 1 <= d <= " + std::to_string(kKmeansMaxD) + " (fewer for f64: see " +
-        "_tsm2_ext.kmeans_plan), got x=" + DescribeBuffer(x) + ", c=" + DescribeBuffer(c) +
-        "; use jax_tsm2.kmeans.fused.lloyd_step, which falls back to the jnp path");
-  }
+  TSM2_FFI_RETURN_IF_ERROR(
+      DecodeKmeans(kOp, x, c, w, *labels, *mind, *sums, *counts, *inertia, &p));
+  const std::string operands = "x=" + DescribeBuffer(x) + ", c=" + DescribeBuffer(c) +
+                               ", workspace of " + std::to_string(workspace->size_bytes()) +
+                               " bytes";
   DeviceKmeans d;
   d.x = x.untyped_data();
   d.c = c.untyped_data();
@@ -49,16 +45,22 @@ ffi::Error KmeansCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
   d.n = p.n;
   d.d = p.d;
   d.k = p.k;
-  d.type = ToElemType(p.dtype);
-  if (cudaError_t e =
-          LaunchKmeansStep(d, workspace->untyped_data(), workspace->size_bytes(), stream);
-      e != cudaSuccess) {
-    return ffi::Error::Internal(std::string(kOp) + ": launch failed: " + cudaGetErrorName(e) +
-                                " (" + cudaGetErrorString(e) + ") for x=" + DescribeBuffer(x) +
-                                ", c=" + DescribeBuffer(c) + ", workspace of " +
-                                std::to_string(workspace->size_bytes()) + " bytes");
-  }
-  return ffi::Error::Success();
+  d.workspace = workspace->untyped_data();
+  d.workspace_bytes = workspace->size_bytes();
+  return DispatchElemType(kOp, p.dtype, [&](auto elem) -> ffi::Error {
+    constexpr ElemType kE = decltype(elem)::value;
+    if (!KmeansSupported(ItemSize(kE), p.d, p.k)) {
+      return ffi::Error::InvalidArgument(
+          std::string(kOp) + ": the fused kernel takes 1 <= k <= " + std::to_string(kKmeansMaxK) +
+          " and 1 <= d <= " + std::to_string(kKmeansMaxD) + " (fewer for f64: see " +
+          "_tsm2_ext.kmeans_plan), got x=" + DescribeBuffer(x) + ", c=" + DescribeBuffer(c) +
+          "; use jax_tsm2.kmeans.fused.lloyd_step, which falls back to the jnp path");
+    }
+    KmeansStepPlan plan;
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, PlanKmeansStep<kE>(d, &plan), operands);
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, LaunchKmeansStep(d, plan, stream), operands);
+    return ffi::Error::Success();
+  });
 }
 
 // tsm2_kmeans_update: x fixes n, d and the element type; every other buffer
@@ -82,8 +84,7 @@ ffi::Error KmeansUpdateCudaImpl(cudaStream_t stream, ffi::AnyBuffer sums, ffi::A
     return fail("x must be 2-D f32, f64, bf16 or f16");
   }
   const int64_t n = xd[0], d = xd[1], k = sums.dimensions().size() == 2 ? sums.dimensions()[0] : -1;
-  const ffi::DataType acc =
-      x.element_type() == ffi::DataType::F64 ? ffi::DataType::F64 : ffi::DataType::F32;
+  const ffi::DataType acc = AccDataType(x.element_type());
   if (k < 1 || !HasShape(sums, acc, {k, d}) || !HasShape(c_old, acc, {k, d}) ||
       !HasShape(*c_new, acc, {k, d}) || !HasShape(counts, acc, {k}) || !HasShape(mind, acc, {n}) ||
       !HasShape(w, acc, {n}) || !HasShape(labels, ffi::DataType::S32, {n})) {
@@ -108,13 +109,11 @@ ffi::Error KmeansUpdateCudaImpl(cudaStream_t stream, ffi::AnyBuffer sums, ffi::A
   u.n = n;
   u.d = d;
   u.k = k;
-  u.type = ToElemType(x.element_type());
-  if (cudaError_t e = LaunchKmeansUpdate(u, stream); e != cudaSuccess) {
-    return ffi::Error::Internal(std::string(kOp) + ": launch failed: " + cudaGetErrorName(e) +
-                                " (" + cudaGetErrorString(e) + ") for x=" + DescribeBuffer(x) +
-                                ", sums=" + DescribeBuffer(sums));
-  }
-  return ffi::Error::Success();
+  return DispatchElemType(kOp, x.element_type(), [&](auto elem) -> ffi::Error {
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, LaunchKmeansUpdate<decltype(elem)::value>(u, stream),
+                                     "x=" + DescribeBuffer(x) + ", sums=" + DescribeBuffer(sums));
+    return ffi::Error::Success();
+  });
 }
 
 }  // namespace

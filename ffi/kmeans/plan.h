@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+#include "ffi/common/elem_type.h"
+
 namespace tsm2 {
 
 constexpr int kKmeansThreads = 256;
@@ -89,7 +91,7 @@ constexpr int KmeansRowsPerWarp(int acc_size, int kp, int j) {
 
 constexpr KmeansPlan KmeansPlanLayout(int itemsize, int kp, int cls, int cluster, int nwc, int j) {
   KmeansPlan p;
-  const int acc_size = itemsize == 8 ? 8 : 4;
+  const int acc_size = AccSize(itemsize);
   p.kp = kp;
   p.cls = cls;
   p.cluster = cluster;
@@ -176,21 +178,15 @@ constexpr int64_t KmeansMaxOwners(const KmeansPlan& p, int64_t n, int sm_count) 
 
 // The f32 tensor-core step (kernels/kmeans_mma.cuh) takes rows of 64..256
 // elements in whole 16-byte chunks (the launcher also needs X 16-byte
-// aligned), 64 rows per tile and one block per SM (32 rows and two blocks per
-// SM for k <= 16): it never needs more partials than KmeansMaxOwners (two
-// blocks per SM) allows the CUDA-core step. It pads k to 16
-// centroids, so below 9 the CUDA-core step is faster (H100, n = 1e6: d = 256,
-// k = 8: 431 against 487 us; d = 64, k = 4: 204 against 276 us), and above
-// it slower (d = 256, k = 16: 576 against 496 us; d = 128, k = 16: 433
-// against 353 us; benchmarks/results/h100-2026-11-23/kmeans-mma; session 19's
-// 32-row tiles took the tensor-core figures to 448 and 307 us).
+// aligned), 64 rows per tile and one block per SM (kOneTileRows rows and two
+// blocks per SM for k <= 16): it never needs more partials than
+// KmeansMaxOwners (two blocks per SM) allows the CUDA-core step. It pads k
+// to 16 centroids, so below 9 the CUDA-core step is faster (H100, n = 1e6:
+// d = 256, k = 8: 431 against 487 us; d = 64, k = 4: 204 against 276 us).
+// With 64-row tiles it was also slower above 8 (d = 256, k = 16: 576 against
+// 496 us; d = 128, k = 16: 433 against 353 us); 32-row tiles for k <= 16
+// took it to 448 and 307 us.
 constexpr int kKmeansMmaRows = 64;
-// k <= 16 (one centroid tile): 32-row tiles, two blocks per SM (kmeans_mma.cuh;
-// -DTSM2_KMEANS_ONE_TILE_ROWS=64 builds the session-7 form, for the lab).
-#ifndef TSM2_KMEANS_ONE_TILE_ROWS
-#define TSM2_KMEANS_ONE_TILE_ROWS 32
-#endif
-constexpr int kKmeansMmaOneTileRows = TSM2_KMEANS_ONE_TILE_ROWS;
 constexpr bool KmeansMmaTakes(int itemsize, int64_t d, int64_t k) {
   return itemsize == 4 && d >= 64 && d <= 256 && d % 4 == 0 && k >= 9 && k <= kKmeansMaxK;
 }
@@ -201,38 +197,67 @@ constexpr bool KmeansMmaTakes(int itemsize, int64_t d, int64_t k) {
 // centroid tile). Past the mma step's 256 it beats the CUDA-core step at
 // every d measured (H100, k = 16: n = 1e6, d = 260 670 against 1,147 us, d =
 // 512 747 against 1,163; n = 5e5, d = 768 674 against 1,148; n = 2.5e5, d =
-// 1024 387 against 622, d = 4096 1,455 against 3,571; benchmarks/results/
-// h100-2026-11-23/session23/2613dbd). One block per SM and one partial per cluster
-// of ceil(d / 512) blocks: at most sms partials, within what KmeansMaxOwners
-// gives the CUDA-core plan of the same d (2 sms / its cluster, which is 1
-// through d = 1024); PlanOwners caps them at what the workspace holds anyway.
-// -DTSM2_KMEANS_WIDE=0 builds without it (the lab's baseline).
-#ifndef TSM2_KMEANS_WIDE
-#define TSM2_KMEANS_WIDE 1
-#endif
+// 1024 387 against 622, d = 4096 1,455 against 3,571). One block per SM and
+// one partial per cluster of ceil(d / 512) blocks: at most sms partials,
+// within what KmeansMaxOwners gives the CUDA-core plan of the same d (2 sms /
+// its cluster, which is 1 through d = 1024); PlanOwners caps them at what the
+// workspace holds anyway.
 constexpr int kKmeansWideCols = 512;
 constexpr int kKmeansWideMaxCluster = kKmeansMaxD / kKmeansWideCols;
 constexpr int KmeansWideCluster(int64_t d) {
   return static_cast<int>((d + kKmeansWideCols - 1) / kKmeansWideCols);
 }
-// -DTSM2_KMEANS_WIDE_MIN_D moves the lower end, for the lab (260: the first
-// d in whole 16-byte chunks past KmeansMmaTakes).
-#ifndef TSM2_KMEANS_WIDE_MIN_D
-#define TSM2_KMEANS_WIDE_MIN_D 260
-#endif
+
+// The step's tuning: production instantiates it as it is, the lab
+// (benchmarks/lab/kmeans_lab.cu) variants derived from it.
+struct KmeansTuning {
+  // Rows per tile of the tensor-core step for k <= 16 (one centroid tile),
+  // two blocks per SM.
+  static constexpr int kOneTileRows = 32;
+  // Whether plans use the wide-row step, and from which d (260: the first d
+  // in whole 16-byte chunks past KmeansMmaTakes).
+  static constexpr bool kWide = true;
+  static constexpr int kWideMinD = 260;
+};
+
+template <typename Tune = KmeansTuning>
 constexpr bool KmeansWideTakes(int itemsize, int64_t d, int64_t k) {
-  return TSM2_KMEANS_WIDE && itemsize == 4 && d >= TSM2_KMEANS_WIDE_MIN_D && d <= kKmeansMaxD &&
-         d % 4 == 0 && k >= 9 && k <= 16;
+  return Tune::kWide && itemsize == 4 && d >= Tune::kWideMinD && d <= kKmeansMaxD && d % 4 == 0 &&
+         k >= 9 && k <= 16;
+}
+
+// Which kernel runs a supported step: the wide-row tensor-core step, the
+// tensor-core step, or the CUDA-core step (the first two for f32 with X
+// 16-byte aligned, which XLA's buffers are).
+enum class KmeansStep { kCudaCores, kTensorCores, kTensorCoresCluster };
+
+template <typename Tune = KmeansTuning>
+constexpr KmeansStep KmeansStepFor(int itemsize, int64_t d, int64_t k, bool x_aligned = true) {
+  if (x_aligned && KmeansWideTakes<Tune>(itemsize, d, k)) return KmeansStep::kTensorCoresCluster;
+  if (x_aligned && KmeansMmaTakes(itemsize, d, k)) return KmeansStep::kTensorCores;
+  return KmeansStep::kCudaCores;
+}
+
+constexpr const char* KmeansStepName(KmeansStep s) {
+  switch (s) {
+    case KmeansStep::kCudaCores:
+      return "cuda_cores";
+    case KmeansStep::kTensorCores:
+      return "tensor_cores";
+    case KmeansStep::kTensorCoresCluster:
+      return "tensor_cores_cluster";
+  }
+  return "?";
 }
 
 // Bytes of the workspace result for a GPU with sm_count SMs (0 if n == 0).
 constexpr int64_t KmeansWorkspaceBytes(int itemsize, int64_t n, int64_t d, int64_t k,
                                        int sm_count) {
   const KmeansPlan p = KmeansPlanOf(itemsize, d, k);
-  return KmeansMaxOwners(p, n, sm_count) * KmeansPartialElems(d, k) * (itemsize == 8 ? 8 : 4);
+  return KmeansMaxOwners(p, n, sm_count) * KmeansPartialElems(d, k) * AccSize(itemsize);
 }
 
-// The update's workspace (launch_kmeans.h, DeviceKmeansUpdate): per empty
+// The update's workspace (launcher.h, DeviceKmeansUpdate): per empty
 // cluster, by rank, the weight (accumulator type), index and label of the
 // point it takes.
 constexpr int64_t KmeansUpdateWorkspaceBytes(int64_t k) { return k * 16; }

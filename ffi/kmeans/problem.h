@@ -12,7 +12,8 @@
 #include <string>
 #include <string_view>
 
-#include "ffi/matmul/problem.h"
+#include "ffi/common/dispatch.h"
+#include "ffi/common/ffi_helpers.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace tsm2 {
@@ -45,7 +46,7 @@ inline ffi::Error DecodeKmeans(std::string_view op, const ffi::AnyBuffer& x,
   p->d = xd[1];
   p->k = cd[0];
   p->dtype = x.element_type();
-  p->acc = p->dtype == ffi::DataType::F64 ? ffi::DataType::F64 : ffi::DataType::F32;
+  p->acc = AccDataType(p->dtype);
   if (cd[1] != p->d) return fail("x and c must have the same number of columns d");
   if (p->k < 1 || p->d < 1) return fail("need k >= 1 and d >= 1");
   if (!HasShape(w, p->acc, {p->n})) return fail("w must be [n] in the accumulator dtype");
@@ -57,17 +58,6 @@ inline ffi::Error DecodeKmeans(std::string_view op, const ffi::AnyBuffer& x,
   if (!HasShape(inertia, p->acc, {}))
     return fail("inertia must be a scalar in the accumulator dtype");
   return ffi::Error::Success();
-}
-
-inline int ItemSize(ffi::DataType t) {
-  switch (t) {
-    case ffi::DataType::F64:
-      return 8;
-    case ffi::DataType::F32:
-      return 4;
-    default:
-      return 2;
-  }
 }
 
 }  // namespace tsm2

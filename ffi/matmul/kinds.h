@@ -1,6 +1,8 @@
-// The kernel families and operand layouts of a tsm2_matmul call, as the
-// FFI attributes `kernel` and `layout` carry them. Plain C++: shared by the
-// FFI handlers, the launchers and the Python bindings.
+// The kernel families and operand layouts of a tsm2_matmul call, as the FFI
+// attributes `kernel` and `layout` carry them, and which family reads which
+// layout. Plain C++, and the one definition of these ids: the handlers check
+// calls against it, and Python builds its tables from it (_tsm2_ext.KERNELS,
+// LAYOUTS and KERNEL_LAYOUTS, read by jax_tsm2/_ffi.py).
 #pragma once
 
 #include <cstdint>
@@ -24,10 +26,25 @@ enum class Layout : int32_t {
   kTN = 2,  // a[batch?, k, m], b[batch?, k, n]: C = A^T @ B
 };
 
-// Element type of the operands as the launchers take it (no XLA types there).
-enum class ElemType { kF32, kF64, kBF16, kF16 };
+inline constexpr Kernel kKernels[] = {Kernel::kTsm2r, Kernel::kTsm2l, Kernel::kTsm2s,
+                                      Kernel::kTsm2t};
+inline constexpr Layout kLayouts[] = {Layout::kNN, Layout::kNT, Layout::kTN};
 
-inline const char* LayoutName(Layout l) {
+constexpr const char* KernelName(Kernel k) {
+  switch (k) {
+    case Kernel::kTsm2r:
+      return "tsm2r";
+    case Kernel::kTsm2l:
+      return "tsm2l";
+    case Kernel::kTsm2s:
+      return "tsm2s";
+    case Kernel::kTsm2t:
+      return "tsm2t";
+  }
+  return "?";
+}
+
+constexpr const char* LayoutName(Layout l) {
   switch (l) {
     case Layout::kNN:
       return "nn";
@@ -37,6 +54,41 @@ inline const char* LayoutName(Layout l) {
       return "tn";
   }
   return "?";
+}
+
+// Each family reads the layouts it was written for: R and L take NN and NT
+// (B is small and read through strides), S takes NN, T takes TN.
+constexpr bool KernelTakesLayout(Kernel k, Layout l) {
+  switch (k) {
+    case Kernel::kTsm2r:
+    case Kernel::kTsm2l:
+      return l == Layout::kNN || l == Layout::kNT;
+    case Kernel::kTsm2s:
+      return l == Layout::kNN;
+    case Kernel::kTsm2t:
+      return l == Layout::kTN;
+  }
+  return false;
+}
+
+// The family with attribute value `id`, or false for an unknown id.
+constexpr bool KernelFromId(int32_t id, Kernel* out) {
+  for (Kernel k : kKernels) {
+    if (static_cast<int32_t>(k) == id) {
+      *out = k;
+      return true;
+    }
+  }
+  return false;
+}
+constexpr bool LayoutFromId(int32_t id, Layout* out) {
+  for (Layout l : kLayouts) {
+    if (static_cast<int32_t>(l) == id) {
+      *out = l;
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace tsm2

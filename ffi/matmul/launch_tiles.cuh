@@ -1,25 +1,27 @@
-// Plans and launches the kernels for one element type (Tsm2Kernel for R and L
-// here, the split kernels S and T through launch_split.cuh). Included by one .cu
-// file per dtype (launch_f32.cu, ...) so the instantiations compile in
-// parallel.
+// Plans and launches the tile families, TSM2R and TSM2L, for one element
+// type: the variants of Tsm2Kernel (kernels/tsm2.cuh) for each tile shape of
+// tiles.h, and TSM2L's row-per-thread kernel (kernels/row_per_thread.cuh).
+// A variant's Plan sizes the persistent grid and stores its Launch in the
+// MatmulPlan; PlanTiles (below) picks the variant for a problem.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 
+#include "ffi/common/device.h"
+#include "ffi/common/status.h"
 #include "ffi/matmul/kernels/row_per_thread.cuh"
 #include "ffi/matmul/kernels/tsm2.cuh"
 #include "ffi/matmul/launcher.h"
-#include "ffi/matmul/launch_split.cuh"
-#include "ffi/common/device.h"
 #include "ffi/matmul/tiles.h"
-#include "ffi/matmul/typed_launcher.h"
 
 namespace tsm2 {
 
-// The tile shapes of tile_configs.h, as the config templates Tsm2Variant
-// takes (any template C<T, NT> with a constexpr TileConfig kT will do).
+// The tile shapes of tiles.h, as the config templates Tsm2Variant takes
+// (any template C<T, NT> with a constexpr TileConfig kT will do: the lab
+// passes its own).
 template <typename T, int NT>
 struct RConfig {
   static constexpr TileConfig kT = RTile(sizeof(T), NT);
@@ -66,51 +68,48 @@ struct Tsm2Variant {
     return a;
   }
 
-  static cudaError_t Plan(const DeviceMatmul& p, size_t workspace_capacity, MatmulPlan* plan) {
-    int per_sm = 0, sms = 0, dev = 0;
-    if (cudaError_t e = BlocksPerSm(Kernel(), Cfg::kThreads, Cfg::kSmemBytes, &per_sm);
-        e != cudaSuccess) {
-      return e;
-    }
-    if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        e != cudaSuccess) {
-      return e;
-    }
-    int64_t blocks = static_cast<int64_t>(per_sm) * sms;
+  static Status Plan(const DeviceMatmul& p, MatmulPlan* plan) {
+    int per_sm = 0;
+    TSM2_CUDA_RETURN_IF_ERROR(BlocksPerSm(Kernel(), Cfg::kThreads, Cfg::kSmemBytes, &per_sm));
+    TSM2_CUDA_RETURN_IF_ERROR(SmCount(&plan->sm_count));
+    int64_t blocks = static_cast<int64_t>(per_sm) * plan->sm_count;
     const size_t per_block = static_cast<size_t>(2) * kRows * NT * sizeof(AccType<T>);
     if (Args(p, blocks).chunks > 1) {
       // Split tiles need workspace; use no more blocks than it can serve (one
       // block never splits a tile, so this is always correct, only slower).
-      blocks = std::min<int64_t>(blocks, std::max<int64_t>(1, workspace_capacity / per_block));
+      blocks = std::min<int64_t>(blocks, std::max<int64_t>(1, p.workspace_bytes / per_block));
     }
     const Tsm2Args a = Args(p, blocks);
     plan->n_tile = NT;
     plan->blocks = a.blocks;
     plan->units = a.units;
     plan->workspace_bytes = a.chunks > 1 && a.blocks > 1 ? a.blocks * per_block : 0;
-    return cudaSuccess;
+    plan->launch = &Launch;
+    plan->kernel_name = "Tsm2Kernel";
+    return Status{};
   }
 
-  static cudaError_t Launch(const DeviceMatmul& p, const MatmulPlan& plan, void* workspace,
-                            cudaStream_t stream) {
+  // The tile kernel, then the fix-up pass over tiles split between blocks.
+  static Status Launch(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
     Tsm2Args a = Args(p, plan.blocks);
-    a.partials = workspace;
-    if (a.units != plan.units || a.blocks != plan.blocks) return cudaErrorInvalidValue;
-    if (plan.workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
+    a.partials = p.workspace;
+    if (a.units != plan.units || a.blocks != plan.blocks) {
+      return TSM2_FAIL(cudaErrorInvalidValue, "the problem is not the one the plan was made for");
+    }
     Tsm2Kernel<T, NT, Cfg><<<a.blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2Kernel");
     if (plan.workspace_bytes > 0) {
       Tsm2FixupKernel<T, NT, kRows><<<a.blocks - 1, 256, 0, stream>>>(a);
-      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+      TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2FixupKernel");
     }
-    return cudaSuccess;
+    return Status{};
   }
 };
 
 // TSM2L's row-per-thread kernel for rows of KV 16-byte vectors. U = 4 rows
 // per lane per step at 2 blocks per SM (128 registers) was the best of the
-// kernel lab's sweep (benchmarks/NOTES.md): 91-93% of the read ceiling.
+// lab's sweep on an H100 (benchmarks/lab/kernel_lab.cu, "Lrow" cases): 91-93%
+// of the read ceiling.
 template <typename T, int NT, int KV, int U = 4, int MinBlocks = 2>
 struct RowVariant {
   using Cfg = RowConfig<T, KV, NT, U, MinBlocks>;
@@ -137,119 +136,85 @@ struct RowVariant {
     return a;
   }
 
-  static cudaError_t Plan(const DeviceMatmul& p, size_t, MatmulPlan* plan) {
-    int per_sm = 0, sms = 0, dev = 0;
-    const void* kernel = reinterpret_cast<const void*>(kKernel);
-    if (cudaError_t e = BlocksPerSm(kernel, Cfg::kThreads, 0, &per_sm); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        e != cudaSuccess) {
-      return e;
-    }
+  static Status Plan(const DeviceMatmul& p, MatmulPlan* plan) {
+    int per_sm = 0;
+    TSM2_CUDA_RETURN_IF_ERROR(
+        BlocksPerSm(reinterpret_cast<const void*>(kKernel), Cfg::kThreads, 0, &per_sm));
+    TSM2_CUDA_RETURN_IF_ERROR(SmCount(&plan->sm_count));
     const int64_t rows = p.batch * p.m;
     const int64_t steps = (rows + Cfg::kRowsPerStep - 1) / Cfg::kRowsPerStep;
     plan->n_tile = NT;
-    plan->blocks = static_cast<int>(std::min<int64_t>(steps, int64_t{per_sm} * sms));
+    plan->blocks = static_cast<int>(std::min<int64_t>(steps, int64_t{per_sm} * plan->sm_count));
     plan->units = rows;
     plan->workspace_bytes = 0;
-    return cudaSuccess;
+    plan->launch = &Launch;
+    plan->kernel_name = "Tsm2LRowKernel";
+    return Status{};
   }
 
-  static cudaError_t Launch(const DeviceMatmul& p, const MatmulPlan& plan, void*,
-                            cudaStream_t stream) {
+  static Status Launch(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
     const RowArgs a = Args(p);
-    if (a.rows != plan.units || plan.blocks < 1) return cudaErrorInvalidValue;
+    if (a.rows != plan.units || plan.blocks < 1) {
+      return TSM2_FAIL(cudaErrorInvalidValue, "the problem is not the one the plan was made for");
+    }
     kKernel<<<plan.blocks, Cfg::kThreads, 0, stream>>>(a);
-    return cudaGetLastError();
+    TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2LRowKernel");
+    return Status{};
   }
 };
 
-// Calls op.Run<V>() with the Tsm2Variant V that serves problem p: the n-tile
-// (t2) from n, then the R tile or the L tile for this k.
-template <typename T, int NT, typename Op>
-cudaError_t WithTile(const DeviceMatmul& p, Kernel f, const Op& op) {
+// Picks the variant for problem p with n-tile NT (t2): the R tile, or for
+// TSM2L rows of at most kLMaxRowBytes the row-per-thread kernel (rows of one
+// or two 16-byte vectors, n <= 8, B shared across the batch, A aligned) or
+// the L tile with the row's 16-byte vectors per thread.
+template <typename T, int NT>
+Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
   if (!UsesLTile(f == Kernel::kTsm2l, p.k, sizeof(T))) {
-    return op.template Run<Tsm2Variant<T, NT, RConfig>>();
+    return Tsm2Variant<T, NT, RConfig>::Plan(p, plan);
   }
   if constexpr (NT <= 8) {
     if (UsesRowKernel(true, p.k, p.n, sizeof(T))) {
       if (p.k * static_cast<int64_t>(sizeof(T)) == 16 && RowVariant<T, NT, 1>::Takes(p)) {
-        return op.template Run<RowVariant<T, NT, 1>>();
+        return RowVariant<T, NT, 1>::Plan(p, plan);
       }
       if (p.k * static_cast<int64_t>(sizeof(T)) == 32 && RowVariant<T, NT, 2>::Takes(p)) {
-        return op.template Run<RowVariant<T, NT, 2>>();
+        return RowVariant<T, NT, 2>::Plan(p, plan);
       }
     }
   }
   switch (LVecsPerThread(p.k, sizeof(T))) {
     case 1:
-      return op.template Run<Tsm2Variant<T, NT, LConfig<1>::template C>>();
+      return Tsm2Variant<T, NT, LConfig<1>::template C>::Plan(p, plan);
     case 2:
-      return op.template Run<Tsm2Variant<T, NT, LConfig<2>::template C>>();
+      return Tsm2Variant<T, NT, LConfig<2>::template C>::Plan(p, plan);
     case 4:
-      return op.template Run<Tsm2Variant<T, NT, LConfig<4>::template C>>();
+      return Tsm2Variant<T, NT, LConfig<4>::template C>::Plan(p, plan);
     default:
-      return op.template Run<Tsm2Variant<T, NT, LConfig<8>::template C>>();
+      return Tsm2Variant<T, NT, LConfig<8>::template C>::Plan(p, plan);
   }
 }
 
-template <typename T, typename Op>
-cudaError_t WithVariant(const DeviceMatmul& p, Kernel f, int n_tile, const Op& op) {
-  switch (n_tile) {
+// The n-tile first: t2 = NTileFor(n), a power of two up to 64.
+template <typename T>
+Status PlanTiles(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
+  switch (NTileFor(p.n)) {
     case 1:
-      return WithTile<T, 1>(p, f, op);
+      return PlanTile<T, 1>(p, f, plan);
     case 2:
-      return WithTile<T, 2>(p, f, op);
+      return PlanTile<T, 2>(p, f, plan);
     case 4:
-      return WithTile<T, 4>(p, f, op);
+      return PlanTile<T, 4>(p, f, plan);
     case 8:
-      return WithTile<T, 8>(p, f, op);
+      return PlanTile<T, 8>(p, f, plan);
     case 16:
-      return WithTile<T, 16>(p, f, op);
+      return PlanTile<T, 16>(p, f, plan);
     case 32:
-      return WithTile<T, 32>(p, f, op);
+      return PlanTile<T, 32>(p, f, plan);
     case 64:
-      return WithTile<T, 64>(p, f, op);
+      return PlanTile<T, 64>(p, f, plan);
     default:
-      return cudaErrorInvalidValue;
+      return TSM2_FAIL(cudaErrorInvalidValue, "NTileFor gave an n-tile with no kernel");
   }
-}
-
-struct PlanOp {
-  const DeviceMatmul& p;
-  size_t workspace_capacity;
-  MatmulPlan* plan;
-  template <typename V>
-  cudaError_t Run() const {
-    return V::Plan(p, workspace_capacity, plan);
-  }
-};
-
-struct LaunchOp {
-  const DeviceMatmul& p;
-  const MatmulPlan& plan;
-  void* workspace;
-  cudaStream_t stream;
-  template <typename V>
-  cudaError_t Run() const {
-    return V::Launch(p, plan, workspace, stream);
-  }
-};
-
-template <typename T>
-cudaError_t TypedLauncher<T>::Plan(const DeviceMatmul& p, Kernel f, size_t ws, MatmulPlan* plan) {
-  plan->family = f;
-  if (f == Kernel::kTsm2s || f == Kernel::kTsm2t) return SplitLauncher<T>::Plan(p, f, ws, plan);
-  return WithVariant<T>(p, f, NTileFor(p.n), PlanOp{p, ws, plan});
-}
-
-template <typename T>
-cudaError_t TypedLauncher<T>::Launch(const DeviceMatmul& p, const MatmulPlan& plan, void* ws,
-                                     cudaStream_t stream) {
-  if (plan.family == Kernel::kTsm2s || plan.family == Kernel::kTsm2t) {
-    return SplitLauncher<T>::Launch(p, plan, ws, stream);
-  }
-  return WithVariant<T>(p, plan.family, plan.n_tile, LaunchOp{p, plan, ws, stream});
 }
 
 }  // namespace tsm2

@@ -1,4 +1,5 @@
-// Decodes and validates the buffers of one `tsm2_matmul` call.
+// Decodes and validates the buffers and attributes of one `tsm2_matmul`
+// call.
 //
 // Both the CPU reference handler and the CUDA handler go through
 // DecodeMatmul, so a malformed call fails the same way on either platform,
@@ -8,17 +9,16 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <string_view>
 
+#include "ffi/common/dispatch.h"
+#include "ffi/common/ffi_helpers.h"
 #include "ffi/matmul/kinds.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace tsm2 {
-
-namespace ffi = xla::ffi;
 
 // C[batch] = op(A[batch]) @ op(B[batch]). A batch stride of 0 means that
 // operand is shared by every batch entry.
@@ -29,82 +29,44 @@ struct MatmulProblem {
   int64_t n = 0;
   int64_t a_batch_stride = 0;  // in elements
   int64_t b_batch_stride = 0;  // in elements
+  Kernel kernel = Kernel::kTsm2r;
   Layout layout = Layout::kNN;
   ffi::DataType dtype = ffi::DataType::INVALID;      // of A and B
   ffi::DataType out_dtype = ffi::DataType::INVALID;  // of C
 };
 
-inline const char* DTypeName(ffi::DataType t) {
-  switch (t) {
-    case ffi::DataType::F16:
-      return "f16";
-    case ffi::DataType::BF16:
-      return "bf16";
-    case ffi::DataType::F32:
-      return "f32";
-    case ffi::DataType::F64:
-      return "f64";
-    case ffi::DataType::S32:
-      return "s32";
-    case ffi::DataType::U32:
-      return "u32";
-    case ffi::DataType::PRED:
-      return "pred";
-    default:
-      return "unsupported";
+// "0 = tsm2r, 1 = tsm2l, ..." and "0 = nn, ...", from kinds.h.
+template <typename E, size_t N, typename Name>
+std::string IdList(const E (&values)[N], Name name) {
+  std::string out;
+  for (E v : values) {
+    out += (out.empty() ? "" : ", ") + std::to_string(static_cast<int32_t>(v)) + " = " + name(v);
   }
+  return out;
 }
 
-// Whether b is of type t and exactly `shape` (the FFI handlers' checks).
-inline bool HasShape(const ffi::AnyBuffer& b, ffi::DataType t,
-                     std::initializer_list<int64_t> shape) {
-  auto dims = b.dimensions();
-  if (b.element_type() != t || dims.size() != shape.size()) return false;
-  size_t i = 0;
-  for (int64_t s : shape) {
-    if (dims[i++] != s) return false;
-  }
-  return true;
-}
-
-inline std::string DescribeBuffer(const ffi::AnyBuffer& x) {
-  std::ostringstream os;
-  os << DTypeName(x.element_type()) << "[";
-  auto dims = x.dimensions();
-  for (size_t i = 0; i < dims.size(); ++i) os << (i ? "," : "") << dims[i];
-  os << "]";
-  return os.str();
-}
-
-// The launchers' element type of a supported input dtype (IsSupportedInput).
-inline ElemType ToElemType(ffi::DataType t) {
-  switch (t) {
-    case ffi::DataType::F64:
-      return ElemType::kF64;
-    case ffi::DataType::BF16:
-      return ElemType::kBF16;
-    case ffi::DataType::F16:
-      return ElemType::kF16;
-    default:
-      return ElemType::kF32;
-  }
-}
-
-inline bool IsSupportedInput(ffi::DataType t) {
-  return t == ffi::DataType::F32 || t == ffi::DataType::F64 || t == ffi::DataType::BF16 ||
-         t == ffi::DataType::F16;
-}
-
-// Fills `p` from the buffers, or returns InvalidArgument naming what is wrong.
+// Fills `p` from the buffers and the `kernel` and `layout` attributes, or
+// returns InvalidArgument naming what is wrong.
 inline ffi::Error DecodeMatmul(std::string_view op, const ffi::AnyBuffer& a,
-                               const ffi::AnyBuffer& b, const ffi::AnyBuffer& c, int32_t layout,
-                               MatmulProblem* p) {
+                               const ffi::AnyBuffer& b, const ffi::AnyBuffer& c, int32_t kernel,
+                               int32_t layout, MatmulProblem* p) {
   auto fail = [&](const std::string& why) {
     std::ostringstream os;
-    os << op << ": " << why << " (layout " << layout << ", a=" << DescribeBuffer(a)
-       << ", b=" << DescribeBuffer(b) << ", c=" << DescribeBuffer(c) << ")";
+    os << op << ": " << why << " (kernel " << kernel << ", layout " << layout
+       << ", a=" << DescribeBuffer(a) << ", b=" << DescribeBuffer(b) << ", c=" << DescribeBuffer(c)
+       << ")";
     return ffi::Error::InvalidArgument(os.str());
   };
+  if (!KernelFromId(kernel, &p->kernel)) {
+    return fail("unknown kernel id (" + IdList(kKernels, KernelName) + ")");
+  }
+  if (!LayoutFromId(layout, &p->layout)) {
+    return fail("unknown layout (" + IdList(kLayouts, LayoutName) + ")");
+  }
+  if (!KernelTakesLayout(p->kernel, p->layout)) {
+    return fail(std::string("kernel ") + KernelName(p->kernel) + " does not take layout " +
+                LayoutName(p->layout));
+  }
   auto ad = a.dimensions();
   auto bd = b.dimensions();
   auto cd = c.dimensions();
@@ -124,8 +86,6 @@ inline ffi::Error DecodeMatmul(std::string_view op, const ffi::AnyBuffer& a,
   const int64_t a_batch = ad.size() == 3 ? ad[0] : 1;
   const int64_t b_batch = bd.size() == 3 ? bd[0] : 1;
   const int64_t batch = c_rank == 3 ? cd[0] : 1;
-  if (layout < 0 || layout > 2) return fail("unknown layout (0 = nn, 1 = nt, 2 = tn)");
-  p->layout = static_cast<Layout>(layout);
   const bool a_t = p->layout == Layout::kTN, b_t = p->layout == Layout::kNT;
   const int64_t a_rows = ad[ad.size() - 2], a_cols = ad[ad.size() - 1];
   const int64_t b_rows = bd[bd.size() - 2], b_cols = bd[bd.size() - 1];
@@ -143,33 +103,6 @@ inline ffi::Error DecodeMatmul(std::string_view op, const ffi::AnyBuffer& a,
   p->b_batch_stride = b_batch == 1 ? 0 : p->k * p->n;
   p->dtype = a.element_type();
   p->out_dtype = c.element_type();
-  return ffi::Error::Success();
-}
-
-// Each kernel reads the layouts it was written for: R and L take NN and NT
-// (B is small and read through strides), S takes NN, T takes TN.
-inline ffi::Error CheckKernel(std::string_view op, int32_t kernel, Layout layout) {
-  bool ok = false;
-  switch (kernel) {
-    case static_cast<int32_t>(Kernel::kTsm2r):
-    case static_cast<int32_t>(Kernel::kTsm2l):
-      ok = layout == Layout::kNN || layout == Layout::kNT;
-      break;
-    case static_cast<int32_t>(Kernel::kTsm2s):
-      ok = layout == Layout::kNN;
-      break;
-    case static_cast<int32_t>(Kernel::kTsm2t):
-      ok = layout == Layout::kTN;
-      break;
-    default:
-      return ffi::Error::InvalidArgument(std::string(op) + ": unknown kernel id " +
-                                         std::to_string(kernel) +
-                                         " (0 = tsm2r, 1 = tsm2l, 2 = tsm2s, 3 = tsm2t)");
-  }
-  if (!ok) {
-    return ffi::Error::InvalidArgument(std::string(op) + ": kernel " + std::to_string(kernel) +
-                                       " does not take layout " + LayoutName(layout));
-  }
   return ffi::Error::Success();
 }
 

@@ -1,46 +1,49 @@
 // How the S and T kernels cut a problem into blocks, in plain C++ so that the
 // host (planning, workspace sizing) and Python (through
-// _tsm2_ext.workspace_bytes) agree without CUDA.
+// _tsm2_ext.split_plan and _tsm2_ext.workspace_bytes) agree without CUDA.
 //
 // Both kernels contract over a long dimension that neither the output nor
 // one block can hold: T (C = A^T @ B) over the huge m of its operands, S
 // (C = A @ B with A a few rows) over the k rows of a large B. A block owns
-// one output tile and a contiguous range of the contraction (a "split"); with
-// more than one split, blocks write partial tiles to a workspace laid out as
-// [batch][split][m][n] and Tsm2SplitReduceKernel adds them in split order, so
-// results are bitwise reproducible run to run (no float atomics).
+// one output tile and a contiguous range of the contraction (a "split");
+// with more than one split, blocks write partial tiles to a workspace laid
+// out as [batch][split][m][n] and Tsm2SplitReduceKernel adds them in split
+// order, so results are bitwise reproducible run to run (no float atomics).
+//
+// The measured choices below are the defaults of two tuning structs, STuning
+// and TTuning: production instantiates them as they are, and the lab
+// programs (benchmarks/lab/) instantiate variants of them to compare.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+
+#include "ffi/common/elem_type.h"
+#include "ffi/common/plan_math.h"
+
+// The oldest GPU architecture the build targets (CMake sets it from
+// CMAKE_CUDA_ARCHITECTURES): plans that need sm_90 (clusters, TMA) are left
+// out of builds that also target older GPUs.
+#ifndef TSM2_MIN_CUDA_ARCH
+#define TSM2_MIN_CUDA_ARCH 90
+#endif
 
 namespace tsm2 {
 
 // Blocks a split plan aims for per SM; enough resident warps to keep the
 // memory system busy without making splits (and partial sums) needlessly small.
 constexpr int kSplitBlocksPerSm = 4;
-// Every T kernel fits two blocks per SM: all are launch-bounded to two
-// blocks of 256 threads and ptxas gives each 124-128 registers (and the
-// tensor-core rings are ~94 KB), so T plans aim for one wave of two. Aiming
-// for four made two waves: one wave ran 3-10% faster on every tensor-core
-// tile (kernel lab, session 10, H100: TN f32 1e6x64x64 203 -> 192 us, f64
-// 385 -> 367, bf16 115 -> 104.5). The CUDA-core tiles kept two waves until
-// session 29 (lab, 1e6 rows: f32 512 x 8 735 -> 716 us, f64 16 x 256 744 ->
-// 735; 1e7 x 16 x 16 within 1%).
-// TSM2_T_BLOCKS_PER_SM: a kernel-lab knob (benchmarks/kernel_lab.cu builds only).
-#ifdef TSM2_T_BLOCKS_PER_SM
-constexpr int kTBlocksPerSm = TSM2_T_BLOCKS_PER_SM;
-#else
-constexpr int kTBlocksPerSm = 2;
-#endif
 
-inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-inline int64_t Pow2AtLeast(int64_t x) {
-  int64_t p = 1;
-  while (p < x) p *= 2;
-  return p;
-}
+// T's tuning. Every T kernel fits two blocks per SM (all are launch-bounded
+// to two blocks of 256 threads, ptxas gives each 124-128 registers, and the
+// tensor-core rings are ~94 KB), so plans aim for one wave of two. On an
+// H100, aiming for four made two waves, and one wave ran 3-10% faster on
+// every tensor-core tile (TN f32 1e6 x 64 x 64 203 -> 192 us, f64 385 -> 367,
+// bf16 115 -> 104.5) and 1-3% faster on the CUDA-core tiles (1e6 rows: f32
+// 512 x 8 735 -> 716 us, f64 16 x 256 744 -> 735; 1e7 x 16 x 16 within 1%).
+struct TTuning {
+  static constexpr int kBlocksPerSm = 2;
+};
 
 // Blocks of one thread-block cluster in the S cluster plans (below).
 constexpr int kSClusterBlocks = 2;
@@ -55,7 +58,7 @@ struct SplitPlan {
   bool tma = false;       // S: 64/128-column tiles by tensor-map copies (small_left_tma.cuh)
   int64_t splits = 1;     // contraction ranges per output tile
   int64_t split_len = 0;  // rows per split (a multiple of step)
-  // S by tensor maps: the next PDL launch may start early (TSM2_S_TMA_EARLY).
+  // S by tensor maps: the next PDL launch may start early (STuning::kTmaEarly).
   bool early_dependents = false;
   // Blocks of the grid (a cluster plan's units are clusters of kSClusterBlocks).
   int64_t Blocks(int64_t batch) const {
@@ -95,13 +98,12 @@ constexpr int kTStageBytesLarge = 32 * 1024;
 // Tiles of 2048+ outputs run on tensor cores where the FMA pipes held the
 // CUDA-core kernel back (64 x 64: 54% of the read ceiling in f64, 50% in
 // f32): f64 and f32 tiles with both edges 16 or more, f64 on FP64 MMAs
-// (tn_mma.cuh; until session 29 f64 needed edges of 32, and f64 16 x 256
-// then trailed cuBLAS: kernel lab, 1e6 rows, 16 x 256 733 -> 725 us, 256 x
-// 16 742 -> 726, 16 x 128 and 128 x 16 1% faster), f32 on TF32 MMAs at f32 accuracy
-// (tn_tf32.cuh). bf16 and f16 tiles carry twice the FMAs per byte of f32
-// ones, so theirs go to m16n8k16 MMAs from 1024 outputs (16 x 8 MMA tiles,
-// one or more per warp; tn_half.cuh). Stage rows are padded by kTMmaPad
-// elements so that a fragment's rows fall on distinct banks.
+// (tn_mma.cuh; with edges of 16 rather than 32 the f64 tiles 16 x 256 and
+// 256 x 16 ran 1-2% faster on an H100, 1e6 rows: 733 -> 725 us and 742 ->
+// 726), f32 on TF32 MMAs at f32 accuracy (tn_tf32.cuh). bf16 and f16 tiles carry twice the FMAs per
+// byte of f32 ones, so theirs go to m16n8k16 MMAs from 1024 outputs (16 x 8 MMA tiles, one or more
+// per warp; tn_half.cuh). Stage rows are padded by kTMmaPad elements so that a fragment's rows fall
+// on distinct banks.
 constexpr int kTMmaPad = 8;
 constexpr bool TUsesMma(int itemsize, int64_t tile_m, int64_t tile_n) {
   if (itemsize == 2) return tile_m >= 16 && tile_n >= 8 && tile_m * tile_n >= 1024;
@@ -116,7 +118,8 @@ constexpr int64_t TMmaStep(int itemsize, int64_t tile_m, int64_t tile_n) {
   const int64_t mk = itemsize == 8 ? 4 : itemsize == 4 ? 8 : 16;
   return std::max(mk, kTStageBytesLarge / padded / mk * mk);
 }
-inline SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
+template <typename Tune = TTuning>
+SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
   SplitPlan s;
   s.tile_n = std::min<int64_t>(Pow2AtLeast(std::max<int64_t>(n, 4)), 256);
   s.tile_m = std::min<int64_t>(Pow2AtLeast(std::max<int64_t>(m, 4)), 4096 / s.tile_n);
@@ -134,8 +137,8 @@ inline SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_
   if (s.mma) s.step = TMmaStep(itemsize, s.tile_m, s.tile_n);
   // Rounded up, the aim left a few blocks for a second wave: 10 tiles x 27
   // splits = 270 blocks for 264 slots took TN bf16 539940 x 148 x 194 from
-  // 1.23 to 1.64 ms (kernel lab, session 29).
-  ChooseSplits(batch * s.tiles_m * s.tiles_n, k, sm_count, kTBlocksPerSm, int64_t{1} << 40, &s,
+  // 1.23 to 1.64 ms on an H100.
+  ChooseSplits(batch * s.tiles_m * s.tiles_n, k, sm_count, Tune::kBlocksPerSm, int64_t{1} << 40, &s,
                /*one_wave=*/true);
   return s;
 }
@@ -146,61 +149,67 @@ inline SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_
 // sums stay below an eighth of B's bytes.
 constexpr int kSThreads = 256;
 constexpr int kSMaxM = 16;
-// TSM2_S_BLOCKS_PER_SM: a kernel-lab knob (benchmarks/kernel_lab.cu builds only).
-#ifdef TSM2_S_BLOCKS_PER_SM
-constexpr int kSBlocksPerSm = TSM2_S_BLOCKS_PER_SM;
-#else
-constexpr int kSBlocksPerSm = kSplitBlocksPerSm;
-#endif
 constexpr int kSRowsPerStep = 8 * 4;  // 8 warps x 4 rows in flight per thread
-// bf16/f16 with at least this many rows of A take the tensor-core kernel
-// (small_left_mma.cuh). TSM2_S_MMA_MIN_M: a kernel-lab knob.
-#ifdef TSM2_S_MMA_MIN_M
-constexpr int kSMmaMinM = TSM2_S_MMA_MIN_M;
-#else
-constexpr int kSMmaMinM = 8;
-#endif
-// bf16/f16/f32 products whose 64-column tiles, 2 blocks each, fit in one wave
-// of two blocks per SM run over thread-block clusters (small_left_cluster.cuh):
-// the 2 blocks of a cluster split the contraction and add their sums through
-// distributed shared memory. n and k multiples of 8: the copies are 16-byte
-// chunks. Clusters need sm_90, so builds for older GPUs (TSM2_MIN_CUDA_ARCH,
-// set by CMake from the build's architectures; 90 when not given) keep the
-// other S kernels. Kernel lab (benchmarks/s_cluster_lab.cu, bf16 m x 4096 x
-// 4096, m = 1 / 16, session 18): 64 columns x 2 ranks, 128 rows x 4 stages
-// 13.2 / 14.0 us; x 6 stages 13.5 / 14.0; 64 rows x 8 stages 13.1 / 14.3;
-// 256 columns x 8 ranks 13.3 / 14.4 (taken until session 18: 15 of its 16
-// clusters fit one block per SM). TSM2_S_CLUSTER=0, TSM2_S_CLUSTER_ROWS,
-// _STAGES: kernel-lab knobs.
-#ifndef TSM2_S_CLUSTER
-#define TSM2_S_CLUSTER 1
-#endif
-#ifndef TSM2_S_CLUSTER_ROWS
-#define TSM2_S_CLUSTER_ROWS 128
-#endif
-#ifndef TSM2_S_CLUSTER_STAGES
-#define TSM2_S_CLUSTER_STAGES 4
-#endif
-#ifndef TSM2_MIN_CUDA_ARCH
-#define TSM2_MIN_CUDA_ARCH 90
-#endif
-constexpr bool kSCluster = TSM2_S_CLUSTER && TSM2_MIN_CUDA_ARCH >= 90;
-constexpr int kSClusterCols = 64, kSClusterStages = TSM2_S_CLUSTER_STAGES;
-constexpr int kSClusterBlocksPerSm = 2;
-// Rows of B per stage: TSM2_S_CLUSTER_ROWS for 2-byte types, half as many for
-// f32, so a stage is 16 KB (the ring 64 KB) for every type.
-constexpr int SClusterRows(int itemsize) { return TSM2_S_CLUSTER_ROWS * 2 / itemsize; }
-// Launched as a programmatic dependent (PDL): the blocks start while the
-// previous kernel drains and wait for its writes (griddepcontrol.wait) before
-// their first load. Lab, CUDA-graph replay (session 16): 14.39 -> 13.95 us at
-// bf16 1 x 4096 x 4096. TSM2_S_CLUSTER_PDL=0: a kernel-lab knob.
-#ifndef TSM2_S_CLUSTER_PDL
-#define TSM2_S_CLUSTER_PDL 1
-#endif
-constexpr bool kSClusterPdl = TSM2_S_CLUSTER_PDL;
 
-inline bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
-  return kSCluster && (itemsize == 2 || itemsize == 4) && n % 8 == 0 && k % 8 == 0 &&
+// 64-column tiles over thread-block clusters of kSClusterBlocks blocks
+// (small_left_cluster.cuh): the 2 blocks of a cluster split the contraction
+// and add their sums through distributed shared memory. On an H100 (lab,
+// bf16 m x 4096 x 4096, CUDA-graph replay, m = 1 / 16): 64 columns x 2
+// ranks with 128-row x 4-stage rings 13.2 / 14.0 us; x 6 stages 13.5 / 14.0;
+// 64 rows x 8 stages 13.1 / 14.3; 256 columns x 8 ranks 13.3 / 14.4 (only 15
+// of its 16 clusters fit one block per SM).
+constexpr int kSClusterCols = 64;
+constexpr int kSClusterBlocksPerSm = 2;
+
+// S's tuning: the kernels' rings and the planner's choices among the S
+// kernels. Production instantiates it as it is; a lab variant derives from it
+// and overrides members (struct LabS : STuning { static constexpr int
+// kStages = 6; }).
+struct STuning {
+  // Stages of the CUDA-core and tensor-core kernels' cp.async rings
+  // (small_left.cuh, small_left_mma.cuh).
+  static constexpr int kStages = 4;
+  // Blocks the plan aims for per SM (and the tensor-core kernel's launch
+  // bounds).
+  static constexpr int kBlocksPerSm = kSplitBlocksPerSm;
+  // bf16/f16 with at least this many rows of A take the tensor-core kernel
+  // (small_left_mma.cuh).
+  static constexpr int kMmaMinM = 8;
+  // The cluster kernel (sm_90): whether plans use it, its rows of B per stage
+  // for 2-byte types (f32 takes half as many, so a stage is 16 KB for every
+  // type) and its stages.
+  static constexpr bool kCluster = true;
+  static constexpr int kClusterRows = 128;
+  static constexpr int kClusterStages = 4;
+  // The cluster and tensor-map kernels launch as programmatic dependents
+  // (PDL): their blocks start while the previous kernel drains and wait for
+  // its writes (griddepcontrol.wait) before their first load. H100, lab,
+  // CUDA-graph replay: 14.39 -> 13.95 us at bf16 1 x 4096 x 4096.
+  static constexpr bool kPdl = true;
+  // The tensor-map kernel (sm_90; small_left_tma.cuh): whether plans use it.
+  static constexpr bool kTma = true;
+  // Whether its blocks let the next PDL launch start early, where that grid
+  // fits beside this one (SPlan sets SplitPlan::early_dependents).
+  static constexpr bool kTmaEarly = true;
+};
+
+// Builds that also target GPUs older than sm_90 (TSM2_MIN_CUDA_ARCH, set by
+// CMake from the build's architectures) keep the other S kernels.
+constexpr bool kSm90Plans = TSM2_MIN_CUDA_ARCH >= 90;
+
+// Rows of B per stage of the cluster kernel.
+template <typename Tune = STuning>
+constexpr int SClusterRows(int itemsize) {
+  return Tune::kClusterRows * 2 / itemsize;
+}
+
+// bf16/f16/f32 products whose 64-column tiles, 2 blocks each, fit in one
+// wave of two blocks per SM run over clusters; n and k multiples of 8: the
+// copies are 16-byte chunks.
+template <typename Tune = STuning>
+bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
+  return Tune::kCluster && kSm90Plans && (itemsize == 2 || itemsize == 4) && n % 8 == 0 &&
+         k % 8 == 0 &&
          batch * CeilDiv(n, kSClusterCols) * kSClusterBlocks <=
              int64_t{kSClusterBlocksPerSm} * sm_count;
 }
@@ -210,64 +219,59 @@ inline bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int 
 // tiles alone must make at least kSTmaMinBlocks blocks (no split adds any).
 // 64 SMs each streaming their own tile saturate HBM: cuBLAS runs bf16
 // 1 x 4096 x 4096 on 64 CTAs, and so does this kernel's 64-column form.
-// - 64-column tiles where the clusters' one wave fits: kernel lab (session
-//   26), bf16 m x 4096 x 4096, m = 1-16: 13.6-13.75 us, flat in m, against
-//   13.8-14.4 for the cluster kernel in the same run.
+// Measured on an H100:
+// - 64-column tiles where the clusters' one wave fits: lab, bf16 m x 4096 x
+//   4096, m = 1-16: 13.6-13.75 us, flat in m, against 13.8-14.4 for the
+//   cluster kernel in the same run.
 // - 128-column tiles beyond it (256-byte runs of each row: a copy-only probe
 //   moved B in 128-byte runs at 94-97% of a plain read at 8192 x 14336, in
-//   256-byte runs at its full speed): bf16 m x 8192 x 14336, m = 1-16, 77.3-78.3
-//   us in the harness against 91.7-138.8 for the cp.async tiles and splits
-//   planned before.
-// TSM2_S_TMA=0: a kernel-lab knob.
-#ifndef TSM2_S_TMA
-#define TSM2_S_TMA 1
-#endif
-constexpr bool kSTma = TSM2_S_TMA && TSM2_MIN_CUDA_ARCH >= 90;
+//   256-byte runs at its full speed): bf16 m x 8192 x 14336, m = 1-16,
+//   77.3-78.3 us in the harness against 91.7-138.8 for the cp.async tiles
+//   and splits.
 constexpr int kSTmaMinBlocks = 64;
 // Stages of 16 KB of B: STmaRows(cols) rows of the tile. 8 of them at 128
-// columns (one block per SM), 6 at 64. Kernel lab at 4096 x 4096, m = 1-16:
-// 5 stages 13.6-13.75 us against 14.75-15.13 with 8 and 15.7-16.0 with 10
-// (session 26); 6 stages 12.60-12.88 against 12.66-13.04 with 5 and
-// 12.79-13.12 with 7 (session 27, PDL on); without PDL, 64-row stages x 10
-// or 12 were no faster than 6 of 128.
+// columns (one block per SM), 6 at 64. Lab at 4096 x 4096, m = 1-16, on an
+// H100: 5 stages 13.6-13.75 us against 14.75-15.13 with 8 and 15.7-16.0 with
+// 10; with PDL, 6 stages 12.60-12.88 against 12.66-13.04 with 5 and
+// 12.79-13.12 with 7; without PDL, 64-row stages x 10 or 12 were no faster
+// than 6 of 128.
 constexpr int STmaRows(int cols) { return 8192 / cols; }
 constexpr int STmaStages(int cols) { return cols == 128 ? 8 : 6; }
-// Where a second grid of the same plan fits on the SMs this one leaves idle,
-// each block lets the next programmatic dependent launch (griddepcontrol.
-// launch_dependents) once its producer has issued its last copies, so the
-// next product's blocks are resident and past their set-up when this one
-// ends; their griddepcontrol.wait still waits for all of this grid. Kernel
-// lab (session 27, graph replay, A and B rotated), bf16 m x 4096 x 4096
-// (64 blocks), m = 1 / 8 / 16: 12.62 / 12.85 / 13.02 us against 13.17 /
-// 13.24 / 13.37 without; letting it launch at the start instead: 13.00 /
-// 13.18 / 13.36. At 8192 x 14336 (112 blocks, one per SM) it cost 3.4-3.8 us
-// (77.0-77.7 -> 80.5-81.5), so grids over half the SMs do not. Under XLA's
-// command buffers (the default) neither this nor PDL itself changed the
-// harness's times (likely because each custom call is recorded as its own
-// child graph, and PDL joins kernel nodes); with XLA_FLAGS=
+// Early dependents: where a second grid of the same plan fits on the SMs
+// this one leaves idle, each block lets the next programmatic dependent
+// launch (griddepcontrol.launch_dependents) once its producer has issued its
+// last copies, so the next product's blocks are resident and past their
+// set-up when this one ends; their griddepcontrol.wait still waits for all
+// of this grid. Lab on an H100 (graph replay, A and B rotated), bf16 m x
+// 4096 x 4096 (64 blocks), m = 1 / 8 / 16: 12.62 / 12.85 / 13.02 us against
+// 13.17 / 13.24 / 13.37 without; letting it launch at the start instead:
+// 13.00 / 13.18 / 13.36. At 8192 x 14336 (112 blocks, one per SM) it cost
+// 3.4-3.8 us (77.0-77.7 -> 80.5-81.5), so grids over half the SMs do not.
+// Under XLA's command buffers (the default) neither this nor PDL itself
+// changed the harness's times (likely because each custom call is recorded
+// as its own child graph, and PDL joins kernel nodes); with XLA_FLAGS=
 // --xla_gpu_enable_command_buffer= it ran bf16 m x 4096 x 4096 in 13.1-13.4
-// us against 13.6-14.0 with them (session 27).
-// TSM2_S_TMA_EARLY=0: a kernel-lab knob.
-#ifndef TSM2_S_TMA_EARLY
-#define TSM2_S_TMA_EARLY 1
-#endif
+// us against 13.6-14.0 with them.
 
 // The tensor-map tile width for this S problem, or 0 where the kernel does
 // not take it.
-inline int STmaCols(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
+template <typename Tune = STuning>
+int STmaCols(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
   constexpr int64_t kMaxCoord = int64_t{1} << 31;  // TMA coordinates are 32-bit
-  if (!kSTma || itemsize != 2 || n % 8 != 0 || k % 8 != 0 || k >= kMaxCoord || n >= kMaxCoord ||
-      batch >= kMaxCoord) {
+  if (!(Tune::kTma && kSm90Plans) || itemsize != 2 || n % 8 != 0 || k % 8 != 0 || k >= kMaxCoord ||
+      n >= kMaxCoord || batch >= kMaxCoord) {
     return 0;
   }
-  const int64_t cols = SUsesCluster(itemsize, batch, k, n, sm_count) ? 64 : 128;
+  const int64_t cols = SUsesCluster<Tune>(itemsize, batch, k, n, sm_count) ? 64 : 128;
   return batch * CeilDiv(n, cols) >= kSTmaMinBlocks ? static_cast<int>(cols) : 0;
 }
 
 inline int SColsPerThread(int itemsize) { return itemsize == 8 ? 2 : 4; }
-inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
+
+template <typename Tune = STuning>
+SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
   SplitPlan s;
-  if (const int cols = STmaCols(itemsize, batch, k, n, sm_count); cols > 0) {
+  if (const int cols = STmaCols<Tune>(itemsize, batch, k, n, sm_count); cols > 0) {
     s.tma = true;
     s.mma = true;
     s.tile_m = m;
@@ -278,17 +282,17 @@ inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_
     s.splits = 1;
     s.split_len = CeilDiv(k, s.step) * s.step;
     s.early_dependents =
-        TSM2_S_TMA_EARLY && kSClusterPdl && 2 * batch * s.tiles_n <= int64_t{sm_count};
+        Tune::kTmaEarly && Tune::kPdl && 2 * batch * s.tiles_n <= int64_t{sm_count};
     return s;
   }
-  if (SUsesCluster(itemsize, batch, k, n, sm_count)) {
+  if (SUsesCluster<Tune>(itemsize, batch, k, n, sm_count)) {
     s.cluster = true;
     s.mma = itemsize == 2;  // f32 multiplies on the CUDA cores
     s.tile_m = m;
     s.tile_n = kSClusterCols;
     s.tiles_m = 1;
     s.tiles_n = CeilDiv(n, kSClusterCols);
-    s.step = kSClusterBlocks * SClusterRows(itemsize);
+    s.step = kSClusterBlocks * SClusterRows<Tune>(itemsize);
     // Split across clusters only where they leave a quarter of the SMs idle,
     // and then into ranges of 4+ steps.
     const int64_t blocks = batch * s.tiles_n * kSClusterBlocks;
@@ -301,9 +305,9 @@ inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_
   s.tiles_m = 1;
   s.tiles_n = CeilDiv(n, s.tile_n);
   s.step = kSRowsPerStep;
-  s.mma = itemsize == 2 && m >= kSMmaMinM;
+  s.mma = itemsize == 2 && m >= Tune::kMmaMinM;
   const int64_t max_splits = std::max<int64_t>(1, k * itemsize / (8 * 4 * std::max<int64_t>(m, 1)));
-  ChooseSplits(batch * s.tiles_n, k, sm_count, kSBlocksPerSm, max_splits, &s);
+  ChooseSplits(batch * s.tiles_n, k, sm_count, Tune::kBlocksPerSm, max_splits, &s);
   return s;
 }
 
@@ -311,7 +315,7 @@ inline SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_
 inline int64_t SplitWorkspaceBytes(const SplitPlan& s, int itemsize, int64_t batch, int64_t m,
                                    int64_t n) {
   if (s.splits <= 1) return 0;
-  const int acc_bytes = itemsize == 8 ? 8 : 4;
+  const int acc_bytes = AccSize(itemsize);
   return batch * s.splits * m * n * acc_bytes;
 }
 

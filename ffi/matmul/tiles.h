@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ffi/common/elem_type.h"
+
 namespace tsm2 {
 
 struct TileConfig {
@@ -93,7 +95,7 @@ struct TileFootprint {
   int min_blocks;     // __launch_bounds__ minimum blocks per SM (caps registers)
 };
 constexpr TileFootprint Footprint(const TileConfig& t, int itemsize, int nt) {
-  const int acc = itemsize == 8 ? 8 : 4;
+  const int acc = AccSize(itemsize);
   const int vec = 16 / itemsize;
   const int threads = t.rows / t.rows_per_thread * t.k_groups;
   const int chunk_k = t.k_groups * t.vec_per_thr * vec;
@@ -123,7 +125,7 @@ inline int64_t PartialBytesPerBlock(int itemsize, int64_t k, int64_t n, bool fam
   const int nt = NTileFor(n);
   const TileConfig t = TileFor(family_l, k, n, itemsize);
   if (k <= ChunkK(t, itemsize)) return 0;
-  const int acc_bytes = itemsize == 8 ? 8 : 4;
+  const int acc_bytes = AccSize(itemsize);
   return int64_t{2} * t.rows * nt * acc_bytes;
 }
 

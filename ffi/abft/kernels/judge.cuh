@@ -16,8 +16,8 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "ffi/common/kernel_utils.cuh"
 #include "ffi/abft/kernels/repair_column.cuh"
+#include "ffi/common/kernel_utils.cuh"
 
 namespace tsm2 {
 

@@ -38,8 +38,8 @@
 #include <type_traits>
 
 #include "ffi/common/kernel_utils.cuh"
-#include "ffi/kmeans/kernels/kmeans.cuh"
 #include "ffi/common/tf32.cuh"
+#include "ffi/kmeans/kernels/kmeans.cuh"
 #include "ffi/kmeans/plan.h"
 
 namespace tsm2 {

@@ -49,9 +49,10 @@
 
 #include "ffi/common/cluster_pipe.cuh"
 #include "ffi/common/kernel_utils.cuh"
+#include "ffi/common/tf32.cuh"
+#include "ffi/common/trace.h"
 #include "ffi/kmeans/kernels/kmeans.cuh"
 #include "ffi/kmeans/kernels/kmeans_mma.cuh"
-#include "ffi/common/tf32.cuh"
 #include "ffi/kmeans/plan.h"
 
 namespace tsm2 {
@@ -143,24 +144,10 @@ __device__ __forceinline__ void ForEachWideSum(float (&sacc)[NT][4], int g, int 
   }
 }
 
-#ifdef TSM2_KMW_TRACE
-// Lab only: cycles per phase summed over blocks (slots 0-4: thread 0, a
-// math warp; 5, 6, 9, 12: the first control warp; 7, 8, 13, 14: the owner
-// warp; 10-11: the producer; 15: tiles).
-__device__ unsigned long long g_kmw_trace[16];
-#define KMW_MARK_IF(cond, slot)                                 \
-  do {                                                          \
-    if (cond) {                                                 \
-      const long long now_ = clock64();                         \
-      tr_[slot] += static_cast<unsigned long long>(now_ - t0_); \
-      t0_ = now_;                                               \
-    }                                                           \
-  } while (0)
-#else
-#define KMW_MARK_IF(cond, slot) \
-  do {                          \
-  } while (0)
-#endif
+// Phase-cycle hooks (ffi/common/trace.h; empty unless TSM2_TRACE). Slots
+// 0-4: thread 0, a math warp; 5, 6, 9, 12: the first control warp; 7, 8, 13,
+// 14: the owner warp; 10-11: the producer; 15: tiles.
+#define KMW_MARK_IF(cond, slot) TSM2_TRACE_PHASE_IF(cond, slot)
 #define KMW_MARK(slot) KMW_MARK_IF(threadIdx.x == 0, slot)
 #define KMW_MARK_CTRL(slot) KMW_MARK_IF(threadIdx.x == 32 * Cfg::kMathWarps, slot)
 #define KMW_MARK_PROD(slot) KMW_MARK_IF(threadIdx.x == 32 * Cfg::kProducer, slot)
@@ -250,10 +237,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int64_t t_begin = owner * p.tiles / owners, t_end = (owner + 1) * p.tiles / owners;
   // 32-bit tile counters: the loops' divisions by the depths stay cheap.
   const int ntiles = static_cast<int>(t_end - t_begin);
-#ifdef TSM2_KMW_TRACE
-  unsigned long long tr_[16] = {};
-  long long t0_ = clock64();
-#endif
+  TSM2_TRACE_PHASES_BEGIN();
   auto stage_of = [&](int j) { return smem + (j % kStages) * Cfg::kStageBytes; };
   const int cols = d - col0 < kCols ? d - col0 : kCols;  // >= 4: every rank has columns
   if (cols < kCols && math) {
@@ -777,12 +761,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     part[int64_t{k} * d + tid] = tot;
   }
-#ifdef TSM2_KMW_TRACE
-  for (int q = 0; q < 15; ++q) {
-    if (tr_[q] != 0) atomicAdd(&g_kmw_trace[q], tr_[q]);
-  }
-  if (tid == 0) atomicAdd(&g_kmw_trace[15], static_cast<unsigned long long>(ntiles));
-#endif
+  TSM2_TRACE_PHASES_END(ntiles);
   // No block leaves while rank 0 may still read its counts.
   cluster.sync();
 }

@@ -8,7 +8,7 @@
 // are applied to each loaded vector (register reuse: every byte of B is read
 // once for all m outputs).
 //
-// Rows of B reach shared memory through a cp.async ring (kSStages stages of
+// Rows of B reach shared memory through a cp.async ring (STuning::kStages stages of
 // kSRowsPerStep rows), so the loads in flight hold no registers; the rows of
 // A a stage needs are staged beside them, transposed, so that one thread
 // reads a row's m values of A with vector loads (broadcasts: every thread of
@@ -27,12 +27,6 @@
 
 namespace tsm2 {
 
-// TSM2_S_STAGES: a kernel-lab knob (benchmarks/kernel_lab.cu builds only).
-#ifdef TSM2_S_STAGES
-constexpr int kSStages = TSM2_S_STAGES;
-#else
-constexpr int kSStages = 4;
-#endif
 constexpr int kSRowsPerWarp = kSRowsPerStep / 8;
 
 template <typename T>
@@ -43,7 +37,7 @@ struct SCols {
   static constexpr int kBStageBytes = kSRowsPerStep * kTileCols * static_cast<int>(sizeof(T));
 };
 
-template <typename T, int MT>
+template <typename T, int MT, typename Tune = STuning>
 struct SSmem {
   using Acc = AccType<T>;
   // A stage holds the B rows [kSRowsPerStep][kTileCols] (as T) and the A
@@ -51,7 +45,7 @@ struct SSmem {
   // vector load).
   static constexpr int kAStageBytes = kSRowsPerStep * MT * static_cast<int>(sizeof(Acc));
   static constexpr int kStageBytes = SCols<T>::kBStageBytes + kAStageBytes;
-  static constexpr int kBytes = kSStages * kStageBytes;
+  static constexpr int kBytes = Tune::kStages * kStageBytes;
   static constexpr int kAPerThread = (kSRowsPerStep * MT + kSThreads - 1) / kSThreads;
 };
 
@@ -136,10 +130,11 @@ __device__ __forceinline__ void StoreSARegs(const AccType<T> (&regs)[SSmem<T, MT
 
 // No minimum blocks per SM: capping m = 16 at 128 registers (two blocks)
 // spilled and measured slower at m = 4 and 16 (benchmarks/NOTES.md).
-template <typename T, int MT>
+template <typename T, int MT, typename Tune>
 __global__ void __launch_bounds__(kSThreads) Tsm2SKernel(const __grid_constant__ SplitArgs p) {
   using Acc = AccType<T>;
-  using Sm = SSmem<T, MT>;
+  using Sm = SSmem<T, MT, Tune>;
+  constexpr int kStages = Tune::kStages;
   constexpr int kCpt = SCols<T>::kCpt;
   extern __shared__ __align__(16) char smem[];
 
@@ -153,7 +148,7 @@ __global__ void __launch_bounds__(kSThreads) Tsm2SKernel(const __grid_constant__
   const int64_t steps = (r_end - r_begin + kSRowsPerStep - 1) / kSRowsPerStep;
 
 #pragma unroll
-  for (int s = 0; s < kSStages - 1; ++s) {
+  for (int s = 0; s < kStages - 1; ++s) {
     if (s < steps) {
       char* st = smem + s * Sm::kStageBytes;
       LoadSBStage<T>(p, b, col0, r_begin + s * kSRowsPerStep, r_end, st);
@@ -166,10 +161,10 @@ __global__ void __launch_bounds__(kSThreads) Tsm2SKernel(const __grid_constant__
 
   Acc acc[MT][kCpt] = {};
   for (int64_t it = 0; it < steps; ++it) {
-    CpAsyncWait<kSStages - 2>();
+    CpAsyncWait<kStages - 2>();
     __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
-    const int64_t ip = it + kSStages - 1;
-    char* next = smem + (ip % kSStages) * Sm::kStageBytes;
+    const int64_t ip = it + kStages - 1;
+    char* next = smem + (ip % kStages) * Sm::kStageBytes;
     Acc a_next[Sm::kAPerThread];
     if (ip < steps) {
       LoadSBStage<T>(p, b, col0, r_begin + ip * kSRowsPerStep, r_end, next);
@@ -178,7 +173,7 @@ __global__ void __launch_bounds__(kSThreads) Tsm2SKernel(const __grid_constant__
     CpAsyncCommit();
 
     // This warp's rows of the stage: each B vector meets all m rows of A.
-    const char* st = smem + (it % kSStages) * Sm::kStageBytes;
+    const char* st = smem + (it % kStages) * Sm::kStageBytes;
     const T* b_st = reinterpret_cast<const T*>(st);
     const Acc* a_st = reinterpret_cast<const Acc*>(st + SCols<T>::kBStageBytes);
 #pragma unroll

@@ -40,17 +40,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ffi/common/trace.h"
 #include "ffi/matmul/kernels/split_reduce.cuh"
 #include "ffi/matmul/kernels/tn_half.cuh"
 #include "ffi/matmul/split_plan.h"
-
-// A per-block timeline hook for the S lab (benchmarks/s_cluster_lab.cu): it
-// marks entry (0), the first stage landed (1), the main loop done (2), the
-// partial sums shared (3), this rank's outputs written (4) and exit (5).
-// Empty in the library.
-#ifndef TSM2_S_CLUSTER_MARK
-#define TSM2_S_CLUSTER_MARK(i)
-#endif
 
 namespace tsm2 {
 
@@ -80,14 +73,15 @@ __device__ __forceinline__ uint32_t PackPair(float x, float y) {
   }
 }
 
-template <typename T>
+template <typename T, typename Tune = STuning>
 struct ClusterSmem {
   static constexpr bool kHalf = sizeof(T) == 2;  // tensor cores; f32: CUDA cores
   static constexpr int kThreads = 256, kWarps = kThreads / 32;
   static constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte copy
-  static constexpr int kCols = kSClusterCols, kRows = SClusterRows(sizeof(T));
+  static constexpr int kCols = kSClusterCols, kRows = SClusterRows<Tune>(sizeof(T));
   static constexpr int kStageElems = kRows * kCols;
-  static constexpr int kRingBytes = kSClusterStages * kStageElems * static_cast<int>(sizeof(T));
+  static constexpr int kRingBytes =
+      Tune::kClusterStages * kStageElems * static_cast<int>(sizeof(T));
   // Warps: kWarpsN column slices of 32 times kWK groups that split a stage's
   // k16 steps (2-byte types).
   static constexpr int kWarpsN = kCols / 32, kWK = kWarps / kWarpsN;
@@ -97,7 +91,7 @@ struct ClusterSmem {
   // groups).
   static constexpr int kLda = kRows + kVec, kAStageElems = 16 * kLda;
   static constexpr int kBytes =
-      kRingBytes + kSClusterStages * kAStageElems * static_cast<int>(sizeof(T));
+      kRingBytes + Tune::kClusterStages * kAStageElems * static_cast<int>(sizeof(T));
   static constexpr int kLdp = kCols + 8;  // row stride of the partial sums (floats)
   // Partial sums a block shares: one [16][kLdp] per k16 group (2-byte types);
   // f32 adds its groups itself (ClusterF32::Share).
@@ -121,9 +115,9 @@ struct ClusterSmem {
 // (64-bit multiplies, ~100 instructions between the barrier and the first
 // copy) held every stage's loads back: 14.14 -> 14.00 us at bf16 1 x 4096 x
 // 4096 in the lab's graph timing (session 18).
-template <typename T>
+template <typename T, typename Tune>
 struct ClusterCopier {
-  using Sm = ClusterSmem<T>;
+  using Sm = ClusterSmem<T, Tune>;
   static constexpr int kChunks = Sm::kCols / Sm::kVec, kPass = Sm::kThreads / kChunks;
   static_assert(!Sm::kHalf || kPass % 8 == 0, "one swizzle per thread");
   static_assert(Sm::kRows % kPass == 0, "whole copy passes per stage");
@@ -159,10 +153,10 @@ struct ClusterCopier {
 // Element by element through registers (B's rows not 16-byte aligned): rows
 // [r0, r0 + kRows) of the block's columns into a stage, zeros past r_end
 // and n.
-template <typename T>
+template <typename T, typename Tune>
 __device__ __forceinline__ void LoadClusterStageElems(const SplitArgs& p, const T* b, int64_t col0,
                                                       int64_t r0, int64_t r_end, T* stage) {
-  using Sm = ClusterSmem<T>;
+  using Sm = ClusterSmem<T, Tune>;
   for (int e = threadIdx.x; e < Sm::kRows * Sm::kCols; e += Sm::kThreads) {
     const int rr = e / Sm::kCols, j = e % Sm::kCols;
     const bool valid = r0 + rr < r_end && col0 + j < p.n;
@@ -172,11 +166,11 @@ __device__ __forceinline__ void LoadClusterStageElems(const SplitArgs& p, const 
 }
 
 // Zeros rows m..15 of every stage of A's ring (the copies never write them).
-template <typename T>
+template <typename T, typename Tune>
 __device__ __forceinline__ void ZeroClusterARows(const SplitArgs& p, T* as) {
-  using Sm = ClusterSmem<T>;
+  using Sm = ClusterSmem<T, Tune>;
   constexpr int kChunks = Sm::kLda / Sm::kVec, kPerStage = 16 * kChunks;
-  for (int e = threadIdx.x; e < kSClusterStages * kPerStage; e += Sm::kThreads) {
+  for (int e = threadIdx.x; e < Tune::kClusterStages * kPerStage; e += Sm::kThreads) {
     const int row = e % kPerStage / kChunks;
     if (row >= p.m) *reinterpret_cast<uint4*>(as + Sm::kVec * e) = make_uint4(0, 0, 0, 0);
   }
@@ -184,10 +178,10 @@ __device__ __forceinline__ void ZeroClusterARows(const SplitArgs& p, T* as) {
 
 // Queues A[:m, r0:r0 + kRows] into rows 0..m-1 of one stage of A's ring,
 // zeros past r_end.
-template <typename T, bool kVecOk>
+template <typename T, typename Tune, bool kVecOk>
 __device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int64_t r0,
                                              int64_t r_end, T* as_stage) {
-  using Sm = ClusterSmem<T>;
+  using Sm = ClusterSmem<T, Tune>;
   if constexpr (kVecOk) {  // k % 8 == 0: a chunk is wholly inside or outside [.., r_end)
     constexpr int kChunks = Sm::kRows / Sm::kVec;
     for (int e = threadIdx.x; e < p.m * kChunks; e += Sm::kThreads) {
@@ -213,9 +207,9 @@ __device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int
 // per column with MT chained sums, 24.5 / 33 / 52 us (latency-bound); 4 x 4
 // tiles with A's rows split between the groups, 24.5 / 27.9 / 40 (B read
 // from shared memory once per group of A's rows).
-template <int MT>
+template <int MT, typename Tune>
 struct ClusterF32 {
-  using Sm = ClusterSmem<float>;
+  using Sm = ClusterSmem<float, Tune>;
   static constexpr int kGroups = Sm::kThreads / (Sm::kCols / 4);
   static_assert(kGroups * 4 == Sm::kRows, "one 4-row step per group per stage");
   static_assert(kGroups * MT * Sm::kLdp * 4 <= Sm::kBytes, "every group's sums fit");
@@ -282,13 +276,13 @@ struct ClusterNoF32 {};  // 2-byte types keep their sums in m16n8 fragments
 // a template argument so that the usual instantiation carries none of the
 // element-by-element paths (the lab's graph timing: 14.01 -> 13.88 us at
 // bf16 1 x 4096 x 4096 without them; session 18).
-template <typename T, int MT, bool kVecOk>
-__global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
+template <typename T, int MT, bool kVecOk, typename Tune>
+__global__ void __launch_bounds__(ClusterSmem<T, Tune>::kThreads, 2)
     Tsm2SClusterKernel(const __grid_constant__ SplitArgs p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Sm = ClusterSmem<T>;
+  using Sm = ClusterSmem<T, Tune>;
   static_assert(!Sm::kHalf || MT == 16, "2-byte types take m16 tiles");
-  constexpr int S = kSClusterStages;
+  constexpr int S = Tune::kClusterStages;
   extern __shared__ __align__(16) char smem[];
   T* ring = reinterpret_cast<T*>(smem);
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -308,8 +302,8 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
       r_end > r_begin ? static_cast<int>((r_end - r_begin + Sm::kRows - 1) / Sm::kRows) : 0;
   const T* a = static_cast<const T*>(p.a) + blk.batch * p.a_batch_stride;
   const T* b = static_cast<const T*>(p.b) + blk.batch * p.b_batch_stride;
-  TSM2_S_CLUSTER_MARK(0);
-  if constexpr (kSClusterPdl) {
+  TSM2_TRACE_STAMP(0);
+  if constexpr (Tune::kPdl) {
     // Launched as a programmatic dependent: the previous kernel's writes are
     // visible only after this.
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -319,23 +313,23 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   // cp.async group per stage; every later wait leaves S - 2 groups pending.
   T* as = reinterpret_cast<T*>(smem + Sm::kRingBytes);
   const int rows = static_cast<int>(r_end - r_begin);
-  ClusterCopier<T> copier(p, b, col0, r_begin, rows);
+  ClusterCopier<T, Tune> copier(p, b, col0, r_begin, rows);
   auto load_stage = [&](int s) {  // stages are queued in order: 0, 1, 2, ...
     T* stage = ring + (s % S) * Sm::kStageElems;
     const int64_t r0 = r_begin + int64_t{s} * Sm::kRows;
     if constexpr (kVecOk) {
       copier.Next(b, stage);
     } else {
-      LoadClusterStageElems<T>(p, b, col0, r0, r_end, stage);
+      LoadClusterStageElems<T, Tune>(p, b, col0, r0, r_end, stage);
     }
-    LoadClusterA<T, kVecOk>(p, a, r0, r_end, as + (s % S) * Sm::kAStageElems);
+    LoadClusterA<T, Tune, kVecOk>(p, a, r0, r_end, as + (s % S) * Sm::kAStageElems);
   };
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < steps) load_stage(s);
     CpAsyncCommit();
   }
-  ZeroClusterARows<T>(p, as);  // seen by all after the loop's first barrier
+  ZeroClusterARows<T, Tune>(p, as);  // seen by all after the loop's first barrier
 
   // ldmatrix rows: lane l addresses row l % 8 of matrix l / 8. A's matrices
   // are (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15); B's, per
@@ -351,11 +345,11 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
     b_off[h] = lrow * Sm::kCols + 8 * ((4 * wn + 2 * h + lhi) ^ (lane % 8));
 
   float acc[4][4] = {};  // 2-byte types: four m16n8 accumulators
-  std::conditional_t<Sm::kHalf, ClusterNoF32, ClusterF32<MT>> f32;  // f32's sums
+  std::conditional_t<Sm::kHalf, ClusterNoF32, ClusterF32<MT, Tune>> f32;  // f32's sums
   for (int it = 0; it < steps; ++it) {
     CpAsyncWait<S - 2>();
     __syncthreads();  // stage `it` landed for every thread; stage it - 1 is free
-    if (it == 0) TSM2_S_CLUSTER_MARK(1);
+    if (it == 0) TSM2_TRACE_STAMP(1);
     if (it + S - 1 < steps) load_stage(it + S - 1);
     CpAsyncCommit();
 
@@ -387,7 +381,7 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
   }
   CpAsyncWait<0>();
   __syncthreads();  // every warp is done with the ring: it now takes the partial sums
-  TSM2_S_CLUSTER_MARK(2);
+  TSM2_TRACE_STAMP(2);
 
   // m16n8 accumulators: lane holds rows lane / 4 and lane / 4 + 8, columns
   // 2 (lane % 4) and the next, of each n8 tile. Only the m real rows are kept.
@@ -406,7 +400,7 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
     }
   }
   cluster.sync();  // every rank's partial sums are in its shared memory
-  TSM2_S_CLUSTER_MARK(3);
+  TSM2_TRACE_STAMP(3);
 
   // Rank r adds up columns [r * kRedCols, (r + 1) * kRedCols) of the tile
   // over the ranks and their k16 groups, in that order, four columns per
@@ -462,9 +456,9 @@ __global__ void __launch_bounds__(ClusterSmem<T>::kThreads, 2)
       if (col0 + j + u < p.n) StoreSplitOut<T>(p, blk, i, col0 + j + u, out[u]);
     }
   }
-  TSM2_S_CLUSTER_MARK(4);
+  TSM2_TRACE_STAMP(4);
   ClusterWait();
-  TSM2_S_CLUSTER_MARK(5);
+  TSM2_TRACE_STAMP(5);
 #endif
 }
 

@@ -24,14 +24,14 @@
 
 namespace tsm2 {
 
-template <typename T>
+template <typename T, typename Tune = STuning>
 struct SMmaSmem {
   static constexpr int kCols = SCols<T>::kTileCols;  // 128
   static constexpr int kLdb = kCols + kTMmaPad, kLda = 16 + kTMmaPad;
   static constexpr int kBElems = kSRowsPerStep * kLdb;
   static constexpr int kStageElems = kBElems + kSRowsPerStep * kLda;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
-  static constexpr int kBytes = kSStages * kStageBytes;
+  static constexpr int kBytes = Tune::kStages * kStageBytes;
   static constexpr int kAPerThread = kSRowsPerStep * 16 / kSThreads;
   static_assert(kCols == 8 * 16, "8 warps of 16 columns");
   static_assert(kSRowsPerStep % 16 == 0 && kSRowsPerStep * 16 % kSThreads == 0, "whole steps");
@@ -59,12 +59,13 @@ __device__ __forceinline__ void StoreSMmaA(const T (&regs)[SMmaSmem<T>::kAPerThr
   }
 }
 
-// kSBlocksPerSm resident blocks, as the plan assumes: 64 registers, no spills
-// (ptxas -v; 111 without the bound, which left room for two).
-template <typename T>
-__global__ void __launch_bounds__(kSThreads, kSBlocksPerSm)
+// Tune::kBlocksPerSm resident blocks, as the plan assumes: 64 registers, no
+// spills (ptxas -v; 111 without the bound, which left room for two).
+template <typename T, typename Tune>
+__global__ void __launch_bounds__(kSThreads, Tune::kBlocksPerSm)
     Tsm2SMmaKernel(const __grid_constant__ SplitArgs p) {
-  using Sm = SMmaSmem<T>;
+  using Sm = SMmaSmem<T, Tune>;
+  constexpr int kStages = Tune::kStages;
   constexpr int kLda = Sm::kLda, kLdb = Sm::kLdb;
   extern __shared__ __align__(16) char smem[];
   T* ring = reinterpret_cast<T*>(smem);
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(kSThreads, kSBlocksPerSm)
   const int b_off = (lane % 8 + 8 * (lane / 8 % 2)) * kLdb + 16 * warp;
 
 #pragma unroll
-  for (int s = 0; s < kSStages - 1; ++s) {
+  for (int s = 0; s < kStages - 1; ++s) {
     if (s < steps) {
       T* st = ring + s * Sm::kStageElems;
       LoadSBStage<T, kLdb>(p, b, col0, r_begin + s * kSRowsPerStep, r_end,
@@ -99,10 +100,10 @@ __global__ void __launch_bounds__(kSThreads, kSBlocksPerSm)
 
   float acc[2][4] = {};
   for (int64_t it = 0; it < steps; ++it) {
-    CpAsyncWait<kSStages - 2>();
+    CpAsyncWait<kStages - 2>();
     __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
-    const int64_t ip = it + kSStages - 1;
-    T* next = ring + (ip % kSStages) * Sm::kStageElems;
+    const int64_t ip = it + kStages - 1;
+    T* next = ring + (ip % kStages) * Sm::kStageElems;
     T a_next[Sm::kAPerThread];
     if (ip < steps) {
       LoadSBStage<T, kLdb>(p, b, col0, r_begin + ip * kSRowsPerStep, r_end,
@@ -112,7 +113,7 @@ __global__ void __launch_bounds__(kSThreads, kSBlocksPerSm)
     CpAsyncCommit();
 
     // Rows past the split's end were zero-filled, so whole 16-row steps are safe.
-    const T* st = ring + (it % kSStages) * Sm::kStageElems;
+    const T* st = ring + (it % kStages) * Sm::kStageElems;
     float part[2][4] = {};
 #pragma unroll
     for (int r = 0; r < kSRowsPerStep; r += 16) {

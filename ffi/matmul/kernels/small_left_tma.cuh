@@ -1,11 +1,11 @@
 // TSM2S by tensor-map copies, for bf16 and f16 on sm_90: C[m, n] = A[m, k] @
 // B[k, n], m <= 16, one block per column tile over the whole contraction: no
 // cluster, no partial sums, the grid as many waves as it needs. The plan
-// (split_plans.h STmaCols) picks 64-column tiles where 64 of them or more fit
+// (split_plan.h STmaCols) picks 64-column tiles where 64 of them or more fit
 // the cluster kernel's one wave (4096 x 4096: 64 blocks, as cuBLAS runs it),
 // 128-column tiles beyond (256-byte runs of each row of B: at 8192 x 14336 a
 // copy-only probe moved 128-byte runs at 94-97% of a plain read and 256-byte
-// runs at its full speed; benchmarks/s_cluster_lab.cu RunProbes, session 26).
+// runs at its full speed; benchmarks/lab/s_lab.cu, probe cases).
 //
 // A stage is 16 KB of B (64 rows x 128 columns as two 64-column boxes, or
 // 128 rows x 64 columns as one) plus the same rows' columns of A as 16 x 64
@@ -27,13 +27,13 @@
 //
 // What a launch costs beyond its stream of B matters at 4096 x 4096 (~13.5
 // us, ~11 of them streaming): under XLA's command buffers PDL did not hide
-// one kernel's start behind the last one's end (split_plans.h, kSClusterPdl
-// and TSM2_S_TMA_EARLY), so the start is paid in full.
+// one kernel's start behind the last one's end (split_plan.h, STuning::kPdl
+// and kTmaEarly), so the start is paid in full.
 // The producer therefore prefetches the two tensor maps, sets up the ring and
 // issues its first stages before the block barrier, and B's copies carry an
 // L2 evict-first policy: B is read once, and without it the stream pushes
 // out of L2 the lines read again at every launch (the kernel's code, A).
-// Kernel lab without PDL (session 27, A and B rotated), bf16 m x 4096 x 4096,
+// Lab on an H100 without PDL (A and B rotated), bf16 m x 4096 x 4096,
 // m = 1 / 8 / 16: 13.85 / 13.96 / 14.08 us before, 13.80 / 13.84 / 13.91
 // with the prefetch, 13.68 / 13.76 / 13.87 also issuing early, 13.48 / 13.52
 // / 13.55 also evicting B first. An evict-last policy on A did not help.
@@ -44,7 +44,7 @@
 // evict-first B goes before them, and once they fill ~32 MB the stream slows.
 // The harness gives each of its 256 products its own A and C, and showed
 // this as a growth with m: 13.4 / 13.8 / 14.0 us at m = 1 / 8 / 16.
-// Kernel lab without PDL, A and C rotated over 256 copies (session 28):
+// Lab without PDL, A and C rotated over 256 copies:
 // - bf16 m x 4096 x 4096, m = 1 / 8 / 16:
 //   - as before: 13.49 / 14.00 / 14.27 us;
 //   - A evict-first: 13.48 / 13.60 / 14.22;
@@ -54,7 +54,7 @@
 // - With 7 copies (A and C stay in L2) neither cost anything: within 0.1 us.
 // - Warming A or C in L2 at the start made it worse (13.66-14.50).
 //
-// Harness (session 28, call 11, device clock), bf16, m = 1 / 8 / 16:
+// Harness (device clock), bf16, m = 1 / 8 / 16:
 // - m x 4096 x 4096: 13.36 / 13.61 / 13.83 us against XLA's dot 14.31 /
 //   14.50 / 15.11 and torch 13.87 / 13.80 / 16.67;
 // - m x 8192 x 14336: 77.10 / 77.49 / 78.32 us (98.6-97.4% of the read
@@ -100,8 +100,8 @@ struct STmaSmem {
 // b_map: B as [batch_b][k][n], boxes of kRows x 64; a_map: A as
 // [batch_a][m][k], boxes of 16 x 64; a batch of 1 where the operand is
 // shared (p.a_batch_stride or p.b_batch_stride 0). Both 128-byte swizzled.
-// early_dependents: SplitPlan::early_dependents (split_plans.h).
-template <typename T, int kCols>
+// early_dependents: SplitPlan::early_dependents (split_plan.h).
+template <typename T, int kCols, typename Tune>
 __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
     Tsm2STmaKernel(const __grid_constant__ SplitArgs p, const __grid_constant__ CUtensorMap b_map,
                    const __grid_constant__ CUtensorMap a_map, bool early_dependents) {
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
     }
     MbarInitFence();
     FenceProxyAsyncShared();  // the copies complete on the barriers just made
-    if constexpr (kSClusterPdl) {
+    if constexpr (Tune::kPdl) {
       // Launched as a programmatic dependent: the previous kernel's writes
       // (our operands, or readers of C) are settled only after this.
       asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
     for (; issued < S && issued < steps; ++issued) issue(issued);
   }
   __syncthreads();
-  if constexpr (kSClusterPdl) {
+  if constexpr (Tune::kPdl) {
     // Every thread waits too: the consumers' stores of C must follow the
     // previous kernel's reads of that buffer.
     asm volatile("griddepcontrol.wait;\n" ::: "memory");

@@ -31,7 +31,7 @@ constexpr int kTStages = 3;
 inline int TSmemBytes(const SplitPlan& s, int itemsize) {
   const int64_t row_bytes = (s.tile_m + s.tile_n + (s.mma ? 2 * kTMmaPad : 0)) * itemsize;
   const int64_t ring = kTStages * s.step * row_bytes;
-  const int64_t red = int64_t{kTThreads} * s.thread_edge * s.thread_edge * (itemsize == 8 ? 8 : 4);
+  const int64_t red = int64_t{kTThreads} * s.thread_edge * s.thread_edge * AccSize(itemsize);
   return static_cast<int>(ring > red ? ring : red);
 }
 
