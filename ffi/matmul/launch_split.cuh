@@ -1,9 +1,8 @@
 // Plans and launches the split-contraction families, TSM2S and TSM2T, for one
-// element type T. SplitLauncher<T, STune, TTune>::Plan makes the split plan
-// (split_plan.h, plain C++ so that Python sizes the workspace from the same
-// numbers), resolves the one kernel that runs it and stores its launch
-// function in the MatmulPlan; the Launch* functions below only build the
-// kernel's arguments and launch it.
+// element type T: SplitLauncher<T, STune, TTune> holds the launch of every
+// kernel the planner (plan.cuh PlanSplit) can resolve a split plan
+// (split_plan.h) to. Each only builds its kernel's arguments from the
+// problem and the plan, and launches it.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums (types only: nothing links libcuda)
@@ -14,6 +13,7 @@
 #include <type_traits>
 
 #include "ffi/common/device.h"
+#include "ffi/common/plan_math.h"
 #include "ffi/common/status.h"
 #include "ffi/matmul/kernels/small_left.cuh"
 #include "ffi/matmul/kernels/small_left_cluster.cuh"
@@ -50,38 +50,6 @@ inline void SetClusterLaunch(cudaLaunchConfig_t* cfg, cudaLaunchAttribute (&attr
 
 template <typename T, typename STune = STuning, typename TTune = TTuning>
 struct SplitLauncher {
-  static SplitPlan MakePlan(const DeviceMatmul& p, Kernel f, int sms) {
-    return f == Kernel::kTsm2t ? TPlan<TTune>(sizeof(T), p.batch, p.m, p.k, p.n, sms)
-                               : SPlan<STune>(sizeof(T), p.batch, p.m, p.k, p.n, sms);
-  }
-
-  static Status Plan(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
-    if (f == Kernel::kTsm2s && p.m > kSMaxM) {
-      return TSM2_FAIL(cudaErrorInvalidValue, "TSM2S takes m <= kSMaxM rows of A");
-    }
-    TSM2_CUDA_RETURN_IF_ERROR(SmCount(&plan->sm_count));
-    SplitPlan s = MakePlan(p, f, plan->sm_count);
-    size_t need = SplitWorkspaceBytes(s, sizeof(T), p.batch, p.m, p.n);
-    if (need > p.workspace_bytes) {  // one split needs no workspace and is always correct
-      s.splits = 1;
-      s.split_len = CeilDiv(std::max<int64_t>(p.k, 1), s.step) * s.step;
-      need = 0;
-    }
-    if (s.Blocks(p.batch) > int64_t{1} << 31) {
-      return TSM2_FAIL(cudaErrorInvalidConfiguration, "the split plan has more than 2^31 blocks");
-    }
-    plan->split = s;
-    plan->blocks = static_cast<int>(s.Blocks(p.batch));
-    plan->workspace_bytes = need;
-    TSM2_RETURN_IF_ERROR(f == Kernel::kTsm2t ? PlanT(p, plan) : PlanS(p, plan));
-    if (s.splits > 1) {
-      // Many splits (T): a block per 32 outputs, its warps over the splits;
-      // else a thread per output.
-      plan->finish = s.splits >= 32 ? &AddSplits<true> : &AddSplits<false>;
-    }
-    return Status{};
-  }
-
   static SplitArgs Args(const DeviceMatmul& p, const MatmulPlan& plan) {
     const SplitPlan& s = plan.split;
     SplitArgs a{};
@@ -107,90 +75,6 @@ struct SplitLauncher {
   }
 
   // --- TSM2S -------------------------------------------------------------
-
-  // Which S kernel runs the plan: the tensor-map kernel or the cluster kernel
-  // where the plan says so (no other kernel runs their plans), else the
-  // tensor-core kernel for 2-byte types from STune::kMmaMinM rows, else the
-  // CUDA-core kernel; the last two for m rounded up to a power of two rows.
-  static Status PlanS(const DeviceMatmul& p, MatmulPlan* plan) {
-    const SplitPlan& s = plan->split;
-    plan->vec_ok =
-        p.n % SCols<T>::kCpt == 0 && reinterpret_cast<uintptr_t>(p.b) % SCols<T>::kBytes == 0;
-    const int64_t mt = Pow2AtLeast(p.m);
-    if constexpr (sizeof(T) == 2) {
-      if (s.tma) {
-        if (!HasClusters()) {
-          return TSM2_FAIL(cudaErrorInvalidDeviceFunction, "the tensor-map S plan needs sm_90");
-        }
-        // The copies need 16-byte aligned operands (n, k % 8 == 0: the plan),
-        // and the stores an aligned C; XLA's buffers always are.
-        if (reinterpret_cast<uintptr_t>(p.c) % 16 != 0) {
-          return TSM2_FAIL(cudaErrorInvalidValue,
-                           "the tensor-map S kernel needs C 16-byte aligned");
-        }
-        plan->launch = s.tile_n == 64 ? &LaunchSTma<64> : &LaunchSTma<128>;
-        plan->kernel_name = "Tsm2STmaKernel";
-        return Status{};
-      }
-    }
-    if constexpr (sizeof(T) <= 4) {
-      if (s.cluster) {
-        if (!HasClusters()) {
-          return TSM2_FAIL(cudaErrorInvalidDeviceFunction, "the cluster S plan needs sm_90");
-        }
-        // 16-byte copies of A and B, and one vector store per quad of outputs
-        // (C, or the partial sums).
-        plan->vec_ok = p.n % 8 == 0 && p.k % 8 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.b) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.c) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0;
-        plan->kernel_name = "Tsm2SClusterKernel";
-        if constexpr (sizeof(T) == 2) {  // m16 tiles whatever m
-          plan->launch = plan->vec_ok ? &LaunchSCluster<16, true> : &LaunchSCluster<16, false>;
-          return Status{};
-        } else {  // f32 multiplies m rounded up to a power of two rows of A
-          return WithRowsOfA(mt, [&](auto rows) {
-            constexpr int kMt = decltype(rows)::value;
-            plan->launch = plan->vec_ok ? &LaunchSCluster<kMt, true> : &LaunchSCluster<kMt, false>;
-          });
-        }
-      }
-    }
-    if constexpr (sizeof(T) == 2) {
-      if (s.mma && HasMmaSync()) {
-        plan->launch = &LaunchSMma;
-        plan->kernel_name = "Tsm2SMmaKernel";
-        return Status{};
-      }
-    }
-    plan->kernel_name = "Tsm2SKernel";
-    return WithRowsOfA(mt, [&](auto rows) { plan->launch = &LaunchSCore<decltype(rows)::value>; });
-  }
-
-  // set(std::integral_constant<int, MT>) for MT = mt, one of the row counts
-  // the S kernels are compiled for (1, 2, 4, 8, 16).
-  template <typename Set>
-  static Status WithRowsOfA(int64_t mt, Set&& set) {
-    switch (mt) {
-      case 1:
-        set(std::integral_constant<int, 1>{});
-        return Status{};
-      case 2:
-        set(std::integral_constant<int, 2>{});
-        return Status{};
-      case 4:
-        set(std::integral_constant<int, 4>{});
-        return Status{};
-      case 8:
-        set(std::integral_constant<int, 8>{});
-        return Status{};
-      case 16:
-        set(std::integral_constant<int, 16>{});
-        return Status{};
-      default:
-        return TSM2_FAIL(cudaErrorInvalidValue, "TSM2S takes m <= 16 rows of A");
-    }
-  }
 
   template <int MT>
   static Status LaunchSCore(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
@@ -267,40 +151,6 @@ struct SplitLauncher {
   }
 
   // --- TSM2T -------------------------------------------------------------
-
-  // Which T kernel runs the plan: the tensor-core kernel compiled for the
-  // plan's output tile where the plan says so and the GPU has mma.sync
-  // (sm_80), else the CUDA-core kernel with the plan's thread blocks (below
-  // sm_80 it runs the tensor-core plans too: any step works for it, and the
-  // padded ring is only larger than it needs).
-  static Status PlanT(const DeviceMatmul& p, MatmulPlan* plan) {
-    const SplitPlan& s = plan->split;
-    constexpr int kV = kVec<T>;
-    plan->vec_ok = p.m % kV == 0 && p.n % kV == 0 && s.tile_m % kV == 0 && s.tile_n % kV == 0 &&
-                   reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
-    if (TSmemBytes(s, sizeof(T)) > kTMaxSmem) {
-      return TSM2_FAIL(cudaErrorInvalidConfiguration, "the T plan's ring exceeds kTMaxSmem");
-    }
-    if (s.mma && HasMmaSync()) {
-      plan->launch = TMmaLaunchFor(s);
-      plan->kernel_name = std::is_same_v<T, double>  ? "Tsm2TMmaKernel"
-                          : std::is_same_v<T, float> ? "Tsm2TTf32Kernel"
-                                                     : "Tsm2THalfKernel";
-      if (plan->launch == nullptr) {
-        return TSM2_FAIL(cudaErrorInvalidValue, "no tensor-core T kernel for the plan's tile");
-      }
-      return Status{};
-    }
-    // TPlan never gives f64 8 x 8 blocks (128 accumulator registers would spill).
-    constexpr int kWide = sizeof(T) <= 4 ? 8 : 4;
-    if (s.thread_edge != 4 && s.thread_edge != kWide) {
-      return TSM2_FAIL(cudaErrorInvalidValue, "no CUDA-core T kernel for the plan's thread blocks");
-    }
-    plan->launch = s.thread_edge == 8 ? &LaunchTCore<kWide> : &LaunchTCore<4>;
-    plan->kernel_name = "Tsm2TKernel";
-    return Status{};
-  }
 
   template <int E>
   static Status LaunchTCore(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {

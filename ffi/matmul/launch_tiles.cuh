@@ -2,7 +2,7 @@
 // type: the variants of Tsm2Kernel (kernels/tsm2.cuh) for each tile shape of
 // tiles.h, and TSM2L's row-per-thread kernel (kernels/row_per_thread.cuh).
 // A variant's Plan sizes the persistent grid and stores its Launch in the
-// MatmulPlan; PlanTiles (below) picks the variant for a problem.
+// MatmulPlan; the planner (plan.cuh PlanTiles) picks the variant.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -162,59 +162,5 @@ struct RowVariant {
     return Status{};
   }
 };
-
-// Picks the variant for problem p with n-tile NT (t2): the R tile, or for
-// TSM2L rows of at most kLMaxRowBytes the row-per-thread kernel (rows of one
-// or two 16-byte vectors, n <= 8, B shared across the batch, A aligned) or
-// the L tile with the row's 16-byte vectors per thread.
-template <typename T, int NT>
-Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
-  if (!UsesLTile(f == Kernel::kTsm2l, p.k, sizeof(T))) {
-    return Tsm2Variant<T, NT, RConfig>::Plan(p, plan);
-  }
-  if constexpr (NT <= 8) {
-    if (UsesRowKernel(true, p.k, p.n, sizeof(T))) {
-      if (p.k * static_cast<int64_t>(sizeof(T)) == 16 && RowVariant<T, NT, 1>::Takes(p)) {
-        return RowVariant<T, NT, 1>::Plan(p, plan);
-      }
-      if (p.k * static_cast<int64_t>(sizeof(T)) == 32 && RowVariant<T, NT, 2>::Takes(p)) {
-        return RowVariant<T, NT, 2>::Plan(p, plan);
-      }
-    }
-  }
-  switch (LVecsPerThread(p.k, sizeof(T))) {
-    case 1:
-      return Tsm2Variant<T, NT, LConfig<1>::template C>::Plan(p, plan);
-    case 2:
-      return Tsm2Variant<T, NT, LConfig<2>::template C>::Plan(p, plan);
-    case 4:
-      return Tsm2Variant<T, NT, LConfig<4>::template C>::Plan(p, plan);
-    default:
-      return Tsm2Variant<T, NT, LConfig<8>::template C>::Plan(p, plan);
-  }
-}
-
-// The n-tile first: t2 = NTileFor(n), a power of two up to 64.
-template <typename T>
-Status PlanTiles(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
-  switch (NTileFor(p.n)) {
-    case 1:
-      return PlanTile<T, 1>(p, f, plan);
-    case 2:
-      return PlanTile<T, 2>(p, f, plan);
-    case 4:
-      return PlanTile<T, 4>(p, f, plan);
-    case 8:
-      return PlanTile<T, 8>(p, f, plan);
-    case 16:
-      return PlanTile<T, 16>(p, f, plan);
-    case 32:
-      return PlanTile<T, 32>(p, f, plan);
-    case 64:
-      return PlanTile<T, 64>(p, f, plan);
-    default:
-      return TSM2_FAIL(cudaErrorInvalidValue, "NTileFor gave an n-tile with no kernel");
-  }
-}
 
 }  // namespace tsm2
