@@ -1,7 +1,7 @@
-// What the two stand-alone labs (kernel_lab.cu, kmeans_lab.cu) share: error
-// checks, case filters, element conversions, back-to-back launch timing and
-// the read ceiling they report percentages against. Header-only; each lab is
-// one translation unit, so everything here is static (internal linkage).
+// What the lab programs built on the production headers share: error checks,
+// case filters, element conversions, back-to-back launch timing and the read
+// ceiling they report percentages against. Header-only; each lab is one
+// translation unit, so everything here is static (internal linkage).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,8 +17,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "ffi/matmul/launcher.h"
-#include "ffi/matmul/kinds.h"
+#include "ffi/common/status.h"
+#include "ffi/harness/launcher.h"
 
 #define CHECK(x)                                                                              \
   do {                                                                                        \
@@ -27,6 +27,19 @@
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
       std::exit(1);                                                                           \
     }                                                                                         \
+  } while (0)
+
+// The same for the launchers' Status (ffi/common/status.h): says what failed
+// inside the library, and where.
+#define CHECK_STATUS(x)                                                                  \
+  do {                                                                                   \
+    const tsm2::Status s_ = (x);                                                         \
+    if (!s_.ok()) {                                                                      \
+      std::fprintf(stderr, "%s:%d %s: %s failed at %s:%d: %s\n", __FILE__, __LINE__, #x, \
+                   s_.what ? s_.what : "?", s_.file ? s_.file : "?", s_.line,            \
+                   cudaGetErrorString(s_.error));                                        \
+      std::exit(1);                                                                      \
+    }                                                                                    \
   } while (0)
 
 namespace lab {
@@ -42,14 +55,6 @@ static bool Wanted(const char* name, const char* filter) {
     rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
   }
   return false;
-}
-
-template <typename T>
-static tsm2::ElemType TypeOf() {
-  if (std::is_same_v<T, float>) return tsm2::ElemType::kF32;
-  if (std::is_same_v<T, double>) return tsm2::ElemType::kF64;
-  if (std::is_same_v<T, __nv_bfloat16>) return tsm2::ElemType::kBF16;
-  return tsm2::ElemType::kF16;
 }
 
 static __device__ double AsDouble(double v) { return v; }
@@ -108,7 +113,7 @@ static double ReadCeilingGbs(const void* buf, int64_t bytes) {
   float best = 1e30f;
   for (int r = 0; r < 6; ++r) {
     CHECK(cudaEventRecord(e0));
-    CHECK(tsm2::LaunchStreamRead(buf, bytes, xor_out, blocks, nullptr));
+    CHECK_STATUS(tsm2::LaunchStreamRead(buf, bytes, xor_out, blocks, nullptr));
     CHECK(cudaEventRecord(e1));
     CHECK(cudaEventSynchronize(e1));
     float t = 0;

@@ -1,17 +1,18 @@
 // Lab: a CUTLASS 3 TF32 GEMM whose epilogue also reduces the columns of C against the ABFT
-// weights (issue 8), timed with and without that reduction, for several tiles and schedules.
+// weights, timed with and without that reduction, for several tiles and schedules.
 // Stand-alone: it needs only the CUTLASS headers and the CUDA runtime. The nvidia-cutlass
 // wheel ships them (cutlass_library/source/include, plus tools/util/include for
 // packed_stride.hpp); benchmarks/abft_gemm_peers.py times cuBLAS on the same product.
 //
+//   cmake -DTSM2_BUILD_LAB=ON -DTSM2_CUTLASS_DIR=<cutlass> (benchmarks/lab/README.md), or
 //   nvcc -O3 -DNDEBUG -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I<cutlass>/include \
-//        benchmarks/abft_gemm_lab.cu -o build/labs/abft_gemm_lab
+//        -I<cutlass>/tools/util/include benchmarks/lab/abft_gemm_lab.cu -o build/labs/abft_gemm_lab
 //   build/labs/abft_gemm_lab [m n k]  # one line per variant: us, TFLOP/s, sums' worst error
 //
 // -DNDEBUG matters: CUTLASS's device asserts are calls, and ptxas serialises the wgmma
 // pipeline across a call (warning C7510), which costs more than the epilogue does.
 //
-// What it showed (benchmarks/NOTES.md, session 19): row-major A @ row-major B in TF32 has one
+// What it showed on an H100: row-major A @ row-major B in TF32 has one
 // operand MN-major, which TF32 wgmma cannot read from shared memory, so CUTLASS's builder
 // swaps the operands and transposes one through registers (the RS mainloop). Its best
 // variant took 3.31-3.39 ms against cuBLAS's 2.74-2.75 ms; the checksum epilogue itself was

@@ -1,15 +1,19 @@
-// Kernel lab: times several tile shapes of Tsm2Kernel on the headline cases,
-// outside JAX, so one build compares many variants. Each variant is checked
-// against a float64 reference first. The figures are cudaEvent times over
-// back-to-back launches (A is far larger than the L2; S's B rotates through
-// copies of 4x the L2 where it is not), reported against a
-// streaming-read ceiling measured in the same process. The harness
-// (python -m jax_tsm2.bench) remains the reference for committed numbers.
+// Kernel lab: times variants of the production matmul kernels on the
+// headline cases, outside JAX, so one build compares many of them: tile
+// shapes of Tsm2Kernel (a config template of the lab's own), TSM2L's
+// row-per-thread kernel at several rows per thread, the library's own plan
+// for every layout, and the S and T plans under tuning structs other than
+// the defaults (split_plan.h STuning, TTuning). Each is checked against a
+// float64 reference first. The figures are cudaEvent times over back-to-back
+// launches (A is far larger than the L2; S's B rotates through copies of 4x
+// the L2 where it is not), reported against a streaming-read ceiling
+// measured in the same process. The harness (python -m jax_tsm2.bench)
+// remains the reference for published numbers.
 //
-// Build (no GPU needed) and run:
+// Build (benchmarks/lab/README.md): cmake -DTSM2_BUILD_LAB=ON, or nvcc alone:
 //   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I. \
-//     benchmarks/kernel_lab.cu ffi/launch_stream.cu -o build/kernel_lab
-//   build/kernel_lab [filter]     # filter: substring of the case name
+//     benchmarks/lab/kernel_lab.cu ffi/harness/launch.cu -o build/labs/kernel_lab
+//   build/labs/kernel_lab [filter]     # filter: comma-separated substrings of case names
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -22,13 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "benchmarks/lab_common.cuh"
-#include "ffi/matmul/launch_tiles.cuh"
-
-// TryLib runs the library's launchers (normally compiled in launch_<dtype>.cu).
-template struct tsm2::TypedLauncher<float>;
-template struct tsm2::TypedLauncher<double>;
-template struct tsm2::TypedLauncher<__nv_bfloat16>;
+#include "benchmarks/lab/lab_common.cuh"
+#include "ffi/matmul/plan.cuh"
 
 namespace {
 
@@ -76,6 +75,35 @@ __global__ void ErrorKernel(const T* c, const double* ref, const double* mag, in
   if (!(err == err)) err = 1e300;  // NaN counts as the worst
   atomicMax(worst_bits, static_cast<unsigned long long>(__double_as_longlong(err)));
 }
+
+// Tuning variants (ffi/matmul/split_plan.h): a struct derived from the
+// production one with a member overridden, and a MatmulTuning that uses it.
+struct NoTmaS : tsm2::STuning {
+  static constexpr bool kTma = false;
+};
+struct NoTmaNoClusterS : NoTmaS {
+  static constexpr bool kCluster = false;
+};
+struct CoreS : NoTmaNoClusterS {
+  static constexpr int kMmaMinM = 17;  // no m reaches it: the CUDA-core kernel
+};
+struct Stages6S : NoTmaNoClusterS {
+  static constexpr int kStages = 6;
+};
+struct TwoPerSmS : NoTmaNoClusterS {
+  static constexpr int kBlocksPerSm = 2;
+};
+struct FourPerSmT : tsm2::TTuning {
+  static constexpr int kBlocksPerSm = 4;
+};
+template <typename S_>
+struct WithS : tsm2::MatmulTuning {
+  using S = S_;
+};
+template <typename T_>
+struct WithT : tsm2::MatmulTuning {
+  using T = T_;
+};
 
 struct Buffers {
   void* a = nullptr;
@@ -133,8 +161,9 @@ DeviceMatmul ProblemOf(const Case& cs, const Buffers& buf) {
   p.m = cs.m;
   p.k = cs.k;
   p.n = cs.n;
-  p.type = lab::TypeOf<T>();
   p.layout = cs.layout;
+  p.workspace = buf.ws;
+  p.workspace_bytes = buf.ws_bytes;
   return p;
 }
 
@@ -168,10 +197,10 @@ void Try(const Case& cs, Buffers& buf) {
   const DeviceMatmul p = ProblemOf<T>(cs, buf);
   MatmulPlan plan;
   plan.family = cs.family_l ? tsm2::Kernel::kTsm2l : tsm2::Kernel::kTsm2r;
-  CHECK(V::Plan(p, buf.ws_bytes, &plan));
+  CHECK_STATUS(V::Plan(p, &plan));
   int per_sm = 0;
   CHECK(tsm2::BlocksPerSm(V::Kernel(), V::Cfg::kThreads, V::Cfg::kSmemBytes, &per_sm));
-  auto launch = [&] { CHECK(V::Launch(p, plan, buf.ws, nullptr)); };
+  auto launch = [&] { CHECK_STATUS(tsm2::LaunchMatmul(p, plan, nullptr)); };
   const double err = WorstError<T>(cs, buf, launch);
   const double sec = lab::TimeLaunches(launch);
   const double gbs = GbPerS<T>(cs, sec);
@@ -185,13 +214,15 @@ void Try(const Case& cs, Buffers& buf) {
 }
 
 // Times the library's own plan for a case (any kernel and layout), as the
-// FFI handler would run it: TypedLauncher<T> picks the variant.
-template <typename T>
-void TryLib(const Case& cs, Buffers& buf) {
+// FFI handler would run it: the planner (ffi/matmul/plan.cuh) picks the
+// kernel, with the tuning structs Tune (production's by default). `tag`
+// names a non-default tuning in the output.
+template <typename T, typename Tune = tsm2::MatmulTuning>
+void TryLib(const Case& cs, Buffers& buf, const char* tag = "") {
   const DeviceMatmul p = ProblemOf<T>(cs, buf);
   MatmulPlan plan;
-  CHECK(tsm2::TypedLauncher<T>::Plan(p, cs.kernel, buf.ws_bytes, &plan));
-  auto launch = [&] { CHECK(tsm2::TypedLauncher<T>::Launch(p, plan, buf.ws, nullptr)); };
+  CHECK_STATUS((tsm2::PlanMatmulWith<T, Tune>(p, cs.kernel, &plan)));
+  auto launch = [&] { CHECK_STATUS(tsm2::LaunchMatmul(p, plan, nullptr)); };
   const double err = WorstError<T>(cs, buf, launch);
   // S's B (k x n) can fit in the L2 (50 MB on an H100): back-to-back launches
   // would then read it from there (S bf16 1 x 4096 x 4096: 12.4 us here
@@ -213,13 +244,15 @@ void TryLib(const Case& cs, Buffers& buf) {
   auto rotated = [&] {
     DeviceMatmul q = p;
     q.b = static_cast<const char*>(p.b) + (turn++ % copies) * stride;
-    CHECK(tsm2::TypedLauncher<T>::Launch(q, plan, buf.ws, nullptr));
+    CHECK_STATUS(tsm2::LaunchMatmul(q, plan, nullptr));
   };
   const double sec = lab::TimeLaunches(rotated);
   const double gbs = GbPerS<T>(cs, sec);
-  std::printf("%-26s * blocks=%6d splits=%4lld ws=%8zu  %8.1f us %7.0f GB/s %5.1f%%  err=%.1e\n",
-              cs.name, plan.blocks, static_cast<long long>(plan.splits), plan.workspace_bytes,
-              sec * 1e6, gbs, 100 * gbs / ceiling_gbs, err);
+  std::printf(
+      "%-26s %s %-18s blocks=%6d splits=%4lld ws=%8zu  %8.1f us %7.0f GB/s %5.1f%%  err=%.1e\n",
+      cs.name, *tag ? tag : "*", plan.kernel_name, plan.blocks,
+      static_cast<long long>(plan.split.splits), plan.workspace_bytes, sec * 1e6, gbs,
+      100 * gbs / ceiling_gbs, err);
   std::fflush(stdout);
 }
 
@@ -229,8 +262,8 @@ void TryRow(const Case& cs, Buffers& buf) {
   using V = tsm2::RowVariant<T, NT, KV, U, MinBlocks>;
   const DeviceMatmul p = ProblemOf<T>(cs, buf);
   MatmulPlan plan;
-  CHECK(V::Plan(p, buf.ws_bytes, &plan));
-  auto launch = [&] { CHECK(V::Launch(p, plan, buf.ws, nullptr)); };
+  CHECK_STATUS(V::Plan(p, &plan));
+  auto launch = [&] { CHECK_STATUS(tsm2::LaunchMatmul(p, plan, nullptr)); };
   const double err = WorstError<T>(cs, buf, launch);
   const double sec = lab::TimeLaunches(launch);
   const double gbs = GbPerS<T>(cs, sec);
@@ -397,6 +430,26 @@ void RunAll(Buffers& buf, const char* f) {
     if (lc.dtype == 0 && Start<float>(cs, buf, f)) TryLib<float>(cs, buf);
     if (lc.dtype == 1 && Start<double>(cs, buf, f)) TryLib<double>(cs, buf);
     if (lc.dtype == 2 && Start<bf16>(cs, buf, f)) TryLib<bf16>(cs, buf);
+  }
+  // The S and T plans under other tuning structs ("tune" cases), each beside
+  // the production plan (marked *).
+  if (Case cs{"tune S bf16 8x4096x4096", false, 8, 4096, 4096, Kernel::kTsm2s};
+      Start<bf16>(cs, buf, f)) {
+    TryLib<bf16>(cs, buf);
+    TryLib<bf16, WithS<NoTmaS>>(cs, buf, "tma off");
+    TryLib<bf16, WithS<NoTmaNoClusterS>>(cs, buf, "cluster off");
+    TryLib<bf16, WithS<CoreS>>(cs, buf, "mma off");
+  }
+  if (Case cs{"tune S f32 8x8192x14336", false, 8, 8192, 14336, Kernel::kTsm2s};
+      Start<float>(cs, buf, f)) {
+    TryLib<float>(cs, buf);
+    TryLib<float, WithS<Stages6S>>(cs, buf, "6 stages");
+    TryLib<float, WithS<TwoPerSmS>>(cs, buf, "2 blocks/SM");
+  }
+  if (Case cs{"tune TN f32 1e6x64x64", false, 64, 1000000, 64, Kernel::kTsm2t, Layout::kTN};
+      Start<float>(cs, buf, f)) {
+    TryLib<float>(cs, buf);
+    TryLib<float, WithT<FourPerSmT>>(cs, buf, "4 blocks/SM");
   }
 }
 

@@ -1,11 +1,11 @@
 // mma.sync m16n8k8 TF32 probe: how many cycles one HMMA costs a sub-partition
 // and how long one takes, with W warps a block (one block an SM, 132 blocks)
 // and C independent accumulator chains a warp. It sets the tensor-pipe floor
-// that benchmarks/NOTES.md (session 22) compares the k-means steps against:
-// on an H100, ~6.1 cycles an HMMA a sub-partition once 4 chains are in
-// flight, ~25 cycles of latency.
+// the k-means tensor-core steps are judged against: on an H100, ~6.1 cycles
+// an HMMA a sub-partition once 4 chains are in flight, ~25 cycles of latency.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 -I. benchmarks/hmma_probe.cu -o build/labs/hmma_probe
+// Build (benchmarks/lab/README.md): cmake -DTSM2_BUILD_LAB=ON, or nvcc alone:
+//   nvcc -O3 -std=c++17 -arch=sm_90 -I. benchmarks/lab/hmma_probe.cu -o build/labs/hmma_probe
 #include <cstdint>
 #include <cstdio>
 

@@ -1,19 +1,27 @@
-// k-means lab: runs the fused Lloyd step (ffi/kernels/kmeans.cuh, through
-// tsm2::LaunchKmeansStep, as the FFI handler does) on a few shapes outside
-// JAX, checks each against a float64 reference, and times back-to-back
-// launches with cudaEvents against our streaming-read kernel over the same X.
+// k-means lab: runs the fused Lloyd step (ffi/kmeans/launch_step.cuh, planned
+// and launched as the FFI handler does it) on a few shapes outside JAX,
+// checks each against a float64 reference, and times back-to-back launches
+// with cudaEvents against our streaming-read kernel over the same X. The
+// step's tuning struct (ffi/kmeans/plan.h KmeansTuning) can be varied per
+// run: production's ("default"), without the wide-row step ("no_wide"), or
+// with 64-row tiles for the one-tile tensor-core step ("tile64").
 //
 // Checks: every label is a closest centroid of the exact (float64, direct
 // form) distances up to a rounding bound (and the exact one where the two
 // closest are further apart), mind is that distance up to the bound, and
 // sums, counts and inertia are the float64 sums over the step's own labels up
 // to a summation bound (on the host). "reads" is the step's time over one read
-// of X at the measured ceiling: issue 6's bar is <= 1.3.
+// of X at the measured ceiling (1.0: as fast as reading X once).
 //
-// Build (no GPU needed) and run:
+// Built with TSM2_TRACE (cmake -DTSM2_TRACE=ON), it also prints the wide-row
+// step's cycles per phase (ffi/common/trace.h, kernels/kmeans_wide.cuh).
+//
+// Build (benchmarks/lab/README.md): cmake -DTSM2_BUILD_LAB=ON, or nvcc alone:
 //   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I. \
-//     benchmarks/kmeans_lab.cu ffi/launch_kmeans.cu ffi/launch_stream.cu -o build/kmeans_lab
-//   build/kmeans_lab [filter]     # filter: comma-separated substrings of case names
+//     benchmarks/lab/kmeans_lab.cu ffi/harness/launch.cu -o build/labs/kmeans_lab
+//   build/labs/kmeans_lab [filter] [tunings]
+//     filter: comma-separated substrings of case names; tunings: comma-separated
+//     of default, no_wide, tile64 (default: default)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -27,16 +35,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "benchmarks/lab_common.cuh"
+#include "benchmarks/lab/lab_common.cuh"
+#include "ffi/common/trace.h"
+#include "ffi/kmeans/launch_step.cuh"
 #include "ffi/kmeans/plan.h"
-#include "ffi/matmul/launcher.h"
-#include "ffi/kmeans/launcher.h"
-
-#ifdef TSM2_KMW_TRACE
-namespace tsm2 {
-cudaError_t KmeansWideTrace(unsigned long long* out);
-}
-#endif
 
 namespace {
 
@@ -136,8 +138,16 @@ struct Case {
   int dtype;  // 0 f32, 1 f64, 2 bf16, 3 f16
 };
 
-template <typename T>
-void Run(const Case& cs) {
+// The step's tuning variants (ffi/kmeans/plan.h).
+struct NoWideTuning : tsm2::KmeansTuning {
+  static constexpr bool kWide = false;
+};
+struct Tile64Tuning : tsm2::KmeansTuning {
+  static constexpr int kOneTileRows = 64;
+};
+
+template <typename T, typename Tune>
+void Run(const Case& cs, const char* tuning) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const int itemsize = static_cast<int>(sizeof(T));
   if (!tsm2::KmeansSupported(itemsize, cs.d, cs.k)) {
@@ -171,6 +181,8 @@ void Run(const Case& cs) {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t ws_bytes = static_cast<size_t>(tsm2::KmeansWorkspaceBytes(itemsize, n, d, k, sms));
+  // KmeansWorkspaceBytes sizes for the production plan; a variant may want
+  // more partials (it then uses fewer).
   void* ws = nullptr;
   CHECK(cudaMalloc(&ws, std::max<size_t>(ws_bytes, 16)));
   FillX<T><<<2048, 256>>>(x, n, d, k, 1234u);
@@ -189,10 +201,11 @@ void Run(const Case& cs) {
   p.n = n;
   p.d = d;
   p.k = k;
-  p.type = lab::TypeOf<T>();
-  int blocks = 0;  // partials: blocks, or clusters of blocks
-  CHECK(tsm2::PlanKmeansStep(p, ws_bytes, &blocks));
-  auto launch = [&] { CHECK(tsm2::LaunchKmeansStep(p, ws, ws_bytes, nullptr)); };
+  p.workspace = ws;
+  p.workspace_bytes = ws_bytes;
+  tsm2::KmeansStepPlan plan;
+  CHECK_STATUS((tsm2::PlanKmeansStepWith<T, Tune>(p, &plan)));
+  auto launch = [&] { CHECK_STATUS(tsm2::LaunchKmeansStep(p, plan, nullptr)); };
   CHECK(cudaMemset(labels, 0xff, n * sizeof(int32_t)));
   CHECK(cudaMemset(mind, 0xff, n * sizeof(A)));
   launch();
@@ -243,14 +256,14 @@ void Run(const Case& cs) {
   worst = std::max(worst, std::fabs(HostValue(hi) - ri) / (sum_tol * riabs + 1e-300));
   const bool ok = re.bad_label == 0 && re.wrong_clear == 0 && re.bad_mind == 0 && worst <= 1.0;
 
-#ifdef TSM2_KMW_TRACE
-  unsigned long long tr[16];
-  CHECK(tsm2::KmeansWideTrace(tr));  // zeroes the counters
+#ifdef TSM2_TRACE
+  unsigned long long tr[tsm2::trace::kPhaseSlots];
+  CHECK(tsm2::trace::TakePhases(tr));  // zeroes the counters
   launch();
   CHECK(cudaDeviceSynchronize());
-  CHECK(tsm2::KmeansWideTrace(tr));
+  CHECK(tsm2::trace::TakePhases(tr));
   if (tr[15] > 0) {
-    // Slots as in kernels/kmeans_wide.cuh (KMW_MARK*).
+    // Slots as in ffi/kmeans/kernels/kmeans_wide.cuh (KMW_MARK*).
     const char* names[15] = {"land", "dist",           "red",          "ready",
                              "sums", "| ctrl: labels", "consume",      "| owner: records",
                              "own",  "red wait",       "| prod: wait", "issue",
@@ -274,11 +287,11 @@ void Run(const Case& cs) {
   const double gbs = x_bytes / sec * 1e-9;
   const tsm2::KmeansPlan l = tsm2::KmeansPlanOf(itemsize, d, k);
   std::printf(
-      "%-28s kp=%2d cls=%d cl=%d nwc=%d J=%d G=%d R=%d smem=%6d owners=%4d  %9.1f us %6.0f GB/s "
-      "%5.1f%%  reads=%.3f  %s (labels %llu/%llu, mind %llu, sums/bound %.2g)\n",
-      cs.name, l.kp, l.cls, l.cluster, l.nwc, l.j, l.groups, l.rows, l.smem_bytes, blocks,
-      sec * 1e6, gbs, 100 * gbs / ceiling_gbs, ceiling_gbs / gbs, ok ? "ok" : "FAIL", re.bad_label,
-      re.wrong_clear, re.bad_mind, worst);
+      "%-28s %-8s %-20s kp=%2d cls=%d cl=%d nwc=%d J=%d G=%d R=%d smem=%6d owners=%4d  %9.1f us "
+      "%6.0f GB/s %5.1f%%  reads=%.3f  %s (labels %llu/%llu, mind %llu, sums/bound %.2g)\n",
+      cs.name, tuning, plan.kernel_name, l.kp, l.cls, l.cluster, l.nwc, l.j, l.groups, l.rows,
+      l.smem_bytes, plan.owners, sec * 1e6, gbs, 100 * gbs / ceiling_gbs, ceiling_gbs / gbs,
+      ok ? "ok" : "FAIL", re.bad_label, re.wrong_clear, re.bad_mind, worst);
   std::fflush(stdout);
   for (void* ptr :
        {static_cast<void*>(c), static_cast<void*>(w), static_cast<void*>(mind),
@@ -291,8 +304,36 @@ void Run(const Case& cs) {
 
 }  // namespace
 
+template <typename Tune>
+void RunCase(const Case& cs, const char* tuning) {
+  switch (cs.dtype) {
+    case 0:
+      Run<float, Tune>(cs, tuning);
+      break;
+    case 1:
+      Run<double, Tune>(cs, tuning);
+      break;
+    case 2:
+      Run<__nv_bfloat16, Tune>(cs, tuning);
+      break;
+    default:
+      Run<__half, Tune>(cs, tuning);
+      break;
+  }
+}
+
 int main(int argc, char** argv) {
-  const char* filter = argc > 1 ? argv[1] : nullptr;
+  const char* filter = argc > 1 && argv[1][0] != '\0' ? argv[1] : nullptr;
+  const char* tunings = argc > 2 ? argv[2] : "default";
+  for (std::string rest = tunings; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string t = rest.substr(0, comma);
+    if (t != "default" && t != "no_wide" && t != "tile64") {
+      std::fprintf(stderr, "usage: %s [filter] [default,no_wide,tile64]\n", argv[0]);
+      return 2;
+    }
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
   // Read ceiling: the harness's streaming-read kernel over 2 GiB.
   void* buf = nullptr;
   const int64_t bytes = int64_t{2} << 30;
@@ -350,20 +391,9 @@ int main(int argc, char** argv) {
   };
   for (const Case& cs : cases) {
     if (!lab::Wanted(cs.name, filter)) continue;
-    switch (cs.dtype) {
-      case 0:
-        Run<float>(cs);
-        break;
-      case 1:
-        Run<double>(cs);
-        break;
-      case 2:
-        Run<__nv_bfloat16>(cs);
-        break;
-      default:
-        Run<__half>(cs);
-        break;
-    }
+    if (lab::Wanted("default", tunings)) RunCase<tsm2::KmeansTuning>(cs, "default");
+    if (lab::Wanted("no_wide", tunings)) RunCase<NoWideTuning>(cs, "no_wide");
+    if (lab::Wanted("tile64", tunings)) RunCase<Tile64Tuning>(cs, "tile64");
   }
   return 0;
 }
