@@ -386,7 +386,7 @@ NB_MODULE(_tsm2_ext, m) {
         "Every R and L tile the launcher instantiates for dtype, keyed 'R/nt' and 'L/nt/vpt'.");
   m.def("split_plan", &SplitPlanFor, nb::arg("dtype"), nb::arg("kernel"), nb::arg("batch"),
         nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),
-        "How the S (2) or T (3) kernel splits a problem into blocks (split_plans.h).");
+        "How the S (2) or T (3) kernel splits a problem into blocks (matmul/split_plan.h).");
   m.def(
       "kmeans_plan", &KmeansPlanFor, nb::arg("dtype"), nb::arg("n"), nb::arg("d"), nb::arg("k"),
       nb::arg("sm_count"),

@@ -41,7 +41,7 @@ __device__ __forceinline__ void MbarArrive(uint32_t bar) {
 // consumer tells a remote producer that may now overwrite them. CTA scope, as
 // CUTLASS's cluster barriers: the cluster-scope forms of this release and of
 // MbarWait's acquire together cost the wide k-means step's control warps
-// ~1,000 cycles a tile (benchmarks/NOTES.md, session 22).
+// ~1,000 cycles a tile.
 __device__ __forceinline__ void MbarArriveRemote(uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }

@@ -25,7 +25,7 @@ __device__ __forceinline__ void SplitTf32(float x, uint32_t& hi, uint32_t& lo) {
 // error is < 2^-20 |x| instead of 2^-21 |x|, still below what summing a
 // dot product in f32 adds. Two instructions per element: k-means' hot loops
 // split every element of X twice, and the saved add made the cluster step
-// ~3.5% faster at d = 4096 on an H100 (benchmarks/NOTES.md, session 25).
+// ~3.5% faster at d = 4096 on an H100.
 __device__ __forceinline__ void SplitTf32Trunc(float x, uint32_t& hi, uint32_t& lo) {
   hi = __float_as_uint(x) & 0xffffe000u;
   lo = __float_as_uint(x - __uint_as_float(hi));

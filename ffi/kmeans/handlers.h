@@ -37,7 +37,7 @@ auto KmeansStepSignature(B binding) {
       .template Ret<AnyBuffer>();  // workspace: u8[bytes]
 }
 
-// tsm2_kmeans_update: new centroids, empty clusters relocated (launch_kmeans.h).
+// tsm2_kmeans_update: new centroids, empty clusters relocated (launcher.h).
 template <typename B>
 auto KmeansUpdateSignature(B binding) {
   return std::move(binding)

@@ -1,5 +1,5 @@
 // Tile shapes of the TSM2 kernel, in plain C++ so that the host side (and
-// Python, through _tsm2_ext.workspace_bytes_per_block) can size workspaces
+// Python, through _tsm2_ext.workspace_bytes and tile_config) can size workspaces
 // without CUDA.
 //
 // R (any k): a tile is `rows` rows x one k-chunk; k_groups threads share each
@@ -24,7 +24,7 @@ struct TileConfig {
 };
 
 // R tiles: several threads (k-groups) share each row's k-chunk. Chosen from
-// the kernel lab's sweeps on an H100 (benchmarks/NOTES.md): 64 x 256-byte
+// the lab's sweeps on an H100 (benchmarks/lab/kernel_lab.cu): 64 x 256-byte
 // row segments where the FMAs are light; for wider B, register blocking over
 // 2-4 rows per thread, since each B value read from shared memory then feeds
 // several rows' FMAs.
@@ -81,7 +81,7 @@ inline int NTileFor(int64_t n) {
 }
 
 // What a tile shape costs on chip, for one block of Tsm2Kernel with an n-tile
-// of nt columns: the same arithmetic as Tsm2Config (ffi/kernels/tsm2.cuh,
+// of nt columns: the same arithmetic as Tsm2Config (kernels/tsm2.cuh,
 // which static_asserts that the two agree), here so that the Python model can
 // compute occupancy without CUDA. Accumulators are f64 for itemsize 8 and f32
 // otherwise.

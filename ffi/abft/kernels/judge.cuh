@@ -23,7 +23,7 @@ namespace tsm2 {
 
 constexpr int kJudgeThreads = 1024;
 
-// Where the four kernels keep their s32 state (abft_plans.h: JudgeStateSize).
+// Where the four kernels keep their s32 state (plan.h: JudgeStateSize).
 enum JudgeState : int { kJudgeFailing = 0, kJudgeColumn = 1, kJudgeSingle = 2 };
 
 template <typename Acc>

@@ -7,7 +7,7 @@
 // ~8x the tile and three barrier-separated phases ran in series (Nsight: L1 /
 // shared pipeline 85% busy, DRAM 22%). Here X goes from global memory straight
 // into registers and is never staged:
-// - A row is `nvd` vectors (4 elements, 2 for f64; kmeans_plan.h). The plan
+// - A row is `nvd` vectors (4 elements, 2 for f64; plan.h). The plan
 //   gives each row to `nwc` warps of one block, or of each of `cluster` blocks
 //   of a thread-block cluster; lane g of a row's lanes owns vectors
 //   rank * SV + g + lanes * jj (jj < J), so every load instruction of a warp

@@ -25,11 +25,11 @@
 //   every ncl-th tile, so its ~500 mostly dependent instructions a tile
 //   have ncl tiles' time. In a cluster of one block (d <= 512) that would
 //   be every tile, so there each control warp labels its row group itself.
-// No block waits on a cluster-wide barrier in the loop. Earlier versions
-// (every block labelling every row; then a pair of rows of every tile
+// No block waits on a cluster-wide barrier in the loop. The alternatives
+// measured (every block labelling every row; a pair of rows of every tile
 // labelled on each rank) were bound by the math warps' 8.7 KB pushes and
 // then by the labelling warp: 1.76 and 1.61 ms against 1.45 at n = 2.5e5,
-// d = 4096 on an H100 (benchmarks/NOTES.md, sessions 22 and 23).
+// d = 4096 on an H100.
 //
 // Stage rows are padded and the lanes' rows and columns permuted
 // (KmeansWideRow) so that the distance and the sum reads both hit 32
@@ -433,8 +433,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // The labels. Tile j belongs to rank j % ncl, whose owner warp labels
     // it: every ncl-th tile, so the warp has ncl tiles' time for each. A
     // warp that labelled a pair of rows of every tile instead ran ~400
-    // mostly dependent instructions a tile and held the cluster back
-    // (NOTES, session 23). In a cluster of one block that would be every
+    // mostly dependent instructions a tile and held the cluster back. In a
+    // cluster of one block that would be every
     // tile, so there each control warp labels its row group itself.
     // Lane (g, t)'s row slot s = 2 pass + i is row 8 pass + t + 4 i: pass
     // 0 and 1 for the owner warp, pass rg for control warp rg.

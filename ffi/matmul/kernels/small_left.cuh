@@ -15,7 +15,7 @@
 // the block reads the same ones). The eight warps of a block share its column
 // tile and take different rows of each stage; they are added through shared
 // memory at the end in warp order.
-// The k rows are cut into splits (ffi/split_plans.h) to give every SM work;
+// The k rows are cut into splits (ffi/matmul/split_plan.h) to give every SM work;
 // Tsm2SplitReduceKernel adds the splits in order.
 #pragma once
 
@@ -129,7 +129,7 @@ __device__ __forceinline__ void StoreSARegs(const AccType<T> (&regs)[SSmem<T, MT
 }
 
 // No minimum blocks per SM: capping m = 16 at 128 registers (two blocks)
-// spilled and measured slower at m = 4 and 16 (benchmarks/NOTES.md).
+// spilled and measured slower at m = 4 and 16.
 template <typename T, int MT, typename Tune>
 __global__ void __launch_bounds__(kSThreads) Tsm2SKernel(const __grid_constant__ SplitArgs p) {
   using Acc = AccType<T>;

@@ -1,8 +1,8 @@
 // TSM2S over thread-block clusters, for bf16, f16 and f32 on sm_90: C[m, n] =
 // A[m, k] @ B[k, n], m <= 16.
 //
-// Why: a block of the strips this replaced owned 32 columns of B, so DRAM saw
-// 64-byte pieces of each row, and every strip read all of A from the L2. Here
+// Why: with 32-column strips of B per block, DRAM sees 64-byte pieces of each
+// row, and every strip reads all of A from the L2. Here
 // a block owns kSClusterCols = 64 columns (128-byte runs of each row, one
 // cache line) and one kSClusterBlocks-th (2) of its split of the contraction;
 // the 2 blocks of a column tile form a cluster and add their partial sums
@@ -11,12 +11,12 @@
 // clusters. 4096 x 4096 is 64 column tiles x 2 = 128 blocks, one wave with
 // one block per SM.
 //
-// Why 64 x 2 and not the 256 columns x 8 ranks of sessions 15-17: only 15
-// clusters of 8 fit one block per SM on an H100 (30 of 4, 66 of 2), so the
-// 16th of 4096 x 4096 shared SMs and ended ~0.5 us after the rest. Kernel lab
-// (benchmarks/s_cluster_lab.cu, bf16 m x 4096 x 4096, m = 1 / 8 / 16, CUDA
-// graphs, PDL, session 18): 256 x 8 13.3 / 13.8 / 14.4 us, 64 x 2 with A in
-// every stage 13.2 / 13.6 / 14.0, against 12.8 for a plain read of B.
+// Why 64 x 2 and not 256 columns x 8 ranks: only 15 clusters of 8 fit one
+// block per SM on an H100 (30 of 4, 66 of 2), so the 16th of 4096 x 4096
+// shared SMs and ended ~0.5 us after the rest. Lab on an H100 (bf16 m x 4096
+// x 4096, m = 1 / 8 / 16, CUDA graphs, PDL): 256 x 8 13.3 / 13.8 / 14.4 us,
+// 64 x 2 with A in every stage 13.2 / 13.6 / 14.0, against 12.8 for a plain
+// read of B.
 //
 // A stage is kRows rows of the block's 64 columns, with chunk c of row r
 // stored at c ^ (r % 8) so that the 8 rows x 16 bytes of an ldmatrix.trans
@@ -114,7 +114,7 @@ struct ClusterSmem {
 // and a row check. Working out a stage's addresses from its index instead
 // (64-bit multiplies, ~100 instructions between the barrier and the first
 // copy) held every stage's loads back: 14.14 -> 14.00 us at bf16 1 x 4096 x
-// 4096 in the lab's graph timing (session 18).
+// 4096 in the lab's graph timing.
 template <typename T, typename Tune>
 struct ClusterCopier {
   using Sm = ClusterSmem<T, Tune>;
@@ -202,7 +202,7 @@ __device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int
 // reads of B and MT float4 reads of A (row-major in shared memory, so a
 // float4 is 4 rows of the contraction) feed 16 MT independent FMAs. The 256
 // threads are 16 groups of 16 that take rows 4g..4g+3 of each 64-row stage;
-// their sums are added in group order at the end. Lab history at 1 x 4096 x
+// their sums are added in group order at the end. Measured at 1 x 4096 x
 // 4096 on 256-column tiles (harness, device clock; m = 1 / 8 / 16): a thread
 // per column with MT chained sums, 24.5 / 33 / 52 us (latency-bound); 4 x 4
 // tiles with A's rows split between the groups, 24.5 / 27.9 / 40 (B read
@@ -275,7 +275,7 @@ struct ClusterNoF32 {};  // 2-byte types keep their sums in m16n8 fragments
 // 16 for 2-byte types, whose m16 tiles always take 16. kVecOk: p.vec_ok, as
 // a template argument so that the usual instantiation carries none of the
 // element-by-element paths (the lab's graph timing: 14.01 -> 13.88 us at
-// bf16 1 x 4096 x 4096 without them; session 18).
+// bf16 1 x 4096 x 4096 without them).
 template <typename T, int MT, bool kVecOk, typename Tune>
 __global__ void __launch_bounds__(ClusterSmem<T, Tune>::kThreads, 2)
     Tsm2SClusterKernel(const __grid_constant__ SplitArgs p) {
@@ -433,7 +433,7 @@ __global__ void __launch_bounds__(ClusterSmem<T, Tune>::kThreads, 2)
   // reads are done (their sums are in registers): a relaxed arrival lets the
   // stores of C below proceed without waiting on the barrier, and the
   // barrier without waiting on them (a cluster.sync here cost ~0.4 us in the
-  // lab's timeline, benchmarks/s_cluster_lab.cu).
+  // lab's block timeline, benchmarks/lab/s_lab.cu).
   ClusterArriveRelaxed();
   if (kVecOk && mine) {
     // One vector store: n % 8 == 0 and 16-byte aligned buffers (vec_ok)

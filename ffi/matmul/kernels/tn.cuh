@@ -5,12 +5,12 @@
 // The paper has no kernel for this layout; it reuses TSM2's ideas with the
 // roles turned: the long dimension is now the contraction, so
 // - each block streams a contiguous range of rows of both operands (a split,
-//   ffi/split_plans.h) through a cp.async ring in shared memory, as an A
+//   ffi/matmul/split_plan.h) through a cp.async ring in shared memory, as an A
 //   slice and a B slice per stage, so every byte of A and B is read once
 //   with coalesced copies;
 // - the output tile stays in registers for the whole range: each thread owns
 //   an E x E block of it (register blocking: 2E shared-memory values feed
-//   E^2 FMAs; E = 4 or 8, split_plans.h); when the tile has fewer 4 x 4 blocks than the block has
+//   E^2 FMAs; E = 4 or 8, split_plan.h); when the tile has fewer 4 x 4 blocks than the block has
 //   threads, groups of threads take interleaved rows and are added at the end in a fixed order;
 // - splits are added by Tsm2SplitReduceKernel in split order, so the result
 //   is bitwise reproducible (no float atomics).
@@ -38,7 +38,7 @@ inline int TSmemBytes(const SplitPlan& s, int itemsize) {
 // Copies rows [r0, r0 + step) x columns [col0, col0 + width) of a row-major
 // matrix (`cols` columns) into `dst` (step rows of `ld` elements). `width` is a power
 // of two, so a copy index splits into (row, column) with a shift: the
-// division this replaced cost more issue slots than the FMAs of small tiles.
+// division it avoids cost more issue slots than the FMAs of small tiles.
 // Rows past `r_end` and columns past the matrix are zero-filled. Rows that
 // are not whole 16-byte vectors are copied element by element, with 4- and
 // 8-byte cp.async for f32 and f64: the loads then queue in the ring like the
@@ -120,7 +120,7 @@ __device__ __forceinline__ void LoadTSliceFixed(const T* src, int64_t cols, int6
 // kRowsPer-th row, no bounds to test. Set up once per block, so a stage costs
 // a multiply for its first row, then one pointer add and one copy per
 // vector. LoadTSliceFixed spent ~170 instructions per warp and stage on
-// predicates and 64-bit index arithmetic (Nsight, session 8), a quarter of
+// predicates and 64-bit index arithmetic (Nsight Compute), a quarter of
 // the kernel's instructions at 64 x 64.
 template <typename T, int kWidth, int kStep, int kLd>
 struct TSliceCopier {

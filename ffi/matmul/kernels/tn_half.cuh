@@ -1,5 +1,5 @@
 // TSM2T for bf16 and f16 on their tensor cores: C[m, n] = A^T @ B for
-// output tiles of 1024+ entries (TUsesMma in split_plans.h). The CUDA-core
+// output tiles of 1024+ entries (TUsesMma in split_plan.h). The CUDA-core
 // kernel (tn.cuh) widens every element to f32 and spends one FMA per output
 // per contraction row; at half the bytes per element that is twice the FMAs
 // per byte of an f32 tile, and a 512 x 8 bf16 tile (the gradient A^T G of a

@@ -1,5 +1,5 @@
 // TSM2T on FP64 tensor cores: C[m, n] = A^T @ B for f64 output tiles of
-// 2048+ entries (TUsesMma in split_plans.h), where the CUDA-core kernel
+// 2048+ entries (TUsesMma in split_plan.h), where the CUDA-core kernel
 // (tn.cuh) is bound by the FP64 FMA pipes: a 64 x 64 tile costs 4096 FMAs per
 // contraction row, 64 cycles of an SM's 64 FP64 lanes against ~89 cycles for
 // the row's 1 KB at the read ceiling, before any other instruction.

@@ -1,6 +1,6 @@
 // TSM2T for f32 on TF32 tensor cores, with f32 accuracy: C[m, n] = A^T @ B
 // for output tiles of 2048+ entries with both edges >= 16 (TUsesMma in
-// split_plans.h). There the CUDA-core kernel (tn.cuh) is bound by the FMA
+// split_plan.h). There the CUDA-core kernel (tn.cuh) is bound by the FMA
 // pipes: a 64 x 64 tile needs 4096 FMAs per contraction row, 32 cycles of an
 // SM's 128 lanes against ~39 cycles for the row's 512 bytes at the read
 // ceiling, and it reached 50% of the ceiling.

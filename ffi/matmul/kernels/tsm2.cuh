@@ -64,7 +64,7 @@ __host__ __device__ inline int64_t UnitBegin(int64_t b, int64_t units, int64_t b
   return b * units / blocks;
 }
 
-// Compile-time shape of one kernel variant (see tile_configs.h for the ones
+// Compile-time shape of one kernel variant (see tiles.h for the ones
 // in use): Rows rows per tile, Rpt of them per thread, KGroups threads
 // sharing a row's k-chunk, Vpt 16-byte vectors of A per thread per chunk,
 // Stages cp.async ring stages.
@@ -113,7 +113,7 @@ struct Tsm2Config {
   static_assert(kSmemBytes == Footprint(TileConfig{Rows, Rpt, KGroups, Vpt, Stages},
                                         static_cast<int>(sizeof(T)), NT)
                                   .smem_bytes,
-                "tile_configs.h's Footprint (the Python model's occupancy) must match");
+                "tiles.h's Footprint (the Python model's occupancy) must match");
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in an SM's shared memory");
 };
 
