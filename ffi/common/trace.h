@@ -34,7 +34,7 @@ constexpr int kPhaseSlots = 16;
 static __device__ uint64_t* g_stamps = nullptr;
 static __device__ unsigned long long g_phases[kPhaseSlots];
 
-__device__ __forceinline__ void Stamp(int i) {
+static __device__ __forceinline__ void Stamp(int i) {
   if (g_stamps == nullptr || threadIdx.x != 0) return;
   const uint64_t block = blockIdx.x + static_cast<uint64_t>(gridDim.x) * blockIdx.y;
   uint64_t* out = g_stamps + block * kTraceWords;

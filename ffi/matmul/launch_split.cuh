@@ -1,4 +1,4 @@
-// Plans and launches the split-contraction families, TSM2S and TSM2T, for one
+// Launches the split-contraction families, TSM2S and TSM2T, for one
 // element type T: SplitLauncher<T, STune, TTune> holds the launch of every
 // kernel the planner (plan.cuh PlanSplit) can resolve a split plan
 // (split_plan.h) to. Each only builds its kernel's arguments from the

@@ -40,9 +40,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ffi/common/half_mma.cuh"
 #include "ffi/common/trace.h"
 #include "ffi/matmul/kernels/split_reduce.cuh"
-#include "ffi/matmul/kernels/tn_half.cuh"
 #include "ffi/matmul/split_plan.h"
 
 namespace tsm2 {

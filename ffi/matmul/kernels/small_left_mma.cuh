@@ -19,8 +19,8 @@
 
 #include <cstdint>
 
+#include "ffi/common/half_mma.cuh"
 #include "ffi/matmul/kernels/small_left.cuh"
-#include "ffi/matmul/kernels/tn_half.cuh"
 
 namespace tsm2 {
 

@@ -67,9 +67,9 @@
 #include <cstdint>
 
 #include "ffi/common/cluster_pipe.cuh"
+#include "ffi/common/half_mma.cuh"
 #include "ffi/matmul/kernels/small_left_cluster.cuh"
 #include "ffi/matmul/kernels/split_reduce.cuh"
-#include "ffi/matmul/kernels/tn_half.cuh"
 #include "ffi/matmul/split_plan.h"
 
 namespace tsm2 {
