@@ -1,5 +1,8 @@
 // The nanobind module `jax_tsm2._tsm2_ext`: hands the FFI handlers to Python
-// (which registers them with XLA) and reports what this build contains.
+// (which registers them with XLA), reports what this build contains, and
+// exports the C++ definitions Python builds its tables from (kernel and
+// layout ids, limits) and the planners' answers (workspace sizes, tiles,
+// split and k-means plans), so that Python never restates them.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
@@ -10,12 +13,17 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "ffi/abft_plans.h"
-#include "ffi/handlers.h"
-#include "ffi/kmeans_plan.h"
-#include "ffi/matmul_problem.h"
-#include "ffi/split_plans.h"
-#include "ffi/tile_configs.h"
+#include "ffi/abft/handlers.h"
+#include "ffi/abft/plan.h"
+#include "ffi/common/elem_type.h"
+#include "ffi/common/plan_math.h"
+#include "ffi/harness/handlers.h"
+#include "ffi/kmeans/handlers.h"
+#include "ffi/kmeans/plan.h"
+#include "ffi/matmul/handlers.h"
+#include "ffi/matmul/kinds.h"
+#include "ffi/matmul/split_plan.h"
+#include "ffi/matmul/tiles.h"
 #include "xla/ffi/api/c_api.h"
 
 namespace nb = nanobind;
@@ -27,8 +35,8 @@ nb::capsule EncapsulateHandler(Fn* fn) {
   return nb::capsule(reinterpret_cast<void*>(fn));
 }
 
-// {platform: {target name: capsule}}; platforms are the names that
-// jax.ffi.register_ffi_target takes.
+// {platform: {target name: capsule}}, the product's targets; platforms are
+// the names that jax.ffi.register_ffi_target takes.
 nb::dict Registrations() {
   nb::dict cpu;
   cpu["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCpu);
@@ -41,13 +49,25 @@ nb::dict Registrations() {
 #ifdef TSM2_WITH_CUDA
   nb::dict cuda;
   cuda["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCuda);
-  cuda["tsm2_stream_read"] = EncapsulateHandler(Tsm2StreamReadCuda);
-  cuda["tsm2_device_clock"] = EncapsulateHandler(Tsm2DeviceClockCuda);
   cuda["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCuda);
   cuda["tsm2_kmeans_update"] = EncapsulateHandler(Tsm2KmeansUpdateCuda);
   cuda["tsm2_colsums"] = EncapsulateHandler(Tsm2ColsumsCuda);
   cuda["tsm2_repair_column"] = EncapsulateHandler(Tsm2RepairColumnCuda);
   cuda["tsm2_abft_judge"] = EncapsulateHandler(Tsm2AbftJudgeCuda);
+  out["CUDA"] = cuda;
+#endif
+  return out;
+}
+
+// The benchmark harness's own targets (ffi/harness/): its read ceiling and
+// its device clock. Not part of the product API: no jax_tsm2 function
+// lowers to them, only jax_tsm2.bench and the benchmark scripts call them.
+nb::dict HarnessRegistrations() {
+  nb::dict out;
+#ifdef TSM2_WITH_CUDA
+  nb::dict cuda;
+  cuda["tsm2_stream_read"] = EncapsulateHandler(Tsm2StreamReadCuda);
+  cuda["tsm2_device_clock"] = EncapsulateHandler(Tsm2DeviceClockCuda);
   out["CUDA"] = cuda;
 #endif
   return out;
@@ -77,39 +97,47 @@ nb::dict BuildInfo() {
   return info;
 }
 
+// The element type Python names `dtype` (numpy's name), or ValueError.
+tsm2::ElemType ElemTypeOf(const std::string& dtype) {
+  tsm2::ElemType t;
+  if (!tsm2::ElemTypeFromName(dtype, &t)) {
+    throw nb::value_error(("unsupported dtype " + dtype).c_str());
+  }
+  return t;
+}
+int ItemsizeOf(const std::string& dtype) { return tsm2::ItemSize(ElemTypeOf(dtype)); }
+
+tsm2::Kernel KernelOf(int32_t id) {
+  tsm2::Kernel k;
+  if (!tsm2::KernelFromId(id, &k)) {
+    throw nb::value_error(("unknown kernel id " + std::to_string(id)).c_str());
+  }
+  return k;
+}
+
 // Bytes of the `workspace` result a tsm2_matmul call needs on a GPU with
 // `sm_count` SMs. R and L size it for kMaxRLBlocksPerSm blocks per SM (their
 // planner uses no more blocks than it can serve); S and T for their split plan.
 constexpr int kMaxRLBlocksPerSm = 4;
 int64_t WorkspaceBytes(const std::string& dtype, int32_t kernel, int64_t batch, int64_t m,
                        int64_t k, int64_t n, int sm_count) {
-  int itemsize = 0;
-  if (dtype == "float32") itemsize = 4;
-  if (dtype == "float64") itemsize = 8;
-  if (dtype == "bfloat16" || dtype == "float16") itemsize = 2;
-  if (itemsize == 0) throw nb::value_error(("unsupported dtype " + dtype).c_str());
+  const int itemsize = ItemsizeOf(dtype);
   if (batch < 0 || m < 0 || k < 0 || n < 0) throw nb::value_error("sizes must be >= 0");
   if (sm_count < 1) throw nb::value_error("sm_count must be >= 1");
-  using tsm2::Kernel;
-  switch (static_cast<Kernel>(kernel)) {
-    case Kernel::kTsm2r:
-    case Kernel::kTsm2l:
-      return tsm2::PartialBytesPerBlock(itemsize, k, n, kernel == 1) * kMaxRLBlocksPerSm * sm_count;
-    case Kernel::kTsm2s:
+  const tsm2::Kernel family = KernelOf(kernel);
+  switch (family) {
+    case tsm2::Kernel::kTsm2r:
+    case tsm2::Kernel::kTsm2l:
+      return tsm2::PartialBytesPerBlock(itemsize, k, n, family == tsm2::Kernel::kTsm2l) *
+             kMaxRLBlocksPerSm * sm_count;
+    case tsm2::Kernel::kTsm2s:
       return tsm2::SplitWorkspaceBytes(tsm2::SPlan(itemsize, batch, m, k, n, sm_count), itemsize,
                                        batch, m, n);
-    case Kernel::kTsm2t:
+    case tsm2::Kernel::kTsm2t:
       return tsm2::SplitWorkspaceBytes(tsm2::TPlan(itemsize, batch, m, k, n, sm_count), itemsize,
                                        batch, m, n);
   }
   throw nb::value_error(("unknown kernel id " + std::to_string(kernel)).c_str());
-}
-
-int ItemsizeOf(const std::string& dtype) {
-  if (dtype == "float32") return 4;
-  if (dtype == "float64") return 8;
-  if (dtype == "bfloat16" || dtype == "float16") return 2;
-  throw nb::value_error(("unsupported dtype " + dtype).c_str());
 }
 
 nb::dict TileDict(const tsm2::TileConfig& t, int itemsize, int nt, bool l_tile) {
@@ -133,17 +161,21 @@ nb::dict TileDict(const tsm2::TileConfig& t, int itemsize, int nt, bool l_tile) 
 }
 
 // The tile (t1 = chunk_k, t2 = n_tile, t3 = vec_per_thr, ...) that a TSM2R
-// (kernel 0) or TSM2L (kernel 1) call of this shape runs, with its on-chip
-// footprint: what the launcher instantiates, read from tile_configs.h.
+// or TSM2L call of this shape runs, with its on-chip
+// footprint: what the launcher instantiates, read from matmul/tiles.h.
 nb::dict TileConfigFor(const std::string& dtype, int32_t kernel, int64_t k, int64_t n) {
   const int itemsize = ItemsizeOf(dtype);
-  if (kernel != 0 && kernel != 1) throw nb::value_error("tile_config: kernel must be 0 or 1");
+  const tsm2::Kernel family = KernelOf(kernel);
+  if (family != tsm2::Kernel::kTsm2r && family != tsm2::Kernel::kTsm2l) {
+    throw nb::value_error("tile_config: kernel must be TSM2R or TSM2L");
+  }
+  const bool family_l = family == tsm2::Kernel::kTsm2l;
   if (k < 1 || n < 1) throw nb::value_error("tile_config: k and n must be >= 1");
-  const bool l_tile = tsm2::UsesLTile(kernel == 1, k, itemsize);
+  const bool l_tile = tsm2::UsesLTile(family_l, k, itemsize);
   nb::dict d =
-      TileDict(tsm2::TileFor(kernel == 1, k, n, itemsize), itemsize, tsm2::NTileFor(n), l_tile);
+      TileDict(tsm2::TileFor(family_l, k, n, itemsize), itemsize, tsm2::NTileFor(n), l_tile);
   // Shapes the row-per-thread kernel takes (when B is shared across a batch).
-  d["row_kernel"] = tsm2::UsesRowKernel(kernel == 1, k, n, itemsize);
+  d["row_kernel"] = tsm2::UsesRowKernel(family_l, k, n, itemsize);
   return d;
 }
 
@@ -164,7 +196,7 @@ nb::dict TileConfigs(const std::string& dtype) {
   return out;
 }
 
-// How the S (kernel 2) or T (kernel 3) kernel cuts a problem (split_plans.h).
+// How the S or T kernel cuts a problem (matmul/split_plan.h).
 nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, int64_t m, int64_t k,
                       int64_t n, int sm_count) {
   const int itemsize = ItemsizeOf(dtype);
@@ -172,10 +204,11 @@ nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, i
   if (batch < 1 || m < 1 || k < 1 || n < 1) throw nb::value_error("sizes must be >= 1");
   tsm2::SplitPlan s;
   int threads = 0;
-  if (kernel == 2) {
+  const tsm2::Kernel family = KernelOf(kernel);
+  if (family == tsm2::Kernel::kTsm2s) {
     s = tsm2::SPlan(itemsize, batch, m, k, n, sm_count);
     threads = tsm2::kSThreads;
-  } else if (kernel == 3) {
+  } else if (family == tsm2::Kernel::kTsm2t) {
     s = tsm2::TPlan(itemsize, batch, m, k, n, sm_count);
     threads = tsm2::kTThreads;
   } else {
@@ -202,7 +235,7 @@ nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, i
 
 // How the fused Lloyd step (tsm2_kmeans_step) runs a problem: whether the
 // CUDA kernel takes it, its plan and on-chip footprint, and the bytes of the
-// `workspace` result on a GPU with sm_count SMs (kmeans_plan.h).
+// `workspace` result on a GPU with sm_count SMs (kmeans/plan.h).
 nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k, int sm_count) {
   const int itemsize = ItemsizeOf(dtype);
   if (n < 0 || d < 1 || k < 1) throw nb::value_error("kmeans_plan: need n >= 0, d >= 1, k >= 1");
@@ -221,10 +254,11 @@ nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k
   const tsm2::KmeansPlan p = tsm2::KmeansPlanOf(itemsize, d, k);
   // The kernel the launcher runs for a 16-byte aligned x (XLA's buffers are);
   // the fields below describe the CUDA-core plan, which also sizes the workspace.
-  out["step"] = tsm2::KmeansWideTakes(itemsize, d, k)  ? "tensor_cores_cluster"
-                : tsm2::KmeansMmaTakes(itemsize, d, k) ? "tensor_cores"
-                                                       : "cuda_cores";
-  if (tsm2::KmeansWideTakes(itemsize, d, k)) out["wide_cluster"] = tsm2::KmeansWideCluster(d);
+  const tsm2::KmeansStep step = tsm2::KmeansStepFor(itemsize, d, k);
+  out["step"] = tsm2::KmeansStepName(step);
+  if (step == tsm2::KmeansStep::kTensorCoresCluster) {
+    out["wide_cluster"] = tsm2::KmeansWideCluster(d);
+  }
   out["k_pad"] = p.kp;
   out["vec_class"] = p.cls;  // rows of up to 32 << vec_class vectors
   out["cluster"] = p.cluster;
@@ -241,7 +275,7 @@ nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k
 }
 
 // How tsm2_colsums cuts a problem on a GPU with sm_count SMs, and the bytes
-// of its `workspace` result (abft_plans.h). The handler plans for the blocks
+// of its `workspace` result (abft/plan.h). The handler plans for the blocks
 // its device actually holds at once, never more splits than this.
 nb::dict ColsumsPlanFor(const std::string& dtype, const std::string& acc, int r, int64_t rows,
                         int64_t cols, int sm_count) {
@@ -266,7 +300,7 @@ nb::dict ColsumsPlanFor(const std::string& dtype, const std::string& acc, int r,
 }
 
 // What the CUDA driver reports about one device, for the performance model
-// (jax_tsm2/model.py). Clocks in kHz, as the driver gives them.
+// (jax_tsm2/model/device.py). Clocks in kHz, as the driver gives them.
 nb::dict DeviceProperties(int device) {
 #ifdef TSM2_WITH_CUDA
   cudaDeviceProp prop;
@@ -305,12 +339,43 @@ nb::dict DeviceProperties(int device) {
 #endif
 }
 
+// The definitions Python builds its tables from (jax_tsm2/_ffi.py): kernel
+// and layout ids (matmul/kinds.h), which layouts each kernel reads, and the
+// limits the router and the model must respect.
+void ExportDefinitions(nb::module_& m) {
+  nb::dict kernels, layouts, kernel_layouts, limits, itemsizes;
+  for (tsm2::Kernel k : tsm2::kKernels) {
+    kernels[tsm2::KernelName(k)] = static_cast<int32_t>(k);
+    nb::list takes;
+    for (tsm2::Layout l : tsm2::kLayouts) {
+      if (tsm2::KernelTakesLayout(k, l)) takes.append(tsm2::LayoutName(l));
+    }
+    kernel_layouts[tsm2::KernelName(k)] = nb::tuple(takes);
+  }
+  for (tsm2::Layout l : tsm2::kLayouts) layouts[tsm2::LayoutName(l)] = static_cast<int32_t>(l);
+  for (tsm2::ElemType t : tsm2::kElemTypes) itemsizes[tsm2::ElemTypeName(t)] = tsm2::ItemSize(t);
+  limits["s_max_m"] = tsm2::kSMaxM;
+  limits["l_max_row_bytes"] = tsm2::kLMaxRowBytes;
+  limits["default_sm_count"] = tsm2::kDefaultSmCount;
+  limits["kmeans_max_k"] = tsm2::kKmeansMaxK;
+  limits["kmeans_max_d"] = tsm2::kKmeansMaxD;
+  limits["colsums_max_r"] = tsm2::kColsumsMaxR;
+  m.attr("KERNELS") = kernels;
+  m.attr("LAYOUTS") = layouts;
+  m.attr("KERNEL_LAYOUTS") = kernel_layouts;
+  m.attr("ITEMSIZES") = itemsizes;
+  m.attr("LIMITS") = limits;
+}
+
 }  // namespace
 
 NB_MODULE(_tsm2_ext, m) {
   m.doc() = "XLA FFI handlers of jax_tsm2 (tall-and-skinny matrix products).";
+  ExportDefinitions(m);
   m.def("registrations", &Registrations,
         "Returns {platform: {target_name: PyCapsule}} for jax.ffi.register_ffi_target.");
+  m.def("harness_registrations", &HarnessRegistrations,
+        "The benchmark harness's private targets (read ceiling, device clock), as registrations.");
   m.def("build_info", &BuildInfo, "What this build of the extension contains.");
   m.def("workspace_bytes", &WorkspaceBytes, nb::arg("dtype"), nb::arg("kernel"), nb::arg("batch"),
         nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),
@@ -321,14 +386,14 @@ NB_MODULE(_tsm2_ext, m) {
         "Every R and L tile the launcher instantiates for dtype, keyed 'R/nt' and 'L/nt/vpt'.");
   m.def("split_plan", &SplitPlanFor, nb::arg("dtype"), nb::arg("kernel"), nb::arg("batch"),
         nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),
-        "How the S (2) or T (3) kernel splits a problem into blocks (split_plans.h).");
+        "How the S (2) or T (3) kernel splits a problem into blocks (matmul/split_plan.h).");
   m.def(
       "kmeans_plan", &KmeansPlanFor, nb::arg("dtype"), nb::arg("n"), nb::arg("d"), nb::arg("k"),
       nb::arg("sm_count"),
       "Whether the fused k-means step takes (d, k) on CUDA, its variant, and its workspace bytes.");
   m.def("colsums_plan", &ColsumsPlanFor, nb::arg("dtype"), nb::arg("acc"), nb::arg("r"),
         nb::arg("rows"), nb::arg("cols"), nb::arg("sm_count"),
-        "How tsm2_colsums splits a problem, and its workspace bytes (abft_plans.h).");
+        "How tsm2_colsums splits a problem, and its workspace bytes (abft/plan.h).");
   m.def(
       "repair_blocks", [](int64_t m) { return tsm2::RepairBlocks(m); }, nb::arg("m"),
       "Blocks of tsm2_repair_column for m rows: the length of its s32 workspace.");

@@ -25,8 +25,8 @@ kernels could run a shape (``candidates``):
 - TSM2T (tn only): both output dimensions small (m, n <= 512), the contraction
   k the huge one; deterministic (no float atomics).
 
-Other shapes, and layouts a kernel does not take (``ffi/matmul_problem.h``
-CheckKernel), go to XLA's dot. Where several kernels take a shape, the
+Other shapes, and layouts a kernel does not take (``ffi/matmul/kinds.h``
+KernelTakesLayout), go to XLA's dot. Where several kernels take a shape, the
 performance model (``jax_tsm2.model``) picks the one it predicts fastest
 (ties go to the order above). Modes "prefer" and "always" stop there. Mode
 "auto" on a GPU with the CUDA targets then asks, in this order, and the first
@@ -72,7 +72,7 @@ from typing import Any, Literal
 import numpy as np
 from jax import numpy as jnp
 
-from jax_tsm2 import _compat, model
+from jax_tsm2 import _compat, _ffi, model
 from jax_tsm2.problem import Problem
 from jax_tsm2.tune import cache, calibrate, online
 
@@ -81,22 +81,19 @@ TSM2L_MAX_K = 64
 TSM2L_MAX_N = 64
 # TSM2R: large A times a skinny B; used when k is past TSM2L's range.
 TSM2R_MAX_N = 64
-# TSM2S: a few rows of A times a large B (ffi/split_plans.h kSMaxM).
-TSM2S_MAX_M = 16
+# TSM2S: a few rows of A times a large B (ffi/matmul/split_plan.h kSMaxM).
+TSM2S_MAX_M = _ffi.S_MAX_M
 # TSM2T: A^T @ B with a small result (both m and n) and a huge contraction.
 TSM2T_MAX_M = 512
 TSM2T_MAX_N = 512
 
-# The FFI attributes `kernel` and `layout` (ffi/matmul_kinds.h).
-KERNEL_IDS: dict[str, int] = {"tsm2r": 0, "tsm2l": 1, "tsm2s": 2, "tsm2t": 3}
-LAYOUT_IDS: dict[str, int] = {"nn": 0, "nt": 1, "tn": 2}
+# The FFI attributes `kernel` and `layout`, and which layouts each kernel
+# reads, as the extension defines them (ffi/matmul/kinds.h).
+KERNEL_IDS: dict[str, int] = _ffi.KERNEL_IDS
+LAYOUT_IDS: dict[str, int] = _ffi.LAYOUT_IDS
 LAYOUTS: tuple[str, ...] = tuple(LAYOUT_IDS)
-# Which layouts each kernel reads (ffi/matmul_problem.h CheckKernel).
 KERNEL_LAYOUTS: dict[str, frozenset[str]] = {
-    "tsm2r": frozenset({"nn", "nt"}),
-    "tsm2l": frozenset({"nn", "nt"}),
-    "tsm2s": frozenset({"nn"}),
-    "tsm2t": frozenset({"tn"}),
+    name: frozenset(layouts) for name, layouts in _ffi.KERNEL_LAYOUTS.items()
 }
 
 

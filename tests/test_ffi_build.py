@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import subprocess
 import sys
@@ -71,6 +72,34 @@ def test_ffi_target_rejects_a_kernel_layout_mismatch(kernel, layout):
                 layout=np.int32(layout),
             )
         )
+
+
+@pytest.mark.parametrize("kernel", sorted(_ffi.KERNEL_IDS))
+@pytest.mark.parametrize("layout", sorted(_ffi.LAYOUT_IDS))
+def test_exported_kernel_layouts_are_what_the_handler_takes(kernel, layout):
+    """The extension's KERNEL_LAYOUTS (routing's table) and its handler's check agree.
+
+    Every pair the table allows computes op(A) @ op(B) on the CPU target; every other
+    pair is refused for its layout.
+    """
+    rng = np.random.default_rng(sum(map(ord, kernel + layout)))
+    m, k, n = 5, 11, 3
+    a_np = rng.standard_normal((k, m) if layout == "tn" else (m, k)).astype(np.float32)
+    b_np = rng.standard_normal((n, k) if layout == "nt" else (k, n)).astype(np.float32)
+    call = jax.ffi.ffi_call(
+        "tsm2_matmul", (jax.ShapeDtypeStruct((m, n), jnp.float32), _NO_WORKSPACE)
+    )
+    run = functools.partial(
+        call, kernel=np.int32(_ffi.KERNEL_IDS[kernel]), layout=np.int32(_ffi.LAYOUT_IDS[layout])
+    )
+    if layout in _ffi.KERNEL_LAYOUTS[kernel]:
+        c, _ = run(jnp.asarray(a_np), jnp.asarray(b_np))
+        a64, b64 = a_np.astype(np.float64), b_np.astype(np.float64)
+        want = (a64.T if layout == "tn" else a64) @ (b64.T if layout == "nt" else b64)
+        np.testing.assert_allclose(np.asarray(c), want, rtol=1e-5, atol=1e-5)
+    else:
+        with pytest.raises(Exception, match=f"does not take layout {layout}"):
+            jax.block_until_ready(run(jnp.asarray(a_np), jnp.asarray(b_np)))
 
 
 def test_ffi_target_rejects_unknown_kernel_id():

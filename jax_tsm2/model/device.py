@@ -145,7 +145,7 @@ def arch_entry(table: dict[tuple[int, int], Any], cc: tuple[int, int]) -> Any:
 H100_SXM = Device(
     name="NVIDIA H100 80GB HBM3",
     cc=(9, 0),
-    sm_count=132,
+    sm_count=_ffi.DEFAULT_SM_COUNT,  # 132, what plans assume without a GPU
     regs_per_sm=65536,
     smem_per_sm=233472,
     smem_reserved_per_block=1024,

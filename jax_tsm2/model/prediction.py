@@ -1,6 +1,6 @@
 """What the model answers (``Prediction``) and the pieces every kernel's estimate shares.
 
-Holds the kernel and layout tables (``ffi/matmul_kinds.h``), ``problem_from``
+Holds the kernel and layout tables (``ffi/matmul/kinds.h``, through the extension), ``problem_from``
 (a problem from sizes or operand shapes), the occupancy calculation, the
 t2 threshold, and the way a body time, a launch cost and a per-call floor
 combine into one predicted time.
@@ -19,20 +19,25 @@ from typing import Any
 
 import numpy as np
 
+from jax_tsm2 import _ffi
 from jax_tsm2.model.calibration import CALIBRATION, Calibration
 from jax_tsm2.model.device import Device
 from jax_tsm2.problem import Problem
 
-KERNEL_NAMES: dict[int, str] = {0: "tsm2r", 1: "tsm2l", 2: "tsm2s", 3: "tsm2t"}
-KERNEL_IDS: dict[str, int] = {v: k for k, v in KERNEL_NAMES.items()}
-LAYOUTS = ("nn", "nt", "tn")
-# Which kernels take which layout (ffi/matmul_kinds.h).
+# The kernel and layout tables as the extension defines them (ffi/matmul/kinds.h).
+KERNEL_IDS: dict[str, int] = _ffi.KERNEL_IDS
+KERNEL_NAMES: dict[int, str] = {v: k for k, v in KERNEL_IDS.items()}
+LAYOUTS: tuple[str, ...] = tuple(_ffi.LAYOUT_IDS)
+# Which kernels take which layout, in kernel-id order.
 KERNELS_FOR_LAYOUT: dict[str, tuple[str, ...]] = {
-    "nn": ("tsm2r", "tsm2l", "tsm2s"),
-    "nt": ("tsm2r", "tsm2l"),
-    "tn": ("tsm2t",),
+    layout: tuple(
+        k
+        for k in sorted(KERNEL_IDS, key=KERNEL_IDS.__getitem__)
+        if layout in _ffi.KERNEL_LAYOUTS[k]
+    )
+    for layout in LAYOUTS
 }
-S_MAX_M = 16  # split_plans.h kSMaxM
+S_MAX_M = _ffi.S_MAX_M  # ffi/matmul/split_plan.h kSMaxM
 
 
 def itemsize(dtype: Any) -> int:

@@ -1,0 +1,150 @@
+// The CUDA handlers of the ABFT targets tsm2_colsums, tsm2_repair_column and
+// tsm2_abft_judge: validate (the same checks as the CPU reference), hand the
+// element and accumulator types to the one dispatch, launch on XLA's stream,
+// and turn a CUDA failure into an ffi::Error naming the op and the buffers. Workspaces are results
+// XLA allocates (sized by _tsm2_ext.colsums_plan and _tsm2_ext.repair_blocks), so the handlers
+// never allocate or synchronize and are CUDA-graph compatible.
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "ffi/abft/handlers.h"
+#include "ffi/abft/launcher.h"
+#include "ffi/abft/problem.h"
+#include "ffi/common/cuda_error.h"
+#include "ffi/common/dispatch.h"
+#include "ffi/common/ffi_helpers.h"
+
+namespace tsm2 {
+namespace {
+
+ffi::Error ColsumsCudaImpl(cudaStream_t stream, ffi::AnyBuffer m, ffi::AnyBuffer v,
+                           ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
+                           int32_t abs_rows) {
+  constexpr std::string_view kOp = "tsm2_colsums (cuda)";
+  (void)cudaGetLastError();  // never blame this launch for an earlier failure
+  ColsumsProblem p;
+  TSM2_FFI_RETURN_IF_ERROR(DecodeColsums(kOp, m, v, *out, abs_rows, &p));
+  DeviceColsums d;
+  d.m = m.untyped_data();
+  d.v = v.untyped_data();
+  d.out = out->untyped_data();
+  d.rows = p.rows;
+  d.cols = p.cols;
+  d.r = p.r;
+  d.abs_rows = p.abs_rows;
+  d.workspace = workspace->untyped_data();
+  d.workspace_bytes = workspace->size_bytes();
+  const std::string operands = "m=" + DescribeBuffer(m) + ", v=" + DescribeBuffer(v) +
+                               ", workspace of " + std::to_string(workspace->size_bytes()) +
+                               " bytes";
+  return DispatchElemAndAcc(kOp, p.dtype, p.acc, [&](auto elem, auto acc) -> ffi::Error {
+    ColsumsLaunchPlan plan;
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
+        kOp, (PlanColsumsLaunch<decltype(elem)::value, decltype(acc)::value>(d, &plan)), operands);
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, LaunchColsums(d, plan, stream), operands);
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error RepairCudaImpl(cudaStream_t stream, ffi::AnyBuffer flag, ffi::AnyBuffer j,
+                          ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
+                          ffi::Result<ffi::AnyBuffer> c_out, ffi::Result<ffi::AnyBuffer> old_col,
+                          ffi::Result<ffi::AnyBuffer> exact, ffi::Result<ffi::AnyBuffer> scale,
+                          ffi::Result<ffi::AnyBuffer> workspace) {
+  constexpr std::string_view kOp = "tsm2_repair_column (cuda)";
+  (void)cudaGetLastError();
+  RepairProblem p;
+  TSM2_FFI_RETURN_IF_ERROR(
+      DecodeRepair(kOp, flag, j, a, b, c, *c_out, *old_col, *exact, *scale, *workspace, &p));
+  DeviceRepair d;
+  d.flag = flag.untyped_data();
+  d.flag_bool = p.flag_bool;
+  d.j = static_cast<const int32_t*>(j.untyped_data());
+  d.a = a.untyped_data();
+  d.b = b.untyped_data();
+  d.c = c.untyped_data();
+  d.c_out = c_out->untyped_data();
+  d.old_col = old_col->untyped_data();
+  d.exact = exact->untyped_data();
+  d.scale = scale->untyped_data();
+  d.block_ok = static_cast<int32_t*>(workspace->untyped_data());
+  d.m = p.m;
+  d.k = p.k;
+  d.n = p.n;
+  const std::string operands =
+      "a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c);
+  return DispatchElemAndAcc(kOp, p.dtype, p.acc, [&](auto elem, auto acc) -> ffi::Error {
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
+        kOp, (LaunchRepairColumn<decltype(elem)::value, decltype(acc)::value>(d, stream)),
+        operands);
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error JudgeCudaImpl(cudaStream_t stream, ffi::AnyBuffer resid, ffi::AnyBuffer threshold,
+                         ffi::AnyBuffer factor, ffi::AnyBuffer floor, ffi::AnyBuffer a,
+                         ffi::AnyBuffer b, ffi::AnyBuffer c, ffi::Result<ffi::AnyBuffer> c_out,
+                         ffi::Result<ffi::AnyBuffer> errors_detected,
+                         ffi::Result<ffi::AnyBuffer> corrected, ffi::Result<ffi::AnyBuffer> row,
+                         ffi::Result<ffi::AnyBuffer> col, ffi::Result<ffi::AnyBuffer> magnitude,
+                         ffi::Result<ffi::AnyBuffer> uncorrectable,
+                         ffi::Result<ffi::AnyBuffer> old_col, ffi::Result<ffi::AnyBuffer> exact,
+                         ffi::Result<ffi::AnyBuffer> scale, ffi::Result<ffi::AnyBuffer> state) {
+  constexpr std::string_view kOp = "tsm2_abft_judge (cuda)";
+  (void)cudaGetLastError();
+  RepairProblem p;
+  const JudgeBuffers x{
+      &resid,      &threshold,      &factor,           &floor,      &a,      &b,
+      &c,          &*c_out,         &*errors_detected, &*corrected, &*row,   &*col,
+      &*magnitude, &*uncorrectable, &*old_col,         &*exact,     &*scale, &*state};
+  TSM2_FFI_RETURN_IF_ERROR(DecodeJudge(kOp, x, &p));
+  DeviceJudge d;
+  d.repair.a = a.untyped_data();
+  d.repair.b = b.untyped_data();
+  d.repair.c = c.untyped_data();
+  d.repair.c_out = c_out->untyped_data();
+  d.repair.old_col = old_col->untyped_data();
+  d.repair.exact = exact->untyped_data();
+  d.repair.scale = scale->untyped_data();
+  d.repair.m = p.m;
+  d.repair.k = p.k;
+  d.repair.n = p.n;
+  d.resid = resid.untyped_data();
+  d.threshold = threshold.untyped_data();
+  d.factor = factor.untyped_data();
+  d.floor = floor.untyped_data();
+  d.state = static_cast<int32_t*>(state->untyped_data());
+  d.errors_detected = static_cast<int32_t*>(errors_detected->untyped_data());
+  d.corrected = static_cast<bool*>(corrected->untyped_data());
+  d.row = static_cast<int32_t*>(row->untyped_data());
+  d.col = static_cast<int32_t*>(col->untyped_data());
+  d.magnitude = magnitude->untyped_data();
+  d.uncorrectable = static_cast<bool*>(uncorrectable->untyped_data());
+  const std::string operands =
+      "a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c);
+  return DispatchElemAndAcc(kOp, p.dtype, p.acc, [&](auto elem, auto acc) -> ffi::Error {
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
+        kOp, (LaunchJudge<decltype(elem)::value, decltype(acc)::value>(d, stream)), operands);
+    return ffi::Error::Success();
+  });
+}
+
+}  // namespace
+}  // namespace tsm2
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2ColsumsCuda, tsm2::ColsumsCudaImpl,
+    tsm2::ColsumsSignature(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2RepairColumnCuda, tsm2::RepairCudaImpl,
+    tsm2::RepairColumnSignature(
+        xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2AbftJudgeCuda, tsm2::JudgeCudaImpl,
+    tsm2::AbftJudgeSignature(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});

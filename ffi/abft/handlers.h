@@ -1,0 +1,85 @@
+// The FFI signatures of the ABFT targets tsm2_colsums, tsm2_repair_column
+// and tsm2_abft_judge, and their handler symbols: the CPU references
+// (cpu_handler.cc) and the CUDA handlers (cuda_handler.cc).
+//
+// Each signature function takes a binding that already holds the platform's
+// context (the CUDA stream, or nothing on CPU), so that the CPU and CUDA
+// handlers share one signature and cannot drift apart:
+//
+//   XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2MatmulCpu, tsm2::MatmulCpuImpl,
+//                                 tsm2::MatmulSignature(xla::ffi::Ffi::Bind()));
+//
+// "acc" marks buffers in the accumulation type (f32 for f32/bf16/f16, f64 for
+// f64). Workspaces are XLA-allocated scratch the CPU handlers ignore.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace tsm2 {
+
+using xla::ffi::AnyBuffer;
+
+// tsm2_colsums: out[q] = v[q] @ m, or v[q] @ |m| where bit q of abs_rows is set.
+template <typename B>
+auto ColsumsSignature(B binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()            // m: [rows, cols]
+      .template Arg<AnyBuffer>()            // v: [r, rows] (acc)
+      .template Ret<AnyBuffer>()            // out: [r, cols] (acc)
+      .template Ret<AnyBuffer>()            // workspace: u8[bytes]
+      .template Attr<int32_t>("abs_rows");  // bit q: row q weighs |m|
+}
+
+// tsm2_repair_column: recompute column j of C = A @ B when flag is set.
+template <typename B>
+auto RepairColumnSignature(B binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()   // flag: s32[] or pred[]
+      .template Arg<AnyBuffer>()   // j: s32[]
+      .template Arg<AnyBuffer>()   // a: [m, k]
+      .template Arg<AnyBuffer>()   // b: [k, n]
+      .template Arg<AnyBuffer>()   // c: [m, n]
+      .template Ret<AnyBuffer>()   // c_out: [m, n], aliases c
+      .template Ret<AnyBuffer>()   // old_col: [m]
+      .template Ret<AnyBuffer>()   // exact: [m] (acc)
+      .template Ret<AnyBuffer>()   // scale: [m] (acc)
+      .template Ret<AnyBuffer>();  // workspace: s32[blocks]
+}
+
+// tsm2_abft_judge: flags, locates and repairs from the checksum residuals.
+template <typename B>
+auto AbftJudgeSignature(B binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()   // resid: [2, n] (acc)
+      .template Arg<AnyBuffer>()   // threshold: [n] (acc)
+      .template Arg<AnyBuffer>()   // factor: acc[]
+      .template Arg<AnyBuffer>()   // floor: acc[]
+      .template Arg<AnyBuffer>()   // a: [m, k]
+      .template Arg<AnyBuffer>()   // b: [k, n]
+      .template Arg<AnyBuffer>()   // c: [m, n]
+      .template Ret<AnyBuffer>()   // c_out: [m, n], aliases c
+      .template Ret<AnyBuffer>()   // errors_detected: s32[]
+      .template Ret<AnyBuffer>()   // corrected: pred[]
+      .template Ret<AnyBuffer>()   // row: s32[]
+      .template Ret<AnyBuffer>()   // col: s32[]
+      .template Ret<AnyBuffer>()   // magnitude: acc[]
+      .template Ret<AnyBuffer>()   // uncorrectable: pred[]
+      .template Ret<AnyBuffer>()   // old_col: [m]
+      .template Ret<AnyBuffer>()   // exact: [m] (acc)
+      .template Ret<AnyBuffer>()   // scale: [m] (acc)
+      .template Ret<AnyBuffer>();  // state: s32[JudgeStateSize(m)]
+}
+
+}  // namespace tsm2
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2ColsumsCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2RepairColumnCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftJudgeCpu);
+#ifdef TSM2_WITH_CUDA
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2ColsumsCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2RepairColumnCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftJudgeCuda);
+#endif

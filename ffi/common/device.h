@@ -1,0 +1,60 @@
+// What the launchers ask the current CUDA device: its SM count, its compute
+// capability, and a kernel's blocks per SM (with the dynamic shared-memory
+// opt-in), the last cached per kernel and device because the CUDA calls are
+// not free at every launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace tsm2 {
+
+inline cudaError_t SmCount(int* sms) {
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+}
+
+inline bool ComputeMajorAtLeast(int major) {
+  int dev = 0, have = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&have, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+         have >= major;
+}
+// Thread-block clusters, TMA and distributed shared memory: sm_90 and later.
+inline bool HasClusters() { return ComputeMajorAtLeast(9); }
+// FP64, TF32 and bf16 mma.sync and ldmatrix.trans: sm_80 and later.
+inline bool HasMmaSync() { return ComputeMajorAtLeast(8); }
+
+// Occupancy and the shared-memory opt-in, once per kernel and device.
+inline cudaError_t BlocksPerSm(const void* kernel, int threads, int smem, int* out) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({kernel, dev});
+  if (it != cache.end()) {
+    *out = it->second;
+    return cudaSuccess;
+  }
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      e != cudaSuccess) {
+    return e;
+  }
+  int blocks = 0;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem);
+      e != cudaSuccess) {
+    return e;
+  }
+  if (blocks < 1) return cudaErrorInvalidConfiguration;
+  cache[{kernel, dev}] = blocks;
+  *out = blocks;
+  return cudaSuccess;
+}
+
+}  // namespace tsm2

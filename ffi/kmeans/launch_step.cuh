@@ -1,0 +1,323 @@
+// Plans and launches the fused Lloyd step for one element type T: the
+// kernel variant (the wide-row or the tensor-core step for f32 where they
+// take the problem, else the CUDA-core step for T, k rounded up to kp and the
+// row's vector class; plan.h), the persistent grid (in clusters where the
+// plan splits d over blocks), and the fixed-order reduction of the
+// partials. PlanKmeansStepWith resolves all of it once into a
+// KmeansStepPlan; the variants' Launch only builds arguments and launches.
+// Tune (plan.h KmeansTuning) is what the lab varies.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "ffi/common/device.h"
+#include "ffi/common/status.h"
+#include "ffi/kmeans/kernels/kmeans.cuh"
+#include "ffi/kmeans/kernels/kmeans_mma.cuh"
+#include "ffi/kmeans/kernels/kmeans_wide.cuh"
+#include "ffi/kmeans/launcher.h"
+#include "ffi/kmeans/plan.h"
+
+namespace tsm2 {
+
+// The kernel arguments every step variant shares; each adds its scheduling
+// fields.
+inline KmeansArgs KmeansCommonArgs(const DeviceKmeans& p) {
+  KmeansArgs a{};
+  a.x = p.x;
+  a.c = p.c;
+  a.w = p.w;
+  a.labels = p.labels;
+  a.mind = p.mind;
+  a.partials = p.workspace;
+  a.n = p.n;
+  a.d = static_cast<int>(p.d);
+  a.k = static_cast<int>(p.k);
+  return a;
+}
+
+// The fixed-order sum of plan.owners partials into sums, counts and inertia.
+template <typename Acc>
+Status KmeansReduce(const DeviceKmeans& p, const KmeansStepPlan& plan, cudaStream_t stream) {
+  const int64_t elems = KmeansPartialElems(p.d, p.k);
+  KmeansReduceKernel<Acc>
+      <<<static_cast<unsigned>((elems + 31) / 32), 32 * kKmeansReduceSlices, 0, stream>>>(
+          static_cast<const Acc*>(p.workspace), elems, plan.owners, p.k * p.d,
+          static_cast<int>(p.k), static_cast<Acc*>(p.sums), static_cast<Acc*>(p.counts),
+          static_cast<Acc*>(p.inertia));
+  TSM2_RETURN_IF_LAUNCH_FAILED("KmeansReduceKernel");
+  return Status{};
+}
+
+// Each step variant below gives its accumulator type, how many partials
+// (owners) its persistent grid can keep resident, and how to launch its step
+// kernel over plan.owners of them; PlanKmeansVariant does the rest for all.
+
+// The f32 tensor-core step (kernels/kmeans_mma.cuh): DC the row class (128
+// or 256 elements), MT the 16-centroid tiles, ROWS the rows of a tile.
+template <int DC, int MT, int ROWS>
+struct KmeansMmaVariant {
+  using Cfg = KmeansMmaConfig<DC, MT, ROWS>;
+  using Acc = float;
+  static constexpr KmeansStep kStep = KmeansStep::kTensorCores;
+  static constexpr const char* kName = "KmeansMmaStepKernel";
+
+  static cudaError_t Resident(const DeviceKmeans& p, int sms, int64_t* cap) {
+    int per_sm = 0;
+    if (cudaError_t e =
+            BlocksPerSm(reinterpret_cast<const void*>(&KmeansMmaStepKernel<DC, MT, ROWS>),
+                        Cfg::kThreads, Cfg::kSmemBytes, &per_sm);
+        e != cudaSuccess) {
+      return e;
+    }
+    const int64_t tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
+    *cap = std::min(tiles, static_cast<int64_t>(per_sm) * sms);
+    return cudaSuccess;
+  }
+
+  static Status Launch(const DeviceKmeans& p, const KmeansStepPlan& plan, cudaStream_t stream) {
+    KmeansArgs a = KmeansCommonArgs(p);
+    a.tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
+    KmeansMmaStepKernel<DC, MT, ROWS>
+        <<<static_cast<unsigned>(plan.owners), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+    TSM2_RETURN_IF_LAUNCH_FAILED("KmeansMmaStepKernel");
+    return Status{};
+  }
+};
+
+// The f32 tensor-core step for wide rows (kernels/kmeans_wide.cuh): one
+// cluster of KmeansWideCluster(d) blocks per partial.
+struct KmeansWideVariant {
+  using Cfg = KmeansWideConfig;
+  using Acc = float;
+  static constexpr KmeansStep kStep = KmeansStep::kTensorCoresCluster;
+  static constexpr const char* kName = "KmeansWideStepKernel";
+
+  static cudaLaunchConfig_t Config(int clusters, int cl, cudaStream_t stream,
+                                   cudaLaunchAttribute* attr) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(clusters * cl));
+    cfg.blockDim = dim3(Cfg::kThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>(Cfg::kSmemBytes);
+    cfg.stream = stream;
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = static_cast<unsigned>(cl);
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
+  }
+
+  static cudaError_t Resident(const DeviceKmeans& p, int sms, int64_t* cap) {
+    const void* kernel = reinterpret_cast<const void*>(&KmeansWideStepKernel<>);
+    int per_sm = 0;  // also opts the kernel in to its shared memory
+    if (cudaError_t e = BlocksPerSm(kernel, Cfg::kThreads, Cfg::kSmemBytes, &per_sm);
+        e != cudaSuccess) {
+      return e;
+    }
+    const int cl = KmeansWideCluster(p.d);
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = Config(sms / cl, cl, nullptr, &attr);
+    int clusters = 0;
+    if (cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, &KmeansWideStepKernel<>, &cfg);
+        e != cudaSuccess) {
+      return e;
+    }
+    if (clusters < 1) return cudaErrorInvalidConfiguration;
+    const int64_t tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
+    *cap = std::min<int64_t>(tiles, clusters);
+    return cudaSuccess;
+  }
+
+  static Status Launch(const DeviceKmeans& p, const KmeansStepPlan& plan, cudaStream_t stream) {
+    KmeansArgs a = KmeansCommonArgs(p);
+    a.tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = Config(plan.owners, KmeansWideCluster(p.d), stream, &attr);
+    TSM2_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, &KmeansWideStepKernel<>, a));
+    TSM2_RETURN_IF_LAUNCH_FAILED("KmeansWideStepKernel");
+    return Status{};
+  }
+};
+
+// The CUDA-core step for element type T, k padded to KP, vector class CLS.
+template <typename T, int KP, int CLS>
+struct KmeansVariant {
+  using Cfg = KmeansConfig<T, KP, CLS>;
+  using Acc = AccType<T>;
+  static constexpr KmeansPlan kP = Cfg::kP;
+  static constexpr KmeansStep kStep = KmeansStep::kCudaCores;
+  static constexpr const char* kName = "KmeansStepKernel";
+
+  static const void* Kernel() {
+    return reinterpret_cast<const void*>(&KmeansStepKernel<T, KP, CLS>);
+  }
+
+  static cudaLaunchConfig_t Config(int blocks, cudaStream_t stream, cudaLaunchAttribute* attr) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+    cfg.blockDim = dim3(Cfg::kThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>(kP.smem_bytes);
+    cfg.stream = stream;
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = Cfg::kCl;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = Cfg::kCl > 1 ? 1 : 0;
+    return cfg;
+  }
+
+  // Partials the launch writes: blocks (local plans) or clusters.
+  static cudaError_t Resident(const DeviceKmeans& p, int sms, int64_t* cap) {
+    int per_sm = 0;
+    if (cudaError_t e = BlocksPerSm(Kernel(), Cfg::kThreads, kP.smem_bytes, &per_sm);
+        e != cudaSuccess) {
+      return e;
+    }
+    int64_t resident = static_cast<int64_t>(std::min(per_sm, kKmeansMaxBlocksPerSm)) * sms;
+    if constexpr (Cfg::kCl > 1) {
+      int clusters = 0;
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t cfg = Config(Cfg::kCl * sms, nullptr, &attr);
+      if (cudaError_t e =
+              cudaOccupancyMaxActiveClusters(&clusters, &KmeansStepKernel<T, KP, CLS>, &cfg);
+          e != cudaSuccess) {
+        return e;
+      }
+      if (clusters < 1) return cudaErrorInvalidConfiguration;
+      resident = std::min<int64_t>(clusters, resident / Cfg::kCl);
+    }
+    *cap = std::min(KmeansMaxOwners(kP, p.n, sms), resident);
+    return cudaSuccess;
+  }
+
+  static Status Launch(const DeviceKmeans& p, const KmeansStepPlan& plan, cudaStream_t stream) {
+    const int itemsize = static_cast<int>(sizeof(T));
+    KmeansArgs a = KmeansCommonArgs(p);
+    a.tiles = KmeansTiles(kP, p.n);
+    a.units = kP.local ? static_cast<int64_t>(plan.owners) * kKmeansWarps : plan.owners;
+    a.nvd = static_cast<int>(KmeansRowVecs(itemsize, p.d));
+    a.x_vec_ok =
+        p.d % Cfg::kE == 0 && reinterpret_cast<uintptr_t>(p.x) % sizeof(typename Cfg::Raw) == 0;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = Config(plan.owners * Cfg::kCl, stream, &attr);
+    TSM2_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, &KmeansStepKernel<T, KP, CLS>, a));
+    TSM2_RETURN_IF_LAUNCH_FAILED("KmeansStepKernel");
+    return Status{};
+  }
+};
+
+// Plans variant V: partials it writes are what stays resident (and its plan
+// allows) and no more than the workspace holds.
+template <typename V>
+Status PlanKmeansVariant(const DeviceKmeans& p, KmeansStepPlan* plan) {
+  int sms = 0;
+  TSM2_CUDA_RETURN_IF_ERROR(SmCount(&sms));
+  int64_t cap = 0;
+  TSM2_CUDA_RETURN_IF_ERROR(V::Resident(p, sms, &cap));
+  const int64_t per_owner =
+      KmeansPartialElems(p.d, p.k) * static_cast<int64_t>(sizeof(typename V::Acc));
+  plan->owners =
+      static_cast<int>(std::min(cap, static_cast<int64_t>(p.workspace_bytes) / per_owner));
+  if (p.n > 0 && plan->owners < 1) {
+    return TSM2_FAIL(cudaErrorInvalidValue, "the k-means workspace holds no partial");
+  }
+  plan->step = V::kStep;
+  plan->kernel_name = V::kName;
+  plan->launch = &V::Launch;
+  plan->finish = &KmeansReduce<typename V::Acc>;
+  return Status{};
+}
+
+// Only the CUDA-core variants that have a plan (KmeansChoosePlan) are
+// instantiated.
+template <typename T, int KP, int CLS>
+Status PlanCudaCoreVariant(const DeviceKmeans& p, KmeansStepPlan* plan) {
+  if constexpr (KmeansChoosePlan(static_cast<int>(sizeof(T)), KP, CLS).ok) {
+    return PlanKmeansVariant<KmeansVariant<T, KP, CLS>>(p, plan);
+  } else {
+    return TSM2_FAIL(cudaErrorInvalidValue, "no CUDA-core k-means variant for (d, k)");
+  }
+}
+
+template <typename T, int KP>
+Status PlanWithClass(const DeviceKmeans& p, int cls, KmeansStepPlan* plan) {
+  switch (cls) {
+    case 0:
+      return PlanCudaCoreVariant<T, KP, 0>(p, plan);
+    case 1:
+      return PlanCudaCoreVariant<T, KP, 1>(p, plan);
+    case 2:
+      return PlanCudaCoreVariant<T, KP, 2>(p, plan);
+    case 3:
+      return PlanCudaCoreVariant<T, KP, 3>(p, plan);
+    case 4:
+      return PlanCudaCoreVariant<T, KP, 4>(p, plan);
+    case 5:
+      return PlanCudaCoreVariant<T, KP, 5>(p, plan);
+    case 6:
+      // Only f64 rows reach 2048 vectors at d <= kKmeansMaxD.
+      if constexpr (sizeof(T) == 8) return PlanCudaCoreVariant<T, KP, 6>(p, plan);
+      return TSM2_FAIL(cudaErrorInvalidValue, "no k-means vector class 6 for this type");
+    default:
+      return TSM2_FAIL(cudaErrorInvalidValue, "no k-means vector class for d");
+  }
+}
+
+// The f32 tensor-core step's variant: the row class (128 or 256 elements)
+// and one or two 16-centroid tiles, with Tune::kOneTileRows rows per tile
+// for one tile.
+template <typename Tune>
+Status PlanMmaVariant(const DeviceKmeans& p, KmeansStepPlan* plan) {
+  const bool wide = p.d > 128, two = p.k > 16;
+  constexpr int kOne = Tune::kOneTileRows, kTwo = kKmeansMmaRows;
+  if (wide) {
+    return two ? PlanKmeansVariant<KmeansMmaVariant<256, 2, kTwo>>(p, plan)
+               : PlanKmeansVariant<KmeansMmaVariant<256, 1, kOne>>(p, plan);
+  }
+  return two ? PlanKmeansVariant<KmeansMmaVariant<128, 2, kTwo>>(p, plan)
+             : PlanKmeansVariant<KmeansMmaVariant<128, 1, kOne>>(p, plan);
+}
+
+template <typename T, typename Tune = KmeansTuning>
+Status PlanKmeansStepWith(const DeviceKmeans& p, KmeansStepPlan* plan) {
+  *plan = KmeansStepPlan{};
+  const int itemsize = static_cast<int>(sizeof(T));
+  if (!KmeansSupported(itemsize, p.d, p.k) || p.n < 0) {
+    return TSM2_FAIL(cudaErrorInvalidValue, "the fused k-means step does not take (d, k)");
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+    switch (KmeansStepFor<Tune>(itemsize, p.d, p.k, aligned)) {
+      case KmeansStep::kTensorCoresCluster:
+        return PlanKmeansVariant<KmeansWideVariant>(p, plan);
+      case KmeansStep::kTensorCores:
+        return PlanMmaVariant<Tune>(p, plan);
+      case KmeansStep::kCudaCores:
+        break;
+    }
+  }
+  const int cls = KmeansClass(itemsize, p.d);
+  switch (KmeansKPad(p.k)) {
+    case 4:
+      return PlanWithClass<T, 4>(p, cls, plan);
+    case 8:
+      return PlanWithClass<T, 8>(p, cls, plan);
+    case 16:
+      return PlanWithClass<T, 16>(p, cls, plan);
+    case 32:
+      return PlanWithClass<T, 32>(p, cls, plan);
+    default:
+      return TSM2_FAIL(cudaErrorInvalidValue, "no k-means variant for k");
+  }
+}
+
+}  // namespace tsm2

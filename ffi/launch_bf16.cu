@@ -1,6 +1,0 @@
-// Instantiates the TSM2 kernels for __nv_bfloat16.
-#include "ffi/launch_matmul.cuh"
-
-namespace tsm2 {
-template struct TypedLauncher<__nv_bfloat16>;
-}  // namespace tsm2

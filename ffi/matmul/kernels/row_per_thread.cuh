@@ -1,0 +1,146 @@
+// TSM2L for very short rows (k * itemsize of 16 or 32 bytes): the paper's
+// thread-per-row kernel in its plainest form.
+//
+// In row-major storage a row this short is one or two 16-byte vectors, so
+// threads owning consecutive rows read (and write) one contiguous run of
+// memory: thread-per-row is coalesced without staging A in shared memory.
+// The general TSM2L tile (tsm2.cuh) pays for a cp.async ring and for staging
+// its output in shared memory, and measured 76-86% of the read ceiling on
+// such rows; this kernel keeps its rows in registers.
+// - TSM2L's optimizations: B (k x n, at most 16 x 16) sits in shared memory
+//   for the whole run, and each thread computes whole rows of C.
+// - A row of KV vectors is shared by KV neighbouring lanes, one vector each,
+//   so every load and store instruction of a warp covers one contiguous run
+//   (a lane per 32-byte row would leave half of each sector to a second
+//   instruction); the lanes add their partial sums with shuffles.
+// - The paper's prefetching (currA/nextA) is literal: the next U rows are
+//   loaded into registers while the current U are computed.
+// - TSM2L's thread-count factor is the persistent grid: each thread walks
+//   rows with a grid-sized stride.
+#pragma once
+
+#include <cstdint>
+
+#include "ffi/common/kernel_utils.cuh"
+
+namespace tsm2 {
+
+struct RowArgs {
+  const void* a;
+  const void* b;
+  void* c;
+  int64_t rows;  // batch * m: A and C are contiguous over the batch, B is shared
+  int64_t n;     // columns of C (<= NT)
+  bool out_f32;  // C is f32 although T is bf16/f16
+  bool b_trans;  // B is given as n x k (layout NT)
+  bool c_vec;    // n == NT, whole 16-byte output vectors per lane, C 16-byte aligned
+};
+
+// KV 16-byte vectors per row (k = KV * kVec<T> exactly) and as many lanes per
+// row; NT columns of B held (n <= NT); U rows per lane group per step;
+// MinBlocks blocks per SM, which caps registers at 65536 / (256 * MinBlocks).
+template <typename T, int KV, int NT, int U, int MinBlocks>
+struct RowConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kK = KV * kVec<T>;
+  static constexpr int kRowsPerStep = kThreads / KV * U;  // rows one block covers per step
+  static constexpr int kOutPerLane = NT >= KV ? NT / KV : NT;
+  static_assert(KV == 1 || KV == 2, "rows of 16 or 32 bytes");
+  static_assert(NT >= 1 && NT <= 8, "wider B is compute-bound here (bf16 16x16: 55%)");
+};
+
+// Vector `vec0 + u * blockDim.x` of A (one per lane, rows * KV in all), U times.
+template <int KV, int U>
+__device__ __forceinline__ void LoadVecs(const RowArgs& p, int64_t vec0, uint4 (&regs)[U]) {
+  const uint4* a = static_cast<const uint4*>(p.a);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t vec = vec0 + static_cast<int64_t>(u) * blockDim.x;
+    regs[u] = vec < p.rows * KV ? LoadStream16(a + vec) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Lane h of a row's group writes outputs [h * W, (h + 1) * W) of the row.
+template <typename T, int W>
+__device__ __forceinline__ void StoreLaneOut(const RowArgs& p, int64_t row, int j0,
+                                             const AccType<T> (&out)[W]) {
+  if (p.c_vec) {
+    const int64_t at = row * p.n + j0;
+    const bool done = p.out_f32 ? StoreRowVec<float, W>(static_cast<float*>(p.c) + at, out)
+                                : StoreRowVec<T, W>(static_cast<T*>(p.c) + at, out);
+    if (done) return;
+  }
+#pragma unroll
+  for (int j = 0; j < W; ++j) {
+    if (j0 + j < p.n) {
+      if (p.out_f32) {
+        static_cast<float*>(p.c)[row * p.n + j0 + j] = static_cast<float>(out[j]);
+      } else {
+        FromAcc(out[j], static_cast<T*>(p.c) + row * p.n + j0 + j);
+      }
+    }
+  }
+}
+
+template <typename T, int KV, int NT, int U, int MinBlocks>
+__global__ void __launch_bounds__(256, MinBlocks)
+    Tsm2LRowKernel(const __grid_constant__ RowArgs p) {
+  using Cfg = RowConfig<T, KV, NT, U, MinBlocks>;
+  using Acc = AccType<T>;
+  constexpr int K = Cfg::kK, V = kVec<T>, W = Cfg::kOutPerLane;
+  __shared__ __align__(16) Acc bs[K * NT];  // B[kk][j], columns past n zero
+  const T* b = static_cast<const T*>(p.b);
+  for (int e = threadIdx.x; e < K * NT; e += blockDim.x) {
+    const int kk = e / NT, j = e % NT;
+    bs[e] = j < p.n ? ToAcc(b[p.b_trans ? j * K + kk : kk * p.n + j]) : Acc(0);
+  }
+  __syncthreads();
+
+  const int h = threadIdx.x % KV;  // which vector of its row this lane holds
+  // Steps are counted in vectors and are the same for the whole block, so
+  // every lane of a warp runs the same iterations (the shuffles need that).
+  const int64_t total = p.rows * KV;
+  const int64_t step = static_cast<int64_t>(Cfg::kRowsPerStep) * KV;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * step;
+  int64_t base = static_cast<int64_t>(blockIdx.x) * step;
+  uint4 cur[U];
+  LoadVecs<KV, U>(p, base + threadIdx.x, cur);
+  for (; base < total; base += stride) {
+    uint4 next[U];
+    LoadVecs<KV, U>(p, base + stride + threadIdx.x, next);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      Acc av[V];
+      Unpack<T>(cur[u], av);
+      Acc acc[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) acc[j] = 0;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        Acc bv[NT];
+        LoadSmemRow<NT>(bs + (h * V + e) * NT, bv);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) acc[j] = fma(av[e], bv[j], acc[j]);
+      }
+      if constexpr (KV == 2) {
+        // Both lanes of the row end with its full sums, added in the same
+        // order, so the halves they write come from identical values.
+#pragma unroll
+        for (int j = 0; j < NT; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], 1);
+      }
+      const int64_t vec = base + threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+      if (vec < total && (NT >= KV || h == 0)) {
+        // Lane h writes outputs [h * W, (h + 1) * W); selected with constant
+        // indices so that acc stays in registers.
+        Acc out[W];
+#pragma unroll
+        for (int j = 0; j < W; ++j) out[j] = (NT >= KV && h == 1) ? acc[(W + j) % NT] : acc[j];
+        StoreLaneOut<T, W>(p, vec / KV, NT >= KV ? h * W : 0, out);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) cur[u] = next[u];
+  }
+}
+
+}  // namespace tsm2

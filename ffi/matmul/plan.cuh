@@ -1,0 +1,290 @@
+// The planner of tsm2_matmul: where the kernel for a call is chosen, once.
+//
+// The router (jax_tsm2/routing.py) has already picked the family; from it and
+// the problem, PlanMatmulWith resolves one kernel instantiation and stores
+// its launch function in the MatmulPlan, which LaunchMatmul (launcher.h) then
+// runs as it is. Every branch below names the kernel it picks:
+//
+//   TSM2R, TSM2L  PlanTiles: the n-tile t2 = NTileFor(n), then
+//                   R tile                 kernels/tsm2.cuh (Tsm2Kernel)
+//                   L tile (k * size <= 128 bytes), kernels/tsm2.cuh
+//                   L row-per-thread (rows of 16 or 32 bytes, n <= 8),
+//                                          kernels/row_per_thread.cuh
+//   TSM2S         PlanSplit + PlanS: the split plan (split_plan.h SPlan), then
+//                   tensor maps (bf16/f16, >= 64 column tiles; sm_90)
+//                                          kernels/small_left_tma.cuh
+//                   clusters (f32/bf16/f16, one wave; sm_90)
+//                                          kernels/small_left_cluster.cuh
+//                   tensor cores (bf16/f16, m >= 8)  kernels/small_left_mma.cuh
+//                   CUDA cores             kernels/small_left.cuh
+//   TSM2T         PlanSplit + PlanT: the split plan (TPlan), then
+//                   tensor cores (tiles of 2048+ outputs; 1024+ for bf16/f16)
+//                                          kernels/tn_mma.cuh (f64), tn_tf32.cuh
+//                                          (f32), tn_half.cuh (bf16, f16)
+//                   CUDA cores             kernels/tn.cuh
+//                 and with more than one split, the fixed-order sum of the
+//                 partial sums, kernels/split_reduce.cuh.
+//
+// Tune bundles the families' tuning structs (split_plan.h): production
+// instantiates MatmulTuning, the lab programs (benchmarks/lab/) variants.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "ffi/common/device.h"
+#include "ffi/common/status.h"
+#include "ffi/matmul/launch_split.cuh"
+#include "ffi/matmul/launch_tiles.cuh"
+#include "ffi/matmul/launcher.h"
+#include "ffi/matmul/split_plan.h"
+#include "ffi/matmul/tiles.h"
+
+namespace tsm2 {
+
+struct MatmulTuning {
+  using S = STuning;
+  using T = TTuning;
+};
+
+// --- TSM2R and TSM2L --------------------------------------------------------
+
+// The variant for problem p with n-tile NT (t2): the R tile, or for TSM2L rows
+// of at most kLMaxRowBytes the row-per-thread kernel (rows of one or two
+// 16-byte vectors, n <= 8, B shared across the batch, A aligned) or the L
+// tile with the row's 16-byte vectors per thread.
+template <typename T, int NT>
+Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
+  if (!UsesLTile(f == Kernel::kTsm2l, p.k, sizeof(T))) {
+    return Tsm2Variant<T, NT, RConfig>::Plan(p, plan);
+  }
+  if constexpr (NT <= 8) {
+    if (UsesRowKernel(true, p.k, p.n, sizeof(T))) {
+      if (p.k * static_cast<int64_t>(sizeof(T)) == 16 && RowVariant<T, NT, 1>::Takes(p)) {
+        return RowVariant<T, NT, 1>::Plan(p, plan);
+      }
+      if (p.k * static_cast<int64_t>(sizeof(T)) == 32 && RowVariant<T, NT, 2>::Takes(p)) {
+        return RowVariant<T, NT, 2>::Plan(p, plan);
+      }
+    }
+  }
+  switch (LVecsPerThread(p.k, sizeof(T))) {
+    case 1:
+      return Tsm2Variant<T, NT, LConfig<1>::template C>::Plan(p, plan);
+    case 2:
+      return Tsm2Variant<T, NT, LConfig<2>::template C>::Plan(p, plan);
+    case 4:
+      return Tsm2Variant<T, NT, LConfig<4>::template C>::Plan(p, plan);
+    default:
+      return Tsm2Variant<T, NT, LConfig<8>::template C>::Plan(p, plan);
+  }
+}
+
+// The n-tile first: t2 = NTileFor(n), a power of two up to 64.
+template <typename T>
+Status PlanTiles(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
+  switch (NTileFor(p.n)) {
+    case 1:
+      return PlanTile<T, 1>(p, f, plan);
+    case 2:
+      return PlanTile<T, 2>(p, f, plan);
+    case 4:
+      return PlanTile<T, 4>(p, f, plan);
+    case 8:
+      return PlanTile<T, 8>(p, f, plan);
+    case 16:
+      return PlanTile<T, 16>(p, f, plan);
+    case 32:
+      return PlanTile<T, 32>(p, f, plan);
+    case 64:
+      return PlanTile<T, 64>(p, f, plan);
+    default:
+      return TSM2_FAIL(cudaErrorInvalidValue, "NTileFor gave an n-tile with no kernel");
+  }
+}
+
+// --- TSM2S ------------------------------------------------------------------
+
+// set(std::integral_constant<int, MT>) for MT = mt, one of the row counts the
+// S kernels are compiled for (1, 2, 4, 8, 16).
+template <typename Set>
+Status WithRowsOfA(int64_t mt, Set&& set) {
+  switch (mt) {
+    case 1:
+      set(std::integral_constant<int, 1>{});
+      return Status{};
+    case 2:
+      set(std::integral_constant<int, 2>{});
+      return Status{};
+    case 4:
+      set(std::integral_constant<int, 4>{});
+      return Status{};
+    case 8:
+      set(std::integral_constant<int, 8>{});
+      return Status{};
+    case 16:
+      set(std::integral_constant<int, 16>{});
+      return Status{};
+    default:
+      return TSM2_FAIL(cudaErrorInvalidValue, "TSM2S takes m <= 16 rows of A");
+  }
+}
+
+// Which S kernel runs the split plan: the tensor-map kernel or the cluster
+// kernel where the plan says so (no other kernel runs their plans), else the
+// tensor-core kernel for 2-byte types from STune::kMmaMinM rows (the plan's
+// mma), else the CUDA-core kernel; the last two for m rounded up to a power
+// of two rows.
+template <typename T, typename STune, typename TTune>
+Status PlanS(const DeviceMatmul& p, MatmulPlan* plan) {
+  using L = SplitLauncher<T, STune, TTune>;
+  const SplitPlan& s = plan->split;
+  plan->vec_ok =
+      p.n % SCols<T>::kCpt == 0 && reinterpret_cast<uintptr_t>(p.b) % SCols<T>::kBytes == 0;
+  const int64_t mt = Pow2AtLeast(p.m);
+  if constexpr (sizeof(T) == 2) {
+    if (s.tma) {
+      if (!HasClusters()) {
+        return TSM2_FAIL(cudaErrorInvalidDeviceFunction, "the tensor-map S plan needs sm_90");
+      }
+      // The copies need 16-byte aligned operands (n, k % 8 == 0: the plan),
+      // and the stores an aligned C; XLA's buffers always are.
+      if (reinterpret_cast<uintptr_t>(p.c) % 16 != 0) {
+        return TSM2_FAIL(cudaErrorInvalidValue, "the tensor-map S kernel needs C 16-byte aligned");
+      }
+      plan->launch = s.tile_n == 64 ? &L::template LaunchSTma<64> : &L::template LaunchSTma<128>;
+      plan->kernel_name = "Tsm2STmaKernel";
+      return Status{};
+    }
+  }
+  if constexpr (sizeof(T) <= 4) {
+    if (s.cluster) {
+      if (!HasClusters()) {
+        return TSM2_FAIL(cudaErrorInvalidDeviceFunction, "the cluster S plan needs sm_90");
+      }
+      // 16-byte copies of A and B, and one vector store per quad of outputs
+      // (C, or the partial sums).
+      plan->vec_ok = p.n % 8 == 0 && p.k % 8 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(p.b) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(p.c) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0;
+      plan->kernel_name = "Tsm2SClusterKernel";
+      if constexpr (sizeof(T) == 2) {  // m16 tiles whatever m
+        plan->launch = plan->vec_ok ? &L::template LaunchSCluster<16, true>
+                                    : &L::template LaunchSCluster<16, false>;
+        return Status{};
+      } else {  // f32 multiplies m rounded up to a power of two rows of A
+        return WithRowsOfA(mt, [&](auto rows) {
+          constexpr int kMt = decltype(rows)::value;
+          plan->launch = plan->vec_ok ? &L::template LaunchSCluster<kMt, true>
+                                      : &L::template LaunchSCluster<kMt, false>;
+        });
+      }
+    }
+  }
+  if constexpr (sizeof(T) == 2) {
+    if (s.mma && HasMmaSync()) {
+      plan->launch = &L::LaunchSMma;
+      plan->kernel_name = "Tsm2SMmaKernel";
+      return Status{};
+    }
+  }
+  plan->kernel_name = "Tsm2SKernel";
+  return WithRowsOfA(
+      mt, [&](auto rows) { plan->launch = &L::template LaunchSCore<decltype(rows)::value>; });
+}
+
+// --- TSM2T ------------------------------------------------------------------
+
+// Which T kernel runs the split plan: the tensor-core kernel compiled for the
+// plan's output tile where the plan says so and the GPU has mma.sync (sm_80),
+// else the CUDA-core kernel with the plan's thread blocks (below sm_80 it
+// runs the tensor-core plans too: any step works for it, and the padded ring
+// is only larger than it needs).
+template <typename T, typename STune, typename TTune>
+Status PlanT(const DeviceMatmul& p, MatmulPlan* plan) {
+  using L = SplitLauncher<T, STune, TTune>;
+  const SplitPlan& s = plan->split;
+  constexpr int kV = kVec<T>;
+  plan->vec_ok = p.m % kV == 0 && p.n % kV == 0 && s.tile_m % kV == 0 && s.tile_n % kV == 0 &&
+                 reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
+                 reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
+  if (TSmemBytes(s, sizeof(T)) > kTMaxSmem) {
+    return TSM2_FAIL(cudaErrorInvalidConfiguration, "the T plan's ring exceeds kTMaxSmem");
+  }
+  if (s.mma && HasMmaSync()) {
+    plan->launch = L::TMmaLaunchFor(s);
+    plan->kernel_name = std::is_same_v<T, double>  ? "Tsm2TMmaKernel"
+                        : std::is_same_v<T, float> ? "Tsm2TTf32Kernel"
+                                                   : "Tsm2THalfKernel";
+    if (plan->launch == nullptr) {
+      return TSM2_FAIL(cudaErrorInvalidValue, "no tensor-core T kernel for the plan's tile");
+    }
+    return Status{};
+  }
+  // TPlan never gives f64 8 x 8 blocks (128 accumulator registers would spill).
+  constexpr int kWide = sizeof(T) <= 4 ? 8 : 4;
+  if (s.thread_edge != 4 && s.thread_edge != kWide) {
+    return TSM2_FAIL(cudaErrorInvalidValue, "no CUDA-core T kernel for the plan's thread blocks");
+  }
+  plan->launch = s.thread_edge == 8 ? &L::template LaunchTCore<kWide> : &L::template LaunchTCore<4>;
+  plan->kernel_name = "Tsm2TKernel";
+  return Status{};
+}
+
+// --- S and T ----------------------------------------------------------------
+
+// The split plan for the device (fewer splits where the workspace is short:
+// one split needs none and is always correct), its kernel, and with splits
+// their sum.
+template <typename T, typename STune, typename TTune>
+Status PlanSplit(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
+  using L = SplitLauncher<T, STune, TTune>;
+  if (f == Kernel::kTsm2s && p.m > kSMaxM) {
+    return TSM2_FAIL(cudaErrorInvalidValue, "TSM2S takes m <= kSMaxM rows of A");
+  }
+  TSM2_CUDA_RETURN_IF_ERROR(SmCount(&plan->sm_count));
+  SplitPlan s = f == Kernel::kTsm2t
+                    ? TPlan<TTune>(sizeof(T), p.batch, p.m, p.k, p.n, plan->sm_count)
+                    : SPlan<STune>(sizeof(T), p.batch, p.m, p.k, p.n, plan->sm_count);
+  size_t need = SplitWorkspaceBytes(s, sizeof(T), p.batch, p.m, p.n);
+  if (need > p.workspace_bytes) {
+    s.splits = 1;
+    s.split_len = CeilDiv(std::max<int64_t>(p.k, 1), s.step) * s.step;
+    need = 0;
+  }
+  if (s.Blocks(p.batch) > int64_t{1} << 31) {
+    return TSM2_FAIL(cudaErrorInvalidConfiguration, "the split plan has more than 2^31 blocks");
+  }
+  plan->split = s;
+  plan->blocks = static_cast<int>(s.Blocks(p.batch));
+  plan->workspace_bytes = need;
+  TSM2_RETURN_IF_ERROR(
+      (f == Kernel::kTsm2t ? PlanT<T, STune, TTune>(p, plan) : PlanS<T, STune, TTune>(p, plan)));
+  if (s.splits > 1) {
+    // Many splits (T): a block per 32 outputs, its warps over the splits;
+    // else a thread per output.
+    plan->finish = s.splits >= 32 ? &L::template AddSplits<true> : &L::template AddSplits<false>;
+  }
+  return Status{};
+}
+
+// --- Every family -----------------------------------------------------------
+
+template <typename T, typename Tune = MatmulTuning>
+Status PlanMatmulWith(const DeviceMatmul& p, Kernel family, MatmulPlan* plan) {
+  *plan = MatmulPlan{};
+  plan->family = family;
+  switch (family) {
+    case Kernel::kTsm2s:
+    case Kernel::kTsm2t:
+      return PlanSplit<T, typename Tune::S, typename Tune::T>(p, family, plan);
+    case Kernel::kTsm2r:
+    case Kernel::kTsm2l:
+      return PlanTiles<T>(p, family, plan);
+  }
+  return TSM2_FAIL(cudaErrorInvalidValue, "unknown kernel family");
+}
+
+}  // namespace tsm2
