@@ -92,11 +92,12 @@ MAX_PROBE_BYTES = 1_000_000_000
 BANDWIDTH_OCTAVES = 1.5
 PRIOR_WEIGHT = 0.25
 # Margins a kernel must be predicted faster than XLA's dot by: where probes
-# are near (support >= 1) the base margin, growing towards FAR_MARGIN as the
-# nearest probes recede. Without a calibration routing uses the model's own
+# of both are near (support >= 1) the base margin, growing towards FAR_MARGIN
+# as the nearest probes recede (the uncorrected model then decides, and its
+# constants may be another GPU's). Without a calibration routing uses the model's own
 # margins widened to UNCALIBRATED_MARGIN.
 BASE_MARGIN = 0.04
-FAR_MARGIN = 0.5
+FAR_MARGIN = 1.0
 UNCALIBRATED_MARGIN = 0.3
 
 
@@ -131,8 +132,10 @@ def design(
     Within a cell the shapes are stratified in log-bytes (one per equal slice
     of log(MIN_BYTES)..log(MAX_PROBE_BYTES)) and log-uniform in each size
     within the family's regions, so they spread over the region rather than
-    cluster. Cells take turns in the returned order, so a calibration cut short
-    by its time budget still covers every cell.
+    cluster. Cells take turns in the returned order, and each cell's strata
+    come largest first and then filling the gaps between (``_spread``), so a
+    calibration cut short by its time budget still covers every cell and the
+    sizes where a product is memory-bound.
 
     Example:
         >>> probes = design(per_cell=2)
@@ -155,7 +158,29 @@ def design(
                 want = (lo + (hi - lo) * i / per_cell, lo + (hi - lo) * (i + 1) / per_cell)
                 cell.append(_draw(rng, fam, dtype, want, {q.problem for q in cell}))
             cells.append(cell)
-    return [cell[i] for i in range(per_cell) for cell in cells]
+    return [cell[i] for i in _spread(per_cell) for cell in cells]
+
+
+def _spread(n: int) -> list[int]:
+    """0..n-1 from the top, each next one in the largest gap left (a van der Corput order).
+
+    Example:
+        >>> _spread(6)
+        [5, 3, 4, 1, 2, 0]
+    """
+    out: list[int] = []
+    j = 0
+    while len(out) < n:
+        x, f, v = j, 0.5, 0.0
+        while x:
+            v, x, f = v + f * (x & 1), x >> 1, f / 2
+        i = min(n - 1, int((1.0 - v) * n))
+        if i not in out:
+            out.append(i)
+        j += 1
+        if j > 64 * n:  # the sequence reaches every slot long before this
+            out += [i for i in range(n) if i not in out]
+    return out
 
 
 def _draw(
@@ -445,7 +470,7 @@ def decide(
     grows where the probes behind the kernel's correction are far away."""
     dev = corrections.device
     cal = corrections.calibration
-    fx, _ = corrections.factor("xla", p, dtype, layout)
+    fx, xla_support = corrections.factor("xla", p, dtype, layout)
     xla = model.predict(p, dtype, layout, "xla", dev, cal, xla_precision).seconds * fx
     secs: dict[str, float] = {"xla": xla}
     support: dict[str, float] = {}
@@ -459,7 +484,8 @@ def decide(
     if not kernels:
         return Decision("xla", secs, 0.0, "no kernel takes this problem")
     best = min(kernels, key=secs.__getitem__)
-    margin = BASE_MARGIN + (FAR_MARGIN - BASE_MARGIN) * math.exp(-2.0 * support[best])
+    known = min(support[best], xla_support)
+    margin = BASE_MARGIN + (FAR_MARGIN - BASE_MARGIN) * math.exp(-2.0 * known)
     us = lambda s: f"{s * 1e6:.1f} us"
     if secs[best] * (1.0 + margin) < xla:
         why = (
@@ -595,12 +621,32 @@ def run(
         >>> len(data.records), data.read_bytes_per_s  # doctest: +SKIP
         (100, 4.63e12)
     """
+    import jax
+
     from jax_tsm2 import _ffi
-    from jax_tsm2.bench import ceilings
-    from jax_tsm2.tune import cli
 
     if not (_ffi.cuda_backend_present() and _ffi.cuda_targets_available()):
         raise RuntimeError("calibration needs a CUDA GPU and a CUDA build of jax_tsm2")
+    # f64 probes need f64 operands; the caller's setting is restored on the way out.
+    prev_x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        return _run(budget_s, per_cell, write, path, log, progress)
+    finally:
+        jax.config.update("jax_enable_x64", prev_x64)
+
+
+def _run(
+    budget_s: float,
+    per_cell: int,
+    write: bool,
+    path: pathlib.Path | None,
+    log: Callable[[str], None] | None,
+    progress: bool,
+) -> CalibrationData:
+    from jax_tsm2.bench import ceilings
+    from jax_tsm2.tune import cli
+
     device = model.device_from_driver(0)
     # The read ceiling over buffers of several times the L2, as the harness measures it.
     buffer = max(1 << 28, 8 * device.l2_bytes)
@@ -623,7 +669,9 @@ def run(
         wrap = lambda xs: tqdm(xs, desc="calibrating", unit="probe", leave=False)
     data = measure(
         design(per_cell),
-        cli.GpuTimer(samples=3),
+        # Few products per timed call: each probe compiles its own programs, and
+        # compilation, not timing, is what a probe costs.
+        cli.GpuTimer(samples=3, max_reps=8),
         device,
         read_bytes_per_s=read,
         launch_seconds=launch,
