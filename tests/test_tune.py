@@ -204,3 +204,87 @@ def test_store_replaces_an_untrusted_file_and_merges_a_trusted_one():
     with pytest.raises(ValueError, match="malformed"):
         cache.store(DEV, {"float32/nn/1/6/6/6": {"target": "tsm2t"}})
     assert not list(cache.cache_dir().glob("*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        ("[" * 100_000 + "]" * 100_000, "RecursionError"),
+        ('{"a": ' * 50_000 + "1" + "}" * 50_000, "RecursionError"),
+        (json.dumps(_valid_doc(version=7)).replace('"version": 7', '"version": ' + "7" * 5000),
+         "digits"),
+        ('{"schema": "jax_tsm2.tune", "version": 1, "device": {"key": "' + KEY + '"}, '
+         '"measured_read_bytes_per_s": ' + "9" * 5000 + ', "entries": {}}', "digits"),
+    ],
+)  # fmt: skip
+def test_a_file_the_parser_chokes_on_is_ignored_everywhere(text, why):
+    """Deep nesting and huge integers make json.loads raise RecursionError / ValueError: the
+    cache, routing and explain() carry on as with no cache, after one warning."""
+    import jax
+    import jax.numpy as jnp
+
+    import jax_tsm2
+    from jax_tsm2 import routing
+
+    _write(text)
+    with pytest.warns(RuntimeWarning, match=why):
+        assert cache.lookup(KEY, "float32", "nn", None, 1000, 8, 8) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per file version
+        assert cache.measured_bandwidth(KEY) is None
+        a = jax.ShapeDtypeStruct((10**6, 8), jnp.float32)
+        b = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+        r = routing.route(a, b, jnp.float32, platform="cuda", mode="auto", device=H100)
+        assert r.layer != "tune cache"
+        e = jax_tsm2.explain(a, b, mode="auto", device=H100, show=False)
+        assert e.tuned is None
+
+
+def test_a_fifo_in_place_of_the_file_does_not_block(tmp_path):
+    """Opening a FIFO for reading waits for a writer: the cache must not open it at all."""
+    import os
+    import threading
+
+    path = cache.cache_path(KEY)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    got = {}
+
+    def look():
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got["target"] = cache.lookup(KEY, "float32", "nn", None, 1000, 8, 8)
+            got["warnings"] = [str(x.message) for x in w]
+
+    t = threading.Thread(target=look, daemon=True)
+    t.start()
+    t.join(timeout=20)
+    if t.is_alive():  # release the reader blocked in open() before failing
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        t.join(timeout=5)
+        pytest.fail("cache.lookup blocked on a FIFO")
+    assert got["target"] is None
+    assert any("not a regular file" in m for m in got["warnings"]), got["warnings"]
+
+
+def test_a_directory_or_an_oversized_file_is_ignored(monkeypatch):
+    path = cache.cache_path(KEY)
+    path.mkdir(parents=True)
+    with pytest.warns(RuntimeWarning, match="not a regular file"):
+        assert cache.lookup(KEY, "float32", "nn", None, 1000, 8, 8) is None
+    path.rmdir()
+    monkeypatch.setattr(cache, "MAX_BYTES", 1000)
+    doc = _valid_doc()
+    doc["padding"] = "x" * 2000
+    _write(json.dumps(doc))
+    with pytest.warns(RuntimeWarning, match="more than the 1000"):
+        assert cache.lookup(KEY, "float32", "nn", None, 1000, 8, 8) is None
+
+
+@pytest.mark.parametrize("bw", [float("nan"), float("inf"), -1.0, 0, True, "3e12", [3e12]])
+def test_a_bad_measured_bandwidth_is_dropped_and_the_entries_kept(bw):
+    _write(json.dumps(_valid_doc(measured_read_bytes_per_s=bw)))
+    assert cache.measured_bandwidth(KEY) is None
+    assert cache.lookup(KEY, "float32", "nn", None, 1000, 8, 8) == "tsm2l"
+    assert model.current_device().bandwidth() > 0

@@ -17,19 +17,26 @@ Layout of a file (``SCHEMA``, version ``VERSION``)::
                     "date": "...", "jax_tsm2": "0.1.0", "jax": "0.11.2"}}}
 
 Routing never needs a file: ``lookup`` answers None when there is no file, no
-entry, or the file cannot be trusted. A file that is not valid JSON, has
-another schema or version, belongs to another GPU (its ``device.key``
+entry, or the file cannot be trusted. Whatever is at the path, it never
+raises and never blocks: something that is not a regular file (a FIFO, a
+device, a directory) is not opened for reading, a file over ``MAX_BYTES`` is
+not read, and a file that cannot be read, is not valid JSON (including JSON
+nested too deeply for the parser, or holding numbers too long to convert),
+has another schema or version, belongs to another GPU (its ``device.key``
 differs from the one asked for), or holds malformed entries is ignored with a
 ``RuntimeWarning`` naming the file and the reason (malformed entries alone
-are skipped); it never raises.
+are skipped). The verdict on a file is kept until the file changes, so each
+version of a file warns once.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import pathlib
+import stat
 import tempfile
 import threading
 import warnings
@@ -39,6 +46,8 @@ from typing import Any
 SCHEMA = "jax_tsm2.tune"
 VERSION = 1
 ENV_DIR = "JAX_TSM2_CACHE_DIR"
+# A cache holds one small entry per tuned shape: thousands of shapes are ~1 MB.
+MAX_BYTES = 16 << 20
 TARGETS = ("tsm2r", "tsm2l", "tsm2s", "tsm2t", "xla")
 _LAYOUT_TARGETS = {
     "nn": ("tsm2r", "tsm2l", "tsm2s", "xla"),
@@ -47,8 +56,9 @@ _LAYOUT_TARGETS = {
 }
 
 _lock = threading.Lock()
-# path -> (mtime_ns, size, parsed file or None); reloaded when the file changes.
-_memo: dict[str, tuple[int, int, dict[str, Any] | None]] = {}
+# path|device key -> ((mtime_ns, size, inode, mode), parsed file or None); reloaded when
+# the file changes.
+_memo: dict[str, tuple[tuple[int, int, int, int], dict[str, Any] | None]] = {}
 
 
 def cache_dir() -> pathlib.Path:
@@ -80,36 +90,70 @@ def _warn(path: pathlib.Path, why: str) -> None:
     )
 
 
-def _valid_entry(key: str, value: Any) -> bool:
+def _valid_entry(key: Any, value: Any) -> bool:
+    if not isinstance(key, str) or not isinstance(value, Mapping):
+        return False
     parts = key.split("/")
-    if len(parts) != 6 or not isinstance(value, Mapping):
+    if len(parts) != 6:
         return False
     _, layout, *sizes = parts
-    if layout not in _LAYOUT_TARGETS or not all(s.isdigit() for s in sizes):
+    if layout not in _LAYOUT_TARGETS or not all(s.isascii() and s.isdigit() for s in sizes):
         return False
     return value.get("target") in _LAYOUT_TARGETS[layout]
+
+
+def _read_capped(path: pathlib.Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``MAX_BYTES``; else OSError.
+
+    O_NONBLOCK keeps ``open`` from waiting for a writer when the path is a
+    FIFO; the type is checked on the opened descriptor, so a file swapped for
+    something else between a ``stat`` and the ``open`` is still caught.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"not a regular file (mode {stat.filemode(st.st_mode)})")
+        if st.st_size > MAX_BYTES:
+            raise OSError(f"{st.st_size} bytes, more than the {MAX_BYTES} a tune cache may have")
+        chunks, left = [], MAX_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left <= 0:  # it grew while being read
+            raise OSError(f"more than the {MAX_BYTES} bytes a tune cache may have")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _parse(path: pathlib.Path, device_key: str) -> dict[str, Any] | None:
     """The file's contents if they can be trusted for device_key; warns and returns None if not."""
     try:
-        doc = json.loads(path.read_text())
+        text = _read_capped(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         _warn(path, f"unreadable ({err})")
         return None
-    except json.JSONDecodeError as err:
-        _warn(path, f"not valid JSON ({err})")
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        # ValueError covers JSONDecodeError and integers past Python's digit limit;
+        # RecursionError, arrays or objects nested past the parser's depth.
+        _warn(path, f"not valid JSON ({type(err).__name__}: {str(err)[:200]})")
         return None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         _warn(path, f"not a {SCHEMA} file")
         return None
     if doc.get("version") != VERSION:
-        _warn(path, f"version {doc.get('version')!r}, this jax_tsm2 reads version {VERSION}")
+        _warn(path, f"version {_short(doc.get('version'))}, this jax_tsm2 reads version {VERSION}")
         return None
     dev = doc.get("device")
     if not isinstance(dev, dict) or dev.get("key") != device_key:
         other = dev.get("key") if isinstance(dev, dict) else None
-        _warn(path, f"written for GPU {other!r}, not this one ({device_key!r})")
+        _warn(path, f"written for GPU {_short(other)}, not this one ({device_key!r})")
         return None
     entries = doc.get("entries")
     if not isinstance(entries, dict):
@@ -119,28 +163,38 @@ def _parse(path: pathlib.Path, device_key: str) -> dict[str, Any] | None:
     if len(good) != len(entries):
         _warn(path, f"{len(entries) - len(good)} malformed entries skipped")
         # The rest are still used: only the offending entries are dropped.
-    doc = dict(doc, entries=good)
     bw = doc.get("measured_read_bytes_per_s")
-    if bw is not None and not (isinstance(bw, (int, float)) and bw > 0):
-        doc["measured_read_bytes_per_s"] = None
-    return doc
+    if not _positive_number(bw):
+        bw = None
+    return dict(doc, entries=good, measured_read_bytes_per_s=bw)
+
+
+def _positive_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < math.inf
+
+
+def _short(x: Any) -> str:
+    """``repr(x)`` cut to a readable length (a warning may quote anything a file holds)."""
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def load(device_key: str) -> dict[str, Any] | None:
     """The trusted contents of this GPU's cache file, or None (memoized per file version)."""
     path = cache_path(device_key)
     try:
-        st = path.stat()
-    except OSError:
+        st = path.stat()  # a stat never blocks, whatever the path is
+    except (OSError, ValueError):  # ValueError: a NUL in $JAX_TSM2_CACHE_DIR
         return None
+    version = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode)
     memo_key = f"{path}|{device_key}"
     with _lock:
         hit = _memo.get(memo_key)
-        if hit is not None and hit[:2] == (st.st_mtime_ns, st.st_size):
-            return hit[2]
+        if hit is not None and hit[0] == version:
+            return hit[1]
     doc = _parse(path, device_key)
     with _lock:
-        _memo[memo_key] = (st.st_mtime_ns, st.st_size, doc)
+        _memo[memo_key] = (version, doc)
     return doc
 
 
