@@ -253,7 +253,8 @@ def problem_of(a_shape: Sequence[int], b_shape: Sequence[int], layout: str = "nn
     Each operand has rank 2 or 3; a rank-3 operand's batch equals the result's
     or is 1 (shared by every batch entry). ``layout`` says how the last two
     dimensions are stored: nn ``a[m, k], b[k, n]``, nt ``a[m, k], b[n, k]``,
-    tn ``a[k, m], b[k, n]``. Raises TypeError naming the shapes.
+    tn ``a[k, m], b[k, n]``. Dimensions are non-negative integers or symbolic
+    (``jax.export``). Raises TypeError naming the shapes.
 
     Example:
         >>> problem_of((4, 10, 3), (3, 2))
@@ -265,6 +266,14 @@ def problem_of(a_shape: Sequence[int], b_shape: Sequence[int], layout: str = "nn
     """
     a_shape, b_shape = tuple(a_shape), tuple(b_shape)
     check_layout(layout)
+    for d in (*a_shape, *b_shape):
+        if not _compat.is_symbolic_dim(d) and (
+            isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0
+        ):
+            raise TypeError(
+                f"tsm2_matmul: dimensions must be non-negative integers, got shapes "
+                f"{a_shape} and {b_shape}"
+            )
     if len(a_shape) not in (2, 3) or len(b_shape) not in (2, 3):
         raise TypeError(
             f"tsm2_matmul: operands must have rank 2 or 3, got shapes {a_shape} and {b_shape}"
