@@ -459,7 +459,9 @@ def route(
     """Decides how the product of canonical rank-2/3 operands ``a``, ``b`` is computed.
 
     Never raises for a supported call: a failing device query falls back to
-    the H100 preset (the reason says so), a corrupt tune cache is ignored.
+    the H100 preset (the reason says so), a corrupt tune cache is ignored. A
+    symbolic dimension (``jax.export`` with ``export.symbolic_shape``) routes
+    to XLA's dot: the kernels are planned for static sizes.
 
     Args:
       a, b: anything with ``.shape`` and ``.dtype`` (avals, ShapeDtypeStructs, arrays),
@@ -507,6 +509,12 @@ def route(
         return xla(f"the kernels cannot write {out} from {dtype} operands")
     if precision is not None and _compat.is_dot_algorithm(precision):
         return xla(f"dot algorithm {precision} requested")
+    symbolic = [d for d in (p.batch, p.m, p.k, p.n) if _compat.is_symbolic_dim(d)]
+    if symbolic:
+        # Everything below compares sizes, and a kernel's launch plan and workspace are
+        # sized when it is lowered: with a size unknown until the call, XLA's dot.
+        names = ", ".join(sorted({str(d) for d in symbolic}))
+        return xla(f"symbolic dimension(s) {names}: the kernels need static sizes")
     if p.empty:
         return xla("empty problem (a zero dimension): XLA's dot returns the right zeros")
     if platform == "cuda" and not cuda_targets:
