@@ -10,12 +10,16 @@ floating-point dot products actually err.
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import sys
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+import jax_tsm2
 
 FLOAT_DTYPES = (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16)
 HALF_DTYPES = (jnp.bfloat16, jnp.float16)
@@ -74,14 +78,35 @@ def ffi_product(a, b, kernel: int, layout: int, out_dtype=None):
     return call(a, b, kernel=np.int32(kernel), layout=np.int32(layout))[0]
 
 
+# Where the jax_tsm2 this process imported lives: an installed copy's site-packages, or
+# the source tree of an editable install. A child interpreter puts its working directory
+# (or its script's) first on sys.path, so one started from the repository would import the
+# source tree, without the compiled extension of a regular install: children run here,
+# with this directory first on PYTHONPATH too (for scripts run by path).
+PACKAGE_ROOT = str(pathlib.Path(jax_tsm2.__file__).resolve().parent.parent)
+
+
+def package_env(**overrides: str) -> dict[str, str]:
+    """``os.environ`` with ``overrides``, and ``PACKAGE_ROOT`` first on ``PYTHONPATH``."""
+    env = dict(os.environ, **overrides)
+    env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def run_python(args: list[str], *, env: dict[str, str] | None = None, **kwargs: Any):
+    """``python *args`` in a child that imports the jax_tsm2 this process imported
+    (``subprocess.run`` keywords pass through; output is captured as text)."""
+    kwargs = {"capture_output": True, "text": True, "timeout": 300, **kwargs}
+    return subprocess.run(
+        [sys.executable, *args], cwd=PACKAGE_ROOT, env=env or package_env(), **kwargs
+    )
+
+
 def import_with_env(name: str, value: str, expr: str) -> subprocess.CompletedProcess:
     """Imports jax_tsm2 in a fresh interpreter with environment variable ``name`` set to
     ``value`` (settings read at import) and prints ``expr``."""
-    env = dict(os.environ, **{name: value})
     code = f"import jax_tsm2; print({expr})"
-    return subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
+    return run_python(["-c", code], env=package_env(**{name: value}), timeout=120)
 
 
 def lowered_text(f, *args, platform: str = "cpu") -> str:

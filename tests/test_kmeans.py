@@ -11,15 +11,13 @@ from __future__ import annotations
 import doctest
 import functools
 import importlib
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import package_env, run_python
 
 from jax_tsm2.kmeans import KMeans, assign, kmeans, kmeans_plusplus, sq_distances
 from jax_tsm2.kmeans import core as kcore
@@ -382,14 +380,12 @@ _SHARDED = textwrap.dedent(
 
 
 def test_sharded_equals_one_device():
-    env = dict(os.environ)
+    env = package_env()
     env["XLA_FLAGS"] = (
         env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
     ).strip()
     env["JAX_PLATFORMS"] = "cpu"
-    r = subprocess.run(
-        [sys.executable, "-c", _SHARDED], env=env, capture_output=True, text=True, timeout=300
-    )
+    r = run_python(["-c", _SHARDED], env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "array ok" in r.stdout and "k-means++ ok" in r.stdout
 
