@@ -67,8 +67,7 @@ def _generate(text: str) -> tuple[int, int, int]:
     return sizes[0], sizes[1], sizes[2]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m jax_tsm2.kmeans", description=__doc__.split("\n")[0]
     )
@@ -89,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=_cli.non_negative_int, default=0)
     p.add_argument("--dtype", choices=("float64", "float32", "bfloat16"), default="float64")
     p.add_argument("--compare-sklearn", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    p = parser()
     args = p.parse_args(argv)
 
     import jax
