@@ -7,7 +7,7 @@ extension and registers its XLA FFI targets (``jax_tsm2._ffi``).
 from importlib import metadata as _metadata
 
 from jax_tsm2 import abft
-from jax_tsm2._ffi import build_info
+from jax_tsm2._ffi import build_info, disabled_safety_checks
 from jax_tsm2.api import dot_general, matmul
 from jax_tsm2.config import (
     autotune,
@@ -34,6 +34,7 @@ __all__ = [
     "build_info",
     "calibrate",
     "custom_call_mode",
+    "disabled_safety_checks",
     "dot_general",
     "explain",
     "get_autotune",

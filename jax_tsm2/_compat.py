@@ -103,6 +103,11 @@ def canonicalize_precision(precision: Any) -> Any:
     return _lax_internal.canonicalize_precision(precision)
 
 
+def is_symbolic_dim(d: Any) -> bool:
+    """True for a symbolic dimension of ``jax.export`` (``export.symbolic_shape``)."""
+    return _core.is_symbolic_dim(d)
+
+
 def is_dot_algorithm(precision: Any) -> bool:
     """True if a canonical precision names a dot algorithm, not Precision enums."""
     return isinstance(precision, (_lax_internal.DotAlgorithm, _lax_internal.DotAlgorithmPreset))

@@ -47,6 +47,14 @@ KMEANS_UPDATE_TARGET = "tsm2_kmeans_update"
 COLSUMS_TARGET = "tsm2_colsums"
 REPAIR_TARGET = "tsm2_repair_column"
 JUDGE_TARGET = "tsm2_abft_judge"
+TARGETS = (
+    MATMUL_TARGET,
+    KMEANS_TARGET,
+    KMEANS_UPDATE_TARGET,
+    COLSUMS_TARGET,
+    REPAIR_TARGET,
+    JUDGE_TARGET,
+)
 
 
 def _register_all() -> dict[str, tuple[str, ...]]:
@@ -108,6 +116,35 @@ def cuda_abft_available() -> bool:
     """True when this build contains the ABFT kernels (colsums, repair_column, abft_judge)."""
     cuda = _registered.get("CUDA", ())
     return all(t in cuda for t in (COLSUMS_TARGET, REPAIR_TARGET, JUDGE_TARGET))
+
+
+def disabled_safety_checks() -> list[Any]:
+    """The ``jax.export`` safety checks to turn off for programs with jax_tsm2's custom calls.
+
+    ``jax.export`` refuses to serialize a custom call whose target it does not know to be
+    stable across versions, and jax_tsm2's targets are not in its list: pass this as
+    ``disabled_checks``. The program then runs only where jax_tsm2 is imported (which
+    registers the targets), built for the same XLA FFI API as the jax that runs it.
+    Shapes with symbolic dimensions (``export.symbolic_shape``) export without the
+    checks too: their products route to XLA's dot, the kernels being planned for static
+    sizes.
+
+    Example (a round trip on CPU, where mode "always" emits the reference target):
+        >>> import jax, jax.numpy as jnp, jax_tsm2
+        >>> from jax import export
+        >>> a, b = jnp.ones((8, 4)), jnp.ones((4, 2))
+        >>> with jax_tsm2.custom_call_mode("always"):
+        ...     exp = export.export(jax.jit(jax_tsm2.matmul), platforms=["cpu"],
+        ...                         disabled_checks=jax_tsm2.disabled_safety_checks())(a, b)
+        >>> "custom_call @tsm2_matmul" in exp.mlir_module()
+        True
+        >>> again = export.deserialize(exp.serialize(vjp_order=1))
+        >>> float(again.call(a, b)[0, 0])
+        4.0
+        >>> jax.grad(lambda a: again.call(a, b).sum())(a)[0].tolist()
+        [2.0, 2.0, 2.0, 2.0]
+    """
+    return [jax.export.DisabledSafetyCheck.custom_call(name) for name in TARGETS]
 
 
 @functools.cache

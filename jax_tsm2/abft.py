@@ -2,9 +2,10 @@
 
 Column checksums with two weight vectors (ones and the ramp ``(i + 1) / m``), in three passes,
 one over each matrix: ``encode`` reads ``A`` once for ``W^T A`` and ``1^T |A|`` and ``B`` once
-for ``(W^T A) B`` and the threshold scale ``(1^T |A|) |B|``; ``verify`` reads ``C`` once for
-``W^T C``. Each pass is a weighted column sum, not a matrix product: on CUDA one call of the
-``tsm2_colsums`` kernel (``abft_calls.colsums``: two or three weight rows applied to each row of
+for ``(W^T A) B`` and the threshold's scales ``(1^T |A|) |B|`` and ``1^T |B|``; ``verify``
+reads ``C`` once for ``W^T C`` (all scaled by a power of two, ``checksum_scale``, so that they
+cannot overflow). Each pass is a weighted column sum, not a matrix product: on CUDA one call of
+the ``tsm2_colsums`` kernel (``abft_calls.colsums``: two to four weight rows applied to each row of
 the matrix as it streams by, one read near the bandwidth ceiling); elsewhere one XLA reduction
 (a variadic ``lax.reduce`` whose terms are elementwise functions of the matrix, so XLA fuses
 them and reads the matrix once). A column whose residual ``W^T C - (W^T A) B`` exceeds a
@@ -62,6 +63,7 @@ __all__ = [
     "abft_matmul",
     "accumulation_dtype",
     "check",
+    "checksum_scale",
     "checksum_weights",
     "correct",
     "encode",
@@ -76,9 +78,11 @@ class Checksums(NamedTuple):
     """Reference column checksums of ``A @ B`` and their rounding thresholds (from ``encode``).
 
     Attributes:
-      col: ``(2, n)``, ``(W^T A) B`` with ``W = checksum_weights(m)``: the column checksums the
-        product should have.
-      col_threshold: ``(n,)``, the largest residual rounding alone can cause in column ``j``.
+      col: ``(2, n)``, ``s (W^T A) B`` with ``W = checksum_weights(m)`` and ``s =
+        checksum_scale(m)``: the column checksums the product should have, scaled so that
+        they cannot overflow where the product is finite.
+      col_threshold: ``(n,)``, the largest residual rounding alone can cause in column ``j``,
+        in the units of ``C`` (unscaled).
       entry_factor, entry_floor: ``()``, the rounding bound of one entry of the product:
         ``|C_ij - (AB)_ij| <= entry_factor (|A||B|)_ij + entry_floor`` (used to locate faulty
         entries against a recomputed column).
@@ -96,7 +100,8 @@ class Residuals(NamedTuple):
     """Column checksums of a computed ``C`` minus the reference ones (from ``verify``).
 
     Attributes:
-      col: ``(2, n)``, ``W^T C - (W^T A) B``.
+      col: ``(2, n)``, ``W^T C - (W^T A) B``, in the units of ``C`` (computed scaled, as
+        ``Checksums.col``, then unscaled).
       col_threshold, entry_factor, entry_floor: as in ``Checksums``.
       col_flags: ``(n,)`` bool, a residual of column ``j`` exceeds its threshold (or is not
         finite).
@@ -216,7 +221,9 @@ def _gamma(count: int, u: float) -> float:
 
 class _Rounding(NamedTuple):
     col_factor: float
-    col_floor: float
+    col_floor: float  # absolute, in units of the scaled checksums
+    col_floor_per_b: float  # times 1^T |B| (column j), scaled units
+    col_floor_per_alpha: float  # times sum(alpha), alpha = s 1^T |A|
     entry_factor: float
     entry_floor: float
 
@@ -235,16 +242,39 @@ def _rounding_model(
     # Twice each bracket: second-order terms and the rounding of |A||B| itself.
     col = 2 * (eta + 2 * _gamma(m + 1, u_acc) + _gamma(k + 1, u_acc))
     entry = 2 * (eta + _gamma(k + 1, u_acc))
-    # Gradual underflow adds absolute errors no relative bound covers: at most half a
-    # subnormal per multiply (k per entry of C, in the product's accumulator), per rounding
-    # of C to a narrow dtype, and per operation of the checksums.
-    sub_p = float(jnp.finfo(prod).smallest_subnormal)
-    sub_out = float(jnp.finfo(dtype).smallest_subnormal) if narrow else 0.0
-    sub_acc = float(jnp.finfo(acc).smallest_subnormal)
-    per_entry = (k + 1) * sub_p + sub_out
-    entry_floor = 2 * (per_entry + (k + 2) * sub_acc)
-    col_floor = 2 * (m * per_entry + (2 * m + 2 * k + 4) * sub_acc)
-    return _Rounding(col, col_floor, entry, entry_floor)
+    # Underflow adds absolute errors no relative bound covers. With flush-to-zero (XLA's
+    # CPU dot flushes) a result below the smallest normal number ("tiny") becomes 0, so an
+    # operation may lose up to tiny, not half a subnormal: k + 1 per entry of C in the
+    # product's accumulator, one per rounding of C to a narrow dtype, two per weighted term
+    # of the checksums. An input read as zero (denormals-are-zero) loses |a_il| |b_lj| <=
+    # tiny |b_lj| (or tiny |a_il|), a term proportional to the other operand: hence the
+    # floor's parts per 1^T |B| and per sum(alpha). The checksums carry the scale s of
+    # ``checksum_scale``: C's own losses enter through the weights (<= s), the checksums'
+    # own losses unscaled.
+    s = checksum_scale(m)
+    tiny_p = float(jnp.finfo(prod).tiny)
+    tiny_out = float(jnp.finfo(dtype).tiny) if narrow else 0.0
+    tiny_acc = float(jnp.finfo(acc).tiny)
+    per_entry = (k + 1) * tiny_p + tiny_out
+    entry_floor = 2 * (per_entry + (2 * k + 2) * tiny_acc)
+    col_floor = 2 * (s * m * per_entry + (2 * m + 2 * k + 4) * tiny_acc)
+    per_b = 2 * (s * m * tiny_p + (2 * m + 2) * tiny_acc)
+    per_alpha = 2 * (tiny_p + tiny_acc)
+    return _Rounding(col, col_floor, per_b, per_alpha, entry, entry_floor)
+
+
+def checksum_scale(m: int) -> float:
+    """``2**-(ceil(log2 m) + 1)``: the power of two the checksums of ``m`` rows are scaled by.
+
+    A plain column sum of ``m`` finite entries can overflow (64 entries of 1e38 in f32);
+    with weights of at most this, no weighted sum of ``m`` finite entries exceeds half the
+    largest, so the checksums of a finite product are finite. Scaling by a power of two is
+    exact; what it pushes below the smallest normal number is in the threshold's floor.
+
+    >>> checksum_scale(1), checksum_scale(4), checksum_scale(5)
+    (0.5, 0.125, 0.0625)
+    """
+    return 2.0 ** -((max(int(m), 1) - 1).bit_length() + 1)
 
 
 def _check_operands(a: ArrayLike, b: ArrayLike) -> tuple[jax.Array, jax.Array, np.dtype]:
@@ -328,11 +358,12 @@ def _by_platform(mode: str, usable: bool, kernel, xla, *args):
 
 
 def _column_sums(
-    x: jax.Array, weights: Sequence[jax.Array | None], abs_rows: int, acc: np.dtype
+    x: jax.Array, weights: Sequence[jax.Array | float | None], abs_rows: int, acc: np.dtype
 ) -> tuple[jax.Array, ...]:
-    """``sum_i w_q[i] f_q(x[i, :])`` for each weight vector ``w_q`` (``None``: ones), with
-    ``f_q = |.|`` where bit ``q`` of ``abs_rows`` is set: one pass over ``x``, in ``acc``."""
-    present = [w for w in weights if w is not None]
+    """``sum_i w_q[i] f_q(x[i, :])`` for each weight ``w_q``: a vector, a float (the same for
+    every row) or ``None`` (ones), with ``f_q = |.|`` where bit ``q`` of ``abs_rows`` is set:
+    one pass over ``x``, in ``acc``."""
+    vectors = [w for w in weights if _is_vector(w)]
 
     def xla(x, *ws):
         xa = x.astype(acc)
@@ -340,21 +371,30 @@ def _column_sums(
         terms = []
         for q, w in enumerate(weights):
             t = jnp.abs(xa) if abs_rows >> q & 1 else xa
-            terms.append(t if w is None else next(it)[:, None] * t)
+            if _is_vector(w):
+                t = next(it)[:, None] * t
+            elif w is not None:
+                t = jnp.asarray(w, acc) * t
+            terms.append(t)
         return _fused_sums(terms, axis=0)
 
     def kernel(x, *ws):
         it = iter(ws)
-        ones = jnp.ones((x.shape[0],), acc)
-        v = jnp.stack([ones if w is None else next(it) for w in weights])
+        rows = x.shape[0]
+        uniform = lambda w: jnp.full((rows,), 1.0 if w is None else w, acc)
+        v = jnp.stack([next(it) if _is_vector(w) else uniform(w) for w in weights])
         return tuple(abft_calls.colsums(x, v, abs_rows=abs_rows))
 
     mode = _check_mode("_SUMS", _SUMS, SUMS_MODES)
     usable = abft_calls.colsums_supported(x.dtype, acc)
-    return _by_platform(mode, usable, kernel, xla, x, *present)
+    return _by_platform(mode, usable, kernel, xla, x, *vectors)
 
 
-def _threshold(factor: float, scale: jax.Array, floor: float, acc: np.dtype) -> jax.Array:
+def _is_vector(w: jax.Array | float | None) -> bool:
+    return w is not None and not isinstance(w, float)
+
+
+def _threshold(factor: float, scale: jax.Array, floor: jax.Array, acc: np.dtype) -> jax.Array:
     if math.isinf(factor):  # the bound is vacuous; inf * 0 would be NaN (a flag)
         return jnp.full(scale.shape, jnp.inf, acc)
     return (factor * scale + floor).astype(acc)
@@ -368,9 +408,9 @@ def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -
     """Reference column checksums of ``a @ b`` and the rounding threshold of each column.
 
     Two passes (each a ``tsm2_colsums`` call on CUDA, one fused XLA reduction elsewhere): over
-    ``A`` for ``W^T A`` ``(2, k)`` and
-    ``alpha = 1^T |A|`` ``(k,)``; over ``B`` for ``(W^T A) B`` ``(2, n)`` and
-    ``beta = alpha |B|`` ``(n,)``, all in ``accumulation_dtype``.
+    ``A`` for ``s W^T A`` ``(2, k)`` and ``alpha = s 1^T |A|`` ``(k,)``; over ``B`` for
+    ``s (W^T A) B`` ``(2, n)``, ``beta = alpha |B|`` ``(n,)`` and ``1^T |B|`` ``(n,)``, all in
+    ``accumulation_dtype`` and scaled by ``s = checksum_scale(m)``.
 
     Args:
       a: ``(m, k)`` floating-point operand.
@@ -391,7 +431,15 @@ def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -
     down the column, the rounding of the checksum of ``C^`` (``|C^| <= 2|A||B|``) and of the
     two-step reference, with ``u_a`` the accumulation dtype's roundoff. Since
     ``|w2| <= w1 = 1`` one scale ``beta = (1^T |A|) |B|`` serves both weights; we take twice
-    the bracket (second-order terms, the rounding of ``beta`` itself) plus an underflow floor.
+    the bracket (second-order terms, the rounding of ``beta`` itself) plus an underflow floor:
+    with flush-to-zero every operation may lose up to the smallest normal number ``tiny``
+    (``k + 1`` per entry of C, two per term of each checksum), and an operand flushed to zero
+    loses up to ``tiny`` times the other operand, so the floor is about ``2 s (m (k + 1)
+    tiny_p + m tiny_p 1^T |b_j|) + 2 (2 m + 2 k + 4) tiny_acc`` in the scaled units below.
+    The checksums are scaled by ``s = checksum_scale(m)`` (a power of two, ``m s <= 1/2``), so
+    that no column sum of a finite product overflows: near the top of the range (entries of
+    1e38 in f32) the checksums stay finite, and where even ``beta`` overflows the bound is
+    vacuous and only a non-finite C is flagged.
     It is a worst-case bound, so clean products are never flagged; the price is the detection
     limit: an error is found only if it exceeds its column's threshold, roughly
     ``2 eta m k mean|a| mean|b|``, i.e. about ``2 eta m sqrt(k)`` times a typical ``|C_ij|``
@@ -399,14 +447,13 @@ def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -
     outputs add ``2**-8``). Where the checksums round like the product (f64, or f32 without
     x64) their ``2 gamma_m + gamma_k`` joins ``eta``, so the limit grows like ``m (m + k)``
     rather than ``m k``. If ``k u_p >= 1/2`` the bound is vacuous and the threshold is
-    ``inf`` (only non-finite residuals flag). Subnormal operands flushed to zero by hardware
-    are outside the model.
+    ``inf`` (only a non-finite C is flagged).
 
     >>> a = jnp.ones((4, 3)); b = jnp.ones((3, 2))
     >>> cs = encode(a, b)
     >>> cs.col.shape, cs.col_threshold.shape
     ((2, 2), (2,))
-    >>> cs.col[0]  # 1^T (A B): four rows of 3
+    >>> cs.col[0] / checksum_scale(4)  # 1^T (A B): four rows of 3
     Array([12., 12.], dtype=float32)
     >>> bool((cs.col_threshold > 0).all() & (cs.col_threshold < 1e-3).all())
     True
@@ -414,13 +461,21 @@ def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -
     a, b, dtype = _check_operands(a, b)
     m, k = a.shape
     acc = accumulation_dtype(dtype)
-    w2 = checksum_weights(m, acc)[:, 1]
-    s1, s2, alpha = _column_sums(a, (None, w2, None), 0b100, acc)  # pass over A
-    ref1, ref2, beta = _column_sums(b, (s1, s2, alpha), 0b100, acc)  # pass over B
+    sc = checksum_scale(m)
+    w2 = checksum_weights(m, acc)[:, 1] * jnp.asarray(sc, acc)
+    s1, s2, alpha = _column_sums(a, (sc, w2, sc), 0b100, acc)  # pass over A
+    # pass over B; b_abs (1^T |B|) sizes the floor of inputs flushed to zero
+    ref1, ref2, beta, b_abs = _column_sums(b, (s1, s2, alpha, None), 0b1100, acc)
     model = _rounding_model(dtype, acc, m, k, precision)
+    floor = (
+        model.col_floor + model.col_floor_per_b * b_abs + model.col_floor_per_alpha * jnp.sum(alpha)
+    )
+    # In C's units (an error d in one entry moves a residual by up to d); where that is past
+    # the dtype's range the threshold is inf and only a non-finite C fails (``_verify``).
+    threshold = _threshold(model.col_factor, beta, floor, acc) / jnp.asarray(sc, acc)
     return Checksums(
         col=jnp.stack([ref1, ref2]),
-        col_threshold=_threshold(model.col_factor, beta, model.col_floor, acc),
+        col_threshold=threshold,
         entry_factor=jnp.asarray(model.entry_factor, acc),
         entry_floor=jnp.asarray(model.entry_floor, acc),
     )
@@ -428,12 +483,18 @@ def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -
 
 def _verify(c: jax.Array, checksums: Checksums) -> Residuals:
     acc = np.dtype(checksums.col.dtype)
-    w2 = checksum_weights(c.shape[0], acc)[:, 1]
-    col = jnp.stack(_column_sums(c, (None, w2), 0, acc)) - checksums.col  # pass over C
+    m = c.shape[0]
+    sc = jnp.asarray(checksum_scale(m), acc)
+    w2 = checksum_weights(m, acc)[:, 1] * sc
+    got = jnp.stack(_column_sums(c, (checksum_scale(m), w2), 0, acc))  # pass over C
+    t = checksums.col_threshold * sc  # the scaled checksums' threshold
+    # A vacuous bound (inf) checks nothing but finiteness: the reference may itself have
+    # overflowed there, so the residual is NaN exactly where C's checksum is not finite.
+    col = jnp.where(jnp.isinf(t)[None, :], got * 0, got - checksums.col)
     # ~(x <= t), not x > t: a NaN residual must flag.
-    flags = ~jnp.all(jnp.abs(col) <= checksums.col_threshold[None, :], axis=0)
+    flags = ~jnp.all(jnp.abs(col) <= t[None, :], axis=0)
     return Residuals(
-        col, checksums.col_threshold, flags, checksums.entry_factor, checksums.entry_floor
+        col / sc, checksums.col_threshold, flags, checksums.entry_factor, checksums.entry_floor
     )
 
 

@@ -52,7 +52,9 @@ ENV_VAR = "JAX_TSM2_CUSTOM_CALL"
 _OPTION = "jax_tsm2_custom_call"  # enum_state derives the env var name from it
 
 
-def _check_mode(mode: object, where: str) -> str:
+def check_mode(mode: object, where: str) -> str:
+    """``mode`` if it is one of ``MODES``, else ValueError naming ``where`` (shared by every
+    function that takes a mode, so they all answer alike)."""
     if not isinstance(mode, str) or mode not in MODES:
         raise ValueError(f"{where}: custom-call mode must be one of {MODES}, got {mode!r}")
     return mode
@@ -61,7 +63,7 @@ def _check_mode(mode: object, where: str) -> str:
 # JAX reads the environment variable itself, but its error for a bad value does
 # not say what the valid values are; check first so the message does.
 if ENV_VAR in os.environ:
-    _check_mode(os.environ[ENV_VAR], f"environment variable {ENV_VAR}")
+    check_mode(os.environ[ENV_VAR], f"environment variable {ENV_VAR}")
 
 _mode_state = _compat.enum_config_state(
     _OPTION,
@@ -96,7 +98,7 @@ def set_custom_call_mode(mode: Mode) -> None:
         'never'
         >>> jax_tsm2.set_custom_call_mode("auto")
     """
-    _mode_state._set(_check_mode(mode, "set_custom_call_mode"))
+    _mode_state._set(check_mode(mode, "set_custom_call_mode"))
 
 
 @contextlib.contextmanager
@@ -111,7 +113,7 @@ def custom_call_mode(mode: Mode) -> Iterator[None]:
         >>> float(c[0, 0])
         4.0
     """
-    with _mode_state(_check_mode(mode, "custom_call_mode")):
+    with _mode_state(check_mode(mode, "custom_call_mode")):
         yield
 
 
@@ -137,7 +139,8 @@ _autotune_state = _compat.bool_config_state(
 )
 
 
-def _check_bool(on: object, where: str) -> bool:
+def check_bool(on: object, where: str) -> bool:
+    """``on`` if it is a bool, else TypeError naming ``where``."""
     if not isinstance(on, bool):
         raise TypeError(f"{where}: expected True or False, got {on!r}")
     return on
@@ -164,7 +167,7 @@ def set_autotune(on: bool) -> None:
         True
         >>> jax_tsm2.set_autotune(False)
     """
-    _autotune_state._set(_check_bool(on, "set_autotune"))
+    _autotune_state._set(check_bool(on, "set_autotune"))
 
 
 @contextlib.contextmanager
@@ -184,5 +187,5 @@ def autotune(on: bool = True) -> Iterator[None]:
         >>> jax_tsm2.get_autotune()
         False
     """
-    with _autotune_state(_check_bool(on, "autotune")):
+    with _autotune_state(check_bool(on, "autotune")):
         yield

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_tsm2
-from jax_tsm2 import _ffi, routing
+from jax_tsm2 import _cli, _ffi, routing
 
 
 def _platform() -> str:
@@ -70,12 +70,18 @@ def _print(result: dict, label: str) -> None:
     print(f"    time of the second call: {result['seconds'] * 1e3:.2f} ms")
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jax_tsm2.demo", description=__doc__)
+    p.add_argument(
+        "--m", type=_cli.positive_int, help="rows of A (default: 2^20 on GPU, 8192 on CPU)"
+    )
+    p.add_argument("--k", type=_cli.positive_int, default=1024)
+    p.add_argument("--n", type=_cli.positive_int, default=8)
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jax_tsm2.demo", description=__doc__)
-    parser.add_argument("--m", type=int, help="rows of A (default: 2^20 on GPU, 8192 on CPU)")
-    parser.add_argument("--k", type=int, default=1024)
-    parser.add_argument("--n", type=int, default=8)
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
 
     info = jax_tsm2.build_info()
     print(

@@ -33,14 +33,13 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any
 
 import jax
 import numpy as np
 from jax import numpy as jnp
 
-from jax_tsm2 import _ffi, config, model, routing
+from jax_tsm2 import _compat, _ffi, config, model, routing
 from jax_tsm2.tune import cache
 
 
@@ -156,22 +155,16 @@ class Explanation:
         printer.text(str(self))
 
 
+def _shape(x: Any) -> tuple:
+    return tuple(x.shape) if hasattr(x, "shape") and hasattr(x, "dtype") else tuple(x)
+
+
 def _as_struct(x: Any, dtype: Any) -> Any:
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return x
     if dtype is None:
         raise TypeError("explain: give dtype= when the operands are shapes")
     return jax.ShapeDtypeStruct(tuple(int(s) for s in x), jnp.dtype(dtype))
-
-
-def _canonical(a: Any, b: Any, layout: str) -> tuple[Any, Any]:
-    """The operands as the nn problem they compute (for a route without layouts)."""
-    if layout == "nn":
-        return a, b
-    sw = lambda s: (*s[:-2], s[-1], s[-2])
-    if layout == "nt":
-        return a, jax.ShapeDtypeStruct(sw(b.shape), b.dtype)
-    return jax.ShapeDtypeStruct(sw(a.shape), a.dtype), b
 
 
 def explain(
@@ -194,32 +187,32 @@ def explain(
     current autotune switch, ``device`` to this process's GPU (the H100
     preset without one), ``platform`` to ``"cuda"``.
     """
+    # The checks and messages of the functions that take these arguments: the
+    # primitive's for the operands, custom_call_mode's, matmul's precision.
+    p = routing.problem_of(_shape(a), _shape(b), layout)
     a, b = _as_struct(a, dtype), _as_struct(b, dtype)
     if np.dtype(a.dtype) != np.dtype(b.dtype):
         raise TypeError(f"explain: operand dtypes differ: {a.dtype} and {b.dtype}")
     out_dtype = a.dtype if out_dtype is None else out_dtype
-    mode = config.get_custom_call_mode() if mode is None else mode
-    autotune = config.get_autotune() if autotune is None else autotune
+    mode = config.check_mode(config.get_custom_call_mode() if mode is None else mode, "explain")
+    autotune = config.check_bool(config.get_autotune() if autotune is None else autotune, "explain")
+    precision = _compat.canonicalize_precision(precision)
     dev = model.resolve_device(device)
-    p = model.problem_from((a, b), layout)
     cuda_targets = platform != "cuda" or (
         _ffi.cuda_targets_available() or not _ffi.cuda_backend_present()
     )
-    kwargs: dict[str, Any] = {"platform": platform, "mode": mode, "precision": precision}
-    params = inspect.signature(routing.route).parameters
-    if "cuda_targets" in params:
-        kwargs["cuda_targets"] = cuda_targets
-    if "device" in params:
-        kwargs["device"] = dev
-    if "autotune" in params:
-        kwargs["autotune"] = autotune
-    if "layout" in params:
-        r = routing.route(a, b, out_dtype, layout=layout, **kwargs)
-    elif layout == "nn":
-        r = routing.route(a, b, out_dtype, **kwargs)
-    else:
-        ca, cb = _canonical(a, b, layout)
-        r = routing.route(ca, cb, out_dtype, **kwargs)
+    r = routing.route(
+        a,
+        b,
+        out_dtype,
+        platform=platform,
+        mode=mode,
+        precision=precision,
+        cuda_targets=cuda_targets,
+        layout=layout,
+        device=dev,
+        autotune=autotune,
+    )
     name = jnp.dtype(a.dtype).name
     xla_precision = routing._xla_precision(precision)
     choice = model.choose(p, name, layout, device=dev, xla_precision=xla_precision)
@@ -232,7 +225,7 @@ def explain(
     e = Explanation(
         path=path,
         route_reason=r.reason,
-        layer=getattr(r, "layer", "rules"),
+        layer=r.layer,
         mode=mode,
         platform=platform,
         layout=layout,

@@ -149,7 +149,8 @@ def problem_of(a_shape: Sequence[int], b_shape: Sequence[int], layout: str = "nn
     Each operand has rank 2 or 3; a rank-3 operand's batch equals the result's
     or is 1 (shared by every batch entry). ``layout`` says how the last two
     dimensions are stored: nn ``a[m, k], b[k, n]``, nt ``a[m, k], b[n, k]``,
-    tn ``a[k, m], b[k, n]``. Raises TypeError naming the shapes.
+    tn ``a[k, m], b[k, n]``. Dimensions are non-negative integers or symbolic
+    (``jax.export``). Raises TypeError naming the shapes.
 
     Example:
         >>> problem_of((4, 10, 3), (3, 2))
@@ -161,6 +162,14 @@ def problem_of(a_shape: Sequence[int], b_shape: Sequence[int], layout: str = "nn
     """
     a_shape, b_shape = tuple(a_shape), tuple(b_shape)
     check_layout(layout)
+    for d in (*a_shape, *b_shape):
+        if not _compat.is_symbolic_dim(d) and (
+            isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0
+        ):
+            raise TypeError(
+                f"tsm2_matmul: dimensions must be non-negative integers, got shapes "
+                f"{a_shape} and {b_shape}"
+            )
     if len(a_shape) not in (2, 3) or len(b_shape) not in (2, 3):
         raise TypeError(
             f"tsm2_matmul: operands must have rank 2 or 3, got shapes {a_shape} and {b_shape}"
@@ -364,7 +373,9 @@ def route(
     """Decides how the product of canonical rank-2/3 operands ``a``, ``b`` is computed.
 
     Never raises for a supported call: a failing device query falls back to
-    the H100 preset (the reason says so), a corrupt tune cache is ignored.
+    the H100 preset (the reason says so), a corrupt tune cache is ignored. A
+    symbolic dimension (``jax.export`` with ``export.symbolic_shape``) routes
+    to XLA's dot: the kernels are planned for static sizes.
 
     Args:
       a, b: anything with ``.shape`` and ``.dtype`` (avals, ShapeDtypeStructs, arrays),
@@ -412,6 +423,12 @@ def route(
         return xla(f"the kernels cannot write {out} from {dtype} operands")
     if precision is not None and _compat.is_dot_algorithm(precision):
         return xla(f"dot algorithm {precision} requested")
+    symbolic = [d for d in (p.batch, p.m, p.k, p.n) if _compat.is_symbolic_dim(d)]
+    if symbolic:
+        # Everything below compares sizes, and a kernel's launch plan and workspace are
+        # sized when it is lowered: with a size unknown until the call, XLA's dot.
+        names = ", ".join(sorted({str(d) for d in symbolic}))
+        return xla(f"symbolic dimension(s) {names}: the kernels need static sizes")
     if p.empty:
         return xla("empty problem (a zero dimension): XLA's dot returns the right zeros")
     if platform == "cuda" and not cuda_targets:

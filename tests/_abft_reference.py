@@ -100,3 +100,35 @@ def assert_verdicts_agree(kernel, xla, acc) -> None:
     mk, mx = float(v_k.magnitude), float(v_x.magnitude)
     assert (np.isnan(mk) and np.isnan(mx)) or abs(mk - mx) <= 1e-3 * max(abs(mx), 1.0), (v_k, v_x)
     np.testing.assert_allclose(as_f64(c_k), as_f64(c_x), rtol=1e-3, atol=1e-3)
+
+
+def edge_operands(rng, batch, m, k, n, dtype, kind):
+    """Operands whose product sits at an edge of the dtype's range (random signs, never zero).
+
+    - "underflow": terms of the product straddle the smallest normal number of the product's
+      accumulator (or of a narrow output), where flush-to-zero drops them;
+    - "overflow": entries of C up to about half the largest finite number, so that a plain
+      column sum of C overflows;
+    - "mixed": rows of A and columns of B scaled by powers of two over most of the range,
+      and a few entries of A subnormal.
+    """
+    info = jnp.finfo(dtype)
+    sign = lambda shape: rng.choice(np.array([-1.0, 1.0]), shape)
+    mag = lambda shape: rng.uniform(0.5, 1.5, shape)
+    a_shape, b_shape = (batch, m, k), (batch, k, n)
+    if kind == "underflow":
+        half = np.log2(float(info.tiny)) / 2
+        a = 2.0 ** (half + rng.uniform(-2, 1, a_shape)) * mag(a_shape) * sign(a_shape)
+        b = 2.0 ** (half + rng.uniform(-2, 1, b_shape)) * mag(b_shape) * sign(b_shape)
+    elif kind == "overflow":
+        top = np.sqrt(float(info.max) / (4.5 * k))
+        a, b = top * mag(a_shape) * sign(a_shape), top * mag(b_shape) * sign(b_shape)
+    else:
+        span = 6 if dtype == jnp.float16 else 50
+        rows = 2.0 ** rng.integers(-span, span, (batch, m, 1))
+        cols = 2.0 ** rng.integers(-span, span, (batch, 1, n))
+        a = rows * mag(a_shape) * sign(a_shape)
+        b = cols * mag(b_shape) * sign(b_shape)
+        sub = rng.random(a_shape) < 0.05
+        a = np.where(sub, float(info.tiny) / 8 * sign(a_shape), a)
+    return jnp.asarray(a, dtype), jnp.asarray(b, dtype)

@@ -10,12 +10,16 @@ floating-point dot products actually err.
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import sys
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+import jax_tsm2
 
 FLOAT_DTYPES = (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16)
 HALF_DTYPES = (jnp.bfloat16, jnp.float16)
@@ -57,14 +61,52 @@ def assert_close_to_reference(c, a, b, *, k: int | None = None) -> None:
     )
 
 
+def ffi_product(a, b, kernel: int, layout: int, out_dtype=None):
+    """op(a) @ op(b) through the tsm2_matmul target (layout 0 nn, 1 nt, 2 tn)."""
+    from jax_tsm2 import _ffi
+
+    a_t, b_t = layout == 2, layout == 1
+    m = a.shape[-1] if a_t else a.shape[-2]
+    k = a.shape[-2] if a_t else a.shape[-1]
+    n = b.shape[-2] if b_t else b.shape[-1]
+    batch = [x.shape[0] for x in (a, b) if x.ndim == 3]
+    shape = (max(batch), m, n) if batch else (m, n)
+    nbytes = _ffi.matmul_workspace_bytes(a.dtype, kernel, max(batch, default=1), m, k, n)
+    out = jax.ShapeDtypeStruct(shape, out_dtype or a.dtype)
+    ws = jax.ShapeDtypeStruct((nbytes,), jnp.uint8)
+    call = jax.ffi.ffi_call("tsm2_matmul", (out, ws))
+    return call(a, b, kernel=np.int32(kernel), layout=np.int32(layout))[0]
+
+
+# Where the jax_tsm2 this process imported lives: an installed copy's site-packages, or
+# the source tree of an editable install. A child interpreter puts its working directory
+# (or its script's) first on sys.path, so one started from the repository would import the
+# source tree, without the compiled extension of a regular install: children run here,
+# with this directory first on PYTHONPATH too (for scripts run by path).
+PACKAGE_ROOT = str(pathlib.Path(jax_tsm2.__file__).resolve().parent.parent)
+
+
+def package_env(**overrides: str) -> dict[str, str]:
+    """``os.environ`` with ``overrides``, and ``PACKAGE_ROOT`` first on ``PYTHONPATH``."""
+    env = dict(os.environ, **overrides)
+    env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def run_python(args: list[str], *, env: dict[str, str] | None = None, **kwargs: Any):
+    """``python *args`` in a child that imports the jax_tsm2 this process imported
+    (``subprocess.run`` keywords pass through; output is captured as text)."""
+    kwargs = {"capture_output": True, "text": True, "timeout": 300, **kwargs}
+    return subprocess.run(
+        [sys.executable, *args], cwd=PACKAGE_ROOT, env=env or package_env(), **kwargs
+    )
+
+
 def import_with_env(name: str, value: str, expr: str) -> subprocess.CompletedProcess:
     """Imports jax_tsm2 in a fresh interpreter with environment variable ``name`` set to
     ``value`` (settings read at import) and prints ``expr``."""
-    env = dict(os.environ, **{name: value})
     code = f"import jax_tsm2; print({expr})"
-    return subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
+    return run_python(["-c", code], env=package_env(**{name: value}), timeout=120)
 
 
 def lowered_text(f, *args, platform: str = "cpu") -> str:
@@ -89,3 +131,54 @@ def ffi_matmul(a, b, kernel: int, out_dtype=None):
         a, b, kernel=np.int32(kernel), layout=np.int32(0)
     )
     return c
+
+
+def special_operands(rng: np.random.Generator, m: int, k: int, n: int, dtype):
+    """``a (m, k)``, ``b (k, n)`` as float64 NumPy arrays (exact in ``dtype``) with signed
+    zeros, NaN and Inf where their IEEE results are known: rows of ``a`` all +0, all -0, of
+    random signed zeros, all -0 but one +0; columns of ``b`` all positive, all negative,
+    random signs; one +Inf and one NaN in ``a`` and a -Inf in ``b`` (m >= 7, n >= 4)."""
+    a = np.array(as_f64(rand(rng, (m, k), dtype)))
+    b = np.array(as_f64(rand(rng, (k, n), dtype)))
+    a[0], a[1] = 0.0, -0.0
+    a[2] = rng.choice(np.array([0.0, -0.0]), k)
+    a[3] = -0.0
+    a[3, k // 2] = 0.0
+    b[:, 0], b[:, 1] = np.abs(b[:, 0]), -np.abs(b[:, 1])
+    if m >= 7 and n >= 4:
+        a[5, k // 2] = np.inf
+        a[6, 0] = np.nan
+        b[k - 1, 3] = -np.inf
+    return a, b
+
+
+def assert_ieee_specials(c, a, b) -> None:
+    """``c`` against the IEEE result of ``a @ b`` (float64 operands, exact in ``c``'s dtype):
+    NaN and +-Inf where the float64 product has them, exact zeros where it is zero, signed
+    as IEEE addition signs them (a sum of terms that are all -0 is -0, any other zero
+    sum +0; an empty sum +0), the rest within rounding."""
+    c64 = as_f64(c)
+    ref = np.einsum("ik,kj->ij", a, b)  # NumPy's own loops: BLAS may skip zero terms (0 * Inf)
+    np.testing.assert_array_equal(np.isnan(c64), np.isnan(ref), "NaN")
+    np.testing.assert_array_equal(np.isposinf(c64), np.isposinf(ref), "+Inf")
+    np.testing.assert_array_equal(np.isneginf(c64), np.isneginf(ref), "-Inf")
+    zero = ref == 0
+    np.testing.assert_array_equal(c64 == 0, zero, "exact zeros")
+    # Every term a_il b_lj is zero, and -0, iff no term is nonzero and none is +0: counts of
+    # nonzero terms and of terms whose factors' signs agree, as products of indicators.
+    nonzero = (a != 0).astype(np.float64) @ (b != 0).astype(np.float64)
+    sa, sb = np.signbit(a).astype(np.float64), np.signbit(b).astype(np.float64)
+    same_sign = (1 - sa) @ (1 - sb) + sa @ sb
+    negative_zero = (nonzero == 0) & (same_sign == 0) & (a.shape[-1] > 0)
+    np.testing.assert_array_equal(
+        np.signbit(c64)[zero], negative_zero[zero], "signs of the zero results"
+    )
+    finite = np.isfinite(ref) & ~zero
+    scale = np.abs(np.nan_to_num(a, posinf=0, neginf=0, nan=0)) @ np.abs(
+        np.nan_to_num(b, posinf=0, neginf=0, nan=0)
+    )
+    out = jnp.asarray(c).dtype
+    acc = jnp.float64 if out == jnp.float64 else jnp.float32
+    k = a.shape[-1]
+    bound = 2 * (k * float(jnp.finfo(acc).eps) + float(jnp.finfo(out).eps)) * scale
+    assert (np.abs(c64[finite] - ref[finite]) <= bound[finite]).all(), "finite values off"

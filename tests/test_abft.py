@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _abft_reference import edge_operands
 
 import jax_tsm2
 from jax_tsm2 import _hlo, abft
@@ -340,6 +341,39 @@ def test_no_false_positive_over_1000_clean_products(case):
             assert not v.corrected.any() and not v.uncorrectable.any()
             assert (v.row == -1).all() and (v.col == -1).all() and (v.magnitude == 0).all()
             np.testing.assert_array_equal(c, a @ b)
+
+
+@pytest.mark.usefixtures("impl")
+@pytest.mark.parametrize("kind", ["underflow", "overflow", "mixed"])
+@pytest.mark.parametrize(("name", "x64"), CASES)
+def test_clean_products_at_the_edges_of_the_range_are_never_flagged(kind, name, x64):
+    """Terms flushed to zero, column sums past the largest number, operands of every scale:
+    a clean, finite product passes; an error of 3 thresholds in it is still found."""
+    dtype = DTYPES[name]
+    rng = np.random.default_rng(12)
+    batch, m, k, n = 64, 37, 23, 5
+    with jax.enable_x64(x64):
+        a, b = edge_operands(rng, batch, m, k, n, dtype, kind)
+        i, j = positions(rng, batch, m, n)
+
+        def case(a, b, i, j):
+            c, v = abft.abft_matmul(a, b)
+            cs = abft.encode(a, b)
+            t = cs.col_threshold[j]
+            big = abft.check(abft.inject_error(c, i, j, 3 * t), cs, a=a, b=b)[1]
+            return c, v, t, big
+
+        c, v, t, big = jax.jit(jax.vmap(case))(a, b, i, j)
+        assert jnp.isfinite(c).all()
+        assert (v.errors_detected == 0).all(), int((v.errors_detected > 0).sum())
+        assert not v.uncorrectable.any() and (v.col == -1).all()
+        np.testing.assert_array_equal(c, jnp.matmul(a, b))
+        # Where 3 thresholds fit in the dtype beside C, the fault is detected and repaired.
+        # (bf16/f16 thresholds are about 1% of |A||B|: at the top of the range there is none.)
+        room = jnp.isfinite(t) & (3 * t < float(jnp.finfo(dtype).max) / 4)
+        assert room.any() or (kind == "overflow" and name in ("bf16", "f16"))
+        assert (jnp.where(room, big.errors_detected >= 1, True)).all()
+        assert (jnp.where(room, big.corrected, True)).all()
 
 
 # ---------------------------------------------------------------------------------------------

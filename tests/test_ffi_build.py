@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
+import pathlib
 import subprocess
 import sys
 
@@ -11,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import PACKAGE_ROOT, run_python
 
 import jax_tsm2
 from jax_tsm2 import _ffi
@@ -126,7 +129,29 @@ class Block:
 sys.meta_path.insert(0, Block())
 import jax_tsm2
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = run_python(["-c", code], timeout=120)
     assert out.returncode != 0
     assert "ImportError" in out.stderr
     assert "pip install --no-build-isolation" in out.stderr and "README" in out.stderr
+
+
+def test_child_processes_import_the_package_this_process_imported(tmp_path, monkeypatch):
+    """A child interpreter searches its working directory first: started from the repository
+    beside a regular install, it imported the source tree (no compiled extension). The first
+    sys.path entry holding a jax_tsm2 package must be the one this process imported, for
+    children started through _helpers.run_python / package_env as every test's are."""
+    decoy = tmp_path / "jax_tsm2"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy package was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    code = "import json, os, sys; print(json.dumps([os.path.abspath(p) for p in sys.path]))"
+
+    def first_package_dir(stdout: str) -> str:
+        paths = json.loads(stdout)
+        return next(p for p in paths if (pathlib.Path(p) / "jax_tsm2" / "__init__.py").exists())
+
+    inherited = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert first_package_dir(inherited.stdout) == str(tmp_path)  # the hazard
+    ours = run_python(["-c", code], timeout=120)
+    assert first_package_dir(ours.stdout) == PACKAGE_ROOT, ours.stdout
+    assert pathlib.Path(jax_tsm2.__file__).resolve().parent.parent == pathlib.Path(PACKAGE_ROOT)

@@ -24,6 +24,7 @@ from _abft_reference import (
     assert_colsums_close,
     assert_repaired,
     assert_verdicts_agree,
+    edge_operands,
     judge_scenarios,
     masks,
     repair_case,
@@ -261,3 +262,23 @@ def test_abft_no_false_positives_and_reproducible_verdicts():
         np.testing.assert_array_equal(as_f64(c), as_f64(c2))
         for x, y in zip(v, v2, strict=True):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("kind", ["underflow", "overflow", "mixed", "subnormal_a"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_abft_no_false_positives_at_the_edges_of_the_range(dtype, kind):
+    """Through the kernels (colsums, judge): products whose terms underflow, whose column sums
+    would overflow unscaled, of every scale, and an A of subnormal numbers times a large B
+    (what a flush of subnormal inputs loses is proportional to B) are never flagged."""
+    rng = np.random.default_rng(13)
+    m, k, n = 1031, 77, 9
+    if kind == "subnormal_a":
+        info = jnp.finfo(dtype)
+        a = rng.uniform(0.1, 0.9, (m, k)) * float(info.tiny) * rng.choice([-1.0, 1.0], (m, k))
+        b = rng.uniform(0.5, 1.5, (k, n)) * float(info.max) ** 0.75
+        a, b = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
+    else:
+        a, b = (x[0] for x in edge_operands(rng, 1, m, k, n, dtype, kind))
+    c, v = jax.jit(abft.abft_matmul)(a, b)
+    assert int(v.errors_detected) == 0 and int(v.col) == -1, (kind, float(v.magnitude))
+    np.testing.assert_array_equal(as_f64(c), as_f64(jnp.matmul(a, b)))

@@ -12,30 +12,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import FLOAT_DTYPES, HALF_DTYPES, assert_close_to_reference, rand
-
-from jax_tsm2 import _ffi
+from _helpers import FLOAT_DTYPES, HALF_DTYPES, assert_close_to_reference, ffi_product, rand
 
 pytestmark = pytest.mark.gpu
 dtype_ids = lambda d: jnp.dtype(d).name
 
 NN, NT, TN = 0, 1, 2
 TSM2R, TSM2L, TSM2S, TSM2T = 0, 1, 2, 3
-
-
-def ffi_product(a, b, kernel: int, layout: int, out_dtype=None):
-    """op(a) @ op(b) through the tsm2_matmul target (layout 0 nn, 1 nt, 2 tn)."""
-    a_t, b_t = layout == TN, layout == NT
-    m = a.shape[-1] if a_t else a.shape[-2]
-    k = a.shape[-2] if a_t else a.shape[-1]
-    n = b.shape[-2] if b_t else b.shape[-1]
-    batch = [x.shape[0] for x in (a, b) if x.ndim == 3]
-    shape = (max(batch), m, n) if batch else (m, n)
-    nbytes = _ffi.matmul_workspace_bytes(a.dtype, kernel, max(batch, default=1), m, k, n)
-    out = jax.ShapeDtypeStruct(shape, out_dtype or a.dtype)
-    ws = jax.ShapeDtypeStruct((nbytes,), jnp.uint8)
-    call = jax.ffi.ffi_call("tsm2_matmul", (out, ws))
-    return call(a, b, kernel=np.int32(kernel), layout=np.int32(layout))[0]
 
 
 _run = jax.jit(ffi_product, static_argnums=(2, 3, 4))

@@ -10,7 +10,6 @@ kernels (named "Abft..."). Skipped without a GPU or without compute-sanitizer.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import shutil
@@ -18,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+from _helpers import PACKAGE_ROOT, package_env
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -28,10 +28,12 @@ def _assert_sanitizer_clean(tmp_path, sweep: str, tool: str, kernels: str, **fie
     ``kernels``, and requires a clean summary."""
     script = tmp_path / "sweep.py"
     script.write_text(sweep.format(tests=str(pathlib.Path(__file__).parent), **fields))
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    env = package_env(XLA_PYTHON_CLIENT_PREALLOCATE="false")
     cmd = ["compute-sanitizer", "--tool", tool, "--kernel-name", f"kns={kernels}",
            "--error-exitcode", "99", sys.executable, str(script)]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, env=env, timeout=1800, cwd=PACKAGE_ROOT
+    )
     # memcheck and synccheck end with "ERROR SUMMARY: N errors", racecheck with
     # "RACECHECK SUMMARY: N hazards displayed (N errors, N warnings)".
     summary = [

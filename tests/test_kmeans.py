@@ -11,15 +11,13 @@ from __future__ import annotations
 import doctest
 import functools
 import importlib
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import package_env, run_python
 
 from jax_tsm2.kmeans import KMeans, assign, kmeans, kmeans_plusplus, sq_distances
 from jax_tsm2.kmeans import core as kcore
@@ -229,6 +227,121 @@ def test_argument_errors():
         kmeans(KEY, np.zeros(5), 2)
 
 
+MODES = ("auto", "always", "never")
+
+
+def _with_nan_inf(x, value):
+    x = np.array(x)
+    x[3, 1] = value
+    return x
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [(np.nan, "Input X contains NaN"), (np.inf, "Input X contains infinity")],
+    ids=["nan", "inf"],
+)
+def test_non_finite_data_is_a_value_error_as_in_scikit_learn(value, message, mode):
+    import jax_tsm2
+
+    x = _with_nan_inf(_blobs(60, 3, 2)[0], value)
+    with jax_tsm2.custom_call_mode(mode):
+        for fit in (
+            lambda: kmeans(KEY, x, 2),
+            lambda: kmeans(KEY, jnp.asarray(x, jnp.float32), 2),
+            lambda: kmeans_plusplus(KEY, x, 2),
+            lambda: KMeans(2, random_state=0).fit(x),
+        ):
+            with pytest.raises(ValueError, match=message):
+                fit()
+        km = KMeans(2, random_state=0).fit(_blobs(60, 3, 2)[0])
+        for use in (km.predict, km.transform, km.score):
+            with pytest.raises(ValueError, match=message):
+                use(x)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        (lambda n: -np.ones(n), "Negative values in data passed to `sample_weight`"),
+        (lambda n: np.where(np.arange(n) == 7, -1e-3, 1.0), "Negative values"),
+        (lambda n: np.zeros(n), "at least one non-zero number"),
+        (lambda n: np.where(np.arange(n) == 7, np.nan, 1.0), "sample_weight contains NaN"),
+        (lambda n: np.where(np.arange(n) == 7, np.inf, 1.0), "sample_weight contains infinity"),
+    ],
+    ids=["negative", "one-negative", "all-zero", "nan", "inf"],
+)
+def test_bad_sample_weights_are_value_errors(weights, message, mode):
+    """They gave NaN centres or silently wrong ones."""
+    import jax_tsm2
+
+    x = _blobs(60, 3, 2)[0]
+    w = weights(60)
+    with jax_tsm2.custom_call_mode(mode):
+        for fit in (
+            lambda: kmeans(KEY, x, 2, sample_weight=w),
+            lambda: kmeans_plusplus(KEY, x, 2, sample_weight=w),
+            lambda: KMeans(2, random_state=0).fit(x, sample_weight=w),
+            lambda: KMeans(2, random_state=0).fit(x).score(x, sample_weight=w),
+        ):
+            with pytest.raises(ValueError, match=message):
+                fit()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_empty_data_is_the_same_value_error_in_every_mode(mode):
+    """Zero features gave inertia 0 in one mode and an internal error in another."""
+    import jax_tsm2
+    from jax_tsm2.kmeans import lloyd_step
+
+    with jax_tsm2.custom_call_mode(mode):
+        for shape, what in (((10, 0), "0 feature"), ((0, 3), "0 sample")):
+            x = np.zeros(shape)
+            c = np.zeros((2, shape[1]))
+            calls = [
+                (kmeans, (KEY, x, 2)),
+                (kmeans_plusplus, (KEY, x, 2)),
+                (KMeans(2).fit, (x,)),
+                (assign, (x, c)),
+                (sq_distances, (x, c)),
+                (lloyd_step, (x, c)),
+            ]
+            for f, args in calls:
+                with pytest.raises(ValueError, match=f"Found array with {what}"):
+                    f(*args)
+
+
+def test_numpy_integers_are_taken_wherever_python_ints_are():
+    x = _blobs(200, 3, 3)[0]
+    want = kmeans(KEY, x, 3, n_init=2, max_iter=50)
+    got = kmeans(KEY, x, np.int64(3), n_init=np.int32(2), max_iter=np.int16(50))
+    np.testing.assert_array_equal(np.asarray(got.centroids), np.asarray(want.centroids))
+    np.testing.assert_array_equal(
+        np.asarray(kmeans_plusplus(KEY, x, np.int64(3), n_local_trials=np.int8(4))),
+        np.asarray(kmeans_plusplus(KEY, x, 3, n_local_trials=4)),
+    )
+    km = KMeans(np.int64(3), n_init=np.int64(2), max_iter=np.int64(50), random_state=0).fit(x)
+    assert km.cluster_centers_.shape == (3, 3)
+    for bad in (2.0, True, "3", 0, -1):
+        with pytest.raises(ValueError, match="must be a positive int"):
+            kmeans(KEY, x, bad)
+        with pytest.raises(ValueError, match="must be a positive int"):
+            KMeans(bad).fit(x)
+    with pytest.raises(ValueError, match="tol"):
+        kmeans(KEY, x, 3, tol=-1.0)
+
+
+def test_under_jit_values_are_not_checked_but_shapes_are():
+    """Traced data have no values to check: NaN data give a NaN inertia there."""
+    x = _with_nan_inf(_blobs(60, 3, 2)[0], np.nan)
+    s = jax.jit(lambda x: kmeans(KEY, x, 2, max_iter=5))(x)
+    assert np.isnan(float(s.inertia))
+    with pytest.raises(ValueError, match="0 feature"):
+        jax.jit(lambda x: kmeans(KEY, x, 2))(np.zeros((10, 0)))
+
+
 # ------------------------------------------------------------ sharded over CPU devices
 
 _SHARDED = textwrap.dedent(
@@ -267,14 +380,12 @@ _SHARDED = textwrap.dedent(
 
 
 def test_sharded_equals_one_device():
-    env = dict(os.environ)
+    env = package_env()
     env["XLA_FLAGS"] = (
         env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
     ).strip()
     env["JAX_PLATFORMS"] = "cpu"
-    r = subprocess.run(
-        [sys.executable, "-c", _SHARDED], env=env, capture_output=True, text=True, timeout=300
-    )
+    r = run_python(["-c", _SHARDED], env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "array ok" in r.stdout and "k-means++ ok" in r.stdout
 

@@ -10,15 +10,13 @@ The same cases run on the CUDA kernel in test_gpu_kmeans.py.
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import package_env, run_python
 from _kmeans_reference import check_step, data
 
 import jax_tsm2
@@ -326,14 +324,11 @@ _SHARDED_FUSED = textwrap.dedent(
 
 
 def test_sharded_fused_step_equals_one_device():
-    env = dict(os.environ)
+    env = package_env()
     env["XLA_FLAGS"] = (
         env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
     ).strip()
     env["JAX_PLATFORMS"] = "cpu"
-    r = subprocess.run(
-        [sys.executable, "-c", _SHARDED_FUSED], env=env, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
+    r = run_python(["-c", _SHARDED_FUSED], env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "sharded fused ok" in r.stdout

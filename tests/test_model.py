@@ -338,10 +338,10 @@ def test_explain_takes_shapes_and_prints(capsys):
         jax_tsm2.explain((4, 4), (4, 4))
 
 
-def test_explain_passes_layout_when_route_takes_it(monkeypatch):
+def test_explain_passes_the_layout_to_the_router(monkeypatch):
     seen = {}
 
-    def route(a, b, out_dtype, *, platform, mode, precision=None, cuda_targets=True, layout="nn"):
+    def route(a, b, out_dtype, *, layout="nn", **kwargs):
         seen["layout"], seen["shapes"] = layout, (a.shape, b.shape)
         return routing.Route("xla", "stub", routing.Problem(None, 1, 1, 1))
 
@@ -351,11 +351,45 @@ def test_explain_passes_layout_when_route_takes_it(monkeypatch):
     assert e.problem == routing.Problem(None, 100, 8, 16)
 
 
-def test_explain_without_layout_in_route_canonicalizes():
-    # The current route() has no layout: explain hands it the nn problem.
+def test_explain_reads_the_problem_in_its_layout():
     e = jax_tsm2.explain(_sds((8, 10**6)), _sds((8, 16)), layout="tn", device=H100, show=False)
     assert e.problem == routing.Problem(None, 10**6, 8, 16)
     assert e.model_choice.candidates[0].kernel == "tsm2t"
+
+
+def _error_of(f, *args, **kwargs) -> BaseException:
+    with pytest.raises(Exception) as info:
+        f(*args, **kwargs)
+    return info.value
+
+
+@pytest.mark.parametrize("shape", [(-5, 16), (2.5, 16), (True, 16), ("5", 16)], ids=str)
+def test_explain_rejects_bad_dimensions_as_the_primitive_does(shape):
+    """A negative size divided by zero in the model; a fractional one was truncated."""
+    err = _error_of(jax_tsm2.explain, shape, (16, 8), dtype=jnp.float32, show=False)
+    assert type(err) is TypeError and "non-negative integers" in str(err), err
+    assert str(shape) in str(err)
+    prim = _error_of(routing.problem_of, shape, (16, 8))
+    assert type(prim) is type(err) and str(prim) == str(err)
+
+
+def test_explain_checks_mode_precision_and_autotune_as_their_own_setters_do():
+    args = ((64, 16), (16, 8))
+    kw = {"dtype": jnp.float32, "device": H100, "show": False}
+    got = _error_of(jax_tsm2.explain, *args, mode="fast", **kw)
+    want = _error_of(jax_tsm2.set_custom_call_mode, "fast")
+    assert type(got) is type(want) is ValueError
+    assert str(got) == str(want).replace("set_custom_call_mode", "explain")
+    got = _error_of(jax_tsm2.explain, *args, precision="bogus", **kw)
+    want = _error_of(jax_tsm2.matmul, jnp.ones(args[0]), jnp.ones(args[1]), precision="bogus")
+    assert type(got) is type(want) is ValueError and str(got) == str(want)
+    got = _error_of(jax_tsm2.explain, *args, autotune=1, **kw)
+    want = _error_of(jax_tsm2.set_autotune, 1)
+    assert type(got) is type(want) is TypeError
+    assert str(got) == str(want).replace("set_autotune", "explain")
+    # Valid values of each still explain.
+    e = jax_tsm2.explain(*args, mode="prefer", precision="highest", autotune=False, **kw)
+    assert e.mode == "prefer"
 
 
 def test_explain_reports_a_tuned_entry(tmp_path, monkeypatch):

@@ -10,7 +10,6 @@ in subprocesses: ``tests/sharded_cases.py`` under pytest with 4 CPU devices, and
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import PACKAGE_ROOT, package_env, run_python
 from jax.core import ShapedArray
 
 import jax_tsm2
@@ -30,7 +30,7 @@ F64 = np.dtype("float64")
 
 
 def _env(n_devices: int) -> dict[str, str]:
-    env = dict(os.environ)
+    env = package_env()
     env["XLA_FLAGS"] = (
         env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={n_devices}"
     ).strip()
@@ -92,23 +92,8 @@ def test_sharded_cases_on_4_cpu_devices():
     """Runs tests/sharded_cases.py (row, contraction, batch, column, 2-D mesh, grad, shard_map,
     GSPMD, Explicit axes, vmap; layouts nt and tn) with 4 host devices; its report is printed
     on failure."""
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-rfEs",
-            str(TESTS / "sharded_cases.py"),
-        ],
-        env=_env(4),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=TESTS.parent,
-    )
+    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs"]
+    r = run_python([*args, str(TESTS / "sharded_cases.py")], env=_env(4), timeout=600)
     report = r.stdout[-20000:] + r.stderr[-5000:]
     assert r.returncode == 0, report
     assert " passed" in r.stdout and "skipped" not in r.stdout, report
@@ -131,6 +116,7 @@ def test_two_processes_jax_distributed():
     procs = [
         subprocess.Popen(
             [sys.executable, worker, str(port), str(pid), "2"],
+            cwd=PACKAGE_ROOT,
             env=_env(2),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

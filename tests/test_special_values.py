@@ -1,4 +1,4 @@
-"""NaN and Inf propagate as in jnp.matmul; empty dimensions give correctly shaped zeros."""
+"""NaN, Inf and signed zeros as in jnp.matmul; empty dimensions give correctly shaped zeros."""
 
 from __future__ import annotations
 
@@ -6,7 +6,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import FLOAT_DTYPES, rand
+from _helpers import (
+    FLOAT_DTYPES,
+    assert_ieee_specials,
+    has_custom_call,
+    lowered_text,
+    rand,
+    special_operands,
+)
+from jax import lax
 
 import jax_tsm2
 
@@ -67,6 +75,7 @@ def test_empty_dimensions(mode, dtype, a_shape, b_shape):
     want = jnp.matmul(a, b)
     assert got.shape == want.shape and got.dtype == want.dtype
     np.testing.assert_array_equal(np.asarray(got, np.float64), 0.0)
+    assert not np.signbit(np.asarray(got, np.float64)).any()  # an empty sum is +0, as in jnp
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -75,3 +84,61 @@ def test_empty_gradients(mode):
     with jax_tsm2.custom_call_mode(mode):
         ga, gb = jax.grad(lambda x, y: jnp.sum(jax_tsm2.matmul(x, y)), (0, 1))(a, b)
     assert ga.shape == (4, 0) and gb.shape == (0, 3)
+
+
+# Layouts as lax.dot_general dimension numbers over logical a (m, k), b (k, n).
+DIMS = {
+    "nn": (((1,), (0,)), ((), ())),
+    "nt": (((1,), (1,)), ((), ())),
+    "tn": (((0,), (0,)), ((), ())),
+}
+
+
+def stored(a, b, layout):
+    """The logical operands as the layout stores them."""
+    return (a.T if layout == "tn" else a), (b.T if layout == "nt" else b)
+
+
+@pytest.mark.parametrize("layout", list(DIMS))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_a_single_term_keeps_its_sign_as_in_jnp(dtype, layout):
+    """k = 1: no sum, each entry is one product (XLA computes it as a multiply). Started from
+    +0, the custom call turned -0 * 1 into +0 (-0 + +0 = +0); its sums start from -0."""
+    vals = np.array([0.0, -0.0, 1.0, -1.0, 2.5, np.inf, -np.inf, np.nan])
+    a = jnp.asarray(vals[:, None], dtype)  # (8, 1)
+    b = jnp.asarray(vals[None, ::-1], dtype)  # (1, 8)
+    x, y = stored(a, b, layout)
+    f = lambda x, y: jax_tsm2.dot_general(x, y, DIMS[layout])
+    with jax_tsm2.custom_call_mode("always"):
+        assert has_custom_call(lowered_text(f, x, y))
+        got = np.asarray(jax.jit(f)(x, y))
+    want = np.asarray(lax.dot_general(x, y, DIMS[layout]))
+    bits = lambda z: z.view(f"u{z.dtype.itemsize}")
+    nan = np.isnan(want.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float64)), nan)
+    np.testing.assert_array_equal(bits(got)[~nan], bits(want)[~nan])
+    assert np.signbit(got.astype(np.float64)[1, 5])  # a[1] * b[5] = -0 * 1
+
+
+def test_the_reported_outer_product():
+    a, b = jnp.array([[-0.0], [0.0]]), jnp.array([[1.0, -1.0]])
+    with jax_tsm2.custom_call_mode("always"):
+        got = np.asarray(jax.jit(jax_tsm2.matmul)(a, b))
+    np.testing.assert_array_equal(np.signbit(got), [[True, False], [False, True]])
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(np.asarray(jnp.matmul(a, b))))
+
+
+@pytest.mark.parametrize("k", [2, 3, 17])
+@pytest.mark.parametrize("layout", list(DIMS))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_zero_sums_are_signed_as_ieee_addition_signs_them(dtype, layout, k):
+    """Rows of signed zeros against columns of one sign: a sum whose terms are all -0 is -0,
+    any other zero sum +0; NaN and Inf where the float64 product has them. (XLA's own dot
+    is not consistent here: its GEMMs start from +0, its vector paths do not.)"""
+    rng = np.random.default_rng(k)
+    a, b = special_operands(rng, 9, k, 5, dtype)
+    x, y = stored(jnp.asarray(a, dtype), jnp.asarray(b, dtype), layout)
+    f = lambda x, y: jax_tsm2.dot_general(x, y, DIMS[layout])
+    with jax_tsm2.custom_call_mode("always"):
+        got = jax.jit(f)(x, y)
+    assert_ieee_specials(got, a, b)

@@ -22,6 +22,19 @@ struct AccTypeOf<double> {
 template <typename T>
 using AccType = typename AccTypeOf<T>::type;
 
+// Sums start from -0.0, the identity of IEEE addition: started from +0.0, a sum
+// of -0 terms (the single product -0 * 1 of k = 1) would come out +0 where jnp
+// keeps the sign. Fills a scalar or a (nested) array of accumulators.
+template <typename A>
+__device__ __forceinline__ void InitSums(A& x) {
+  x = A(-0.0);
+}
+template <typename A, size_t N>
+__device__ __forceinline__ void InitSums(A (&x)[N]) {
+#pragma unroll
+  for (size_t i = 0; i < N; ++i) InitSums(x[i]);
+}
+
 // Elements of T in one 16-byte access.
 template <typename T>
 inline constexpr int kVec = 16 / static_cast<int>(sizeof(T));

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from jax_tsm2 import _cli, routing
 from jax_tsm2.bench import grid, report
 from jax_tsm2.bench.impls import KERNEL_MODES
 from jax_tsm2.bench.runner import SCHEMA_VERSION, Options, run_suite, stderr_log
@@ -17,6 +18,11 @@ from jax_tsm2.bench.suite import DEFAULT_DTYPES, DEFAULT_FAMILIES, parse_int, se
 #: --grid's default time budget: the grid (~5 min on an H100 at N = 120) and the install
 #: must fit in one 10-minute GPU command (benchmarks/gpu_session.sh).
 GRID_TIME_BUDGET_S = 420.0
+
+
+# What --impl may name: the routed path and jnp's, the kernels forced by mode, torch, and
+# (--grid) each kernel forced through its FFI target.
+IMPL_NAMES = ("tsm2", "jnp", "jnp_highest", "tsm2_kernel", "torch", *routing.KERNEL_IDS)
 
 
 def _names(text: str) -> list[str]:
@@ -65,7 +71,7 @@ def parser() -> argparse.ArgumentParser:
     )
     sel.add_argument(
         "--impl",
-        type=_names,
+        type=_cli.comma_list(_cli.one_of(IMPL_NAMES, "implementation"), "implementations"),
         default=None,
         help="implementations among tsm2,jnp,jnp_highest,torch,tsm2_kernel "
         "(--grid: tsm2,jnp,tsm2r,tsm2l,tsm2s,tsm2t; default: all available)",
@@ -91,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
     )
     sel.add_argument(
         "--grid-seed",
-        type=int,
+        type=_cli.non_negative_int,
         default=None,
         metavar="S",
         help="seed of the grid's shapes (default: --seed)",
@@ -105,7 +111,7 @@ def parser() -> argparse.ArgumentParser:
     )
     sel.add_argument(
         "--grid-start",
-        type=int,
+        type=_cli.non_negative_int,
         default=0,
         metavar="I",
         help="run the grid's shapes I..N-1 only (split a grid over two runs, then --merge)",
@@ -123,41 +129,44 @@ def parser() -> argparse.ArgumentParser:
     tim = p.add_argument_group("timing")
     tim.add_argument(
         "--repeats",
-        type=int,
+        type=_cli.positive_int,
         default=None,
         help="timed samples, median reported (default 5; --tiny 3)",
     )
     tim.add_argument(
         "--short-repeats",
-        type=int,
+        type=_cli.non_negative_int,
         default=15,
         help="timed samples of a case estimated under 20 us (default 15; at least --repeats)",
     )
     tim.add_argument(
-        "--warmup", type=int, default=1, help="untimed samples before timing (default 1)"
+        "--warmup",
+        type=_cli.non_negative_int,
+        default=1,
+        help="untimed samples before timing (default 1)",
     )
     tim.add_argument(
         "--per-sample",
-        type=int,
+        type=_cli.positive_int,
         default=None,
         help="calls of the jitted R-product function per sample (default adaptive; "
         "1 = one call timed alone)",
     )
     tim.add_argument(
         "--max-calls",
-        type=int,
+        type=_cli.positive_int,
         default=None,
         help="most products per call, each on its own buffers (default 256; --grid 64; --tiny 4)",
     )
     tim.add_argument(
         "--target-ms",
-        type=float,
+        type=_cli.positive_float,
         default=None,
         help="device time aimed at per call (default 5; --grid 2); a sample is 4 calls' worth",
     )
     tim.add_argument(
         "--time-budget",
-        type=float,
+        type=_cli.non_negative_float,
         default=None,
         metavar="SECONDS",
         help="start no case after this many seconds; what ran is reported (default: none; "
@@ -165,13 +174,13 @@ def parser() -> argparse.ArgumentParser:
     )
     tim.add_argument(
         "--mem-fraction",
-        type=float,
+        type=_cli.fraction,
         default=0.45,
         help="share of JAX's GPU memory limit one case may use (default 0.45)",
     )
     tim.add_argument(
         "--ceiling-gb",
-        type=float,
+        type=_cli.positive_float,
         default=1.0,
         help="size of each read-ceiling buffer in GiB (default 1; 4 buffers)",
     )
@@ -182,7 +191,7 @@ def parser() -> argparse.ArgumentParser:
     )
     tim.add_argument(
         "--seed",
-        type=int,
+        type=_cli.non_negative_int,
         default=0,
         help="seed of the operands' random values, and of the grid's shapes unless "
         "--grid-seed is given (default 0)",
@@ -191,6 +200,7 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument(
         "--merge",
         nargs="+",
+        type=_cli.existing_file,
         metavar="JSON",
         default=None,
         help="merge bench.json files of earlier runs (e.g. one per family) instead of running",
@@ -270,8 +280,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         p.error(str(err))
     if args.merge:
-        docs = [json.loads(Path(path).read_text()) for path in args.merge]
-        doc = report.merge(docs)
+        docs = []
+        for path in args.merge:
+            try:
+                docs.append(json.loads(Path(path).read_text()))
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+                p.error(f"--merge {path}: not a readable bench.json ({type(err).__name__}: {err})")
+        try:
+            doc = report.merge(docs)
+        except (AttributeError, KeyError, TypeError, ValueError) as err:
+            p.error(f"--merge: these files do not merge ({type(err).__name__}: {err})")
         doc["command_line"] = opts.command_line
         doc["schema_version"] = SCHEMA_VERSION  # the summary was recomputed
     else:

@@ -492,8 +492,10 @@ def parse_case(text: str) -> tuple[str, tuple[int, int, int]]:
     try:
         fam, dims = text.split(":", 1)
         m, k, n = (parse_int(d) for d in dims.lower().split("x"))
-    except ValueError as err:
+    except (ValueError, OverflowError) as err:
         raise ValueError(f"bad case {text!r}; expected FAMILY:MxKxN, e.g. R:20480x20480x8") from err
+    if min(m, k, n) < 1:
+        raise ValueError(f"bad case {text!r}: sizes must be >= 1")
     fam = fam.strip().upper()
     if fam not in FAMILIES:
         raise ValueError(f"unknown family {fam!r} in case {text!r}; known: {', '.join(FAMILIES)}")

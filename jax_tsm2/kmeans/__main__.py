@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from jax_tsm2 import _cli
+
 DATASETS = ("digits", "iris", "wine", "breast_cancer")
 
 
@@ -46,10 +48,7 @@ def _need_sklearn(what: str) -> Any:
 def load(args: argparse.Namespace) -> tuple[np.ndarray, int, str]:
     """The data (float64 NumPy array), the number of clusters and a description."""
     if args.generate:
-        try:
-            n, d, k = (int(v) for v in args.generate.split(","))
-        except ValueError:
-            sys.exit(f"error: --generate wants N,D,K (three integers), got {args.generate!r}")
+        n, d, k = args.generate
         rng = np.random.default_rng(args.seed)
         centers = rng.normal(scale=10.0, size=(k, d))
         x = centers[rng.integers(0, k, n)] + rng.normal(size=(n, d))
@@ -60,21 +59,41 @@ def load(args: argparse.Namespace) -> tuple[np.ndarray, int, str]:
     return np.asarray(bunch.data, np.float64), k, f"scikit-learn {args.dataset}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+def _generate(text: str) -> tuple[int, int, int]:
+    """``N,D,K``: three integers >= 1."""
+    sizes = _cli.comma_list(_cli.positive_int, "N,D,K")(text)
+    if len(sizes) != 3:
+        raise argparse.ArgumentTypeError(f"expected N,D,K (three integers >= 1), got {text!r}")
+    return sizes[0], sizes[1], sizes[2]
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m jax_tsm2.kmeans", description=__doc__.split("\n")[0]
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--dataset", choices=DATASETS, default="digits")
-    src.add_argument("--generate", metavar="N,D,K", help="Gaussian blobs made with NumPy")
-    p.add_argument("--k", type=int, default=None, help="clusters (default: the dataset's classes)")
+    src.add_argument(
+        "--generate", metavar="N,D,K", type=_generate, help="Gaussian blobs made with NumPy"
+    )
+    p.add_argument(
+        "--k",
+        type=_cli.positive_int,
+        default=None,
+        help="clusters (default: the dataset's classes)",
+    )
     p.add_argument("--init", choices=("k-means++", "random"), default="k-means++")
-    p.add_argument("--max-iter", type=int, default=300)
-    p.add_argument("--tol", type=float, default=1e-4)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-iter", type=_cli.positive_int, default=300)
+    p.add_argument("--tol", type=_cli.non_negative_float, default=1e-4)
+    p.add_argument("--seed", type=_cli.non_negative_int, default=0)
     p.add_argument("--dtype", choices=("float64", "float32", "bfloat16"), default="float64")
     p.add_argument("--compare-sklearn", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    p = parser()
     args = p.parse_args(argv)
 
     import jax
@@ -86,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     from jax_tsm2.kmeans import core
 
     x_np, k, what = load(args)
+    if k > x_np.shape[0]:
+        p.error(f"{k} clusters for {x_np.shape[0]} points: --k must be at most the points")
     x = jnp.asarray(x_np, args.dtype)
     print(f"data: {what}: {x.shape[0]} x {x.shape[1]} {args.dtype}, k={k}, device {x.device}")
 

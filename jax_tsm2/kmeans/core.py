@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jax_tsm2.api import matmul
@@ -97,6 +99,75 @@ def _as_float(x: Any) -> jax.Array:
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.result_type(float))
     return x
+
+
+# Input checks, with scikit-learn's messages. Values are checked only where they are
+# known: under jit, vmap or shard_map the data are tracers, and non-finite data or bad
+# weights then give NaN results instead of an error.
+
+
+def _count(value: Any, name: str) -> int:
+    """A positive integer argument (Python or NumPy int, not bool), else ValueError."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        count = operator.index(value)
+    except TypeError:
+        count = None
+    if count is None or count < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return count
+
+
+def _check_samples(x: jax.Array, who: str) -> None:
+    """``x`` is ``(n, d)`` with n, d >= 1 and, where its values are known, finite."""
+    _check_shape(x, who)
+    _check_finite(x, "X")
+
+
+def _check_shape(x: jax.Array, who: str) -> None:
+    if x.ndim != 2:
+        raise ValueError(f"x must be 2-D (n_samples, n_features), got shape {x.shape}")
+    for size, what in ((x.shape[0], "sample(s)"), (x.shape[1], "feature(s)")):
+        if size == 0:
+            raise ValueError(
+                f"Found array with 0 {what} (shape={x.shape}) while a minimum of 1 is "
+                f"required by {who}."
+            )
+
+
+def _known(x: Any) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _check_finite(x: jax.Array, name: str) -> None:
+    if not _known(x):
+        return
+    nan, inf = jax.device_get((jnp.isnan(x).any(), jnp.isinf(x).any()))
+    if nan:
+        raise ValueError(f"Input {name} contains NaN.")
+    if inf:
+        raise ValueError(
+            f"Input {name} contains infinity or a value too large for {np.dtype(x.dtype)!r}."
+        )
+
+
+def _check_weights(w: jax.Array, n: int, sharded: bool) -> None:
+    """``(n,)``, finite and non-negative where known, and (unsharded) not all zero."""
+    if w.shape != (n,):
+        raise ValueError(f"sample_weight must have shape ({n},), got {w.shape}")
+    if not _known(w):
+        return
+    _check_finite(w, "sample_weight")
+    negative, total = jax.device_get((jnp.any(w < 0), jnp.sum(w)))
+    if negative:
+        raise ValueError("Negative values in data passed to `sample_weight`")
+    if total == 0 and not sharded:  # a shard may hold only zero weights
+        raise ValueError("Sample weights must contain at least one non-zero number.")
+
+
+def _as_weights(sample_weight: Any, x: jax.Array) -> jax.Array:
+    return jnp.asarray(sample_weight, _acc_dtype(x.dtype))
 
 
 def _psum(x: jax.Array, axis_name: Any) -> jax.Array:
@@ -260,9 +331,15 @@ def kmeans_plusplus(
       >>> sorted(float(v) for v in c[:, 0])
       [0.0, 10.0]
     """
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    return _kmeans_plusplus_jit(key, _as_float(x), sample_weight, k, n_local_trials, axis_name)
+    k = _count(k, "k")
+    if n_local_trials is not None:
+        n_local_trials = _count(n_local_trials, "n_local_trials")
+    x = _as_float(x)
+    _check_samples(x, "kmeans_plusplus")
+    if sample_weight is not None:
+        sample_weight = _as_weights(sample_weight, x)
+        _check_weights(sample_weight, x.shape[0], axis_name is not None)
+    return _kmeans_plusplus_jit(key, x, sample_weight, k, n_local_trials, axis_name)
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4, 5))
@@ -450,6 +527,13 @@ def kmeans(
     Returns:
       A :class:`KMeansState`.
 
+    Raises:
+      ValueError: as scikit-learn does: ``k``, ``n_init`` or ``max_iter`` not a positive
+        integer (Python or NumPy), ``tol`` negative, ``x`` without samples or features,
+        fewer samples than ``k``, NaN or Inf in ``x`` or ``sample_weight``, a negative
+        weight, or weights that are all zero. The values are checked where they are
+        known: under ``jit``, ``vmap`` or ``shard_map`` non-finite data give NaN results.
+
     Differences from ``sklearn.cluster.KMeans(algorithm="lloyd")``, and why:
 
     * ``tol`` is relative to the *weighted* variance (scikit-learn ignores the
@@ -472,15 +556,16 @@ def kmeans(
       >>> bool(s.labels[0] == s.labels[1]), bool(s.converged)
       (True, True)
     """
-    if not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive int, got {k!r}")
-    if n_init < 1 or max_iter < 1:
-        raise ValueError(f"n_init and max_iter must be >= 1, got {n_init}, {max_iter}")
+    k, n_init, max_iter = _count(k, "k"), _count(n_init, "n_init"), _count(max_iter, "max_iter")
+    if not (isinstance(tol, (int, float, np.number)) and 0 <= tol < math.inf):
+        raise ValueError(f"tol must be a non-negative number, got {tol!r}")
     x = _as_float(x)
-    if x.ndim != 2:
-        raise ValueError(f"x must be 2-D (n_samples, n_features), got shape {x.shape}")
+    _check_samples(x, "kmeans")
     if axis_name is None and x.shape[0] < k:
         raise ValueError(f"n_samples={x.shape[0]} should be >= k={k}")
+    if sample_weight is not None:
+        sample_weight = _as_weights(sample_weight, x)
+        _check_weights(sample_weight, x.shape[0], axis_name is not None)
     init_c = None
     if isinstance(init, str):
         if init not in INIT_METHODS:
@@ -512,7 +597,7 @@ def assign(x: Any, centroids: Any) -> tuple[jax.Array, jax.Array]:
       >>> labels.tolist(), d2.tolist()
       ([0, 1], [1.0, 1.0])
     """
-    return _assign_jit(*_check_pair(x, centroids))
+    return _assign_jit(*_check_pair(x, centroids, "assign"))
 
 
 @jax.jit
@@ -532,7 +617,7 @@ def sq_distances(x: Any, centroids: Any) -> jax.Array:
       >>> sq_distances(jnp.array([[0.0, 1.0]]), jnp.array([[0.0, 0.0], [3.0, 1.0]])).tolist()
       [[1.0, 9.0]]
     """
-    return _sq_distances_jit(*_check_pair(x, centroids))
+    return _sq_distances_jit(*_check_pair(x, centroids, "sq_distances"))
 
 
 @jax.jit
@@ -577,7 +662,7 @@ def lloyd_step(
     """
     if impl not in fused.IMPLS:
         raise ValueError(f"impl must be one of {fused.IMPLS}, got {impl!r}")
-    x, c = _check_pair(x, centroids)
+    x, c = _check_pair(x, centroids, "lloyd_step")
     n = x.shape[0]
     if sample_weight is None:
         w = jnp.ones((n,), c.dtype)
@@ -593,11 +678,14 @@ def _lloyd_step_jit(x, c, w, impl):
     return _step(x, _sq_norms(x), w, c, c.shape[0], impl)
 
 
-def _check_pair(x: Any, centroids: Any) -> tuple[jax.Array, jax.Array]:
+def _check_pair(x: Any, centroids: Any, who: str) -> tuple[jax.Array, jax.Array]:
     x = _as_float(x)
     c = jnp.asarray(centroids, _acc_dtype(x.dtype))
-    if x.ndim != 2 or c.ndim != 2 or x.shape[1] != c.shape[1]:
-        raise ValueError(f"need x (n, d) and centroids (k, d), got {x.shape} and {c.shape}")
+    if x.ndim != 2 or c.ndim != 2 or x.shape[1] != c.shape[1] or c.shape[0] == 0:
+        raise ValueError(
+            f"need x (n, d) and centroids (k, d) with k >= 1, got {x.shape} and {c.shape}"
+        )
+    _check_shape(x, who)  # the same error on every path (the kernel takes no d = 0)
     return x, c
 
 

@@ -121,12 +121,12 @@ class KMeans:
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> KMeans:
         """Compute the clustering of ``X`` (``(n_samples, n_features)``); ``y`` is ignored."""
         x = core._as_float(X)
-        if x.ndim != 2:
-            raise ValueError(f"X must be 2-D, got shape {x.shape}")
+        core._check_samples(x, "KMeans")  # before a callable init sees X
+        n_clusters = core._count(self.n_clusters, "n_clusters")
         key, rng = self._key_and_rng()
         init = self.init
         if callable(init):
-            init = jnp.asarray(init(np.asarray(x), self.n_clusters, rng))
+            init = jnp.asarray(init(np.asarray(x), n_clusters, rng))
         if isinstance(init, str):
             n_init = self.n_init
             if n_init == "auto":
@@ -136,11 +136,11 @@ class KMeans:
         state = core.kmeans(
             key,
             x,
-            int(self.n_clusters),
+            n_clusters,
             init=init,
-            n_init=int(n_init),
-            max_iter=int(self.max_iter),
-            tol=float(self.tol),
+            n_init=n_init,
+            max_iter=self.max_iter,
+            tol=self.tol,
             sample_weight=sample_weight,
         )
         self.state_ = state
@@ -159,6 +159,7 @@ class KMeans:
         x = core._as_float(X)
         if x.ndim != 2 or x.shape[1] != self.n_features_in_:
             raise ValueError(f"X must have shape (n, {self.n_features_in_}), got {x.shape}")
+        core._check_samples(x, "KMeans")
         return x
 
     def predict(self, X: Any) -> jax.Array:
@@ -181,5 +182,8 @@ class KMeans:
         """Negative (weighted) inertia of ``X`` against the fitted centres."""
         x = self._check_fitted(X)
         _, d2 = core.assign(x, self.cluster_centers_)
-        w = jnp.ones_like(d2) if sample_weight is None else jnp.asarray(sample_weight, d2.dtype)
+        if sample_weight is None:
+            return -float(jnp.sum(d2))
+        w = jnp.asarray(sample_weight, d2.dtype)
+        core._check_weights(w, x.shape[0], sharded=False)
         return -float(jnp.sum(w * d2))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import statistics
 import sys
 import time
@@ -37,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from jax_tsm2 import model
+from jax_tsm2 import _cli, model
 from jax_tsm2.problem import Problem
 from jax_tsm2.tune import cache
 
@@ -53,9 +54,9 @@ def parse_shape(text: str) -> Problem:
         Problem(batch=None, m=10000000, k=8, n=8)
     """
     try:
-        sizes = [int(float(s)) for s in text.lower().split("x")]
+        sizes = [_cli.integer(s) for s in text.lower().split("x")]
     except ValueError:
-        raise ValueError(f"shape {text!r}: expected MxKxN or BxMxKxN") from None
+        raise ValueError(f"shape {text!r}: expected MxKxN or BxMxKxN of integers") from None
     if len(sizes) not in (3, 4) or min(sizes) < 1:
         raise ValueError(f"shape {text!r}: expected MxKxN or BxMxKxN with sizes >= 1")
     return model.problem_from(tuple(sizes))
@@ -291,9 +292,14 @@ def measure_read_bandwidth(nbytes: int = 1 << 30, samples: int = 5) -> float:
     return x.nbytes / statistics.median(best)
 
 
-def main(argv: Sequence[str] | None = None, timer: Timer | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m jax_tsm2.tune", description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", help="comma-separated MxKxN or BxMxKxN")
+    dtypes = {**DTYPES, **{v: v for v in DTYPES.values()}}
+    ap.add_argument(
+        "--shapes",
+        type=_cli.comma_list(parse_shape, "comma-separated MxKxN or BxMxKxN"),
+        help="comma-separated MxKxN or BxMxKxN",
+    )
     ap.add_argument(
         "--calibrate",
         action="store_true",
@@ -302,38 +308,55 @@ def main(argv: Sequence[str] | None = None, timer: Timer | None = None) -> int:
     )
     ap.add_argument(
         "--budget",
-        type=float,
+        type=_cli.positive_float,
         default=150.0,
         help="with --calibrate: seconds of probing at most (default 150)",
     )
     ap.add_argument("--output", help="with --calibrate: write the calibration to this file")
-    ap.add_argument("--dtype", default="f32", help="comma-separated: f32, f64, bf16, f16")
-    ap.add_argument("--layout", default="nn", help="comma-separated: nn, nt, tn")
+    ap.add_argument(
+        "--dtype",
+        default="f32",
+        type=_cli.comma_list(_cli.one_of(dtypes, "dtype"), "comma-separated dtypes"),
+        help="comma-separated: f32, f64, bf16, f16",
+    )
+    ap.add_argument(
+        "--layout",
+        default="nn",
+        type=_cli.comma_list(_cli.one_of(model.LAYOUTS, "layout"), "comma-separated layouts"),
+        help="comma-separated: nn, nt, tn",
+    )
     ap.add_argument("--measure-bandwidth", action="store_true")
     ap.add_argument("--dry-run", action="store_true", help="time and print, write nothing")
-    ap.add_argument("--cache-dir", help=f"overrides ${cache.ENV_DIR} for this run")
-    ap.add_argument("--max-reps", type=int, default=64, help="most products per timed call")
-    ap.add_argument("--samples", type=int, default=5)
+    ap.add_argument(
+        "--cache-dir", type=_cli.directory, help=f"overrides ${cache.ENV_DIR} for this run"
+    )
+    ap.add_argument(
+        "--max-reps", type=_cli.positive_int, default=64, help="most products per timed call"
+    )
+    ap.add_argument("--samples", type=_cli.positive_int, default=5)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None, timer: Timer | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
-    if args.calibrate:
-        if args.shapes:
-            ap.error("--calibrate measures its own probe shapes: leave out --shapes")
-        if not args.budget > 0:
-            ap.error(f"--budget must be a positive number of seconds, got {args.budget}")
-        return _calibrate(args)
-    if not args.shapes:
+    if args.calibrate and args.shapes:
+        ap.error("--calibrate measures its own probe shapes: leave out --shapes")
+    if not args.calibrate and not args.shapes:
         ap.error("--shapes is required (or --calibrate)")
-
-    import os
-
+    saved = os.environ.get(cache.ENV_DIR)
     if args.cache_dir:
-        os.environ[cache.ENV_DIR] = args.cache_dir
-    problems = [parse_shape(s) for s in args.shapes.split(",") if s]
-    dtypes = [DTYPES.get(d, d) for d in args.dtype.split(",") if d]
-    layouts = [x for x in args.layout.split(",") if x]
-    for x in layouts:
-        if x not in model.LAYOUTS:
-            ap.error(f"layout {x!r}: one of {model.LAYOUTS}")
+        os.environ[cache.ENV_DIR] = str(args.cache_dir)
+    try:
+        return _calibrate(args) if args.calibrate else _run(args, timer)
+    finally:  # the directory is this run's only (main may be called in-process)
+        if saved is None:
+            os.environ.pop(cache.ENV_DIR, None)
+        else:
+            os.environ[cache.ENV_DIR] = saved
+
+
+def _run(args: argparse.Namespace, timer: Timer | None) -> int:
     if timer is None:
         from jax_tsm2 import _ffi
 
@@ -350,19 +373,22 @@ def main(argv: Sequence[str] | None = None, timer: Timer | None = None) -> int:
         device = device.with_bandwidth(bw)
     print(f"device {device.key} ({device.source}); cache {cache.cache_path(device.key)}")
     tune(
-        problems, dtypes, layouts, timer=timer, device=device, write=not args.dry_run, bandwidth=bw
+        args.shapes,
+        args.dtype,
+        args.layout,
+        timer=timer,
+        device=device,
+        write=not args.dry_run,
+        bandwidth=bw,
     )
     return 0
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    import os
     import pathlib
 
     from jax_tsm2.tune import calibrate
 
-    if args.cache_dir:
-        os.environ[cache.ENV_DIR] = args.cache_dir
     out = pathlib.Path(args.output) if args.output else None
     try:
         data = calibrate.run(budget_s=args.budget, write=not args.dry_run, path=out)

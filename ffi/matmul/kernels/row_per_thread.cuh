@@ -113,8 +113,7 @@ __global__ void __launch_bounds__(256, MinBlocks)
       Acc av[V];
       Unpack<T>(cur[u], av);
       Acc acc[NT];
-#pragma unroll
-      for (int j = 0; j < NT; ++j) acc[j] = 0;
+      InitSums(acc);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         Acc bv[NT];

@@ -112,7 +112,7 @@ __device__ __forceinline__ void LoadSARegs(const SplitArgs& p, const T* a, int64
   for (int q = 0; q < SSmem<T, MT>::kAPerThread; ++q) {
     const int e = threadIdx.x + q * kSThreads;  // e = r * MT + i
     const int r = e / MT, i = e % MT;
-    regs[q] = 0;
+    regs[q] = -0.0f;  // past r_end, -0 times B's +0 adds -0 (a sum's zero keeps its sign)
     if (e < kSRowsPerStep * MT && i < p.m && r0 + r < r_end) regs[q] = ToAcc(a[i * p.k + r0 + r]);
   }
 }
@@ -159,7 +159,8 @@ __global__ void __launch_bounds__(kSThreads) Tsm2SKernel(const __grid_constant__
     CpAsyncCommit();
   }
 
-  Acc acc[MT][kCpt] = {};
+  Acc acc[MT][kCpt];
+  InitSums(acc);
   for (int64_t it = 0; it < steps; ++it) {
     CpAsyncWait<kStages - 2>();
     __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
@@ -208,7 +209,7 @@ __global__ void __launch_bounds__(kSThreads) Tsm2SKernel(const __grid_constant__
     for (int c = 0; c < kCpt; ++c) red[warp * SCols<T>::kTileCols + lane * kCpt + c] = acc[i][c];
     __syncthreads();
     if (threadIdx.x < SCols<T>::kTileCols) {
-      Acc sum = 0;
+      Acc sum = -0.0f;
 #pragma unroll
       for (int w = 0; w < kSThreads / 32; ++w) sum += red[w * SCols<T>::kTileCols + threadIdx.x];
       const int64_t j = col0 + threadIdx.x;

@@ -192,7 +192,7 @@ __device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int
   } else {
     for (int e = threadIdx.x; e < p.m * Sm::kRows; e += Sm::kThreads) {
       const int i = e / Sm::kRows, j = e % Sm::kRows;
-      as_stage[i * Sm::kLda + j] = r0 + j < r_end ? a[i * p.k + r0 + j] : T(0.0f);
+      as_stage[i * Sm::kLda + j] = r0 + j < r_end ? a[i * p.k + r0 + j] : T(-0.0f);
     }
   }
 }
@@ -214,9 +214,10 @@ struct ClusterF32 {
   static_assert(kGroups * 4 == Sm::kRows, "one 4-row step per group per stage");
   static_assert(kGroups * MT * Sm::kLdp * 4 <= Sm::kBytes, "every group's sums fit");
   int g, col;  // the thread's rows 4g..4g+3 of a stage, first of its 4 columns
-  float acc[MT][4] = {};
+  float acc[MT][4];
 
   __device__ ClusterF32() {
+    InitSums(acc);
     g = static_cast<int>(threadIdx.x) / (Sm::kCols / 4);
     col = 4 * (static_cast<int>(threadIdx.x) % (Sm::kCols / 4));
   }
@@ -344,7 +345,8 @@ __global__ void __launch_bounds__(ClusterSmem<T, Tune>::kThreads, 2)
   for (int h = 0; h < 2; ++h)
     b_off[h] = lrow * Sm::kCols + 8 * ((4 * wn + 2 * h + lhi) ^ (lane % 8));
 
-  float acc[4][4] = {};  // 2-byte types: four m16n8 accumulators
+  float acc[4][4];  // 2-byte types: four m16n8 accumulators
+  InitSums(acc);
   std::conditional_t<Sm::kHalf, ClusterNoF32, ClusterF32<MT, Tune>> f32;  // f32's sums
   for (int it = 0; it < steps; ++it) {
     CpAsyncWait<S - 2>();
@@ -356,7 +358,8 @@ __global__ void __launch_bounds__(ClusterSmem<T, Tune>::kThreads, 2)
     const T* st = ring + (it % S) * Sm::kStageElems;
     const T* as_stage = as + (it % S) * Sm::kAStageElems;
     if constexpr (Sm::kHalf) {
-      float part[4][4] = {};
+      float part[4][4];
+      InitSums(part);
 #pragma unroll
       for (int q = 0; q < Sm::kK16PerWarp; ++q) {
         const int kr = 16 * (wk + Sm::kWK * q);

@@ -46,7 +46,7 @@ __device__ __forceinline__ void LoadSMmaA(const SplitArgs& p, const T* a, int64_
   for (int q = 0; q < SMmaSmem<T>::kAPerThread; ++q) {
     const int e = threadIdx.x + q * kSThreads;  // e = r * 16 + i
     const int r = e / 16, i = e % 16;
-    regs[q] = i < p.m && r0 + r < r_end ? a[i * p.k + r0 + r] : T(0.0f);
+    regs[q] = i < p.m && r0 + r < r_end ? a[i * p.k + r0 + r] : T(-0.0f);
   }
 }
 template <typename T>
@@ -98,7 +98,8 @@ __global__ void __launch_bounds__(kSThreads, Tune::kBlocksPerSm)
     CpAsyncCommit();
   }
 
-  float acc[2][4] = {};
+  float acc[2][4];
+  InitSums(acc);
   for (int64_t it = 0; it < steps; ++it) {
     CpAsyncWait<kStages - 2>();
     __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
@@ -114,7 +115,8 @@ __global__ void __launch_bounds__(kSThreads, Tune::kBlocksPerSm)
 
     // Rows past the split's end were zero-filled, so whole 16-row steps are safe.
     const T* st = ring + (it % kStages) * Sm::kStageElems;
-    float part[2][4] = {};
+    float part[2][4];
+    InitSums(part);
 #pragma unroll
     for (int r = 0; r < kSRowsPerStep; r += 16) {
       uint32_t fa[4], fb[2][2];

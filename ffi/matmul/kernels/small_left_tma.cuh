@@ -167,7 +167,8 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
   }
 
-  float acc[4][4] = {};  // four m16n8 accumulators
+  float acc[4][4];  // four m16n8 accumulators
+  InitSums(acc);
   const int wn = warp % Sm::kWarpsN, wk = warp / Sm::kWarpsN;
   if (warp == Sm::kConsumerWarps) {
     if (producer) {
@@ -191,7 +192,8 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
       MbarWait(full + 8 * s, (it / S) & 1);
       const char* st = smem + s * Sm::kBStage;
       const char* as = smem + (aring - base) + s * Sm::kAStage;
-      float part[4][4] = {};
+      float part[4][4];
+      InitSums(part);
 #pragma unroll
       for (int q = 0; q < Sm::kK16PerWarp; ++q) {
         const int kr = 16 * (wk + Sm::kWK * q);

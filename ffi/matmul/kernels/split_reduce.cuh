@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   for (int64_t o0 = blockIdx.x * int64_t{kOutputs}; o0 < outputs;
        o0 += int64_t{gridDim.x} * kOutputs) {
     const int64_t o = o0 + (kWarpsOverSplits ? lane : threadIdx.x);
-    Acc sum = 0;
+    Acc sum = -0.0f;
     if (o < outputs) {
       // kBatch loads issued before their adds: one chain of dependent loads
       // took 5.5-5.8 us for 16 splits of 4096 outputs (Nsight, S bf16
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kReduceThreads)
     if constexpr (kWarpsOverSplits) {
       warp_sums[warp][lane] = sum;
       __syncthreads();
-      sum = 0;
+      sum = -0.0f;
       if (warp == 0) {
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) sum += warp_sums[w][lane];

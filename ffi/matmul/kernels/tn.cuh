@@ -268,7 +268,17 @@ struct TMmaBlock {
     __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
     if (it + kTStages - 1 < steps) Load(p, it + kTStages - 1);
     CpAsyncCommit();
-    return ring + (it % kTStages) * Tile::kStageElems;
+    T* stage = ring + (it % kTStages) * Tile::kStageElems;
+    // The MMAs take whole steps: rows past r_end must add -0 (A's -0 times B's
+    // zero fill), not +0, or a sum of -0 terms would come out +0.
+    const int64_t rows = r_end - r_begin - it * Tile::kStep;
+    if (rows < Tile::kStep) {
+      for (int64_t q = threadIdx.x; q < (Tile::kStep - rows) * Tile::kLda; q += kTThreads) {
+        stage[rows * Tile::kLda + q] = T(-0.0f);
+      }
+      __syncthreads();
+    }
+    return stage;
   }
 
   __device__ __forceinline__ void Drain() const { CpAsyncWait<0>(); }
@@ -380,7 +390,8 @@ __global__ void __launch_bounds__(kTThreads, 2) Tsm2TKernel(const __grid_constan
     CpAsyncCommit();
   }
 
-  Acc acc[E][E] = {};
+  Acc acc[E][E];
+  InitSums(acc);
   for (int64_t it = 0; it < steps; ++it) {
     CpAsyncWait<kTStages - 2>();
     __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
@@ -392,7 +403,9 @@ __global__ void __launch_bounds__(kTThreads, 2) Tsm2TKernel(const __grid_constan
     CpAsyncCommit();
     const T* sa = ring + (it % kTStages) * stage_elems;
     const T* sb = sa + step * tm;
-    for (int r = g; r < step; r += groups) {
+    // Not the zero-filled rows past r_end: +0 * +0 would turn a sum of -0 into +0.
+    const int64_t rows = min(static_cast<int64_t>(step), r_end - r_begin - it * step);
+    for (int r = g; r < rows; r += groups) {
       Acc x[E], y[E];
       Own::Load(sa + r * tm, tm, tp, x);
       Own::Load(sb + r * tn, tn, tq, y);
@@ -417,7 +430,7 @@ __global__ void __launch_bounds__(kTThreads, 2) Tsm2TKernel(const __grid_constan
     if (g != 0) return;
 #pragma unroll
     for (int e = 0; e < kE2; ++e) {
-      Acc sum = 0;
+      Acc sum = -0.0f;
       for (int gg = 0; gg < groups; ++gg) sum += red[(gg * kE2 + e) * tile_threads + t];
       acc[e / E][e % E] = sum;
     }

@@ -47,11 +47,13 @@ __global__ void __launch_bounds__(kTThreads, 2)
   const int a_off = (lane % 8 + 8 * (lane / 16)) * kLda + blk.row0 + 8 * (lane / 8 % 2);
   const int b_off = kStep * kLda + (lane % 8 + 8 * (lane / 8 % 2)) * kLdb + blk.col0;
 
-  float acc[RW][CW][4] = {};
+  float acc[RW][CW][4];
+  InitSums(acc);
   for (int64_t it = 0; it < blk.steps; ++it) {
     const T* stage = blk.Stage(p, it);
     // Rows past the split's end were zero-filled, so whole 16-row steps are safe.
-    float part[RW][CW][4] = {};
+    float part[RW][CW][4];
+    InitSums(part);
 #pragma unroll
     for (int r = 0; r < kStep; r += 16) {
       uint32_t fa[RW][4], fb[CW][2];

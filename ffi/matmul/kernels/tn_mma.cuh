@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(kTThreads, 2)
   TMmaBlock<double, TM, TN> blk(p, reinterpret_cast<double*>(smem));
   const int fr = blk.g, fq = blk.t;  // lane (r, q) of the m8n8k4 fragments
 
-  double acc[RW][CW][2] = {};
+  double acc[RW][CW][2];
+  InitSums(acc);
   for (int64_t it = 0; it < blk.steps; ++it) {
     const double* stage = blk.Stage(p, it);
     // Rows past the split's end were zero-filled, so whole 4-row steps are safe.

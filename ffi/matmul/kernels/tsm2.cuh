@@ -204,7 +204,7 @@ __device__ __forceinline__ void LoadBRegs(const Tsm2Args& p, const Cursor& uc,
     const int e = threadIdx.x + i * Cfg::kThreads;
     int kk, j;
     BStageElem<Cfg, NT>(p, e, &kk, &j);
-    regs[i] = 0;
+    regs[i] = -0.0f;  // past k, A's +0 times -0 adds -0: a sum's zero keeps its sign
     if (e < Cfg::kBStageElems && k0 + kk < p.k && n0 + j < p.n) {
       regs[i] = ToAcc(__ldg(b + (k0 + kk) * ks + (n0 + j) * ns));
     }
@@ -319,11 +319,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Register blocking (the paper's t3 reuse, over rows): each B value read
   // from shared memory feeds kRpt rows' FMAs.
   Acc acc[kRpt][NT];
-#pragma unroll
-  for (int i = 0; i < kRpt; ++i) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) acc[i][j] = 0;
-  }
+  InitSums(acc);
 
   for (int64_t it = 0; it < count; ++it) {
     CpAsyncWait<kStages - 2>();  // this thread's copies for unit `it` have landed
@@ -411,7 +407,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           for (int o = threadIdx.x; o < kRows * Cfg::kSlice; o += Cfg::kThreads) {
             const int orow = o / Cfg::kSlice;
             const int j = j0 + o % Cfg::kSlice;
-            Acc sum = 0;
+            Acc sum = -0.0f;
 #pragma unroll
             for (int gg = 0; gg < Cfg::kKGroups; ++gg) {
               sum += red[(gg * kRows + orow) * Cfg::kRedStride + o % Cfg::kSlice];
@@ -427,11 +423,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         }
         // The next write to `red` comes after at least one more barrier.
       }
-#pragma unroll
-      for (int i = 0; i < kRpt; ++i) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j) acc[i][j] = 0;
-      }
+      InitSums(acc);
     }
   }
   CpAsyncWait<0>();
