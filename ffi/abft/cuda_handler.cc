@@ -35,14 +35,17 @@ ffi::Error ColsumsCudaImpl(cudaStream_t stream, ffi::AnyBuffer m, ffi::AnyBuffer
   d.abs_rows = p.abs_rows;
   d.workspace = workspace->untyped_data();
   d.workspace_bytes = workspace->size_bytes();
-  const std::string operands = "m=" + DescribeBuffer(m) + ", v=" + DescribeBuffer(v) +
-                               ", workspace of " + std::to_string(workspace->size_bytes()) +
-                               " bytes";
+  // Described only when a call fails: the success path builds no strings.
+  const auto operands = [&] {
+    return "m=" + DescribeBuffer(m) + ", v=" + DescribeBuffer(v) + ", workspace of " +
+           std::to_string(workspace->size_bytes()) + " bytes";
+  };
   return DispatchElemAndAcc(kOp, p.dtype, p.acc, [&](auto elem, auto acc) -> ffi::Error {
     ColsumsLaunchPlan plan;
     TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
-        kOp, (PlanColsumsLaunch<decltype(elem)::value, decltype(acc)::value>(d, &plan)), operands);
-    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, LaunchColsums(d, plan, stream), operands);
+        kOp, (PlanColsumsLaunch<decltype(elem)::value, decltype(acc)::value>(d, &plan)),
+        operands());
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, LaunchColsums(d, plan, stream), operands());
     return ffi::Error::Success();
   });
 }
@@ -72,12 +75,14 @@ ffi::Error RepairCudaImpl(cudaStream_t stream, ffi::AnyBuffer flag, ffi::AnyBuff
   d.m = p.m;
   d.k = p.k;
   d.n = p.n;
-  const std::string operands =
-      "a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c);
+  // Described only when a call fails: the success path builds no strings.
+  const auto operands = [&] {
+    return "a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c);
+  };
   return DispatchElemAndAcc(kOp, p.dtype, p.acc, [&](auto elem, auto acc) -> ffi::Error {
     TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
         kOp, (LaunchRepairColumn<decltype(elem)::value, decltype(acc)::value>(d, stream)),
-        operands);
+        operands());
     return ffi::Error::Success();
   });
 }
@@ -121,11 +126,13 @@ ffi::Error JudgeCudaImpl(cudaStream_t stream, ffi::AnyBuffer resid, ffi::AnyBuff
   d.col = static_cast<int32_t*>(col->untyped_data());
   d.magnitude = magnitude->untyped_data();
   d.uncorrectable = static_cast<bool*>(uncorrectable->untyped_data());
-  const std::string operands =
-      "a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c);
+  // Described only when a call fails: the success path builds no strings.
+  const auto operands = [&] {
+    return "a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c);
+  };
   return DispatchElemAndAcc(kOp, p.dtype, p.acc, [&](auto elem, auto acc) -> ffi::Error {
     TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
-        kOp, (LaunchJudge<decltype(elem)::value, decltype(acc)::value>(d, stream)), operands);
+        kOp, (LaunchJudge<decltype(elem)::value, decltype(acc)::value>(d, stream)), operands());
     return ffi::Error::Success();
   });
 }

@@ -17,7 +17,6 @@
 #pragma once
 
 #include <cstdint>
-#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -44,10 +43,9 @@ inline ffi::Error DecodeColsums(std::string_view op, const ffi::AnyBuffer& m,
                                 const ffi::AnyBuffer& v, const ffi::AnyBuffer& out,
                                 int32_t abs_rows, ColsumsProblem* p) {
   auto fail = [&](const std::string& why) {
-    std::ostringstream os;
-    os << op << ": " << why << " (m=" << DescribeBuffer(m) << ", v=" << DescribeBuffer(v)
-       << ", out=" << DescribeBuffer(out) << ", abs_rows=" << abs_rows << ")";
-    return ffi::Error::InvalidArgument(os.str());
+    return ffi::Error::InvalidArgument(std::string(op) + ": " + why + " (m=" + DescribeBuffer(m) +
+                                       ", v=" + DescribeBuffer(v) + ", out=" + DescribeBuffer(out) +
+                                       ", abs_rows=" + std::to_string(abs_rows) + ")");
   };
   auto md = m.dimensions();
   auto vd = v.dimensions();
@@ -108,11 +106,10 @@ inline ffi::Error DecodeRepair(std::string_view op, const ffi::AnyBuffer& flag,
                                const ffi::AnyBuffer& exact, const ffi::AnyBuffer& scale,
                                const ffi::AnyBuffer& workspace, RepairProblem* p) {
   auto fail = [&](const std::string& why) {
-    std::ostringstream os;
-    os << op << ": " << why << " (flag=" << DescribeBuffer(flag) << ", j=" << DescribeBuffer(j)
-       << ", a=" << DescribeBuffer(a) << ", b=" << DescribeBuffer(b) << ", c=" << DescribeBuffer(c)
-       << ", exact=" << DescribeBuffer(exact) << ")";
-    return ffi::Error::InvalidArgument(os.str());
+    return ffi::Error::InvalidArgument(
+        std::string(op) + ": " + why + " (flag=" + DescribeBuffer(flag) +
+        ", j=" + DescribeBuffer(j) + ", a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) +
+        ", c=" + DescribeBuffer(c) + ", exact=" + DescribeBuffer(exact) + ")");
   };
   const bool flag_s32 = HasShape(flag, ffi::DataType::S32, {});
   p->flag_bool = HasShape(flag, ffi::DataType::PRED, {});
@@ -141,11 +138,10 @@ struct JudgeBuffers {
 
 inline ffi::Error DecodeJudge(std::string_view op, const JudgeBuffers& x, RepairProblem* p) {
   auto fail = [&](const std::string& why) {
-    std::ostringstream os;
-    os << op << ": " << why << " (resid=" << DescribeBuffer(*x.resid)
-       << ", threshold=" << DescribeBuffer(*x.threshold) << ", a=" << DescribeBuffer(*x.a)
-       << ", b=" << DescribeBuffer(*x.b) << ", c=" << DescribeBuffer(*x.c) << ")";
-    return ffi::Error::InvalidArgument(os.str());
+    return ffi::Error::InvalidArgument(
+        std::string(op) + ": " + why + " (resid=" + DescribeBuffer(*x.resid) +
+        ", threshold=" + DescribeBuffer(*x.threshold) + ", a=" + DescribeBuffer(*x.a) +
+        ", b=" + DescribeBuffer(*x.b) + ", c=" + DescribeBuffer(*x.c) + ")");
   };
   if (auto err =
           DecodeRepairOperands(*x.a, *x.b, *x.c, *x.c_out, *x.old_col, *x.exact, *x.scale, fail, p);

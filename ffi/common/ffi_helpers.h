@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <initializer_list>
-#include <sstream>
 #include <string>
 
 #include "xla/ffi/api/ffi.h"
@@ -58,14 +57,15 @@ inline bool HasShape(const ffi::AnyBuffer& b, ffi::DataType t,
   return true;
 }
 
-// "f32[5,3]": how error messages name a buffer.
+// "f32[5,3]": how error messages name a buffer. Plain string building, no
+// iostreams: a handler's messages must not depend on the host process's
+// locale and stream state (an ostringstream here crashed inside a jax process
+// on the GPU machine).
 inline std::string DescribeBuffer(const ffi::AnyBuffer& x) {
-  std::ostringstream os;
-  os << DTypeName(x.element_type()) << "[";
+  std::string out = std::string(DTypeName(x.element_type())) + "[";
   auto dims = x.dimensions();
-  for (size_t i = 0; i < dims.size(); ++i) os << (i ? "," : "") << dims[i];
-  os << "]";
-  return os.str();
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? "," : "") + std::to_string(dims[i]);
+  return out + "]";
 }
 
 }  // namespace tsm2

@@ -30,9 +30,11 @@ ffi::Error KmeansCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
   KmeansProblem p;
   TSM2_FFI_RETURN_IF_ERROR(
       DecodeKmeans(kOp, x, c, w, *labels, *mind, *sums, *counts, *inertia, &p));
-  const std::string operands = "x=" + DescribeBuffer(x) + ", c=" + DescribeBuffer(c) +
-                               ", workspace of " + std::to_string(workspace->size_bytes()) +
-                               " bytes";
+  // Described only when a call fails: the success path builds no strings.
+  const auto operands = [&] {
+    return "x=" + DescribeBuffer(x) + ", c=" + DescribeBuffer(c) + ", workspace of " +
+           std::to_string(workspace->size_bytes()) + " bytes";
+  };
   DeviceKmeans d;
   d.x = x.untyped_data();
   d.c = c.untyped_data();
@@ -57,8 +59,8 @@ ffi::Error KmeansCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
           "; use jax_tsm2.kmeans.fused.lloyd_step, which falls back to the jnp path");
     }
     KmeansStepPlan plan;
-    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, PlanKmeansStep<kE>(d, &plan), operands);
-    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, LaunchKmeansStep(d, plan, stream), operands);
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, PlanKmeansStep<kE>(d, &plan), operands());
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, LaunchKmeansStep(d, plan, stream), operands());
     return ffi::Error::Success();
   });
 }

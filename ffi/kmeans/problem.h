@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstdint>
-#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -30,12 +29,11 @@ inline ffi::Error DecodeKmeans(std::string_view op, const ffi::AnyBuffer& x,
                                const ffi::AnyBuffer& sums, const ffi::AnyBuffer& counts,
                                const ffi::AnyBuffer& inertia, KmeansProblem* p) {
   auto fail = [&](const std::string& why) {
-    std::ostringstream os;
-    os << op << ": " << why << " (x=" << DescribeBuffer(x) << ", c=" << DescribeBuffer(c)
-       << ", w=" << DescribeBuffer(w) << ", labels=" << DescribeBuffer(labels)
-       << ", mind=" << DescribeBuffer(mind) << ", sums=" << DescribeBuffer(sums)
-       << ", counts=" << DescribeBuffer(counts) << ", inertia=" << DescribeBuffer(inertia) << ")";
-    return ffi::Error::InvalidArgument(os.str());
+    return ffi::Error::InvalidArgument(
+        std::string(op) + ": " + why + " (x=" + DescribeBuffer(x) + ", c=" + DescribeBuffer(c) +
+        ", w=" + DescribeBuffer(w) + ", labels=" + DescribeBuffer(labels) +
+        ", mind=" + DescribeBuffer(mind) + ", sums=" + DescribeBuffer(sums) +
+        ", counts=" + DescribeBuffer(counts) + ", inertia=" + DescribeBuffer(inertia) + ")");
   };
   auto xd = x.dimensions();
   auto cd = c.dimensions();

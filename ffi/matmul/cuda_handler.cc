@@ -31,12 +31,14 @@ ffi::Error MatmulCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer 
   (void)cudaGetLastError();
   MatmulProblem prob;
   TSM2_FFI_RETURN_IF_ERROR(DecodeMatmul(kOp, a, b, *c, kernel, layout, &prob));
-  const std::string operands =
-      "a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(*c);
+  // Described only when a call fails: the success path builds no strings.
+  const auto operands = [&] {
+    return "a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(*c);
+  };
   if (prob.batch == 0 || prob.m == 0 || prob.n == 0) return ffi::Error::Success();
   if (prob.k == 0) {  // an empty sum: all-zero bits are +0.0 in every float type
     TSM2_FFI_RETURN_IF_CUDA_ERROR(
-        kOp, cudaMemsetAsync(c->untyped_data(), 0, c->size_bytes(), stream), operands);
+        kOp, cudaMemsetAsync(c->untyped_data(), 0, c->size_bytes(), stream), operands());
     return ffi::Error::Success();
   }
 
@@ -57,8 +59,8 @@ ffi::Error MatmulCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer 
   return DispatchElemType(kOp, prob.dtype, [&](auto elem) -> ffi::Error {
     MatmulPlan plan;
     TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, PlanMatmul<decltype(elem)::value>(p, prob.kernel, &plan),
-                                     operands);
-    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, LaunchMatmul(p, plan, stream), operands);
+                                     operands());
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, LaunchMatmul(p, plan, stream), operands());
     return ffi::Error::Success();
   });
 }

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -51,11 +50,10 @@ inline ffi::Error DecodeMatmul(std::string_view op, const ffi::AnyBuffer& a,
                                const ffi::AnyBuffer& b, const ffi::AnyBuffer& c, int32_t kernel,
                                int32_t layout, MatmulProblem* p) {
   auto fail = [&](const std::string& why) {
-    std::ostringstream os;
-    os << op << ": " << why << " (kernel " << kernel << ", layout " << layout
-       << ", a=" << DescribeBuffer(a) << ", b=" << DescribeBuffer(b) << ", c=" << DescribeBuffer(c)
-       << ")";
-    return ffi::Error::InvalidArgument(os.str());
+    return ffi::Error::InvalidArgument(
+        std::string(op) + ": " + why + " (kernel " + std::to_string(kernel) + ", layout " +
+        std::to_string(layout) + ", a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) +
+        ", c=" + DescribeBuffer(c) + ")");
   };
   if (!KernelFromId(kernel, &p->kernel)) {
     return fail("unknown kernel id (" + IdList(kKernels, KernelName) + ")");
