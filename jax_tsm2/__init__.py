@@ -4,10 +4,9 @@ Public API only; see README.md. Importing the package loads the compiled
 extension and registers its XLA FFI targets (``jax_tsm2._ffi``).
 """
 
-from importlib import metadata as _metadata
-
 from jax_tsm2 import abft
 from jax_tsm2._ffi import build_info, disabled_safety_checks
+from jax_tsm2._version import VERSION as __version__
 from jax_tsm2.api import dot_general, matmul
 from jax_tsm2.config import (
     autotune,
@@ -19,11 +18,6 @@ from jax_tsm2.config import (
 )
 from jax_tsm2.explain import explain
 from jax_tsm2.kmeans import KMeans, kmeans
-
-try:
-    __version__ = _metadata.version("jax_tsm2")
-except _metadata.PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0+unknown"
 
 __all__ = [
     "KMeans",

@@ -29,6 +29,7 @@ MODULES = [
     "jax_tsm2.bench.grid",
     "jax_tsm2.tune.cache",
     "jax_tsm2.tune.cli",
+    "jax_tsm2.tune.tuner",
 ]
 
 
