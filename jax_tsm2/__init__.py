@@ -8,6 +8,7 @@ from jax_tsm2 import abft
 from jax_tsm2._ffi import build_info, disabled_safety_checks
 from jax_tsm2._version import VERSION as __version__
 from jax_tsm2.api import dot_general, matmul
+from jax_tsm2.clustering import KMeans, kmeans
 from jax_tsm2.config import (
     autotune,
     custom_call_mode,
@@ -17,7 +18,6 @@ from jax_tsm2.config import (
     set_custom_call_mode,
 )
 from jax_tsm2.explain import explain
-from jax_tsm2.kmeans import KMeans, kmeans
 
 __all__ = [
     "KMeans",
@@ -25,6 +25,7 @@ __all__ = [
     "abft",
     "autotune",
     "build_info",
+    "clustering",
     "custom_call_mode",
     "disabled_safety_checks",
     "dot_general",

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 sys.path.insert(0, "benchmarks")
 import kmeans_iter as ki
 
-from jax_tsm2.kmeans import fused
+from jax_tsm2.clustering import fused
 
 out = os.environ.get("OUT", "/tmp/out")
 n, d, k = int(sys.argv[1]), int(sys.argv[2]), 16

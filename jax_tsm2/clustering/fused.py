@@ -149,7 +149,7 @@ def ffi_step(x: jax.Array, c: jax.Array, w: jax.Array, *, check: bool = True) ->
         raise ValueError(
             f"tsm2_kmeans_step: the fused kernel does not take x {x.dtype}{list(x.shape)} with "
             f"k={k} (it takes 1 <= k <= 32 and 1 <= d <= 4096, fewer for float64; "
-            "jax_tsm2.kmeans.fused.fused_supported says which); use impl='auto' or 'jnp'"
+            "jax_tsm2.clustering.fused.fused_supported says which); use impl='auto' or 'jnp'"
         )
     acc = acc_dtype(x.dtype)
     c = c.astype(x.dtype)
@@ -183,7 +183,7 @@ def step(
     """One pass over ``x``: the FFI step where it applies (module docstring), else ``fallback``.
 
     ``fallback(x, c, w)`` must return a :class:`LloydStep` with the same
-    shapes and dtypes (the jnp path, ``jax_tsm2.kmeans.core``).
+    shapes and dtypes (the jnp path, ``jax_tsm2.clustering.core``).
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")

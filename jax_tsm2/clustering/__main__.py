@@ -1,11 +1,11 @@
-"""``python -m jax_tsm2.kmeans``: cluster a real or generated dataset, iteration by iteration.
+"""``python -m jax_tsm2.clustering``: cluster a real or generated dataset, iteration by iteration.
 
 Loads one of scikit-learn's bundled datasets (``--dataset digits|iris|wine|
 breast_cancer``, needs scikit-learn) or generates Gaussian blobs with NumPy
 (``--generate N,D,K``), seeds with greedy k-means++ (or ``--init random``), then
 runs Lloyd's iterations from a plain Python loop over a jitted step so that each
 iteration's inertia, centroid shift and wall time are printed as it finishes.
-The step is the same code :func:`jax_tsm2.kmeans.kmeans` runs inside its
+The step is the same code :func:`jax_tsm2.clustering.kmeans` runs inside its
 ``lax.while_loop``; the final result is checked against one call of ``kmeans``
 from the same initial centroids. ``--compare-sklearn`` runs
 ``sklearn.cluster.KMeans(algorithm="lloyd", n_init=1)`` from the same initial
@@ -13,8 +13,8 @@ centroids and reports label agreement, inertia and time.
 
 Example::
 
-    python -m jax_tsm2.kmeans --dataset digits --compare-sklearn
-    python -m jax_tsm2.kmeans --generate 200000,64,16 --dtype float32
+    python -m jax_tsm2.clustering --dataset digits --compare-sklearn
+    python -m jax_tsm2.clustering --generate 200000,64,16 --dtype float32
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _generate(text: str) -> tuple[int, int, int]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m jax_tsm2.kmeans", description=__doc__.split("\n")[0]
+        prog="python -m jax_tsm2.clustering", description=__doc__.split("\n")[0]
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--dataset", choices=DATASETS, default="digits")
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
 
-    from jax_tsm2.kmeans import core
+    from jax_tsm2.clustering import core
 
     x_np, k, what = load(args)
     if k > x_np.shape[0]:
