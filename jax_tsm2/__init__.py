@@ -17,7 +17,7 @@ from jax_tsm2.config import (
     set_autotune,
     set_custom_call_mode,
 )
-from jax_tsm2.explain import explain
+from jax_tsm2.explanation import explain
 
 __all__ = [
     "KMeans",

@@ -50,6 +50,19 @@ class Problem:
         return 0 in (self.m, self.k, self.n) or self.batch == 0
 
 
+def check_dims(*shapes: Sequence[Any]) -> None:
+    """TypeError naming the shapes unless every dimension is a non-negative integer (Python
+    or NumPy, not bool) or symbolic (``jax.export``)."""
+    for d in (d for shape in shapes for d in shape):
+        if not _compat.is_symbolic_dim(d) and (
+            isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0
+        ):
+            named = " and ".join(str(tuple(s)) for s in shapes)
+            raise TypeError(
+                f"tsm2_matmul: dimensions must be non-negative integers, got shapes {named}"
+            )
+
+
 def check_layout(layout: Any) -> str:
     """Returns ``layout`` if it is one of ``LAYOUTS``, else raises ValueError."""
     if layout not in LAYOUT_IDS:
@@ -76,14 +89,7 @@ def problem_of(a_shape: Sequence[int], b_shape: Sequence[int], layout: str = "nn
     """
     a_shape, b_shape = tuple(a_shape), tuple(b_shape)
     check_layout(layout)
-    for d in (*a_shape, *b_shape):
-        if not _compat.is_symbolic_dim(d) and (
-            isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0
-        ):
-            raise TypeError(
-                f"tsm2_matmul: dimensions must be non-negative integers, got shapes "
-                f"{a_shape} and {b_shape}"
-            )
+    check_dims(a_shape, b_shape)
     if len(a_shape) not in (2, 3) or len(b_shape) not in (2, 3):
         raise TypeError(
             f"tsm2_matmul: operands must have rank 2 or 3, got shapes {a_shape} and {b_shape}"

@@ -5,8 +5,10 @@ layout, the output dtype, precision, platform, the custom-call mode, whether
 the CUDA targets were built, and the GPU: ``model.current_device()``, or the
 H100 preset where there is none), and, where autotuning is on, from a
 measurement it takes. The lowerings in ``primitive.py`` call it;
-tests and ``jax_tsm2.explain`` call it directly. It returns a ``Route``: the
-decision, the layer that made it, and a sentence saying why.
+tests and ``jax_tsm2.explain`` call it directly. It returns a ``Route``, the
+library's ``Decision`` record for a product (``jax_tsm2.decision``): what runs,
+the layer that decided, a sentence saying why, and the model's predictions where
+it was asked.
 
 The problem is the canonical one of the ``tsm2_matmul`` primitive, in one of
 three layouts (all row-major; the result is always ``c[batch?, m, n]`` and the
@@ -67,6 +69,7 @@ import numpy as np
 from jax import numpy as jnp
 
 from jax_tsm2 import _compat, model
+from jax_tsm2.decision import Alternative, Decision
 from jax_tsm2.problem import (
     KERNEL_IDS,
     KERNEL_LAYOUTS,
@@ -220,19 +223,16 @@ Target = Literal["tsm2r", "tsm2l", "tsm2s", "tsm2t", "xla"]
 Layout = Literal["nn", "nt", "tn"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Route:
-    """A routing decision for one ``layout``: ``target``, the ``layer`` that decided, and a
-    human-readable ``reason``."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Route(Decision):
+    """A product's ``Decision`` (``op="matmul"``) for one ``layout``: ``target`` is a TSM2
+    kernel or ``"xla"``, ``layer`` the layer that decided, ``problem`` the sizes it decided
+    on; ``alternatives`` hold the model's predictions where it was asked."""
 
+    op: str = "matmul"
     target: Target
-    reason: str
     problem: Problem | None = None
     layout: Layout = "nn"
-    # Which layer decided: "rules" (platform, mode, dtypes, eligibility),
-    # "tune cache", "autotune" (timed at this call), "measured" (MEASURED_WINS)
-    # or "model" (model.choose).
-    layer: str = "rules"
 
     @property
     def kernel(self) -> int | None:
@@ -247,6 +247,15 @@ class Route:
     @property
     def custom_call(self) -> bool:
         return self.target != "xla"
+
+
+def _alternatives(c: model.Choice) -> tuple[Alternative, ...]:
+    """The model's predictions of a choice, the chosen one first."""
+    preds = sorted((*c.candidates, c.xla), key=lambda q: q.kernel != c.target)
+    return tuple(
+        Alternative(q.kernel, q.seconds if q.supported else None, "" if q.supported else q.reason)
+        for q in preds
+    )
 
 
 def kernel_can_write(dtype: Any, out_dtype: Any) -> bool:
@@ -298,17 +307,19 @@ def _xla_precision(precision: Any) -> str:  # explain() uses it too
 @functools.lru_cache(maxsize=4096)
 def _best_kernel(
     p: Problem, dtype: str, layout: str, names: tuple[str, ...], device: model.Device
-) -> tuple[str, str]:
-    """Of several eligible kernels, the one the model predicts fastest, and why."""
+) -> tuple[str, str, tuple[Alternative, ...]]:
+    """Of several eligible kernels, the one the model predicts fastest, why, and the
+    predictions it compared."""
     if len(names) == 1:
-        return names[0], ""
+        return names[0], "", ()
     c = model.choose(p, dtype, layout, device=device, kernels=names)
     if c.best is None:
-        return names[0], ""
+        return names[0], "", ()
     others = ", ".join(
         f"{q.kernel} {q.seconds * 1e6:.1f} us" for q in c.candidates if q is not c.best
     )
-    return c.best.kernel, f"; model picks {c.best.kernel} ({c.best.seconds * 1e6:.1f} us; {others})"
+    why = f"; model picks {c.best.kernel} ({c.best.seconds * 1e6:.1f} us; {others})"
+    return c.best.kernel, why, _alternatives(dataclasses.replace(c, target=c.best.kernel))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -350,13 +361,13 @@ def _tuned(
         where = f"autotuned at this lowering, stored in {where}"
     if target == "xla":
         reason = f"{why}; XLA's dot measured fastest for this shape on this GPU ({where})"
-        return Route("xla", reason, p, layout, layer)
+        return Route(target="xla", reason=reason, problem=p, layout=layout, layer=layer)
     if layout not in KERNEL_LAYOUTS.get(target, ()):
         return None
     if not model.predict(p, dtype, layout, target, device=device).supported:
         return None  # e.g. TSM2S for m > 16: the kernel would reject the problem
     reason = f"{why}; {target} measured fastest for this shape on this GPU ({where})"
-    return Route(target, reason, p, layout, layer)
+    return Route(target=target, reason=reason, problem=p, layout=layout, layer=layer)
 
 
 def _auto(
@@ -378,17 +389,24 @@ def _auto(
         timed = online.tune_now(p, dtype.name, layout, device)
         r = _tuned(p, dtype, layout, device, why, "autotune" if timed else "tune cache")
     if r is None and not names:
-        r = Route("xla", f"{why}, XLA's dot", p, layout)
+        r = Route(target="xla", reason=f"{why}, XLA's dot", problem=p, layout=layout)
     for name in names if r is None else ():
         win = next((w for w in MEASURED_WINS if w.covers(name, dtype, p, layout)), None)
         if win is not None:
             reason = f"{why}; measured faster than XLA's dot ({win.evidence})"
-            r = Route(name, reason, p, layout, "measured")
+            r = Route(target=name, reason=reason, problem=p, layout=layout, layer="measured")
             break
     if r is None:
         xp = _xla_precision(precision)
         c = _model_choice(p, dtype.name, layout, names, xp, device, calibration)
-        r = Route(c.target, f"{why}; model: {c.reason}", p, layout, "model")
+        r = Route(
+            target=c.target,
+            reason=f"{why}; model: {c.reason}",
+            problem=p,
+            layout=layout,
+            layer="model",
+            alternatives=_alternatives(c),
+        )
     if device.source.startswith("H100 preset"):
         r = dataclasses.replace(r, reason=f"{r.reason} [device: {device.source}]")
     return r
@@ -450,7 +468,9 @@ def route(
     """
     dtype, out = np.dtype(a.dtype), np.dtype(out_dtype)
     p = problem_of(a.shape, b.shape, layout)
-    xla = lambda why: Route("xla", f"{layout}: {why}", p, layout)
+    xla = lambda why: Route(
+        target="xla", reason=f"{layout}: {why}", problem=p, layout=layout, platform=platform
+    )
     if platform not in _PLATFORMS_WITH_TARGETS:
         return xla(f"no tsm2 target for platform {platform!r}")
     if mode == "never":
@@ -481,10 +501,18 @@ def route(
         if mode != "always":
             return xla(f"{why.removeprefix(f'{layout}: ')}, XLA's dot")
         target, why = _forced(p, layout)
+        weighed: tuple[Alternative, ...] = ()
     else:
-        target, picked = _best_kernel(p, dtype.name, layout, names, dev)
+        target, picked, weighed = _best_kernel(p, dtype.name, layout, names, dev)
         why += picked
     if platform == "cpu":
         why = f"mode 'always' on CPU: reference target ({why})"
     assert layout in KERNEL_LAYOUTS.get(target, LAYOUTS), (target, layout)
-    return Route(target, why, p, layout)
+    return Route(
+        target=target,
+        reason=why,
+        problem=p,
+        layout=layout,
+        platform=platform,
+        alternatives=weighed,
+    )

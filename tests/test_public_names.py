@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import pathlib
 import re
 import types
@@ -47,6 +48,13 @@ def test_the_k_means_function_and_the_clustering_subpackage_do_not_hide_each_oth
     # The function is not a package: the old spelling of the subpackage fails loudly.
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("jax_tsm2.kmeans.core")
+
+
+def test_explain_is_callable_and_names_each_decision():
+    assert callable(jax_tsm2.explain)
+    for op in ("matmul", "kmeans_step", "abft"):
+        assert callable(getattr(jax_tsm2.explain, op)), op
+    assert inspect.getdoc(jax_tsm2.explain)
 
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
