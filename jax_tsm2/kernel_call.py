@@ -50,8 +50,8 @@ def kernel_product(kernel: str, p: Problem, dtype: Any, layout: str) -> Callable
     The returned function takes the operands as stored and returns ``c`` (the workspace
     result is dropped). A kernel that does not take the layout raises ValueError here, and
     operands of another dtype or shape TypeError when the function is traced: the handler
-    would return an error, and an error from a CUDA handler has crashed the process
-    (benchmarks/NOTES.md), so every check happens in Python.
+    would return an error, and an error returned by a CUDA handler has crashed the process
+    under jax 0.11, so every check happens in Python.
     """
     if kernel not in KERNEL_IDS:
         raise ValueError(f"unknown kernel {kernel!r}; one of {sorted(KERNEL_IDS)}")

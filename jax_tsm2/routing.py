@@ -47,10 +47,10 @@ layer that answers decides (``Route.layer``):
 3. ``"model"``: ``model.choose``: the best candidate if it is predicted faster
    than XLA's dot by its margin (``Calibration.route_margin``), else XLA's dot.
 
-On an H100 with jax 0.11.2 (benchmarks/results/h100-2026-11-22b, -22c) that
-sends A^T @ B (TSM2T: XLA's dot read its operands three times over) and bf16
-products with k, n <= 8 (TSM2L) to our kernels, and everything else to XLA's
-dot, which streamed the R, L, NT and S suites at 90-100% of the read ceiling.
+Measured on an H100 with jax 0.11.2, that sends A^T @ B (TSM2T: XLA's dot read
+its operands three times over) and bf16 products with k, n <= 8 (TSM2L) to our
+kernels, and everything else to XLA's dot, which streamed the R, L, NT and S
+suites at 90-100% of the read ceiling.
 The model's decisions are cached per (problem, dtype, layout, candidates,
 XLA precision, device); the tune cache is read on every call (a stat of its
 file, parsed once per change), so a tuning run takes effect at the next
@@ -142,8 +142,8 @@ class MeasuredWin:
         )
 
 
-# Regions where mode "auto" picks a kernel over XLA's dot, from the committed
-# benchmark runs. Widen them only with a measurement in benchmarks/results/.
+# Regions where mode "auto" picks a kernel over XLA's dot, each with what was measured
+# and on which GPU. Widen them only with a measurement in benchmarks/results/.
 MEASURED_WINS: tuple[MeasuredWin, ...] = (
     MeasuredWin(
         "tsm2l",
@@ -152,8 +152,8 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         max_k=8,
         max_n=8,
         min_k=8,  # rows of 16 bytes: the row kernel; k = 2, 4 ran the tile at 10-14% (grid)
-        evidence="H100: L bf16 1e7x8x8 1.47x, 1e6x8x8 1.34x, 1e5x8x8 1.01-1.19x over "
-        "jnp.matmul (h100-2026-11-22b); measured at k = n = 8 only",
+        evidence="H100, jax 0.11.2: L bf16 1e7x8x8 1.47x, 1e6x8x8 1.34x, 1e5x8x8 "
+        "1.01-1.19x faster than jnp.matmul; measured at k = n = 8 only",
     ),
     # A^T @ B over a long contraction: XLA's dot streamed every TN case at
     # about 32% of the read ceiling, TSM2T at 54-80%.
@@ -166,8 +166,8 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         min_k=1_000_000,
         layout="tn",
         align=4,
-        evidence="H100: TN f32 1e7x16x16 2.25x, 1e6x16x256 1.85x, 1e6x64x64 1.19x; f64 "
-        "2.48x, 2.20x, 1.38x over jnp.matmul (h100-2026-11-22c); measured at k >= 1e6",
+        evidence="H100, jax 0.11.2: TN f32 1e7x16x16 2.25x, 1e6x16x256 1.85x, 1e6x64x64 "
+        "1.19x; f64 2.48x, 2.20x, 1.38x faster than jnp.matmul; measured at k >= 1e6",
     ),
     # A few rows times a 4096 x 4096 B, device-clock timed: f32 on the cluster
     # kernel (64 clusters of 2), where at m >= 8 XLA's dot was as fast or
@@ -180,8 +180,8 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         max_n=4096,
         min_k=4096,
         min_n=4096,
-        evidence="H100: S f32 1/2/4x4096x4096 24.5/24.7/25.2 us against XLA's dot "
-        "25.1/25.2/25.6 (h100-2026-11-23/session17); measured at k = n = 4096 only",
+        evidence="H100, device clock: S f32 1/2/4x4096x4096 24.5/24.7/25.2 us against "
+        "XLA's dot 25.1/25.2/25.6 us; measured at k = n = 4096 only",
     ),
     MeasuredWin(
         "tsm2s",
@@ -191,11 +191,10 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         max_n=4096,
         min_k=4096,
         min_n=4096,
-        evidence="H100: S bf16 1/2/4/8/16x4096x4096 on the tensor-map kernel's 64-column "
-        "tiles 13.36/13.37/13.51/13.61/13.83 us against XLA's dot 14.31/14.10/14.29/14.50/"
-        "15.11 (h100-2026-11-23/session28, call 11); f16 13.44/13.36/13.51/13.65/13.82 "
-        "against 14.49/14.09/14.54/14.59/15.07 (session28, call 12); measured at "
-        "k = n = 4096 only",
+        evidence="H100, device clock: S bf16 1/2/4/8/16x4096x4096 on the tensor-map "
+        "kernel's 64-column tiles 13.36/13.37/13.51/13.61/13.83 us against XLA's dot "
+        "14.31/14.10/14.29/14.50/15.11 us; f16 13.44/13.36/13.51/13.65/13.82 against "
+        "14.49/14.09/14.54/14.59/15.07 us; measured at k = n = 4096 only",
     ),
     # A few rows times a B too wide for the clusters' one wave, on the
     # tensor-map kernel (128-column tiles, small_left_tma.cuh).
@@ -207,10 +206,9 @@ MEASURED_WINS: tuple[MeasuredWin, ...] = (
         max_n=14336,
         min_k=8192,
         min_n=14336,
-        evidence="H100: S bf16 1/2/4/8/16x8192x14336 77.1/77.2/77.3/77.5/78.3 us against "
-        "XLA's dot 79.2/78.3/78.7/79.6/81.6 (h100-2026-11-23/session28, call 11); f16 "
-        "77.1/77.2/77.3/77.5/78.2 against 77.6/78.9/78.7/79.7/81.4 (session28, call 12); "
-        "measured at k = 8192, n = 14336 only",
+        evidence="H100, device clock: S bf16 1/2/4/8/16x8192x14336 77.1/77.2/77.3/77.5/"
+        "78.3 us against XLA's dot 79.2/78.3/78.7/79.6/81.6 us; f16 77.1/77.2/77.3/77.5/"
+        "78.2 against 77.6/78.9/78.7/79.7/81.4 us; measured at k = 8192, n = 14336 only",
     ),
 )
 SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(

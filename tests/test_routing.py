@@ -161,8 +161,9 @@ def test_route_is_xla_for_other_platforms_and_missing_targets():
 
 
 def test_auto_leaves_f64_matrix_vector_products_to_xla():
-    """Grid seed 2: XLA's f64 dot read [1, k] @ [k, n] once (1.06-1.37 passes) and beat TSM2S
-    by 1.12-1.16x; the same shapes in f32 still go to TSM2S (XLA read them three times)."""
+    """On the H100's validation grid XLA's f64 dot read [1, k] @ [k, n] once (1.06-1.37
+    passes) and beat TSM2S by 1.12-1.16x; the same shapes in f32 still go to TSM2S (XLA read
+    them three times)."""
     f64 = jnp.float64
     for a, b in [((1, 4087), (4087, 5830)), ((1, 7559), (7559, 5521))]:
         assert route(a, b, dtype=f64, mode="auto").target == "xla"
@@ -447,15 +448,14 @@ def test_auto_never_picks_a_kernel_that_measured_slower_than_xla():
     routes = _committed_routes(mc)
     assert len(routes) >= 115
     slower = [r for r in routes if r["kernel_over_xla"] > 1.10]
-    # most of the R, L, NT and S suites (session 26's tensor-map S kernel left
-    # fewer slow S cases than session 17's 128-column tiles: 64, was 70)
+    # most of the R, L, NT and S suites
     assert len(slower) >= 60
     bad = [r for r in routes if r["target"] in r["slow_kernels"]]
     assert not bad, [(r["file"], r["case"], r["dtype"], r["target"]) for r in bad]
     assert all(r["slowdown"] is None or r["slowdown"] <= 0.10 for r in routes)
     faster = [r for r in routes if r["kernel_over_xla"] < 1 / 1.10]
     missed = [r for r in faster if r["target"].replace("+", "").replace("xla", "") == ""]
-    # TN, GRAD, bf16 L 8 x 8 (the superseded files' kernel records no longer count)
+    # TN, GRAD, bf16 L 8 x 8
     assert len(faster) >= 14
     assert not missed, [(r["file"], r["case"], r["dtype"]) for r in missed]
 
@@ -502,16 +502,16 @@ def _grid_fit():
 
 
 def test_routing_on_the_committed_grids():
-    """Issue 5's bar 2 on the H100 validation grids (seeds 0 and 1), simulated with the
-    committed calibration: ``routing.route`` picks from each shape, the pick's measured
-    time is compared with the better of the best forced kernel and XLA's dot. 209 of
-    226 within 1.10x (in-sample: both grids were fitted; grid_fit.py reports 209 held
-    out too). Before the two-grid fit: 104/110 and 102/116.
+    """Routing within 1.10x of the best path on the H100 validation grids (two random
+    grids), simulated with the committed calibration: ``routing.route`` picks from each
+    shape, the pick's measured time is compared with the better of the best forced kernel
+    and XLA's dot. 209 of 226 within 1.10x (in-sample: both grids were fitted;
+    grid_fit.py reports 209 held out too).
 
-    Session 14's tensor-core TSM2S makes the model pick TSM2S for three bf16 shapes the
-    grids timed with the CUDA-core kernel (S 15x5591x19026, 15x10183x10698, 9x2227x2336),
-    which the recorded times count as misses; re-measured (h100-2026-11-23/session14/
-    cases) the pick ran 1.78x, 1.78x and 1.25x faster than XLA's dot."""
+    The tensor-core TSM2S makes the model pick TSM2S for three bf16 shapes the grids timed
+    with the CUDA-core kernel (S 15x5591x19026, 15x10183x10698, 9x2227x2336), which the
+    recorded times count as misses; measured with the tensor-core kernel the pick ran
+    1.78x, 1.78x and 1.25x faster than XLA's dot."""
     gf = _grid_fit()
     within = shapes = 0
     for f in gf.GRIDS:

@@ -108,8 +108,8 @@ _KERNEL_DTYPES = tuple(jnp.dtype(t) for t in (jnp.float32, jnp.float64, jnp.bflo
 def auto_prefers_kernel(d: int, k: int) -> bool:
     """Whether mode ``"auto"`` runs the kernel on a shape it takes: where it measured faster.
 
-    On the H100 (``benchmarks/kmeans_iter.py``, h100-2026-11-23/kmeans-v2 and
-    kmeans-mma) the kernel's step against a whole unfused iteration: 0.49
+    Measured on an H100 (``benchmarks/kmeans_iter.py``), the kernel's step against a
+    whole unfused iteration: 0.49
     against 1.19 ms (f32, n = 1e6, d = 256, k = 16, tensor cores), 0.58
     against 1.36 (bf16, same), 0.62 against 1.57 (f32, d = 1024), 3.54 against
     5.93 (f32, n = 2.5e5, d = 4096), 0.69 (kernel lab) against 1.75 (f32,
@@ -145,7 +145,7 @@ def ffi_step(x: jax.Array, c: jax.Array, w: jax.Array, *, check: bool = True) ->
     ``(n,)`` (cast to the accumulation dtype). With ``check`` (the default) a
     shape the CUDA kernel does not take is a ``ValueError`` here, at trace
     time, whatever the platform: an error returned by a CUDA FFI handler has
-    crashed the process under jax 0.11 (benchmarks/NOTES.md). The CPU
+    crashed the process under jax 0.11. The CPU
     reference takes any shape (``check=False``).
     """
     n, d = x.shape

@@ -3,12 +3,12 @@
 Opt-in (``jax_tsm2.autotune()``, ``jax_tsm2.set_autotune(True)``, ``JAX_TSM2_AUTOTUNE=1``;
 see ``jax_tsm2.config``). In mode "auto" on a GPU, when this GPU's tune cache has no entry
 for a tall-and-skinny shape (one that at least one kernel takes), routing calls
-``tune_now``, which runs the tuner's ``tune()`` (``jax_tsm2.tune.tuner``) on that one shape right
-there, as XLA's own GEMM autotuner does: every candidate kernel and XLA's dot, timed with a
-short ``GpuTimer`` (the candidates take turns; median of ``SAMPLES`` samples of
-~``SAMPLE_S`` of device time each, each after as much warm-up, three times as many for
-products under ~20 us). Compiling the candidates dominates: on an H100 a validation-grid
-shape took 2-3 s longer with autotuning than without.
+``tune_now``, which runs the tuner's ``tune()`` (``jax_tsm2.tune.tuner``) on that one
+shape right there, as XLA's own GEMM autotuner does: every candidate kernel and XLA's
+dot, timed with a short ``GpuTimer`` (the candidates take turns; median of ``SAMPLES``
+samples of ~``SAMPLE_S`` of device time each, each after as much warm-up, three times as
+many for products under ~20 us). Compiling the candidates dominates: on an H100 a shape of the
+validation grid took 2-3 s longer to lower with autotuning than without.
 The winner is merged into the per-GPU cache file (``jax_tsm2.tune.cache``), which routing
 reads first, so each shape is timed once per GPU model, not once per process.
 

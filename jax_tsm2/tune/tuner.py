@@ -150,9 +150,9 @@ class GpuTimer:
     (three times as many for a product of less than ~20 us).
     ``R`` aims at ``target_call_s`` of device work per call and 4x the L2 of
     distinct inputs, within ``max_reps`` and ``budget_bytes``, so a 10 us
-    product is timed by the device, not by the host's dispatch (with 4 products
-    per call, a first version measured XLA's dot on a bf16 167420 x 2 x 21
-    product at 76 us against the harness's 11.7). Kernels are called
+    product is timed by the device, not by the host's dispatch (with only 4 products
+    per call, XLA's dot on a bf16 167420 x 2 x 21 product timed 76 us, against 11.7
+    us in the harness). Kernels are called
     through the FFI target directly with their ``kernel`` attribute, so each one
     is timed whatever routing would pick.
     """
@@ -227,8 +227,8 @@ class GpuTimer:
             except Exception as err:
                 out[t] = err
                 compiled.pop(t, None)
-        # Below ~20 us a product's samples jump between two levels (grid seed 7: 8.5 or
-        # 14 us in every implementation of a 2.3 MB product): three times the samples.
+        # Below ~20 us a product's samples jump between two levels (8.5 or 14 us for every
+        # implementation of one 2.3 MB product on an H100): three times the samples.
         rounds = self.samples * (3 if guess < 20e-6 else 1)
         for _ in range(rounds):
             for t, c in compiled.items():
