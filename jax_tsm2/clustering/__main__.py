@@ -24,9 +24,12 @@ import sys
 import time
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jax_tsm2 import _cli
+from jax_tsm2.clustering import core
 
 DATASETS = ("digits", "iris", "wine", "breast_cancer")
 
@@ -95,15 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     p = parser()
     args = p.parse_args(argv)
-
-    import jax
-
-    if args.dtype == "float64":
+    if args.dtype == "float64":  # before any array exists
         jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp
-
-    from jax_tsm2.clustering import core
-
     x_np, k, what = load(args)
     if k > x_np.shape[0]:
         p.error(f"{k} clusters for {x_np.shape[0]} points: --k must be at most the points")
