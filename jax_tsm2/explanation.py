@@ -217,8 +217,6 @@ def _matmul(
     the functions that take them check them (the primitive's operand checks,
     ``custom_call_mode``, ``matmul``'s precision): TypeError or ValueError.
     """
-    # The checks and messages of the functions that take these arguments: the
-    # primitive's for the operands, custom_call_mode's, matmul's precision.
     p = routing.problem_of(_shape(a), _shape(b), layout)
     a, b = _as_struct(a, dtype), _as_struct(b, dtype)
     if np.dtype(a.dtype) != np.dtype(b.dtype):
