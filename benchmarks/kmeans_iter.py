@@ -61,7 +61,7 @@ import numpy as np
 import jax_tsm2
 from jax_tsm2 import _ffi
 from jax_tsm2.bench import timing
-from jax_tsm2.kmeans import core, fused
+from jax_tsm2.clustering import core, fused
 
 DEFAULT_CASES = ("1000000,256,16,float32", "250000,4096,16,float32")
 

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import kmeans_iter as ki  # benchmarks/ is the script's directory
 
-from jax_tsm2.kmeans import core, fused
+from jax_tsm2.clustering import core, fused
 
 
 @contextlib.contextmanager

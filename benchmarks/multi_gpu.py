@@ -45,7 +45,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_tsm2
-from jax_tsm2.kmeans import kmeans
+from jax_tsm2.clustering import kmeans
 
 
 def _time(fn: Callable[[], Any], repeats: int, calls: int = 10) -> list[float]:

@@ -11,7 +11,7 @@ sees exactly the kernels of one call::
 
 Workloads: ``abft`` (``jax_tsm2.abft.abft_matmul`` on n x n x n) and ``matmul``
 (the plain product it is measured against); ``kmeans`` (the fused step's FFI
-call, ``jax_tsm2.kmeans.fused.ffi_step``); ``product`` (``a @ b`` on ``--case
+call, ``jax_tsm2.clustering.fused.ffi_step``); ``product`` (``a @ b`` on ``--case
 M,K,N,DTYPE`` three ways in one profiled range: ``jax_tsm2.matmul`` with the
 custom call forced, ``jnp.matmul``, then torch's ``matmul`` if torch is there).
 """
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 import jax_tsm2
 from jax_tsm2 import abft
-from jax_tsm2.kmeans import fused
+from jax_tsm2.clustering import fused
 
 
 def _cudart():

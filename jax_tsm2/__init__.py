@@ -4,11 +4,11 @@ Public API only; see README.md. Importing the package loads the compiled
 extension and registers its XLA FFI targets (``jax_tsm2._ffi``).
 """
 
-from importlib import metadata as _metadata
-
 from jax_tsm2 import abft
 from jax_tsm2._ffi import build_info, disabled_safety_checks
+from jax_tsm2._version import VERSION as __version__
 from jax_tsm2.api import dot_general, matmul
+from jax_tsm2.clustering import KMeans, kmeans
 from jax_tsm2.config import (
     autotune,
     custom_call_mode,
@@ -17,14 +17,8 @@ from jax_tsm2.config import (
     set_autotune,
     set_custom_call_mode,
 )
-from jax_tsm2.explain import explain
-from jax_tsm2.kmeans import KMeans, kmeans
+from jax_tsm2.explanation import explain
 from jax_tsm2.tune.calibrate import run as calibrate
-
-try:
-    __version__ = _metadata.version("jax_tsm2")
-except _metadata.PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0+unknown"
 
 __all__ = [
     "KMeans",
@@ -33,6 +27,7 @@ __all__ = [
     "autotune",
     "build_info",
     "calibrate",
+    "clustering",
     "custom_call_mode",
     "disabled_safety_checks",
     "dot_general",

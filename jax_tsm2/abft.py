@@ -55,6 +55,7 @@ from jax.typing import ArrayLike, DTypeLike
 
 from jax_tsm2 import _ffi, abft_calls, config
 from jax_tsm2.api import matmul
+from jax_tsm2.decision import Decision
 
 __all__ = [
     "Checksums",
@@ -66,6 +67,7 @@ __all__ = [
     "checksum_scale",
     "checksum_weights",
     "correct",
+    "decide",
     "encode",
     "inject_error",
     "verify",
@@ -299,7 +301,7 @@ def _check_operands(a: ArrayLike, b: ArrayLike) -> tuple[jax.Array, jax.Array, n
 # kernels flag the columns on the device and recompute only when one is flagged), "cond" (runs
 # only when one column is flagged, but XLA's GPU runtime copies the predicate to the host and
 # waits for it) or "select" (always recomputed, no host wait; what vmap makes of the cond anyway).
-# "auto" picks the kernels on CUDA when this build has them (decided per platform at lowering,
+# "auto" picks the kernels on CUDA when this build has them (``decide``; per platform at lowering,
 # lax.platform_dependent), and elsewhere siblings on GPUs and the variadic reduce on CPU (on
 # the H100, jax 0.11.2, XLA's variadic reduce encoded 8192^2 operands in 1.24 ms against
 # 0.43 ms for sibling sums, whose fusions read each matrix twice; on CPU the variadic reduce
@@ -337,24 +339,70 @@ def _check_mode(name: str, value: str, modes: tuple[str, ...]) -> str:
     return value
 
 
-def _kernels_for_cuda() -> bool:
-    """Whether "auto" may emit the ABFT FFI targets for CUDA (custom-call mode "never" forbids
-    it). Without a CUDA device this is cross-platform lowering: emit them; with one, this
-    build must contain them."""
-    if config.get_custom_call_mode() == "never":
-        return False
-    return _ffi.cuda_abft_available() or not _ffi.cuda_backend_present()
+def _repair_usable(a: np.dtype, b: np.dtype, c: np.dtype, acc: np.dtype) -> bool:
+    """The judge kernels take one dtype for a, b and c."""
+    return a == b == c and abft_calls.colsums_supported(c, acc)
 
 
-def _by_platform(mode: str, usable: bool, kernel, xla, *args):
-    """``kernel(*args)`` in mode "kernel", on CUDA in mode "auto"; else ``xla(*args)``."""
+def _decide(part: str, usable: bool, platform: str) -> Decision:
+    """Whether ``part`` ("sums": the checksum passes; "repair": the judgement after the pass
+    over C) runs the ABFT kernels on ``platform`` or XLA's formulation (``_SUMS``,
+    ``_REPAIR``, the custom-call mode and the build decide; see ``decide``)."""
+    name, value, modes = (
+        ("_SUMS", _SUMS, SUMS_MODES) if part == "sums" else ("_REPAIR", _REPAIR, REPAIR_MODES)
+    )
+    setting = _check_mode(name, value, modes)
+    decision = lambda target, reason: Decision(
+        op=f"abft_{part}", target=target, reason=reason, platform=platform
+    )
     if not usable:
-        return xla(*args)
-    if mode == "kernel":
-        return kernel(*args)
-    if mode == "auto" and _kernels_for_cuda():
-        return lax.platform_dependent(*args, cuda=kernel, default=xla)
-    return xla(*args)
+        return decision("xla", "operand dtypes the kernels do not take")
+    if setting == "kernel":
+        return decision("kernels", f"abft.{name} = 'kernel' (CPU: the reference targets)")
+    if setting != "auto":
+        return decision("xla", f"abft.{name} = {setting!r}")
+    if config.get_custom_call_mode() == "never":
+        return decision("xla", "custom-call mode 'never'")
+    if platform != "cuda":
+        return decision("xla", f"XLA's formulation on {platform}")
+    # Without a CUDA device this is cross-platform lowering: emit them; with one, this
+    # build must contain them.
+    if not (_ffi.cuda_abft_available() or not _ffi.cuda_backend_present()):
+        return decision("xla", "this build of jax_tsm2 has no ABFT kernels")
+    why = "one read per pass at the streaming ceiling" if part == "sums" else "no host wait"
+    return decision("kernels", f"on CUDA the kernels: {why}")
+
+
+def _by_platform(part: str, usable: bool, kernel, xla, *args):
+    """``kernel(*args)`` where ``_decide`` says so, else ``xla(*args)``; per platform at
+    lowering (``lax.platform_dependent``) where CUDA and the others differ."""
+    pick = lambda d: kernel if d.target == "kernels" else xla
+    on_cuda, elsewhere = (pick(_decide(part, usable, p)) for p in ("cuda", "cpu"))
+    if on_cuda is elsewhere:
+        return on_cuda(*args)
+    return lax.platform_dependent(*args, cuda=on_cuda, default=elsewhere)
+
+
+def decide(a: ArrayLike, b: ArrayLike, *, platform: str = "cuda") -> tuple[Decision, Decision]:
+    """How ``abft_matmul(a, b)`` computes its checks on ``platform``: the ``Decision`` of the
+    checksum passes (``op="abft_sums"``) and of the repair (``op="abft_repair"``), each
+    ``"kernels"`` (``tsm2_colsums``, ``tsm2_abft_judge``) or ``"xla"`` (a fused reduction per
+    pass; the repair in a ``lax.cond``). ``a`` and ``b`` may be arrays or
+    ``jax.ShapeDtypeStruct``s. ``jax_tsm2.explain.abft`` shows them.
+
+    Example:
+        >>> a, b = jnp.ones((64, 32)), jnp.ones((32, 4))
+        >>> [d.target for d in decide(a, b, platform="cuda")]
+        ['kernels', 'kernels']
+        >>> [d.target for d in decide(a, b, platform="cpu")]
+        ['xla', 'xla']
+    """
+    dtypes = [np.dtype(x.dtype) for x in (a, b)]
+    c = np.dtype(jnp.result_type(*dtypes))
+    acc = accumulation_dtype(c)
+    sums = all(abft_calls.colsums_supported(t, acc) for t in (*dtypes, c))
+    repair = _repair_usable(*dtypes, c, acc)
+    return _decide("sums", sums, platform), _decide("repair", repair, platform)
 
 
 def _column_sums(
@@ -385,9 +433,8 @@ def _column_sums(
         v = jnp.stack([next(it) if _is_vector(w) else uniform(w) for w in weights])
         return tuple(abft_calls.colsums(x, v, abs_rows=abs_rows))
 
-    mode = _check_mode("_SUMS", _SUMS, SUMS_MODES)
     usable = abft_calls.colsums_supported(x.dtype, acc)
-    return _by_platform(mode, usable, kernel, xla, x, *vectors)
+    return _by_platform("sums", usable, kernel, xla, x, *vectors)
 
 
 def _is_vector(w: jax.Array | float | None) -> bool:
@@ -711,14 +758,9 @@ def correct(
         a, b, _ = _check_operands(a, b)
         if a.shape[0] != m or b.shape[1] != n:
             raise TypeError(f"abft.correct: operands {a.shape} @ {b.shape} do not give {c.shape}")
-        mode = _check_mode("_REPAIR", _REPAIR, REPAIR_MODES)
-        usable = (
-            mode in ("auto", "kernel")
-            and a.dtype == b.dtype == c.dtype
-            and abft_calls.colsums_supported(c.dtype, acc)
-        )
+        usable = _repair_usable(a.dtype, b.dtype, c.dtype, acc)
         args = (c, s, t, residuals.col_flags, residuals.entry_factor, residuals.entry_floor, a, b)
-        return _by_platform(mode, usable, _correct_kernel, _correct_xla, *args)
+        return _by_platform("repair", usable, _correct_kernel, _correct_xla, *args)
 
     n_cols, j, single = _worst_column(s, t, residuals.col_flags)
     old = lax.dynamic_index_in_dim(c, j, axis=1, keepdims=False)

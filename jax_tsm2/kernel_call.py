@@ -5,14 +5,14 @@ The kernels are forced here: the ``tsm2_matmul`` FFI target is called directly w
 (``jax_tsm2.tune``) and the benchmark harness's validation grid (``jax_tsm2.bench --grid``)
 time each candidate this way.
 
-Operands are stored as the layout says (``routing.problem_of``): nn ``a[.., m, k] b[.., k, n]``,
+Operands are stored as the layout says (``problem.problem_of``): nn ``a[.., m, k] b[.., k, n]``,
 nt ``a[.., m, k] b[.., n, k]``, tn ``a[.., k, m] b[.., k, n]``; the result is ``c[.., m, n]``
 in the operand dtype.
 
 Example:
     >>> import jax.numpy as jnp
     >>> from jax_tsm2 import kernel_call
-    >>> from jax_tsm2.routing import Problem
+    >>> from jax_tsm2.problem import Problem
     >>> a, b = jnp.ones((100, 3), jnp.float32), jnp.ones((100, 2), jnp.float32)
     >>> kernel_call.xla_product("tn")(a, b).shape
     (3, 2)
@@ -31,7 +31,7 @@ import numpy as np
 from jax import numpy as jnp
 
 from jax_tsm2 import _ffi
-from jax_tsm2.routing import KERNEL_IDS, KERNEL_LAYOUTS, LAYOUT_IDS, Problem
+from jax_tsm2.problem import KERNEL_IDS, KERNEL_LAYOUTS, LAYOUT_IDS, Problem
 
 _EINSUM = {"nn": "...mk,...kn->...mn", "nt": "...mk,...nk->...mn", "tn": "...km,...kn->...mn"}
 
@@ -50,8 +50,8 @@ def kernel_product(kernel: str, p: Problem, dtype: Any, layout: str) -> Callable
     The returned function takes the operands as stored and returns ``c`` (the workspace
     result is dropped). A kernel that does not take the layout raises ValueError here, and
     operands of another dtype or shape TypeError when the function is traced: the handler
-    would return an error, and an error from a CUDA handler has crashed the process
-    (benchmarks/NOTES.md), so every check happens in Python.
+    would return an error, and an error returned by a CUDA handler has crashed the process
+    under jax 0.11, so every check happens in Python.
     """
     if kernel not in KERNEL_IDS:
         raise ValueError(f"unknown kernel {kernel!r}; one of {sorted(KERNEL_IDS)}")
@@ -82,7 +82,7 @@ def kernel_product(kernel: str, p: Problem, dtype: Any, layout: str) -> Callable
 
 
 def stored_shapes(p: Problem, layout: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The operand shapes of ``p`` as stored in ``layout`` (``routing.problem_of``'s inverse).
+    """The operand shapes of ``p`` as stored in ``layout`` (``problem.problem_of``'s inverse).
 
     Example:
         >>> stored_shapes(Problem(None, 3, 100, 2), "tn")

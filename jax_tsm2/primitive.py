@@ -236,7 +236,7 @@ def _routed_lowering(platform: str):
             # A kernel on the unfolded operands would read a transpose XLA
             # materializes first (an extra pass that routing does not price),
             # while XLA's dot folds it for free: the validation grid's TN
-            # shapes ran 1.5-8x slower that way (h100-2026-11-23/grid-seed1).
+            # shapes ran 1.5-8x slower that way (measured on an H100).
             choices = folded
         for lay, x, y, avals in choices:
             r = decide(*avals, cuda_targets=cuda_targets, layout=lay)

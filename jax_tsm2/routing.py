@@ -5,8 +5,10 @@ layout, the output dtype, precision, platform, the custom-call mode, whether
 the CUDA targets were built, and the GPU: ``model.current_device()``, or the
 H100 preset where there is none), and, where autotuning is on, from a
 measurement it takes. The lowerings in ``primitive.py`` call it;
-tests and ``jax_tsm2.explain`` call it directly. It returns a ``Route``: the
-decision, the layer that made it, and a sentence saying why.
+tests and ``jax_tsm2.explain`` call it directly. It returns a ``Route``, the
+library's ``Decision`` record for a product (``jax_tsm2.decision``): what runs,
+the layer that decided, a sentence saying why, and the model's predictions where
+it was asked.
 
 The problem is the canonical one of the ``tsm2_matmul`` primitive, in one of
 three layouts (all row-major; the result is always ``c[batch?, m, n]`` and the
@@ -66,15 +68,36 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 from jax import numpy as jnp
 
 from jax_tsm2 import _compat, _ffi, model
-from jax_tsm2.problem import Problem
+from jax_tsm2.decision import Alternative, Decision
+from jax_tsm2.problem import (
+    KERNEL_IDS,
+    KERNEL_LAYOUTS,
+    LAYOUT_IDS,
+    LAYOUTS,
+    Problem,
+    check_layout,
+    problem_of,
+)
 from jax_tsm2.tune import cache, calibrate, online
+
+__all__ = [  # the names of problem.py are routing's vocabulary too
+    "KERNEL_IDS",
+    "KERNEL_LAYOUTS",
+    "LAYOUTS",
+    "LAYOUT_IDS",
+    "Problem",
+    "Route",
+    "candidates",
+    "check_layout",
+    "problem_of",
+    "route",
+]
 
 # TSM2L: tall-and-skinny A (k small) times a small B (k x n).
 TSM2L_MAX_K = 64
@@ -87,15 +110,6 @@ TSM2S_MAX_M = _ffi.S_MAX_M
 TSM2T_MAX_M = 512
 TSM2T_MAX_N = 512
 
-# The FFI attributes `kernel` and `layout`, and which layouts each kernel
-# reads, as the extension defines them (ffi/matmul/kinds.h).
-KERNEL_IDS: dict[str, int] = _ffi.KERNEL_IDS
-LAYOUT_IDS: dict[str, int] = _ffi.LAYOUT_IDS
-LAYOUTS: tuple[str, ...] = tuple(LAYOUT_IDS)
-KERNEL_LAYOUTS: dict[str, frozenset[str]] = {
-    name: frozenset(layouts) for name, layouts in _ffi.KERNEL_LAYOUTS.items()
-}
-
 
 SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
     np.dtype(t) for t in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16)
@@ -107,19 +121,16 @@ Target = Literal["tsm2r", "tsm2l", "tsm2s", "tsm2t", "xla"]
 Layout = Literal["nn", "nt", "tn"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Route:
-    """A routing decision for one ``layout``: ``target``, the ``layer`` that decided, and a
-    human-readable ``reason``."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Route(Decision):
+    """A product's ``Decision`` (``op="matmul"``) for one ``layout``: ``target`` is a TSM2
+    kernel or ``"xla"``, ``layer`` the layer that decided, ``problem`` the sizes it decided
+    on; ``alternatives`` hold the model's predictions where it was asked."""
 
+    op: str = "matmul"
     target: Target
-    reason: str
     problem: Problem | None = None
     layout: Layout = "nn"
-    # Which layer decided: "rules" (platform, mode, dtypes, eligibility),
-    # "tune cache", "autotune" (timed at this call), "calibration" (this GPU's
-    # calibration file, ``tune.calibrate``) or "model" (model.choose).
-    layer: str = "rules"
 
     @property
     def kernel(self) -> int | None:
@@ -136,61 +147,13 @@ class Route:
         return self.target != "xla"
 
 
-def check_layout(layout: Any) -> str:
-    """Returns ``layout`` if it is one of ``LAYOUTS``, else raises ValueError."""
-    if layout not in LAYOUT_IDS:
-        raise ValueError(f"tsm2_matmul: layout must be one of {LAYOUTS}, got {layout!r}")
-    return layout
-
-
-def problem_of(a_shape: Sequence[int], b_shape: Sequence[int], layout: str = "nn") -> Problem:
-    """Checks a canonical operand pair in ``layout`` and returns its sizes.
-
-    Each operand has rank 2 or 3; a rank-3 operand's batch equals the result's
-    or is 1 (shared by every batch entry). ``layout`` says how the last two
-    dimensions are stored: nn ``a[m, k], b[k, n]``, nt ``a[m, k], b[n, k]``,
-    tn ``a[k, m], b[k, n]``. Dimensions are non-negative integers or symbolic
-    (``jax.export``). Raises TypeError naming the shapes.
-
-    Example:
-        >>> problem_of((4, 10, 3), (3, 2))
-        Problem(batch=4, m=10, k=3, n=2)
-        >>> problem_of((3, 10), (2, 10), "nt")
-        Problem(batch=None, m=3, k=10, n=2)
-        >>> problem_of((1000, 3), (1000, 2), "tn")
-        Problem(batch=None, m=3, k=1000, n=2)
-    """
-    a_shape, b_shape = tuple(a_shape), tuple(b_shape)
-    check_layout(layout)
-    for d in (*a_shape, *b_shape):
-        if not _compat.is_symbolic_dim(d) and (
-            isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0
-        ):
-            raise TypeError(
-                f"tsm2_matmul: dimensions must be non-negative integers, got shapes "
-                f"{a_shape} and {b_shape}"
-            )
-    if len(a_shape) not in (2, 3) or len(b_shape) not in (2, 3):
-        raise TypeError(
-            f"tsm2_matmul: operands must have rank 2 or 3, got shapes {a_shape} and {b_shape}"
-        )
-    m, k = a_shape[-2:] if layout != "tn" else a_shape[:-3:-1]
-    kb, n = b_shape[-2:] if layout != "nt" else b_shape[:-3:-1]
-    if k != kb:
-        raise TypeError(
-            f"tsm2_matmul: contracting dimensions differ (layout {layout}): "
-            f"a{list(a_shape)} has k={k}, b{list(b_shape)} has k={kb}"
-        )
-    if len(a_shape) == 2 and len(b_shape) == 2:
-        return Problem(None, m, k, n)
-    ba = a_shape[0] if len(a_shape) == 3 else 1
-    bb = b_shape[0] if len(b_shape) == 3 else 1
-    if ba != bb and 1 not in (ba, bb):
-        raise TypeError(
-            f"tsm2_matmul: batch dimensions {ba} and {bb} differ and neither is 1 "
-            f"(shapes {a_shape} and {b_shape})"
-        )
-    return Problem(bb if ba == 1 else ba, m, k, n)
+def _alternatives(c: model.Choice) -> tuple[Alternative, ...]:
+    """The model's predictions of a choice, the chosen one first."""
+    preds = sorted((*c.candidates, c.xla), key=lambda q: q.kernel != c.target)
+    return tuple(
+        Alternative(q.kernel, q.seconds if q.supported else None, "" if q.supported else q.reason)
+        for q in preds
+    )
 
 
 def kernel_can_write(dtype: Any, out_dtype: Any) -> bool:
@@ -242,17 +205,19 @@ def _xla_precision(precision: Any) -> str:  # explain() uses it too
 @functools.lru_cache(maxsize=4096)
 def _best_kernel(
     p: Problem, dtype: str, layout: str, names: tuple[str, ...], device: model.Device
-) -> tuple[str, str]:
-    """Of several eligible kernels, the one the model predicts fastest, and why."""
+) -> tuple[str, str, tuple[Alternative, ...]]:
+    """Of several eligible kernels, the one the model predicts fastest, why, and the
+    predictions it compared."""
     if len(names) == 1:
-        return names[0], ""
+        return names[0], "", ()
     c = model.choose(p, dtype, layout, device=device, kernels=names)
     if c.best is None:
-        return names[0], ""
+        return names[0], "", ()
     others = ", ".join(
         f"{q.kernel} {q.seconds * 1e6:.1f} us" for q in c.candidates if q is not c.best
     )
-    return c.best.kernel, f"; model picks {c.best.kernel} ({c.best.seconds * 1e6:.1f} us; {others})"
+    why = f"; model picks {c.best.kernel} ({c.best.seconds * 1e6:.1f} us; {others})"
+    return c.best.kernel, why, _alternatives(dataclasses.replace(c, target=c.best.kernel))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -298,13 +263,13 @@ def _tuned(
         where = f"autotuned at this lowering, stored in {where}"
     if target == "xla":
         reason = f"{why}; XLA's dot measured fastest for this shape on this GPU ({where})"
-        return Route("xla", reason, p, layout, layer)
+        return Route(target="xla", reason=reason, problem=p, layout=layout, layer=layer)
     if layout not in KERNEL_LAYOUTS.get(target, ()):
         return None
     if not model.predict(p, dtype, layout, target, device=device).supported:
         return None  # e.g. TSM2S for m > 16: the kernel would reject the problem
     reason = f"{why}; {target} measured fastest for this shape on this GPU ({where})"
-    return Route(target, reason, p, layout, layer)
+    return Route(target=target, reason=reason, problem=p, layout=layout, layer=layer)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -340,20 +305,34 @@ def _auto(
     if r is not None:
         return r
     if not names:
-        return Route("xla", f"{why}, XLA's dot", p, layout)
+        return Route(target="xla", reason=f"{why}, XLA's dot", problem=p, layout=layout)
     xp = _xla_precision(precision)
     found = calibrate.corrections_for(device) if device.source == "driver" else None
     if found is not None:
         corrections, path = found
         d = _calibrated_choice(p, dtype.name, layout, names, xp, corrections)
-        return Route(d.target, f"{why}; {d.reason} ({path})", p, layout, "calibration")
+        return Route(
+            target=d.target,
+            reason=f"{why}; {d.reason} ({path})",
+            problem=p,
+            layout=layout,
+            layer="calibration",
+            alternatives=tuple(Alternative(t, sec) for t, sec in sorted(d.seconds.items())),
+        )
     c = _model_choice(p, dtype.name, layout, names, xp, device, calibration)
     reason = f"{why}; model: {c.reason}"
     if device.source == "driver":
         reason += " [this GPU is not calibrated: `python -m jax_tsm2.tune --calibrate` measures it]"
     elif device.source.startswith("H100 preset"):
         reason += f" [device: {device.source}]"
-    return Route(c.target, reason, p, layout, "model")
+    return Route(
+        target=c.target,
+        reason=reason,
+        problem=p,
+        layout=layout,
+        layer="model",
+        alternatives=_alternatives(c),
+    )
 
 
 def route(
@@ -412,7 +391,9 @@ def route(
     """
     dtype, out = np.dtype(a.dtype), np.dtype(out_dtype)
     p = problem_of(a.shape, b.shape, layout)
-    xla = lambda why: Route("xla", f"{layout}: {why}", p, layout)
+    xla = lambda why: Route(
+        target="xla", reason=f"{layout}: {why}", problem=p, layout=layout, platform=platform
+    )
     if platform not in _PLATFORMS_WITH_TARGETS:
         return xla(f"no tsm2 target for platform {platform!r}")
     if mode == "never":
@@ -443,10 +424,18 @@ def route(
         if mode != "always":
             return xla(f"{why.removeprefix(f'{layout}: ')}, XLA's dot")
         target, why = _forced(p, layout)
+        weighed: tuple[Alternative, ...] = ()
     else:
-        target, picked = _best_kernel(p, dtype.name, layout, names, dev)
+        target, picked, weighed = _best_kernel(p, dtype.name, layout, names, dev)
         why += picked
     if platform == "cpu":
         why = f"mode 'always' on CPU: reference target ({why})"
     assert layout in KERNEL_LAYOUTS.get(target, LAYOUTS), (target, layout)
-    return Route(target, why, p, layout)
+    return Route(
+        target=target,
+        reason=why,
+        problem=p,
+        layout=layout,
+        platform=platform,
+        alternatives=weighed,
+    )

@@ -36,7 +36,7 @@ from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jax_tsm2  # noqa: E402
-from jax_tsm2.kmeans import kmeans  # noqa: E402
+from jax_tsm2.clustering import kmeans  # noqa: E402
 
 n_dev = jax.device_count()
 assert jax.process_count() == NPROC and n_dev == 2 * NPROC, (jax.process_count(), jax.devices())

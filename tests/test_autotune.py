@@ -19,7 +19,7 @@ from _helpers import has_custom_call, import_with_env
 
 import jax_tsm2
 from jax_tsm2 import model, routing
-from jax_tsm2.tune import cache, cli, online
+from jax_tsm2.tune import cache, online, tuner
 
 S = jax.ShapeDtypeStruct
 H100 = model.H100_SXM
@@ -219,7 +219,7 @@ def test_a_real_timer_runs_inside_the_lowering(monkeypatch):
     """GpuTimer jits and runs each candidate while the user's program is being lowered (here
     on CPU, the kernels being the FFI target's reference loops): the lowering survives it
     and emits what the stored entry says."""
-    monkeypatch.setattr(online, "timer", cli.GpuTimer(samples=1, max_reps=2))
+    monkeypatch.setattr(online, "timer", tuner.GpuTimer(samples=1, max_reps=2))
     a, b = S((4096, 32), jnp.float32), S((32, 8), jnp.float32)
     with jax_tsm2.autotune():
         text = jax.jit(jax_tsm2.matmul).trace(a, b).lower(lowering_platforms=("cuda",)).as_text()

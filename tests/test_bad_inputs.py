@@ -26,8 +26,8 @@ from jax import lax
 import jax_tsm2
 from jax_tsm2 import _compat, abft, model, routing
 from jax_tsm2.bench import cli as bench_cli
-from jax_tsm2.kmeans import KMeans, kmeans
-from jax_tsm2.kmeans import __main__ as kmeans_cli
+from jax_tsm2.clustering import KMeans, kmeans
+from jax_tsm2.clustering import __main__ as kmeans_cli
 from jax_tsm2.tune import cache
 from jax_tsm2.tune import cli as tune_cli
 

@@ -11,7 +11,7 @@ from _helpers import package_env
 
 from jax_tsm2 import demo
 from jax_tsm2.bench import cli as bench_cli
-from jax_tsm2.kmeans import __main__ as kmeans_cli
+from jax_tsm2.clustering import __main__ as kmeans_cli
 from jax_tsm2.tune import cli as tune_cli
 
 
@@ -125,7 +125,7 @@ def test_tune_s_cache_dir_holds_for_its_run_only(tmp_path, monkeypatch):
     [
         ("jax_tsm2.tune", ["--shapes", "garbage"]),
         ("jax_tsm2.bench", ["--repeats", "0"]),
-        ("jax_tsm2.kmeans", ["--generate", "1,2"]),
+        ("jax_tsm2.clustering", ["--generate", "1,2"]),
         ("jax_tsm2.demo", ["--n", "0"]),
     ],
 )

@@ -24,11 +24,13 @@ MODULES = [
     "jax_tsm2.model.split",
     "jax_tsm2.model.xla",
     "jax_tsm2.problem",
-    "jax_tsm2.explain",
+    "jax_tsm2.explanation",
+    "jax_tsm2.decision",
     "jax_tsm2.kernel_call",
     "jax_tsm2.bench.grid",
     "jax_tsm2.tune.cache",
     "jax_tsm2.tune.cli",
+    "jax_tsm2.tune.tuner",
 ]
 
 

@@ -26,7 +26,7 @@ from _kmeans_reference import check_step, data
 
 import jax_tsm2
 from jax_tsm2 import _ffi
-from jax_tsm2.kmeans import core, fused, kmeans, lloyd_step
+from jax_tsm2.clustering import core, fused, kmeans, lloyd_step
 
 pytestmark = pytest.mark.gpu
 dtype_ids = lambda d: jnp.dtype(d).name

@@ -85,7 +85,7 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, {tests!r})
 from _kmeans_reference import check_step, data
 from jax_tsm2 import _ffi
-from jax_tsm2.kmeans import fused
+from jax_tsm2.clustering import fused
 
 rng = np.random.default_rng(0)
 step = jax.jit(fused.ffi_step)

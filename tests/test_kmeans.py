@@ -1,5 +1,5 @@
-"""k-means (jax_tsm2.kmeans): agreement with scikit-learn, weights, relocation, numerics, jit/vmap,
-sharding over CPU devices, the estimator and the command line.
+"""k-means (jax_tsm2.kmeans, jax_tsm2.clustering): agreement with scikit-learn, weights,
+relocation, numerics, jit/vmap, sharding over CPU devices, the estimator and the command line.
 
 scikit-learn is optional: tests that compare against it skip when it is missing. The sharded test
 runs in a subprocess, because ``--xla_force_host_platform_device_count`` must be set before jax
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from _helpers import package_env, run_python
 
-from jax_tsm2.kmeans import KMeans, assign, kmeans, kmeans_plusplus, sq_distances
-from jax_tsm2.kmeans import core as kcore
+from jax_tsm2.clustering import KMeans, assign, kmeans, kmeans_plusplus, sq_distances
+from jax_tsm2.clustering import core as kcore
 
 KEY = jax.random.key(0)
 
@@ -294,7 +294,7 @@ def test_bad_sample_weights_are_value_errors(weights, message, mode):
 def test_empty_data_is_the_same_value_error_in_every_mode(mode):
     """Zero features gave inertia 0 in one mode and an internal error in another."""
     import jax_tsm2
-    from jax_tsm2.kmeans import lloyd_step
+    from jax_tsm2.clustering import lloyd_step
 
     with jax_tsm2.custom_call_mode(mode):
         for shape, what in (((10, 0), "0 feature"), ((0, 3), "0 sample")):
@@ -350,7 +350,7 @@ _SHARDED = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     from functools import partial
     from jax.sharding import PartitionSpec as P
-    from jax_tsm2.kmeans import kmeans
+    from jax_tsm2.clustering import kmeans
     assert jax.device_count() == 4, jax.devices()
     mesh = jax.make_mesh((4,), ("p",))
     rng = np.random.default_rng(0)
@@ -450,10 +450,10 @@ def test_estimator_matches_sklearn_estimator():
 @pytest.mark.parametrize(
     "name",
     [
-        "jax_tsm2.kmeans",
-        "jax_tsm2.kmeans.core",
-        "jax_tsm2.kmeans.estimator",
-        "jax_tsm2.kmeans.fused",
+        "jax_tsm2.clustering",
+        "jax_tsm2.clustering.core",
+        "jax_tsm2.clustering.estimator",
+        "jax_tsm2.clustering.fused",
     ],
 )
 def test_docstring_examples(name):
@@ -462,7 +462,7 @@ def test_docstring_examples(name):
 
 
 def test_cli_generated(capsys):
-    from jax_tsm2.kmeans.__main__ import main
+    from jax_tsm2.clustering.__main__ import main
 
     assert main(["--generate", "3000,4,3", "--max-iter", "20"]) == 0
     out = capsys.readouterr().out
@@ -471,7 +471,7 @@ def test_cli_generated(capsys):
 
 def test_cli_compare_sklearn(capsys):
     pytest.importorskip("sklearn")
-    from jax_tsm2.kmeans.__main__ import main
+    from jax_tsm2.clustering.__main__ import main
 
     assert main(["--dataset", "iris", "--compare-sklearn"]) == 0
     out = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The fused Lloyd step (jax_tsm2.kmeans.fused, FFI target tsm2_kmeans_step) on CPU.
+"""The fused Lloyd step (jax_tsm2.clustering.fused, FFI target tsm2_kmeans_step) on CPU.
 
 The CPU target is a plain-loop reference with the CUDA kernel's formulas; it is
 checked here against a float64 NumPy reference on odd sizes, ties, NaN and
@@ -21,7 +21,7 @@ from _kmeans_reference import check_step, data
 
 import jax_tsm2
 from jax_tsm2 import _ffi
-from jax_tsm2.kmeans import fused, kmeans, lloyd_step
+from jax_tsm2.clustering import fused, kmeans, lloyd_step
 
 dtype_ids = lambda d: jnp.dtype(d).name
 D_SIZES = (1, 3, 17, 256, 1000)
@@ -299,7 +299,7 @@ _SHARDED_FUSED = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     import jax_tsm2
     from jax.sharding import Mesh, PartitionSpec as P
-    from jax_tsm2.kmeans import kmeans
+    from jax_tsm2.clustering import kmeans
     rng = np.random.default_rng(0)
     x = rng.normal(size=(4 * 301, 6)) + 8 * rng.integers(0, 3, (4 * 301, 1))
     w = rng.uniform(0.5, 2.0, len(x))

@@ -12,7 +12,7 @@ import pytest
 
 import jax_tsm2
 from jax_tsm2 import _tsm2_ext, model, routing
-from jax_tsm2.explain import Explanation
+from jax_tsm2.explanation import Explanation
 
 H100 = model.H100_SXM
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -343,7 +343,7 @@ def test_explain_passes_the_layout_to_the_router(monkeypatch):
 
     def route(a, b, out_dtype, *, layout="nn", **kwargs):
         seen["layout"], seen["shapes"] = layout, (a.shape, b.shape)
-        return routing.Route("xla", "stub", routing.Problem(None, 1, 1, 1))
+        return routing.Route(target="xla", reason="stub", problem=routing.Problem(None, 1, 1, 1))
 
     monkeypatch.setattr(routing, "route", route)
     e = jax_tsm2.explain(_sds((100, 8)), _sds((16, 8)), layout="nt", device=H100, show=False)

@@ -160,8 +160,9 @@ def test_route_is_xla_for_other_platforms_and_missing_targets():
 
 
 def test_auto_leaves_f64_matrix_vector_products_to_xla():
-    """Grid seed 2: XLA's f64 dot read [1, k] @ [k, n] once (1.06-1.37 passes) and beat TSM2S
-    by 1.12-1.16x; the same shapes in f32 still go to TSM2S (XLA read them three times)."""
+    """On the H100's validation grid XLA's f64 dot read [1, k] @ [k, n] once (1.06-1.37
+    passes) and beat TSM2S by 1.12-1.16x; the same shapes in f32 still go to TSM2S (XLA read
+    them three times)."""
     f64 = jnp.float64
     for a, b in [((1, 4087), (4087, 5830)), ((1, 7559), (7559, 5521))]:
         assert route(a, b, dtype=f64, mode="auto").target == "xla"
@@ -540,16 +541,16 @@ def _grid_fit():
 
 
 def test_routing_on_the_committed_grids():
-    """Issue 5's bar 2 on the H100 validation grids (seeds 0 and 1), simulated with the
-    committed calibration: ``routing.route`` picks from each shape, the pick's measured
-    time is compared with the better of the best forced kernel and XLA's dot. 209 of
-    226 within 1.10x (in-sample: both grids were fitted; grid_fit.py reports 209 held
-    out too). Before the two-grid fit: 104/110 and 102/116.
+    """Routing within 1.10x of the best path on the H100 validation grids (two random
+    grids), simulated with the committed calibration: ``routing.route`` picks from each
+    shape, the pick's measured time is compared with the better of the best forced kernel
+    and XLA's dot. 209 of 226 within 1.10x (in-sample: both grids were fitted;
+    grid_fit.py reports 209 held out too).
 
-    Session 14's tensor-core TSM2S makes the model pick TSM2S for three bf16 shapes the
-    grids timed with the CUDA-core kernel (S 15x5591x19026, 15x10183x10698, 9x2227x2336),
-    which the recorded times count as misses; re-measured (h100-2026-11-23/session14/
-    cases) the pick ran 1.78x, 1.78x and 1.25x faster than XLA's dot."""
+    The tensor-core TSM2S makes the model pick TSM2S for three bf16 shapes the grids timed
+    with the CUDA-core kernel (S 15x5591x19026, 15x10183x10698, 9x2227x2336), which the
+    recorded times count as misses; measured with the tensor-core kernel the pick ran
+    1.78x, 1.78x and 1.25x faster than XLA's dot."""
     gf = _grid_fit()
     within = shapes = 0
     for f in gf.GRIDS:

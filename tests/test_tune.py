@@ -9,7 +9,7 @@ import pytest
 
 from jax_tsm2 import model
 from jax_tsm2.routing import Problem
-from jax_tsm2.tune import cache, cli
+from jax_tsm2.tune import cache, cli, tuner
 
 H100 = model.H100_SXM
 KEY = H100.key
@@ -56,7 +56,7 @@ def test_parse_shape():
 def test_tune_stores_winners_and_lookup_finds_them():
     timer = fake_timer({"tsm2r": 3e-3, "tsm2l": 1e-3, "tsm2s": 9e-3, "xla": 2e-3})
     logs = []
-    out = cli.tune(
+    out = tuner.tune(
         [Problem(None, 10**6, 8, 8), Problem(None, 20480, 20480, 8)],
         ["float32"], ["nn"], timer=timer, device=H100, log=logs.append,
     )  # fmt: skip
@@ -76,14 +76,14 @@ def test_failing_candidate_is_left_out():
     timer = fake_timer(
         {"tsm2r": 3e-3, "tsm2l": 1e-3, "tsm2s": RuntimeError("not built"), "xla": 2e-3}
     )
-    out = cli.tune([Problem(None, 8, 4096, 4096)], ["float32"], ["nn"], timer=timer,
+    out = tuner.tune([Problem(None, 8, 4096, 4096)], ["float32"], ["nn"], timer=timer,
                    device=H100, log=lambda s: None)  # fmt: skip
     e = out["float32/nn/1/8/4096/4096"]
     assert "tsm2s" in e["failed"] and "tsm2s" not in e["seconds"]
     timer = fake_timer(
         {"xla": float("nan"), "tsm2r": RuntimeError("x"), "tsm2l": RuntimeError("y")}
     )
-    out = cli.tune([Problem(None, 10**6, 8, 8)], ["float32"], ["nn"], timer=timer,
+    out = tuner.tune([Problem(None, 10**6, 8, 8)], ["float32"], ["nn"], timer=timer,
                    device=H100, log=lambda s: None)  # fmt: skip
     assert out == {}
 
@@ -102,7 +102,7 @@ def test_a_timer_with_time_all_times_the_candidates_together():
             times = {"tsm2r": 3e-3, "tsm2s": RuntimeError("not built"), "xla": 2e-3}
             return {t: times[t] for t in targets}
 
-    out = cli.tune([Problem(None, 8, 4096, 4096)], ["float32"], ["nn"], timer=Together(),
+    out = tuner.tune([Problem(None, 8, 4096, 4096)], ["float32"], ["nn"], timer=Together(),
                    device=H100, log=lambda s: None)  # fmt: skip
     e = out["float32/nn/1/8/4096/4096"]
     assert calls == [("tsm2r", "tsm2s", "xla")]

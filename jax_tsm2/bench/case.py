@@ -23,6 +23,7 @@ from jax_tsm2.bench import report, timing
 from jax_tsm2.bench.impls import Impl, tolerance
 from jax_tsm2.bench.options import Options
 from jax_tsm2.bench.suite import DTYPES, FAMILIES, Case
+from jax_tsm2.problem import KERNEL_IDS
 
 # Device-time estimate per product for planning: bytes over this bandwidth plus a launch.
 _EST_BW = {"gpu": 2.5e12, "cpu": 5e9}
@@ -74,12 +75,7 @@ _KERNEL_ATTR = re.compile(r"\bkernel\s*=\s*(\d+)")
 
 
 def _kernel_names() -> dict[int, str]:
-    try:
-        from jax_tsm2.routing import KERNEL_IDS
-
-        return {v: k for k, v in KERNEL_IDS.items()}
-    except Exception:
-        return {}
+    return {v: k for k, v in KERNEL_IDS.items()}
 
 
 def route_of(lowered_text: str) -> str:

@@ -33,8 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from jax_tsm2 import model
 from jax_tsm2.bench.impls import Impl, jax_impls
 from jax_tsm2.bench.suite import DTYPES, FAMILIES, Case
+from jax_tsm2.kernel_call import kernel_product
+from jax_tsm2.tune.tuner import candidates
 
 GRID_FAMILIES: tuple[str, ...] = ("R", "L", "NT", "TN", "S")
 GRID_DTYPES: tuple[str, ...] = ("f32", "f64", "bf16", "f16")
@@ -155,25 +158,19 @@ def draw(
 
 def problem(case: Case) -> Any:
     """The canonical problem of a case in its family's layout (``routing.Problem``)."""
-    from jax_tsm2 import model
-
     shapes = FAMILIES[case.family].operand_shapes(case)
     return model.problem_from(tuple(shapes[:2]), LAYOUT[case.family])
 
 
 def kernels_for(case: Case, device: Any) -> list[str]:
-    """The TSM2 kernels that can take the case in its layout (``tune.cli.candidates``: those
+    """The TSM2 kernels that can take the case in its layout (``tune.tuner.candidates``: those
     the model supports, without TSM2L where it would run TSM2R's tile)."""
-    from jax_tsm2.tune.cli import candidates
-
     dtype = DTYPES[case.dtype].name
     return [t for t in candidates(problem(case), dtype, LAYOUT[case.family], device) if t != "xla"]
 
 
 def forced_impl(case: Case, kernel: str) -> Impl:
     """The ``kernel`` forced through the FFI target on the case's operands as stored."""
-    from jax_tsm2.kernel_call import kernel_product
-
     layout = LAYOUT[case.family]
     fn = kernel_product(kernel, problem(case), DTYPES[case.dtype], layout)
     desc = f"{kernel} forced through the tsm2_matmul FFI target (layout {layout})"

@@ -23,8 +23,13 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import jax
+
+from jax_tsm2 import config, model, routing
 from jax_tsm2.bench.impls import Impl
 from jax_tsm2.bench.suite import DTYPES
+from jax_tsm2.kernel_call import stored_shapes
+from jax_tsm2.routing import KERNEL_LAYOUTS
 
 #: The model-error check: median |predicted - measured| / measured over the suite at most this.
 MAX_ERROR = 0.20
@@ -42,8 +47,6 @@ _KERNELS = ("tsm2r", "tsm2l", "tsm2s", "tsm2t")
 def model_device() -> Any:
     """``model.current_device()``, or None when the model cannot be loaded."""
     try:
-        from jax_tsm2 import model
-
         return model.current_device()
     except Exception:
         return None
@@ -64,11 +67,6 @@ def device_info(device: Any) -> dict[str, Any] | None:
 
 def routed_target(rec: dict[str, Any], mode: str) -> tuple[str, str]:
     """``(target, layout)`` that routing picks on a GPU for the record's case in ``mode``."""
-    import jax
-
-    from jax_tsm2 import model, routing
-    from jax_tsm2.kernel_call import stored_shapes
-
     layouts = FAMILY_LAYOUTS[rec["family"]]
     dtype = DTYPES[rec["dtype"]]
     p = model.problem_from(tuple(tuple(s) for s in rec["operand_shapes"][:2]), layouts[0])
@@ -103,8 +101,6 @@ def _target(rec: dict[str, Any], impl: Impl, modes: dict[str, str], platform: st
 
 
 def _takes(target: str, layout: str) -> bool:
-    from jax_tsm2.routing import KERNEL_LAYOUTS
-
     return target == "xla" or layout in KERNEL_LAYOUTS[target]
 
 
@@ -117,8 +113,6 @@ def fields(
     if device is None:
         return out
     try:
-        from jax_tsm2 import model
-
         what = _target(rec, impl, modes, platform)
         if what is None:
             return out
@@ -148,8 +142,6 @@ def annotate(
     kernel_mode: str,
 ) -> None:
     """Adds the model's fields to the records of one case (in place)."""
-    from jax_tsm2 import config
-
     current = config.get_custom_call_mode()
     by_name = {i.name: i for i in impls}
     modes = {"tsm2": current, "tsm2_kernel": kernel_mode}

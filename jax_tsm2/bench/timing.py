@@ -41,151 +41,48 @@ of each implementation is the median over ``repeats`` samples.
 from __future__ import annotations
 
 import hashlib
-import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-Copies = Sequence[Sequence[Any]]  # one sequence per operand, one buffer per product
+from jax_tsm2.tune.timing import (  # the timing core, shared with the autotuner
+    CLOCK_TARGET,
+    Copies,
+    JaxProgram,
+    Plan,
+    clocked,
+    compile_jax,
+    device_clock_available,
+    fmt_bytes,
+    make_plan,
+    run_jax,
+    time_jax,
+    unrolled,
+)
 
-
-@dataclass(frozen=True)
-class Plan:
-    """How many products per call (``calls``) and calls per sample (``per_sample``)."""
-
-    calls: int
-    per_sample: int
-    reason: str | None = None  # why the case cannot run, if it cannot
-
-
-def fmt_bytes(n: float) -> str:
-    """``1.5 GB`` style (decimal units, as bandwidths are quoted)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{int(n)} B"
-
-
-def make_plan(
-    input_bytes: int,
-    output_bytes: int,
-    est_seconds: float,
-    *,
-    budget_bytes: int,
-    l2_bytes: int,
-    target_call_s: float,
-    target_sample_s: float,
-    max_calls: int,
-    per_sample: int | None = None,
-    max_per_sample: int = 64,
-) -> Plan:
-    """Choose ``R`` and ``P`` for a product of the given sizes and estimated time.
-
-    ``R`` aims at ``target_call_s`` of device work per call and at 4x the L2 of distinct input
-    bytes, within ``max_calls`` and within ``budget_bytes`` for the inputs plus three sets of
-    outputs (two JAX calls in flight, and torch's CUDA graph keeps its own while the
-    implementations take turns). ``P`` aims at ``target_sample_s`` per sample.
-    """
-    per_product = input_bytes + 3 * output_bytes
-    fit = budget_bytes // max(per_product, 1)
-    if fit < 1:
-        return Plan(
-            0,
-            0,
-            f"does not fit: one product needs {fmt_bytes(per_product)} "
-            f"(inputs + 3 outputs), the per-case budget is {fmt_bytes(budget_bytes)}",
-        )
-    want = max(
-        2,
-        math.ceil(target_call_s / est_seconds),
-        math.ceil(4 * l2_bytes / max(input_bytes, 1)),
-    )
-    calls = int(max(1, min(want, max_calls, fit)))
-    if per_sample is None:
-        per_sample = math.ceil(target_sample_s / (calls * est_seconds))
-        per_sample = int(min(max(per_sample, 1), max_per_sample))
-    return Plan(calls, max(1, int(per_sample)))
-
-
-def unrolled(apply: Callable[..., Any], calls: int) -> Callable[..., tuple[Any, ...]]:
-    """A function of one tuple of buffers per operand doing ``calls`` products back to back."""
-
-    def products(*copies: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(apply(*(c[r] for c in copies)) for r in range(calls))
-
-    return products
-
-
-CLOCK_TARGET = "tsm2_device_clock"
-
-
-def device_clock_available() -> bool:
-    """True where JAX runs on a GPU and our extension registered ``tsm2_device_clock``."""
-    if jax.default_backend() != "gpu":
-        return False
-    try:
-        from jax_tsm2._ffi import registered_targets
-    except Exception:  # the extension is not built: host clock only
-        return False
-    return CLOCK_TARGET in registered_targets().get("CUDA", ())
-
-
-def _stamp(*after: Any) -> Any:
-    """The GPU clock (u32[2], ns, low word first) once everything in ``after`` is computed."""
-    call = jax.ffi.ffi_call(
-        CLOCK_TARGET, jax.ShapeDtypeStruct((2,), jnp.uint32), has_side_effect=True
-    )
-    return call(*after)
-
-
-def clocked(products: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
-    """``products`` between two clock stamps: returns its outputs and u32[2, 2] stamps."""
-
-    def run(*copies: Sequence[Any]) -> tuple[Any, Any]:
-        t0 = _stamp()
-        # The barrier makes every product wait for t0; t1 waits for every output.
-        t0, copies = jax.lax.optimization_barrier((t0, copies))
-        outs = products(*copies)
-        t1 = _stamp(*jax.tree.leaves(outs))
-        return outs, jnp.stack([t0, t1])
-
-    return run
-
-
-@dataclass
-class JaxProgram:
-    """A compiled unrolled function; ``clocked`` ones also return their two clock stamps."""
-
-    executable: Any
-    clocked: bool
-
-    def __call__(self, *args: Any) -> tuple[Any, Any]:
-        """(outputs, stamps or None)."""
-        out = self.executable(*args)
-        return out if self.clocked else (out, None)
-
-    def as_text(self) -> str:
-        return self.executable.as_text()
-
-
-def compile_jax(
-    apply: Callable[..., Any], copies: Copies, *, clock: bool | None = None
-) -> tuple[JaxProgram, str]:
-    """Jit and compile the unrolled products ahead of time (between clock stamps where the
-    device clock is available, or as ``clock`` says); also return the lowered text."""
-    calls = len(copies[0])
-    if clock is None:
-        clock = device_clock_available()
-    fn = unrolled(apply, calls)
-    lowered = jax.jit(clocked(fn) if clock else fn).lower(*[tuple(c) for c in copies])
-    return JaxProgram(lowered.compile(), clock), lowered.as_text()
+__all__ = [
+    "CLOCK_TARGET",
+    "Copies",
+    "JaxProgram",
+    "Plan",
+    "TorchRunner",
+    "clocked",
+    "compile_jax",
+    "device_clock_available",
+    "fmt_bytes",
+    "host_overhead",
+    "make_plan",
+    "program_digest",
+    "run_jax",
+    "time_jax",
+    "time_jax_isolated",
+    "unrolled",
+]
 
 
 def program_digest(compiled: Any) -> str | None:
@@ -204,57 +101,6 @@ def program_digest(compiled: Any) -> str | None:
     except Exception:  # a jaxlib without these bindings: no digest, no pooling
         return None
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def run_jax(compiled: JaxProgram, copies: Copies) -> tuple[Any, ...]:
-    """One call of a compiled unrolled function; waits for it and returns its outputs."""
-    return jax.block_until_ready(compiled(*[tuple(c) for c in copies])[0])
-
-
-def _elapsed_ns(stamps: Any) -> int:
-    words = np.asarray(stamps, dtype=np.uint64)
-    t0, t1 = (int(w[0]) | (int(w[1]) << 32) for w in words)
-    return t1 - t0
-
-
-def time_jax(
-    compiled: JaxProgram,
-    copies: Copies,
-    *,
-    per_sample: int,
-    repeats: int,
-    warmup: int = 1,
-    host: list[float] | None = None,
-) -> list[float]:
-    """Seconds per product for each of ``repeats`` samples of ``per_sample`` calls, in steady
-    state: one call always queued behind the one the host waits for (module docstring). The
-    device clock's samples where ``compiled`` is clocked, else the host clock's; ``host``, if
-    given, receives the host clock's samples as well."""
-    args = [tuple(c) for c in copies]
-    calls = len(copies[0])
-    total = (warmup + repeats) * per_sample
-    pending = compiled(*args)
-    marks, stamps = [], []
-    for _ in range(total):
-        queued = compiled(*args)  # enqueue the next call before waiting for this one
-        jax.block_until_ready(pending)
-        marks.append(time.perf_counter())
-        stamps.append(pending[1])  # a few bytes; read back once the loop is done
-        pending = queued  # rebinding frees the finished call's outputs
-    jax.block_until_ready(pending)
-    marks.append(time.perf_counter())
-    del pending, queued
-    marks = marks[warmup * per_sample :]
-    per = per_sample * calls
-    host_samples = [
-        (marks[(i + 1) * per_sample] - marks[i * per_sample]) / per for i in range(repeats)
-    ]
-    if host is not None:
-        host.extend(host_samples)
-    if not compiled.clocked:
-        return host_samples
-    ns = [_elapsed_ns(s) for s in stamps[warmup * per_sample :]]
-    return [sum(ns[i * per_sample : (i + 1) * per_sample]) * 1e-9 / per for i in range(repeats)]
 
 
 def time_jax_isolated(compiled: JaxProgram, copies: Copies, *, repeats: int = 3) -> list[float]:

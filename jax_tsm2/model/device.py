@@ -22,6 +22,7 @@ from typing import Any
 from jax_tsm2 import _ffi
 from jax_tsm2._ffi import _tsm2_ext
 from jax_tsm2.model.calibration import CALIBRATION, Calibration
+from jax_tsm2.tune import cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,8 +187,6 @@ def current_device() -> Device:
         dev = device_from_driver(0)
     except Exception as err:  # routing must not fail on a driver error
         return _preset_because(f"the driver query failed: {type(err).__name__}: {err}")
-    from jax_tsm2.tune import cache  # a cycle at import time otherwise
-
     bw = cache.measured_bandwidth(dev.key)
     return dev.with_bandwidth(bw) if bw else dev
 

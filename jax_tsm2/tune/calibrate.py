@@ -330,7 +330,7 @@ def measure(
     log: Callable[[str], None] | None = print,
     progress: Callable[[Iterable[Probe]], Iterable[Probe]] | None = None,
 ) -> CalibrationData:
-    """Times every target of every probe with ``timer`` (``tune.cli.GpuTimer`` on a GPU).
+    """Times every target of every probe with ``timer`` (``tune.tuner.GpuTimer`` on a GPU).
 
     Stops starting new probes once ``budget_s`` seconds have passed (the
     probes' round-robin order keeps the cells even). A target whose timing
@@ -644,8 +644,7 @@ def _run(
     log: Callable[[str], None] | None,
     progress: bool,
 ) -> CalibrationData:
-    from jax_tsm2.bench import ceilings
-    from jax_tsm2.tune import cli
+    from jax_tsm2.tune import ceilings, tuner
 
     device = model.device_from_driver(0)
     # The read ceiling over buffers of several times the L2, as the harness measures it.
@@ -671,7 +670,7 @@ def _run(
         design(per_cell),
         # Few products per timed call: each probe compiles its own programs, and
         # compilation, not timing, is what a probe costs.
-        cli.GpuTimer(samples=3, max_reps=8),
+        tuner.GpuTimer(samples=3, max_reps=8),
         device,
         read_bytes_per_s=read,
         launch_seconds=launch,

@@ -3,12 +3,12 @@
 Opt-in (``jax_tsm2.autotune()``, ``jax_tsm2.set_autotune(True)``, ``JAX_TSM2_AUTOTUNE=1``;
 see ``jax_tsm2.config``). In mode "auto" on a GPU, when this GPU's tune cache has no entry
 for a tall-and-skinny shape (one that at least one kernel takes), routing calls
-``tune_now``, which runs ``python -m jax_tsm2.tune``'s ``tune()`` on that one shape right
-there, as XLA's own GEMM autotuner does: every candidate kernel and XLA's dot, timed with a
-short ``GpuTimer`` (the candidates take turns; median of ``SAMPLES`` samples of
-~``SAMPLE_S`` of device time each, each after as much warm-up, three times as many for
-products under ~20 us). Compiling the candidates dominates: on an H100 a validation-grid
-shape took 2-3 s longer with autotuning than without.
+``tune_now``, which runs the tuner's ``tune()`` (``jax_tsm2.tune.tuner``) on that one
+shape right there, as XLA's own GEMM autotuner does: every candidate kernel and XLA's
+dot, timed with a short ``GpuTimer`` (the candidates take turns; median of ``SAMPLES``
+samples of ~``SAMPLE_S`` of device time each, each after as much warm-up, three times as
+many for products under ~20 us). Compiling the candidates dominates: on an H100 a shape of the
+validation grid took 2-3 s longer to lower with autotuning than without.
 The winner is merged into the per-GPU cache file (``jax_tsm2.tune.cache``), which routing
 reads first, so each shape is timed once per GPU model, not once per process.
 
@@ -32,13 +32,13 @@ import warnings
 
 from jax_tsm2 import model
 from jax_tsm2.problem import Problem
-from jax_tsm2.tune import cache, cli
+from jax_tsm2.tune import cache, tuner
 
 # GpuTimer settings: shorter samples than the CLI's (5 of 4 ms).
 SAMPLES, SAMPLE_S = 5, 2e-3
 
 #: Replaces the GpuTimer when set: any ``(target, problem, dtype, layout) -> seconds``.
-timer: cli.Timer | None = None
+timer: tuner.Timer | None = None
 
 _log = logging.getLogger("jax_tsm2.tune")
 _lock = threading.Lock()
@@ -47,14 +47,14 @@ _local = threading.local()  # .tuning: this thread is inside tune_now
 _failed: set[tuple[str, str]] = set()
 
 
-def _timer_for(device: model.Device) -> cli.Timer | None:
+def _timer_for(device: model.Device) -> tuner.Timer | None:
     """``timer``, else a GpuTimer where ``device`` is this process's GPU, else None."""
     if timer is not None:
         return timer
     here = model.current_device()
     if device.source != "driver" or here.source != "driver" or here.key != device.key:
         return None
-    return cli.GpuTimer(samples=SAMPLES, target_sample_s=SAMPLE_S)
+    return tuner.GpuTimer(samples=SAMPLES, target_sample_s=SAMPLE_S)
 
 
 def tune_now(p: Problem, dtype: str, layout: str, device: model.Device) -> bool:
@@ -83,7 +83,9 @@ def tune_now(p: Problem, dtype: str, layout: str, device: model.Device) -> bool:
             return False
         _local.tuning = True
         try:
-            entries = cli.tune([p], [dtype], [layout], timer=t, device=device, write=True, log=log)
+            entries = tuner.tune(
+                [p], [dtype], [layout], timer=t, device=device, write=True, log=log
+            )
             why = lines[-1] if lines else "no result"  # tune's "every candidate failed: ..."
         except Exception as err:  # never fail the user's lowering
             why = f"{type(err).__name__}: {err}"

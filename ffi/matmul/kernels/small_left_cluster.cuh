@@ -186,8 +186,11 @@ __device__ __forceinline__ void LoadClusterA(const SplitArgs& p, const T* a, int
     constexpr int kChunks = Sm::kRows / Sm::kVec;
     for (int e = threadIdx.x; e < p.m * kChunks; e += Sm::kThreads) {
       const int i = e / kChunks, j = Sm::kVec * (e % kChunks);
-      const bool valid = r0 + j < r_end;
-      CpAsync16(as_stage + i * Sm::kLda + j, valid ? a + i * p.k + r0 + j : a, valid);
+      if (r0 + j < r_end) {
+        CpAsync16(as_stage + i * Sm::kLda + j, a + i * p.k + r0 + j, true);
+      } else {  // -0 times B's zero fill adds -0: a sum's zero keeps its sign
+        for (int v = 0; v < Sm::kVec; ++v) as_stage[i * Sm::kLda + j + v] = T(-0.0f);
+      }
     }
   } else {
     for (int e = threadIdx.x; e < p.m * Sm::kRows; e += Sm::kThreads) {

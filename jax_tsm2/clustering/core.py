@@ -8,7 +8,7 @@ sharded over devices.
 An iteration needs, from one pass over the data, labels, distances, the
 weighted sum and total weight of each cluster and the inertia
 (:func:`lloyd_step`). On CUDA, when the shape allows (d <= 4096, k <= 32), one
-fused kernel computes them reading ``x`` once (``jax_tsm2.kmeans.fused``).
+fused kernel computes them reading ``x`` once (``jax_tsm2.clustering.fused``).
 Otherwise (CPU, larger shapes, custom-call mode ``"never"``) the two heavy
 products are tall-and-skinny and both go through ``jax_tsm2.matmul``:
 
@@ -46,8 +46,8 @@ import numpy as np
 from jax import lax
 
 from jax_tsm2.api import matmul
-from jax_tsm2.kmeans import fused
-from jax_tsm2.kmeans.fused import LloydStep
+from jax_tsm2.clustering import fused
+from jax_tsm2.clustering.fused import LloydStep
 
 __all__ = [
     "INIT_METHODS",
@@ -634,7 +634,7 @@ def lloyd_step(
     What :func:`kmeans` computes in each iteration, before the new centroids
     (``sums / counts``, empty clusters relocated). On CUDA, for d <= 4096 and
     k <= 32 (k <= 16 for f64 with d > 2048), one fused kernel reads ``x`` once
-    (``jax_tsm2.kmeans.fused``); elsewhere the unfused jnp path runs.
+    (``jax_tsm2.clustering.fused``); elsewhere the unfused jnp path runs.
 
     Unlike :func:`assign`, ``x`` is used as given (no shift): :func:`kmeans`
     centres the data once before iterating, which keeps the expanded distance

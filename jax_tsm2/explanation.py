@@ -1,19 +1,24 @@
-"""``jax_tsm2.explain(a, b)``: which path a product takes, with which parameters, and why.
+"""``jax_tsm2.explain``: what the library runs for an operation, and why.
 
-It asks the router (``routing.route``, the decision the lowering will make,
-on the same device) and the performance model (``model.choose``: every
-candidate kernel's tile, occupancy and predicted time, and XLA's dot's),
-looks the shape up in the autotuner's cache for this GPU (``tune.cache``),
-and puts it all in one ``Explanation``, whose ``str()`` is a short report:
-the path, which routing layer decided it (the rules, the tune cache,
-autotuning, this GPU's calibration, or the model), why, and where the tune cache
-lives. With autotuning on (``jax_tsm2.autotune``, or ``autotune=True``) and a
-GPU in the process, explaining a shape the cache has no entry for times it,
-as its first lowering would.
+Every choice the library makes is a ``jax_tsm2.decision.Decision``: for a matrix product
+(a TSM2 kernel or XLA's dot), a k-means step (the fused kernel or the jnp path) and ABFT's
+checks (the ABFT kernels or XLA's formulations). ``explain`` shows them:
 
-Operands may be arrays, ``jax.ShapeDtypeStruct``s, or shapes (then give
-``dtype``). ``layout`` says how they are stored: ``"nn"`` (``a[.., m, k] @
-b[.., k, n]``), ``"nt"`` (b given ``n x k``) or ``"tn"`` (a given ``k x m``).
+- ``explain(a, b)`` (also ``explain.matmul``) explains a product: it asks the router
+  (``routing.route``, the decision the lowering will make, on the same device) and the
+  performance model (``model.choose``: every candidate kernel's tile, occupancy and
+  predicted time, and XLA's dot's), looks the shape up in the autotuner's cache for this
+  GPU (``tune.cache``), and puts it all in one ``Explanation``, whose ``route`` is the
+  decision and whose ``str()`` is a short report: the path, which routing layer decided it
+  (the rules, the tune cache, autotuning, this GPU's calibration, or the model), why, and where
+  the tune cache lives. With autotuning on (``jax_tsm2.autotune``, or ``autotune=True``)
+  and a GPU in the process, explaining a shape the cache has no entry for times it, as
+  its first lowering would. Operands may be arrays, ``jax.ShapeDtypeStruct``s, or shapes
+  (then give ``dtype``). ``layout`` says how they are stored: ``"nn"`` (``a[.., m, k] @
+  b[.., k, n]``), ``"nt"`` (b given ``n x k``) or ``"tn"`` (a given ``k x m``).
+- ``explain.kmeans_step(x, k)`` the decision of each k-means iteration's pass over the
+  data, and of the centroid update that ends it.
+- ``explain.abft(a, b)`` the decisions of ``abft_matmul``'s checksum passes and repair.
 
 Example:
     >>> import jax, jax.numpy as jnp, jax_tsm2
@@ -28,6 +33,12 @@ Example:
     'memory-bound: k*n/(k+n) = 4 below the t2 threshold of 22 on this GPU'
     >>> kernel
     'rows of 16 bytes run the row-per-thread kernel'
+    >>> step, update = jax_tsm2.explain.kmeans_step((10**6, 256), 16, dtype=jnp.float32,
+    ...                                             mode="auto", show=False)
+    >>> step.target, step.layer, update.target
+    ('fused', 'model', 'kernel')
+    >>> [d.target for d in jax_tsm2.explain.abft(a, b, platform="cpu", show=False)]
+    ['xla', 'xla']
 """
 
 from __future__ import annotations
@@ -39,18 +50,17 @@ import jax
 import numpy as np
 from jax import numpy as jnp
 
-from jax_tsm2 import _compat, _ffi, config, model, routing
+from jax_tsm2 import _compat, _ffi, abft, clustering, config, decision, model, routing
+from jax_tsm2.problem import check_dims
 from jax_tsm2.tune import cache
 
 
 @dataclasses.dataclass(frozen=True)
 class Explanation:
-    """What ``explain`` found. ``str()`` gives the report."""
+    """What ``explain.matmul`` found: the router's decision (``route``) and the model's view.
+    ``str()`` gives the report."""
 
-    path: str  # what the lowering emits: "tsm2r", "tsm2l", "tsm2s", "tsm2t" or "xla"
-    route_reason: str  # the router's sentence
-    # Which routing layer decided: "rules", "tune cache", "autotune", "calibration" or "model".
-    layer: str
+    route: routing.Route  # the decision the lowering makes
     mode: str
     platform: str
     layout: str
@@ -62,6 +72,22 @@ class Explanation:
     model_choice: model.Choice
     tuned: str | None  # the autotuner's winner for this shape on this GPU, if cached
     tuned_path: str
+
+    @property
+    def path(self) -> str:
+        """What the lowering emits: "tsm2r", "tsm2l", "tsm2s", "tsm2t" or "xla"."""
+        return self.route.target
+
+    @property
+    def route_reason(self) -> str:
+        """The router's sentence."""
+        return self.route.reason
+
+    @property
+    def layer(self) -> str:
+        """Which routing layer decided: "rules", "tune cache", "autotune", "calibration" or
+        "model"."""
+        return self.route.layer
 
     @property
     def predicted(self) -> model.Prediction:
@@ -160,14 +186,16 @@ def _shape(x: Any) -> tuple:
 
 
 def _as_struct(x: Any, dtype: Any) -> Any:
+    """``x`` if it has a shape and dtype, else a struct of the shape ``x`` with ``dtype``."""
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return x
     if dtype is None:
         raise TypeError("explain: give dtype= when the operands are shapes")
+    check_dims(tuple(x))
     return jax.ShapeDtypeStruct(tuple(int(s) for s in x), jnp.dtype(dtype))
 
 
-def explain(
+def _matmul(
     a: Any,
     b: Any,
     out_dtype: Any = None,
@@ -185,10 +213,10 @@ def explain(
 
     ``mode`` defaults to the current custom-call mode, ``autotune`` to the
     current autotune switch, ``device`` to this process's GPU (the H100
-    preset without one), ``platform`` to ``"cuda"``.
+    preset without one), ``platform`` to ``"cuda"``. Arguments are checked as
+    the functions that take them check them (the primitive's operand checks,
+    ``custom_call_mode``, ``matmul``'s precision): TypeError or ValueError.
     """
-    # The checks and messages of the functions that take these arguments: the
-    # primitive's for the operands, custom_call_mode's, matmul's precision.
     p = routing.problem_of(_shape(a), _shape(b), layout)
     a, b = _as_struct(a, dtype), _as_struct(b, dtype)
     if np.dtype(a.dtype) != np.dtype(b.dtype):
@@ -223,9 +251,7 @@ def explain(
         kernel = choice.best
     tuned = cache.lookup(dev.key, name, layout, p.batch, p.m, p.k, p.n)
     e = Explanation(
-        path=path,
-        route_reason=r.reason,
-        layer=r.layer,
+        route=r,
         mode=mode,
         platform=platform,
         layout=layout,
@@ -241,3 +267,73 @@ def explain(
     if show:
         print(e)
     return e
+
+
+def _kmeans_step(
+    x: Any,
+    k: int,
+    *,
+    dtype: Any = None,
+    platform: str = "cuda",
+    mode: str | None = None,
+    show: bool = True,
+) -> tuple[decision.Decision, decision.Decision]:
+    """The decisions of a k-means iteration on ``x`` (``(n, d)``: an array, a struct, or a
+    shape with ``dtype``) with ``k`` clusters on ``platform``: its pass over the data (the
+    fused kernel or the jnp path, ``clustering.fused.decide_step``) and the centroid
+    update that ends it (``decide_update``). Prints them if ``show``."""
+    x = _as_struct(x, dtype)
+    if len(x.shape) != 2:
+        raise ValueError(f"explain.kmeans_step: x must be (n, d), got shape {tuple(x.shape)}")
+    n, d = x.shape
+    k = clustering.core._count(k, "k")
+    mode = config.check_mode(config.get_custom_call_mode() if mode is None else mode, "explain")
+    with config.custom_call_mode(mode):
+        step = clustering.fused.decide_step(x.dtype, d, k, platform=platform)
+        update = clustering.fused.decide_update(x.dtype, n, platform=platform)
+    if show:
+        print(f"{step}\n{update}")
+    return step, update
+
+
+def _abft(
+    a: Any,
+    b: Any,
+    *,
+    dtype: Any = None,
+    platform: str = "cuda",
+    mode: str | None = None,
+    show: bool = True,
+) -> tuple[decision.Decision, decision.Decision]:
+    """The decisions of ``abft.abft_matmul(a, b)`` on ``platform``: its checksum passes and
+    its repair (``abft.decide``). Prints them if ``show``."""
+    a, b = _as_struct(a, dtype), _as_struct(b, dtype)
+    mode = config.check_mode(config.get_custom_call_mode() if mode is None else mode, "explain")
+    with config.custom_call_mode(mode):
+        sums, repair = abft.decide(a, b, platform=platform)
+    if show:
+        print(f"{sums}\n{repair}")
+    return sums, repair
+
+
+class Explain:
+    """``jax_tsm2.explain``: what the library runs for an operation, and why.
+
+    ``explain(a, b, ...)`` is ``explain.matmul(a, b, ...)``, the report on a matrix product
+    (an ``Explanation``); ``explain.kmeans_step(x, k)`` and ``explain.abft(a, b)`` give the
+    decisions (``jax_tsm2.decision.Decision``) of a k-means iteration and of ABFT's checks.
+    See ``jax_tsm2.explanation``.
+    """
+
+    matmul = staticmethod(_matmul)
+    kmeans_step = staticmethod(_kmeans_step)
+    abft = staticmethod(_abft)
+
+    def __call__(self, a: Any, b: Any, out_dtype: Any = None, **kwargs: Any) -> Explanation:
+        return _matmul(a, b, out_dtype, **kwargs)
+
+    def __repr__(self) -> str:
+        return "jax_tsm2.explain"
+
+
+explain = Explain()

@@ -21,7 +21,9 @@ per row), keeps the centroids and the per-cluster sums in shared memory, and
 for large ``d`` splits each row over the blocks of a thread-block cluster so
 that both fit on chip (``_ffi.kmeans_plan`` shows the plan of a shape).
 
-:func:`step` decides where the kernel runs. With ``impl="auto"``:
+:func:`decide_step` decides where the kernel runs (a ``jax_tsm2.decision.Decision``,
+which ``jax_tsm2.explain.kmeans_step`` shows) and :func:`step` follows it. With
+``impl="auto"``:
 
 * on CUDA, the kernel when it takes the shape (``fused_supported``: d <= 4096,
   k <= 32; f64 with d > 2048 takes k <= 16) and the custom-call mode (``jax_tsm2.config``) is
@@ -38,7 +40,7 @@ time (it is part of jit's cache key). Under ``vmap`` the FFI call runs once
 per batch element (``vmap_method="sequential"``), each one pass over ``x``.
 The call has no derivative.
 
-:func:`update` ends an iteration on CUDA: ``tsm2_kmeans_update``
+:func:`update` ends an iteration on CUDA (:func:`decide_update`): ``tsm2_kmeans_update``
 (``ffi/kernels/kmeans_update.cuh``) divides the sums by the counts and applies
 the empty-cluster rule without leaving the device (a ``lax.cond`` makes XLA's
 GPU runtime read its predicate on the host every iteration).
@@ -56,11 +58,14 @@ import numpy as np
 from jax import lax
 
 from jax_tsm2 import _compat, _ffi, config
+from jax_tsm2.decision import Decision
 
 __all__ = [
     "IMPLS",
     "LloydStep",
     "auto_prefers_kernel",
+    "decide_step",
+    "decide_update",
     "ffi_step",
     "ffi_update",
     "fused_supported",
@@ -103,8 +108,8 @@ _KERNEL_DTYPES = tuple(jnp.dtype(t) for t in (jnp.float32, jnp.float64, jnp.bflo
 def auto_prefers_kernel(d: int, k: int) -> bool:
     """Whether mode ``"auto"`` runs the kernel on a shape it takes: where it measured faster.
 
-    On the H100 (``benchmarks/kmeans_iter.py``, h100-2026-11-23/kmeans-v2 and
-    kmeans-mma) the kernel's step against a whole unfused iteration: 0.49
+    Measured on an H100 (``benchmarks/kmeans_iter.py``), the kernel's step against a
+    whole unfused iteration: 0.49
     against 1.19 ms (f32, n = 1e6, d = 256, k = 16, tensor cores), 0.58
     against 1.36 (bf16, same), 0.62 against 1.57 (f32, d = 1024), 3.54 against
     5.93 (f32, n = 2.5e5, d = 4096), 0.69 (kernel lab) against 1.75 (f32,
@@ -140,7 +145,7 @@ def ffi_step(x: jax.Array, c: jax.Array, w: jax.Array, *, check: bool = True) ->
     ``(n,)`` (cast to the accumulation dtype). With ``check`` (the default) a
     shape the CUDA kernel does not take is a ``ValueError`` here, at trace
     time, whatever the platform: an error returned by a CUDA FFI handler has
-    crashed the process under jax 0.11 (benchmarks/NOTES.md). The CPU
+    crashed the process under jax 0.11. The CPU
     reference takes any shape (``check=False``).
     """
     n, d = x.shape
@@ -149,7 +154,7 @@ def ffi_step(x: jax.Array, c: jax.Array, w: jax.Array, *, check: bool = True) ->
         raise ValueError(
             f"tsm2_kmeans_step: the fused kernel does not take x {x.dtype}{list(x.shape)} with "
             f"k={k} (it takes 1 <= k <= 32 and 1 <= d <= 4096, fewer for float64; "
-            "jax_tsm2.kmeans.fused.fused_supported says which); use impl='auto' or 'jnp'"
+            "jax_tsm2.clustering.fused.fused_supported says which); use impl='auto' or 'jnp'"
         )
     acc = acc_dtype(x.dtype)
     c = c.astype(x.dtype)
@@ -177,13 +182,56 @@ def ffi_step(x: jax.Array, c: jax.Array, w: jax.Array, *, check: bool = True) ->
 Fallback = Callable[[jax.Array, jax.Array, jax.Array], LloydStep]
 
 
+def decide_step(dtype: Any, d: int, k: int, *, platform: str, mode: str | None = None) -> Decision:
+    """Whether one Lloyd step on ``(n, d)`` data of ``dtype`` with ``k`` centroids runs the
+    fused kernel (``target="fused"``) or the unfused jnp path (``"jnp"``) on ``platform``.
+
+    ``mode`` defaults to the custom-call mode in effect (module docstring for the rules).
+
+    Example:
+        >>> d = decide_step("float32", 256, 16, platform="cuda", mode="auto")
+        >>> d.target, d.layer
+        ('fused', 'measured')
+        >>> decide_step("float32", 1024, 32, platform="cuda", mode="auto").target
+        'jnp'
+        >>> decide_step("float32", 1024, 32, platform="cpu", mode="always").target
+        'fused'
+    """
+    mode = config.check_mode(config.get_custom_call_mode() if mode is None else mode, "decide")
+    shape = f"d={d}, k={k}"
+    decision = lambda target, reason, layer="rules": Decision(
+        op="kmeans_step", target=target, reason=reason, layer=layer, platform=platform
+    )
+    if mode == "never":
+        return decision("jnp", "mode 'never'")
+    if platform == "cpu":
+        if mode == "always":
+            return decision("fused", "mode 'always' on CPU: the reference target")
+        return decision("jnp", "on CPU the jnp path runs (mode 'always' forces the reference)")
+    if platform != "cuda":
+        return decision("jnp", f"no fused target for platform {platform!r}")
+    # Without a CUDA device this is cross-platform lowering (export): emit the call if the
+    # kernel takes the shape. With one, the target must be built.
+    if not (_ffi.cuda_kmeans_available() or not _ffi.cuda_backend_present()):
+        return decision("jnp", "this build of jax_tsm2 has no CUDA k-means kernel")
+    if not fused_supported(dtype, d, k):
+        return decision("jnp", f"{shape}: the fused kernel does not take the shape")
+    if mode != "auto":
+        return decision("fused", f"{shape}: mode {mode!r} runs the fused kernel where it can")
+    if auto_prefers_kernel(d, k):
+        why = "the fused kernel measured faster than the unfused path for k <= 16 or d <= 256"
+        return decision("fused", f"{shape}: {why}", "measured")
+    why = "the unfused path measured faster for k > 16 with d > 256"
+    return decision("jnp", f"{shape}: {why}", "measured")
+
+
 def step(
     x: jax.Array, c: jax.Array, w: jax.Array, *, fallback: Fallback, impl: str = "auto"
 ) -> LloydStep:
-    """One pass over ``x``: the FFI step where it applies (module docstring), else ``fallback``.
+    """One pass over ``x``: the FFI step where it applies (``decide_step``), else ``fallback``.
 
     ``fallback(x, c, w)`` must return a :class:`LloydStep` with the same
-    shapes and dtypes (the jnp path, ``jax_tsm2.kmeans.core``).
+    shapes and dtypes (the jnp path, ``jax_tsm2.clustering.core``).
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
@@ -191,27 +239,16 @@ def step(
         return fallback(x, c, w)
     if impl == "ffi":
         return ffi_step(x, c, w)
-    cpu_step = functools.partial(ffi_step, check=False)
-    mode = config.get_custom_call_mode()
-    if mode == "never":
-        return fallback(x, c, w)
-    # Without a CUDA device this is cross-platform lowering (export): emit the
-    # call if the kernel takes the shape. With one, the target must be built.
-    cuda_built = _ffi.cuda_kmeans_available() or not _ffi.cuda_backend_present()
-    on_cuda = (
-        cuda_built
-        and mode in ("auto", "prefer", "always")
-        and fused_supported(x.dtype, x.shape[1], c.shape[0])
-        and (mode != "auto" or auto_prefers_kernel(x.shape[1], c.shape[0]))
-    )
-    on_cpu = mode == "always"
+    shape = (x.dtype, x.shape[1], c.shape[0])
+    on_cuda = decide_step(*shape, platform="cuda").target == "fused"
+    on_cpu = decide_step(*shape, platform="cpu").target == "fused"
     if not (on_cuda or on_cpu):
         return fallback(x, c, w)
     return lax.platform_dependent(
         x,
         c,
         w,
-        cpu=cpu_step if on_cpu else fallback,
+        cpu=functools.partial(ffi_step, check=False) if on_cpu else fallback,
         cuda=ffi_step if on_cuda else fallback,
         default=fallback,
     )
@@ -257,19 +294,36 @@ def ffi_update(
     return c_new
 
 
-def update(*args: jax.Array, fallback: Callable[..., jax.Array]) -> jax.Array:
-    """New centroids: :func:`ffi_update` on CUDA, ``fallback`` elsewhere (both take ``args``).
+def decide_update(dtype: Any, n: int, *, platform: str, mode: str | None = None) -> Decision:
+    """Whether the centroid update that ends an iteration on ``(n, d)`` data of ``dtype`` runs
+    the ``tsm2_kmeans_update`` kernel (``target="kernel"``) or the jnp rule (``"jnp"``).
 
-    The kernel is used in every custom-call mode but ``"never"``; on CPU the
-    caller's jnp rule runs (its ``lax.cond`` costs nothing there).
+    Example:
+        >>> decide_update("float32", 1000, platform="cuda", mode="auto").target
+        'kernel'
+        >>> decide_update("float32", 1000, platform="cpu", mode="always").target
+        'jnp'
     """
+    mode = config.check_mode(config.get_custom_call_mode() if mode is None else mode, "decide")
+    decision = lambda target, reason: Decision(
+        op="kmeans_update", target=target, reason=reason, platform=platform
+    )
+    if mode == "never":
+        return decision("jnp", "mode 'never'")
+    if platform != "cuda":
+        return decision("jnp", "the jnp rule off CUDA (its lax.cond costs nothing there)")
+    if not (_ffi.cuda_kmeans_update_available() or not _ffi.cuda_backend_present()):
+        return decision("jnp", "this build of jax_tsm2 has no CUDA k-means update kernel")
+    if jnp.dtype(dtype) not in _KERNEL_DTYPES or n == 0:
+        return decision("jnp", f"{jnp.dtype(dtype).name} data of {n} rows: not the kernel's")
+    # Every mode but 'never': the kernel keeps the empty-cluster check on the device.
+    return decision("kernel", "on CUDA the update stays on the device (no host round trip)")
+
+
+def update(*args: jax.Array, fallback: Callable[..., jax.Array]) -> jax.Array:
+    """New centroids: :func:`ffi_update` on CUDA, ``fallback`` elsewhere (both take ``args``),
+    as ``decide_update`` says."""
     x = args[2]
-    cuda_built = _ffi.cuda_kmeans_update_available() or not _ffi.cuda_backend_present()
-    if (
-        config.get_custom_call_mode() == "never"
-        or not cuda_built
-        or jnp.dtype(x.dtype) not in _KERNEL_DTYPES
-        or x.shape[0] == 0
-    ):
+    if decide_update(x.dtype, x.shape[0], platform="cuda").target != "kernel":
         return fallback(*args)
     return lax.platform_dependent(*args, cuda=ffi_update, default=fallback)

@@ -1,4 +1,4 @@
-"""``KMeans``: scikit-learn's estimator interface over :func:`jax_tsm2.kmeans.kmeans`.
+"""``KMeans``: scikit-learn's estimator interface over :func:`jax_tsm2.clustering.kmeans`.
 
 The estimator keeps scikit-learn's parameter names, defaults and fitted
 attributes (``cluster_centers_``, ``labels_``, ``inertia_``, ``n_iter_``), so it
@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_tsm2.kmeans import core
+from jax_tsm2.clustering import core
 
 __all__ = ["KMeans"]
 

@@ -1,11 +1,11 @@
-"""``python -m jax_tsm2.kmeans``: cluster a real or generated dataset, iteration by iteration.
+"""``python -m jax_tsm2.clustering``: cluster a real or generated dataset, iteration by iteration.
 
 Loads one of scikit-learn's bundled datasets (``--dataset digits|iris|wine|
 breast_cancer``, needs scikit-learn) or generates Gaussian blobs with NumPy
 (``--generate N,D,K``), seeds with greedy k-means++ (or ``--init random``), then
 runs Lloyd's iterations from a plain Python loop over a jitted step so that each
 iteration's inertia, centroid shift and wall time are printed as it finishes.
-The step is the same code :func:`jax_tsm2.kmeans.kmeans` runs inside its
+The step is the same code :func:`jax_tsm2.clustering.kmeans` runs inside its
 ``lax.while_loop``; the final result is checked against one call of ``kmeans``
 from the same initial centroids. ``--compare-sklearn`` runs
 ``sklearn.cluster.KMeans(algorithm="lloyd", n_init=1)`` from the same initial
@@ -13,8 +13,8 @@ centroids and reports label agreement, inertia and time.
 
 Example::
 
-    python -m jax_tsm2.kmeans --dataset digits --compare-sklearn
-    python -m jax_tsm2.kmeans --generate 200000,64,16 --dtype float32
+    python -m jax_tsm2.clustering --dataset digits --compare-sklearn
+    python -m jax_tsm2.clustering --generate 200000,64,16 --dtype float32
 """
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ import sys
 import time
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jax_tsm2 import _cli
+from jax_tsm2.clustering import core
 
 DATASETS = ("digits", "iris", "wine", "breast_cancer")
 
@@ -69,7 +72,7 @@ def _generate(text: str) -> tuple[int, int, int]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m jax_tsm2.kmeans", description=__doc__.split("\n")[0]
+        prog="python -m jax_tsm2.clustering", description=__doc__.split("\n")[0]
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--dataset", choices=DATASETS, default="digits")
@@ -95,15 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     p = parser()
     args = p.parse_args(argv)
-
-    import jax
-
-    if args.dtype == "float64":
+    if args.dtype == "float64":  # before any array exists
         jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp
-
-    from jax_tsm2.kmeans import core
-
     x_np, k, what = load(args)
     if k > x_np.shape[0]:
         p.error(f"{k} clusters for {x_np.shape[0]} points: --k must be at most the points")
