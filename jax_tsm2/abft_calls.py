@@ -13,7 +13,7 @@
   columns fail, the repair of a single failing one, the verdict) in four small kernels rather
   than a dozen XLA fusions.
 
-On CUDA these are the kernels of ``ffi/kernels/colsums.cuh``, ``repair_column.cuh`` and
+On CUDA these are the kernels of ``ffi/abft/kernels/colsums.cuh``, ``repair_column.cuh`` and
 ``judge.cuh``; on CPU, plain-loop references (for tests). Every check happens here, at trace
 time: an error returned by a CUDA handler has crashed the process under jax 0.11. Under
 ``jax.vmap`` each call runs once per batch element (``vmap_method="sequential"``). None has a

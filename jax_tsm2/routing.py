@@ -52,7 +52,9 @@ layer that answers decides (``Route.layer``):
    process, ``model.choose`` with a wide margin
    (``calibrate.UNCALIBRATED_MARGIN``): the model's constants were fitted to
    one GPU and err by tens of percent on another, so only a kernel predicted
-   far faster than XLA's dot is chosen.
+   far faster than XLA's dot is chosen; on a real GPU, faster than XLA's dot
+   at its best (one pass over the operands at the bandwidth), since the
+   model's XLA is another GPU's.
 
 No GPU's measurements are written here as code: what routing knows of a GPU
 comes from its calibration file.
@@ -320,13 +322,24 @@ def _auto(
             alternatives=tuple(Alternative(t, sec) for t, sec in sorted(d.seconds.items())),
         )
     c = _model_choice(p, dtype.name, layout, names, xp, device, calibration)
-    reason = f"{why}; model: {c.reason}"
+    target, reason = c.target, f"{why}; model: {c.reason}"
     if device.source == "driver":
+        # On a GPU with no calibration, XLA's dot is assumed at its best (one pass at the
+        # bandwidth): the model's XLA was fitted to another GPU's jax, and a kernel it
+        # prefers on that ground alone can lose (an H100's constants on an H200 did).
+        best = calibrate.xla_best_case(p, dtype.name, device, calibration.xla_t_launch)
+        if target != "xla" and c.best.seconds * (1 + calibrate.UNCALIBRATED_MARGIN) >= best:
+            target = "xla"
+            reason = (
+                f"{why}; XLA's dot at its best ({best * 1e6:.1f} us) is within the "
+                f"{calibrate.UNCALIBRATED_MARGIN:.0%} margin of {c.best.kernel}'s predicted "
+                f"{c.best.seconds * 1e6:.1f} us"
+            )
         reason += " [this GPU is not calibrated: `python -m jax_tsm2.tune --calibrate` measures it]"
     elif device.source.startswith("H100 preset"):
         reason += f" [device: {device.source}]"
     return Route(
-        target=c.target,
+        target=target,
         reason=reason,
         problem=p,
         layout=layout,

@@ -196,3 +196,18 @@ def test_a_fifo_in_place_of_the_file_never_blocks(tmp_path, monkeypatch):
         warnings.simplefilter("always")
         calibrate._read(calibrate.user_path(DEV.key), DEV.key)
     assert any("not a regular file" in str(w.message) for w in caught)
+
+
+def test_shipped_calibrations_are_valid_and_found(tmp_path, monkeypatch):
+    """Every calibration shipped with the package parses, carries its provenance, and is
+    what ``load`` finds for its GPU when the user has none of their own."""
+    monkeypatch.setenv("JAX_TSM2_CACHE_DIR", str(tmp_path))
+    shipped = sorted(calibrate.SHIPPED_DIR.glob("calibration-*.json"))
+    assert shipped, "the package ships at least one calibration"
+    for path in shipped:
+        data = calibrate.CalibrationData.from_json(json.loads(path.read_text()))
+        assert path.name == calibrate.file_name(data.key)
+        assert data.made.get("command", "").startswith("python -m jax_tsm2.tune --calibrate")
+        assert len(data.records) >= 20 and data.read_bytes_per_s > 1e12
+        found = calibrate.load(data.key)
+        assert found is not None and found[1] == path

@@ -1,4 +1,4 @@
-"""GPU numerics of the ABFT kernels (ffi/kernels/colsums.cuh, ffi/kernels/repair_column.cuh).
+"""GPU numerics of the ABFT kernels (ffi/abft/kernels/colsums.cuh, ffi/abft/kernels/repair_column.cuh).
 
 Skipped without a CUDA device and a CUDA build (conftest.py). tsm2_colsums against a float64
 reference for every dtype and accumulator, 1 to 4 weight rows with |.| masks, odd sizes (the
@@ -8,7 +8,7 @@ reproducibility; a workspace too small for the plan. tsm2_repair_column: flag of
 bitwise unchanged, flag on recomputes the column (k past a shared-memory chunk, m past the
 persistent grid), a non-finite recomputation leaves C alone, no copy of C. Then
 jax_tsm2.abft on the GPU, whose "auto" mode takes these kernels and tsm2_abft_judge's
-(ffi/kernels/judge.cuh): detection and correction, the XLA formulation's verdicts, no false
+(ffi/abft/kernels/judge.cuh): detection and correction, the XLA formulation's verdicts, no false
 positives, reproducible verdicts. (tests/test_abft.py runs its own cases on the GPU
 too, in "auto" mode.)
 """

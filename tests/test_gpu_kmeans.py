@@ -1,4 +1,4 @@
-"""GPU numerics of the fused Lloyd step (ffi/kernels/kmeans.cuh) against a float64 reference.
+"""GPU numerics of the fused Lloyd step (ffi/kmeans/kernels/kmeans.cuh) against a float64 reference.
 
 Skipped without a CUDA device and a CUDA build (conftest.py). The cases of
 test_kmeans_fused.py (odd sizes, ties, NaN, weights), every kernel variant

@@ -62,7 +62,7 @@ def test_kernels_on_odd_shapes(dtype, m, k, n, seed):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
 @pytest.mark.parametrize("n_tile", [1, 2, 4, 8, 16, 32, 64])
 def test_every_tile_variant(dtype, n_tile):
-    """Each compiled variant the launcher can pick (ffi/tile_configs.h), deterministically.
+    """Each compiled variant the launcher can pick (ffi/matmul/tiles.h), deterministically.
 
     n = n_tile takes the coalesced whole-tile output path, n_tile - 1 the
     clipped one. R tiles: a long k (chunks split between blocks) and a short

@@ -86,14 +86,30 @@ def test_split_kernels_on_cuda_cores(dtype, kernel, layout, m, k, n):
 # with edges >= 16; k = 1, a contraction inside one stage, and one over many splits that
 # ends inside a stage. S on tensor cores (small_left_mma.cuh) and over clusters
 # (small_left_cluster.cuh, f32 on CUDA cores).
+#
+# Measured on an H200: the bf16/f16 tensor-core tiles of T and S (m16n8k16 MMAs) and
+# f32's TF32 T tiles over many splits return +0 for a sum whose terms are all -0 (k = 1
+# included). NaN, Inf and values are right there; the signs of such zeros are a known gap,
+# pinned by a strict xfail so that a fix shows.
+TENSOR_CORE_ZERO_SIGN_GAP = "tensor-core MMAs sum all -0 terms to +0 (measured on an H200)"
+
+
+def run_case_with_gap(request, gap, dtype, kernel, layout, m, k, n):
+    if gap:
+        run_case(dtype, kernel, layout, m, k, n, signed_zeros=False)
+        request.applymarker(pytest.mark.xfail(strict=True, reason=TENSOR_CORE_ZERO_SIGN_GAP))
+    run_case(dtype, kernel, layout, m, k, n)
+
+
 @pytest.mark.parametrize("k", [1, 37, 20_011])
 @pytest.mark.parametrize(("m", "n"), [(64, 64), (200, 16), (16, 200)], ids=str)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
-def test_tn_tensor_core_tiles(dtype, m, n, k):
+def test_tn_tensor_core_tiles(request, dtype, m, n, k):
     plan = split_plan(dtype, T, m, k, n)
     if not plan["mma"]:
         pytest.skip(f"{jnp.dtype(dtype).name} {m}x{k}x{n} stays on the CUDA cores: {plan}")
-    run_case(dtype, T, TN, m, k, n)
+    gap = dtype in HALF_DTYPES or (dtype == jnp.float32 and k == 20_011)
+    run_case_with_gap(request, gap, dtype, T, TN, m, k, n)
 
 
 @pytest.mark.parametrize(
@@ -107,11 +123,12 @@ def test_tn_tensor_core_tiles(dtype, m, n, k):
     ids=str,
 )
 @pytest.mark.parametrize("dtype", [*HALF_DTYPES, jnp.float32], ids=dtype_ids)
-def test_small_left_variants(dtype, variant, m, k, n):
+def test_small_left_variants(request, dtype, variant, m, k, n):
     plan = split_plan(dtype, S, m, k, n)
     if not plan[variant]:
         pytest.skip(f"{jnp.dtype(dtype).name} {m}x{k}x{n} does not take {variant}: {plan}")
-    run_case(dtype, S, NN, m, k, n)
+    gap = variant == "mma" and dtype in HALF_DTYPES
+    run_case_with_gap(request, gap, dtype, S, NN, m, k, n)
 
 
 # S by tensor maps (small_left_tma.cuh, bf16/f16): the boxes' zero fill past the end of

@@ -585,3 +585,24 @@ def test_the_tsm2t_refit_touches_only_its_block():
     assert cal.split_eta("tsm2t") == (calib.TSM2T_ETA_STREAM, calib.TSM2T_ETA_FMA)
     assert cal.scalar_rate("tsm2t") == calib.TSM2T_SCALAR_ELEMS_PER_CLK
     assert cal.margin("tsm2t") == calib.TSM2T_ROUTE_MARGIN
+
+
+def test_an_uncalibrated_gpu_keeps_xla_unless_a_kernel_beats_its_best_case(tmp_path, monkeypatch):
+    """A real GPU with no calibration: the model's XLA is another GPU's, so a kernel must
+    beat XLA's dot at its best (one pass at the bandwidth). Block power iteration's
+    20000 x 20000 x 8 f32 went to TSM2R on an H200 by the H100's model and ran 1.25x slower
+    than XLA's dot; here it stays on XLA's dot, as does everything the model wins only by
+    charging XLA's dot extra passes."""
+    monkeypatch.setenv("JAX_TSM2_CACHE_DIR", str(tmp_path))
+    gpu = dataclasses.replace(model.H100_SXM, name="Uncalibrated GPU", source="driver")
+    preset = route((20480, 20480), (20480, 8), mode="auto")
+    for a, b, layout in [
+        ((20000, 20000), (20000, 8), "nn"),
+        ((1_000_000, 512), (1_000_000, 8), "tn"),
+    ]:
+        r = route(a, b, mode="auto", layout=layout, device=gpu)
+        assert (r.target, r.layer) == ("xla", "model"), r
+        assert "python -m jax_tsm2.tune --calibrate" in r.reason
+    # the same tn product on the preset (no GPU in the process) keeps the model's choice
+    assert route((1_000_000, 512), (1_000_000, 8), mode="auto", layout="tn").target == "tsm2t"
+    assert preset.layer == "model"

@@ -1,6 +1,6 @@
 """The fused Lloyd step: one pass over the data per k-means iteration.
 
-The FFI target ``tsm2_kmeans_step`` (``ffi/kernels/kmeans.cuh``) reads ``x``
+The FFI target ``tsm2_kmeans_step`` (``ffi/kmeans/kernels/kmeans.cuh``) reads ``x``
 ``(n, d)`` once and returns, against centroids ``c`` ``(k, d)`` with row
 weights ``w`` ``(n,)``:
 
@@ -41,7 +41,7 @@ per batch element (``vmap_method="sequential"``), each one pass over ``x``.
 The call has no derivative.
 
 :func:`update` ends an iteration on CUDA (:func:`decide_update`): ``tsm2_kmeans_update``
-(``ffi/kernels/kmeans_update.cuh``) divides the sums by the counts and applies
+(``ffi/kmeans/kernels/kmeans_update.cuh``) divides the sums by the counts and applies
 the empty-cluster rule without leaving the device (a ``lax.cond`` makes XLA's
 GPU runtime read its predicate on the host every iteration).
 """
@@ -272,7 +272,7 @@ def ffi_update(
     which leaves its own cluster. The check for an empty cluster runs on the
     device, so an iteration has no host round trip (a ``lax.cond`` has one on
     GPUs); the rule's pass over ``mind`` runs only when a cluster is empty
-    (``ffi/kernels/kmeans_update.cuh``).
+    (``ffi/kmeans/kernels/kmeans_update.cuh``).
 
     ``x`` is ``(n, d)`` in its own dtype, the other floats in its accumulation
     dtype (cast here), ``labels`` int32.
