@@ -1,4 +1,4 @@
-"""GPU numerics of the ABFT kernels (ffi/abft/kernels/colsums.cuh, ffi/abft/kernels/repair_column.cuh).
+"""GPU numerics of the ABFT kernels (ffi/abft/kernels/colsums.cuh and repair_column.cuh).
 
 Skipped without a CUDA device and a CUDA build (conftest.py). tsm2_colsums against a float64
 reference for every dtype and accumulator, 1 to 4 weight rows with |.| masks, odd sizes (the
