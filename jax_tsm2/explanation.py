@@ -36,7 +36,7 @@ Example:
     >>> step, update = jax_tsm2.explain.kmeans_step((10**6, 256), 16, dtype=jnp.float32,
     ...                                             mode="auto", show=False)
     >>> step.target, step.layer, update.target
-    ('fused', 'model', 'kernel')
+    ('fused', 'measured', 'kernel')
     >>> [d.target for d in jax_tsm2.explain.abft(a, b, platform="cpu", show=False)]
     ['xla', 'xla']
 """
