@@ -187,8 +187,8 @@ def fit(cases: list[dict], cal: model.Calibration, only=FITTED, sweeps: int = 2)
 
 def evaluate(cases: list[dict], cal: model.Calibration) -> dict:
     """Per family: median |error| (kernels, jnp), the kernel/XLA ratio error, and routing
-    (``"routing"``: per family group, shapes within 1.10x, their log cost, the misses, shapes;
-    ``"bar2"`` is the same dict under the name tests/test_routing.py reads)."""
+    (``"routing"``: per family group, shapes within 1.10x, their log cost, the misses,
+    shapes)."""
     errs: dict[tuple[str, str], list[float]] = defaultdict(list)
     ratio_err: dict[str, list[float]] = defaultdict(list)
     for c in cases:
@@ -207,7 +207,7 @@ def evaluate(cases: list[dict], cal: model.Calibration) -> dict:
     med = {f"{f} {i}": (statistics.median(v), len(v)) for (f, i), v in sorted(errs.items())}
     spread = {i: _quantiles(v) for i, v in sorted(ratio_err.items())}
     routed = {f: (*routed_within(v, cal), len(v)) for f, v in fams.items()}
-    return {"median_error": med, "ratio_error": spread, "routing": routed, "bar2": routed}
+    return {"median_error": med, "ratio_error": spread, "routing": routed}
 
 
 def _quantiles(v: list[float]) -> tuple[float, float, float]:

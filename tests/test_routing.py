@@ -555,7 +555,7 @@ def test_routing_on_the_committed_grids():
     within = shapes = 0
     for f in gf.GRIDS:
         ev = gf.evaluate(gf.load(f), model.CALIBRATION)
-        for w, _, _, n in ev["bar2"].values():
+        for w, _, _, n in ev["routing"].values():
             within, shapes = within + w, shapes + n
     assert shapes == 226
     assert within >= 204
