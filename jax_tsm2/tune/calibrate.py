@@ -266,8 +266,9 @@ def _count(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and 1 <= x < 2**62
 
 
-def _positive(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1e6
+def _positive(x: Any, below: float = 1e6) -> bool:
+    """A number in (0, below): seconds by default (a probe takes far less than 1e6 s)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < below
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,17 +307,13 @@ class CalibrationData:
         if not isinstance(dev, dict) or not isinstance(dev.get("key"), str):
             raise ValueError("no device key")
         read, launch = doc.get("read_bytes_per_s"), doc.get("launch_seconds")
-        if not (_positive(read / 1e12 if _positive_big(read) else -1) and _positive(launch)):
+        if not (_positive(read, below=1e16) and _positive(launch)):
             raise ValueError(f"ceilings {read!r} bytes/s, launch {launch!r} s")
         recs = doc.get("records")
         if not isinstance(recs, list) or not recs:
             raise ValueError("no probe records")
         made = doc.get("made") if isinstance(doc.get("made"), dict) else {}
         return cls(dev, float(read), float(launch), tuple(Record.from_json(r) for r in recs), made)
-
-
-def _positive_big(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1e16
 
 
 def measure(
