@@ -45,7 +45,9 @@ def fake_timer(times):
 def test_cache_dir_precedence(monkeypatch, tmp_path):
     assert cache.cache_dir() == tmp_path
     monkeypatch.delenv(cache.ENV_DIR)
-    assert cache.cache_dir() == pathlib.Path(platformdirs.user_cache_dir("jax_tsm2"))
+    assert cache.cache_dir() == pathlib.Path(
+        platformdirs.user_cache_dir("jax_tsm2", appauthor=False)
+    )
     if sys.platform.startswith("linux"):
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
         assert cache.cache_dir() == tmp_path / "xdg" / "jax_tsm2"
