@@ -12,11 +12,12 @@ import math
 import os
 import warnings
 
+import filelock
 import pytest
 
 from jax_tsm2 import model
 from jax_tsm2.problem import Problem
-from jax_tsm2.tune import calibrate
+from jax_tsm2.tune import cache, calibrate
 
 DEV = model.H100_SXM
 
@@ -150,6 +151,19 @@ def test_file_round_trip_and_lookup(tmp_path, monkeypatch):
     assert found[0].records == data.records
     assert found[0].read_bytes_per_s == data.read_bytes_per_s
     assert calibrate.load("some-other-gpu") is None
+
+
+def test_store_waits_for_the_lock_beside_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAX_TSM2_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cache, "LOCK_TIMEOUT_S", 0.2)
+    data = measured({"xla": 1.2}, per_cell=1, families=("TN",), dtypes=("float64",))
+    path = calibrate.user_path(data.key)
+    # Another writer (a separate lock object, as another process would hold) has the file.
+    with cache.file_lock(path), pytest.raises(filelock.Timeout):
+        calibrate.store(data)
+    assert not path.exists()
+    assert calibrate.store(data) == path
+    assert calibrate.load(data.key)[0].records == data.records
 
 
 def _write(path, text):

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
 import warnings
 
+import platformdirs
 import pytest
 
 from jax_tsm2 import model
@@ -39,10 +45,57 @@ def fake_timer(times):
 def test_cache_dir_precedence(monkeypatch, tmp_path):
     assert cache.cache_dir() == tmp_path
     monkeypatch.delenv(cache.ENV_DIR)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache.cache_dir() == tmp_path / "xdg" / "jax_tsm2"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    assert cache.cache_dir().parts[-2:] == (".cache", "jax_tsm2")
+    assert cache.cache_dir() == pathlib.Path(
+        platformdirs.user_cache_dir("jax_tsm2", appauthor=False)
+    )
+    if sys.platform.startswith("linux"):
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+        assert cache.cache_dir() == tmp_path / "xdg" / "jax_tsm2"
+        monkeypatch.delenv("XDG_CACHE_HOME")
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        assert cache.cache_dir() == tmp_path / "home" / ".cache" / "jax_tsm2"
+
+
+# Each writer stores its entries one store() at a time, as online tuning does, after
+# waiting for a start file so that the two processes' read-merge-writes interleave.
+_WRITER = """
+import os, pathlib, sys, time
+from jax_tsm2.tune import cache
+who, count, start = sys.argv[1], int(sys.argv[2]), pathlib.Path(sys.argv[3])
+(start.parent / f"ready-{who}").touch()
+while not start.exists():
+    time.sleep(0.001)
+dev = {"key": sys.argv[4], "name": "H100", "cc": [9, 0], "sm_count": 132}
+target = {"a": "tsm2r", "b": "xla"}[who]
+m0 = {"a": 1000, "b": 2000}[who]
+for i in range(count):
+    cache.store(dev, {cache.entry_key("float32", "nn", None, m0 + i, 8, 8): {"target": target}})
+"""
+
+
+def test_two_processes_storing_at_once_both_land(tmp_path):
+    count = 40
+    start = tmp_path / "go"
+    env = dict(os.environ, **{cache.ENV_DIR: str(tmp_path / "cache")})
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, who, str(count), str(start), KEY], env=env)
+        for who in ("a", "b")
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready-{w}").exists() for w in "ab"):
+            assert all(p.poll() is None for p in procs), "a writer exited before starting"
+            assert time.monotonic() < deadline, "writers did not start"
+            time.sleep(0.01)
+        start.touch()
+        assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    finally:
+        for p in procs:
+            p.kill()
+    entries = json.loads((tmp_path / "cache" / cache.cache_path(KEY).name).read_text())["entries"]
+    want = {cache.entry_key("float32", "nn", None, 1000 + i, 8, 8): "tsm2r" for i in range(count)}
+    want |= {cache.entry_key("float32", "nn", None, 2000 + i, 8, 8): "xla" for i in range(count)}
+    assert {k: v["target"] for k, v in entries.items()} == want
 
 
 def test_parse_shape():

@@ -4,8 +4,14 @@ One JSON file per GPU model, ``tune-<device key>.json`` (``model.Device.key``:
 name, compute capability, SM count), in the cache directory:
 
 1. ``$JAX_TSM2_CACHE_DIR`` when set;
-2. else ``$XDG_CACHE_HOME/jax_tsm2``;
-3. else ``~/.cache/jax_tsm2``.
+2. else the platform's user cache directory for ``jax_tsm2``
+   (``platformdirs.user_cache_dir``): on Linux ``$XDG_CACHE_HOME/jax_tsm2``,
+   else ``~/.cache/jax_tsm2``.
+
+Writers in several processes (tuners on the GPUs of one host, online tuning
+in each of a job's processes) may share a file: ``store`` holds a lock file
+beside it (``<file>.lock``) while it reads, merges and replaces it, so each
+writer's entries land.
 
 Layout of a file (``SCHEMA``, version ``VERSION``)::
 
@@ -43,11 +49,17 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import filelock
+import platformdirs
+
 SCHEMA = "jax_tsm2.tune"
 VERSION = 1
 ENV_DIR = "JAX_TSM2_CACHE_DIR"
 # A cache holds one small entry per tuned shape: thousands of shapes are ~1 MB.
 MAX_BYTES = 16 << 20
+# A writer holds the lock for one read-merge-write of a small file; a minute
+# without it means a stuck process, and an error says so rather than hanging.
+LOCK_TIMEOUT_S = 60.0
 TARGETS = ("tsm2r", "tsm2l", "tsm2s", "tsm2t", "xla")
 _LAYOUT_TARGETS = {
     "nn": ("tsm2r", "tsm2l", "tsm2s", "xla"),
@@ -66,9 +78,29 @@ def cache_dir() -> pathlib.Path:
     env = os.environ.get(ENV_DIR)
     if env:
         return pathlib.Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = pathlib.Path(xdg).expanduser() if xdg else pathlib.Path.home() / ".cache"
-    return base / "jax_tsm2"
+    return pathlib.Path(platformdirs.user_cache_dir("jax_tsm2", appauthor=False))
+
+
+def file_lock(path: pathlib.Path) -> filelock.BaseFileLock:
+    """The inter-process lock guarding writes of ``path`` (a ``<name>.lock`` file beside it).
+
+    Acquiring it raises ``filelock.Timeout`` (a ``TimeoutError``) after
+    ``LOCK_TIMEOUT_S`` seconds.
+    """
+    return filelock.FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S)
+
+
+def write_json(path: pathlib.Path, doc: Any) -> None:
+    """Writes ``doc`` to ``path`` atomically: a temporary file beside it, renamed over it."""
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def cache_path(device_key: str) -> pathlib.Path:
@@ -231,12 +263,29 @@ def store(
 
     ``device`` needs ``key``; ``name``, ``cc`` and ``sm_count`` are recorded
     too. An untrusted existing file is replaced, not merged. The write is
-    atomic (a temporary file renamed over the old one).
+    atomic (a temporary file renamed over the old one), and the read, merge
+    and write happen under ``file_lock``, so concurrent writers in other
+    processes do not drop each other's entries.
     """
     key = device["key"]
     for k, v in entries.items():
         if not _valid_entry(k, v):
             raise ValueError(f"tune cache entry {k!r}: {v!r} is malformed")
+    path = cache_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(path):
+        return _merge_and_write(path, key, device, entries, measured_read_bytes_per_s)
+
+
+def _merge_and_write(
+    path: pathlib.Path,
+    key: str,
+    device: Mapping[str, Any],
+    entries: Mapping[str, Mapping[str, Any]],
+    measured_read_bytes_per_s: float | None,
+) -> pathlib.Path:
+    # load() re-reads a file whose stat changed, so what another process wrote
+    # before this one took the lock is merged, not lost.
     old = load(key) or {}
     merged = dict(old.get("entries", {}))
     merged.update({k: dict(v) for k, v in entries.items()})
@@ -249,17 +298,7 @@ def store(
         "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "entries": dict(sorted(merged.items())),
     }
-    path = cache_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json(path, doc)
     return path
 
 

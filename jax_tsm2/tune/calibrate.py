@@ -48,9 +48,7 @@ import dataclasses
 import datetime
 import json
 import math
-import os
 import pathlib
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -536,18 +534,17 @@ def shipped_path(device_key: str) -> pathlib.Path:
 
 
 def store(data: CalibrationData, path: pathlib.Path | None = None) -> pathlib.Path:
-    """Writes ``data`` atomically to ``path`` (default: the user's cache directory)."""
+    """Writes ``data`` atomically to ``path`` (default: the user's cache directory).
+
+    The write happens under the lock file beside ``path`` (``cache.file_lock``)
+    that the tune cache's writers use too.
+    """
+    from jax_tsm2.tune import cache
+
     path = path or user_path(data.key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data.to_json(), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+    with cache.file_lock(path):
+        cache.write_json(path, data.to_json())
     _loaded.clear()
     return path
 
