@@ -174,3 +174,30 @@ def test_notebook_display():
     pipe = make_pipeline(StandardScaler(), km)
     html = pipe._repr_html_()
     assert "StandardScaler" in html and "KMeans" in html
+
+
+def test_without_scikit_learn_the_estimator_still_fits_and_predicts():
+    import subprocess
+    import sys
+
+    code = """
+import sys
+sys.modules["sklearn"] = None  # as if scikit-learn were not installed
+import numpy as np
+from jax_tsm2 import KMeans
+x = np.random.default_rng(0).normal(size=(101, 3)) + np.repeat([[0.0], [9.0]], [50, 51], 0)
+km = KMeans(3, random_state=0)
+try:
+    km.predict(x)
+except ValueError as e:
+    assert "not fitted" in str(e)
+else:
+    raise AssertionError("predict before fit")
+km.set_params(n_clusters=2).fit(x)
+assert km.get_params()["n_clusters"] == 2 and km.n_features_in_ == 3
+assert sorted(np.bincount(np.asarray(km.predict(x))).tolist()) == [50, 51]
+assert repr(km).startswith("KMeans(n_clusters=2, init='k-means++'")
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
