@@ -57,6 +57,7 @@ import numpy as np
 
 from jax_tsm2 import model
 from jax_tsm2.problem import Problem
+from jax_tsm2.tune import tuner
 
 SCHEMA = "jax_tsm2.calibration"
 VERSION = 1
@@ -202,21 +203,6 @@ def _draw(
     return best
 
 
-def targets_for(p: Problem, dtype: str, layout: str, device: model.Device) -> list[str]:
-    """The kernels that take ``p`` in ``layout`` (as the model sees them), then "xla".
-
-    TSM2L on a k too long for its L tile runs TSM2R's tile, so it is not a
-    target of its own there.
-    """
-    out = []
-    for k in model.KERNELS_FOR_LAYOUT[layout]:
-        pred = model.predict(p, dtype, layout, k, device=device)
-        if not pred.supported or (k == "tsm2l" and pred.params.get("tile") == "R"):
-            continue
-        out.append(k)
-    return [*out, "xla"]
-
-
 @dataclasses.dataclass(frozen=True)
 class Record:
     """What one probe measured: seconds per target (targets that failed are absent)."""
@@ -343,8 +329,11 @@ def measure(
             if log:
                 log(f"time budget of {budget_s:.0f} s spent: {len(records)} probes measured")
             break
-        targets = targets_for(q.problem, q.dtype, q.layout, dev)
-        got = _time_all(timer, targets, q)
+        targets = tuner.candidates(q.problem, q.dtype, q.layout, dev)
+        got = {
+            t: v if isinstance(v, str) else _finite(v)
+            for t, v in tuner.time_candidates(timer, targets, q.problem, q.dtype, q.layout).items()
+        }
         secs = {t: s for t, s in got.items() if isinstance(s, float)}
         if secs:
             records.append(Record(q.dtype, q.layout, q.problem, secs))
@@ -369,24 +358,6 @@ def measure(
     }
     info = {"key": dev.key, "name": dev.name, "cc": list(dev.cc), "sm_count": dev.sm_count}
     return CalibrationData(info, read_bytes_per_s, launch_seconds, tuple(records), made)
-
-
-def _time_all(timer: Timer, targets: Sequence[str], q: Probe) -> dict[str, float | str]:
-    why = lambda err: f"{type(err).__name__}: {err}"
-    time_all = getattr(timer, "time_all", None)
-    if time_all is not None:
-        try:
-            got = time_all(targets, q.problem, q.dtype, q.layout)
-        except Exception as err:
-            return {t: why(err) for t in targets}
-        return {t: why(v) if isinstance(v, Exception) else _finite(v) for t, v in got.items()}
-    out: dict[str, float | str] = {}
-    for t in targets:
-        try:
-            out[t] = _finite(timer(t, q.problem, q.dtype, q.layout))
-        except Exception as err:
-            out[t] = why(err)
-    return out
 
 
 def _finite(v: Any) -> float | str:
@@ -657,7 +628,7 @@ def _run(
     log: Callable[[str], None] | None,
     progress: bool,
 ) -> CalibrationData:
-    from jax_tsm2.tune import ceilings, tuner
+    from jax_tsm2.tune import ceilings
 
     device = model.device_from_driver(0)
     # The read ceiling over buffers of several times the L2, as the harness measures it.

@@ -75,7 +75,7 @@ def tune(
             for layout in layouts:
                 times: dict[str, float] = {}
                 failed: dict[str, str] = {}
-                timed = _time_candidates(
+                timed = time_candidates(
                     timer, candidates(p, dtype, layout, device), p, dtype, layout
                 )
                 for target, t in timed.items():
@@ -116,7 +116,7 @@ def tune(
     return entries
 
 
-def _time_candidates(
+def time_candidates(
     timer: Timer, targets: Sequence[str], p: Problem, dtype: str, layout: str
 ) -> dict[str, float | str]:
     """Seconds per target, or why it failed: all at once (taking turns) where the timer has
