@@ -31,6 +31,9 @@
 #     with it, and copies the calibration file to $OUT.
 #   PACK=1 leaves $OUT as one out.tgz, even after a failure (for runners that
 #     bring back only a few files).
+#   Wheels in .whl/ (dependencies a machine without network lacks, e.g.
+#     setuptools-scm for the build, platformdirs) are installed into
+#     /tmp/site first and put on PYTHONPATH.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 DEADLINE=${DEADLINE:-570}
@@ -41,6 +44,12 @@ if [ "${PACK:-0}" = 1 ]; then
 fi
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 
 t0=$SECONDS
 python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/install.log" 2>&1 ||
