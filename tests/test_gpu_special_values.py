@@ -1,13 +1,13 @@
-"""GPU: signed zeros, NaN and Inf through every CUDA kernel of tsm2_matmul.
+"""GPU: signed zeros, NaN and Inf through every CUDA kernel of tsm2_matmul, as jnp gives them.
 
 Skipped without a CUDA device and a CUDA build (conftest.py). Each case calls the FFI
 target with an explicit kernel id and layout on a shape whose plan takes the variant it
 names (asserted where the plan says it), with operands holding rows of signed zeros, +Inf,
--Inf and NaN (``_helpers.special_operands``), and compares with the IEEE result
-(``_helpers.assert_ieee_specials``): a sum whose terms are all -0 is -0, so a single
-product (k = 1) keeps its sign as jnp's multiply does; any other zero sum is +0. That
-covers the accumulators' start (-0.0), the zero fill of tiles past the end of the
-contraction (it must add -0), the k-groups and row groups, and the split sums.
+-Inf and NaN (``_helpers.special_operands``), and compares with jnp's rule
+(``_helpers.assert_specials_as_jnp``: a product of contraction length 1 keeps its sign,
+any other zero sum is +0) and bit for bit with ``jnp.matmul`` on the same GPU. That covers
+the accumulators' start, the zero fill of tiles past the end of the contraction, the
+k-groups and row groups, the split sums, and k = 1 kept off the tensor cores.
 """
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import FLOAT_DTYPES, HALF_DTYPES, assert_ieee_specials, ffi_product, special_operands
+from _helpers import (
+    FLOAT_DTYPES,
+    HALF_DTYPES,
+    assert_specials_as_jnp,
+    ffi_product,
+    special_operands,
+)
 
 import jax_tsm2
 from jax_tsm2 import routing
@@ -36,13 +42,23 @@ def split_plan(dtype, kernel, m, k, n):
     return _tsm2_ext.split_plan(jnp.dtype(dtype).name, kernel, 1, m, k, n, sms)
 
 
-def run_case(dtype, kernel, layout, m, k, n, seed=0, signed_zeros=True):
+def bits(x):
+    x = np.asarray(x)
+    return x.view(f"u{x.dtype.itemsize}")
+
+
+def run_case(dtype, kernel, layout, m, k, n, seed=0):
     rng = np.random.default_rng(seed + m + k + n)
     a, b = special_operands(rng, m, k, n, dtype)
     x = a.T if layout == TN else a
     y = b.T if layout == NT else b
     got = _run(jnp.asarray(x, dtype), jnp.asarray(y, dtype), kernel, layout, None)
-    assert_ieee_specials(got, a, b, signed_zeros=signed_zeros)
+    assert_specials_as_jnp(got, a, b)
+    want = np.asarray(jnp.matmul(jnp.asarray(a, dtype), jnp.asarray(b, dtype)))
+    nan = np.isnan(want.astype(np.float64))
+    zero = want.astype(np.float64) == 0
+    np.testing.assert_array_equal(np.isnan(np.asarray(got, np.float64)), nan)
+    np.testing.assert_array_equal(bits(got)[zero], bits(want)[zero], "zeros differ from jnp's")
 
 
 # (kernel, layout, m, k, n): R and L tiles (k past a chunk, k inside one, k = 1, k not
@@ -83,71 +99,54 @@ def test_split_kernels_on_cuda_cores(dtype, kernel, layout, m, k, n):
 
 
 # T on tensor cores (tn_mma.cuh f64, tn_tf32.cuh f32, tn_half.cuh bf16/f16): output tiles
-# with edges >= 16; k = 1, a contraction inside one stage, and one over many splits that
-# ends inside a stage. S on tensor cores (small_left_mma.cuh) and over clusters
-# (small_left_cluster.cuh, f32 on CUDA cores).
-#
-# Measured on an H200: the bf16/f16 tensor-core tiles of T and S (m16n8k16 MMAs) and
-# f32's TF32 T tiles over many splits return +0 for a sum whose terms are all -0 (k = 1
-# included). NaN, Inf and values are right there; the signs of such zeros are a known gap,
-# pinned by a strict xfail so that a fix shows.
-TENSOR_CORE_ZERO_SIGN_GAP = "tensor-core MMAs sum all -0 terms to +0 (measured on an H200)"
-
-
-def run_case_with_gap(request, gap, dtype, kernel, layout, m, k, n):
-    if gap:
-        run_case(dtype, kernel, layout, m, k, n, signed_zeros=False)
-        request.applymarker(pytest.mark.xfail(strict=True, reason=TENSOR_CORE_ZERO_SIGN_GAP))
-    run_case(dtype, kernel, layout, m, k, n)
-
-
+# with edges >= 16; a contraction inside one stage, and one over many splits that ends
+# inside a stage (k = 1 takes the CUDA-core kernel: an MMA would lose a -0 product's sign).
+# S on tensor cores (small_left_mma.cuh) and over clusters (small_left_cluster.cuh, f32 on
+# CUDA cores).
 @pytest.mark.parametrize("k", [1, 37, 20_011])
 @pytest.mark.parametrize(("m", "n"), [(64, 64), (200, 16), (16, 200)], ids=str)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
-def test_tn_tensor_core_tiles(request, dtype, m, n, k):
+def test_tn_tensor_core_tiles(dtype, m, n, k):
     plan = split_plan(dtype, T, m, k, n)
-    if not plan["mma"]:
+    if k == 1:
+        assert not plan["mma"], plan
+    elif not plan["mma"]:
         pytest.skip(f"{jnp.dtype(dtype).name} {m}x{k}x{n} stays on the CUDA cores: {plan}")
-    gap = dtype in HALF_DTYPES or (dtype == jnp.float32 and k == 20_011)
-    run_case_with_gap(request, gap, dtype, T, TN, m, k, n)
+    run_case(dtype, T, TN, m, k, n)
 
 
 @pytest.mark.parametrize(
     ("variant", "m", "k", "n"),
     [
         ("mma", 8, 1020, 10_000),
-        ("mma", 13, 1, 9001),
         ("cluster", 8, 1000, 4000),
         ("cluster", 13, 4104, 8),
     ],
     ids=str,
 )
 @pytest.mark.parametrize("dtype", [*HALF_DTYPES, jnp.float32], ids=dtype_ids)
-def test_small_left_variants(request, dtype, variant, m, k, n):
+def test_small_left_variants(dtype, variant, m, k, n):
     plan = split_plan(dtype, S, m, k, n)
     if not plan[variant]:
         pytest.skip(f"{jnp.dtype(dtype).name} {m}x{k}x{n} does not take {variant}: {plan}")
-    gap = variant == "mma" and dtype in HALF_DTYPES
-    run_case_with_gap(request, gap, dtype, S, NN, m, k, n)
+    run_case(dtype, S, NN, m, k, n)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+def test_small_left_single_products_stay_off_the_tensor_cores(dtype):
+    m, k, n = 13, 1, 9001
+    assert not split_plan(dtype, S, m, k, n)["mma"]
+    run_case(dtype, S, NN, m, k, n)
 
 
 # S by tensor maps (small_left_tma.cuh, bf16/f16): the boxes' zero fill past the end of
-# the contraction reaches the MMAs as +0 * +0, so a sum whose terms are all -0 comes out
-# +0 there. NaN, Inf and values are exact; the signs of such zeros are the known gap.
+# the contraction, as well as a contraction ending inside a stage.
 TMA_SHAPES = [(8, 1000, 4104), (16, 24, 8456), (3, 4096, 4096)]
 
 
 @pytest.mark.parametrize(("m", "k", "n"), TMA_SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
-def test_small_left_tensor_maps_keep_nan_and_inf(dtype, m, k, n):
-    assert split_plan(dtype, S, m, k, n)["tma"]
-    run_case(dtype, S, NN, m, k, n, signed_zeros=False)
-
-
-@pytest.mark.xfail(strict=True, reason="the tensor maps' zero fill adds +0 products")
-@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
-def test_small_left_tensor_maps_signed_zeros_past_the_contraction(dtype):
-    m, k, n = 8, 1000, 4104  # k = 7 stages of 128 rows and 104
+def test_small_left_tensor_maps(dtype, m, k, n):
     assert split_plan(dtype, S, m, k, n)["tma"]
     run_case(dtype, S, NN, m, k, n)
 
@@ -162,4 +161,4 @@ def test_the_router_s_choices_keep_signed_zeros(dtype, mode):
     b = jnp.asarray(vals[None, ::-1], dtype)
     with jax_tsm2.custom_call_mode(mode):
         got = jax.jit(jax_tsm2.matmul)(a, b)
-    assert_ieee_specials(got, np.asarray(a, np.float64), np.asarray(b, np.float64))
+    assert_specials_as_jnp(got, np.asarray(a, np.float64), np.asarray(b, np.float64))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from _helpers import (
     FLOAT_DTYPES,
-    assert_ieee_specials,
+    assert_specials_as_jnp,
     has_custom_call,
     lowered_text,
     rand,
@@ -136,14 +136,18 @@ def test_the_reported_outer_product():
 @pytest.mark.parametrize("k", [2, 3, 17])
 @pytest.mark.parametrize("layout", list(DIMS))
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
-def test_zero_sums_are_signed_as_ieee_addition_signs_them(dtype, layout, k):
-    """Rows of signed zeros against columns of one sign: a sum whose terms are all -0 is -0,
-    any other zero sum +0; NaN and Inf where the float64 product has them. (XLA's own dot
-    is not consistent here: its GEMMs start from +0, its vector paths do not.)"""
+def test_zero_sums_are_signed_as_jnp_signs_them(dtype, layout, k):
+    """Rows of signed zeros against columns of one sign: a zero sum of two or more terms is
+    +0 even where every term is -0 (XLA's GEMMs start from +0), bit for bit as jnp's; NaN
+    and Inf where the float64 product has them."""
     rng = np.random.default_rng(k)
     a, b = special_operands(rng, 9, k, 5, dtype)
     x, y = stored(jnp.asarray(a, dtype), jnp.asarray(b, dtype), layout)
     f = lambda x, y: jax_tsm2.dot_general(x, y, DIMS[layout])
     with jax_tsm2.custom_call_mode("always"):
         got = jax.jit(f)(x, y)
-    assert_ieee_specials(got, a, b)
+    assert_specials_as_jnp(got, a, b)
+    want = np.asarray(jax.jit(lambda x, y: lax.dot_general(x, y, DIMS[layout]))(x, y))
+    zero = want.astype(np.float64) == 0
+    np.testing.assert_array_equal(np.signbit(np.asarray(got, np.float64))[zero], False)
+    np.testing.assert_array_equal(np.signbit(want.astype(np.float64))[zero], False)

@@ -22,17 +22,21 @@ struct AccTypeOf<double> {
 template <typename T>
 using AccType = typename AccTypeOf<T>::type;
 
-// Sums start from -0.0, the identity of IEEE addition: started from +0.0, a sum
-// of -0 terms (the single product -0 * 1 of k = 1) would come out +0 where jnp
-// keeps the sign. Fills a scalar or a (nested) array of accumulators.
+// The zero a sum starts from, as jnp's products give it: a contraction of
+// length 1 is a single product and keeps its sign (XLA computes it as a
+// multiply; -0.0 is the identity of IEEE addition), while longer sums start
+// from +0.0 as XLA's GEMMs and reductions do, so that a zero sum is +0 even
+// where every term is -0. Tensor-core MMAs give +0 there as well, which is
+// why plans keep k = 1 on the CUDA cores. Fills a scalar or a (nested)
+// array of accumulators; k is the whole contraction, not a split's share.
 template <typename A>
-__device__ __forceinline__ void InitSums(A& x) {
-  x = A(-0.0);
+__device__ __forceinline__ void InitSums(A& x, int64_t k) {
+  x = A(k == 1 ? -0.0 : 0.0);
 }
 template <typename A, size_t N>
-__device__ __forceinline__ void InitSums(A (&x)[N]) {
+__device__ __forceinline__ void InitSums(A (&x)[N], int64_t k) {
 #pragma unroll
-  for (size_t i = 0; i < N; ++i) InitSums(x[i]);
+  for (size_t i = 0; i < N; ++i) InitSums(x[i], k);
 }
 
 // Elements of T in one 16-byte access.

@@ -30,9 +30,10 @@ void Reference(const MatmulProblem& p, const void* a, const void* b, void* c) {
     const int64_t a0 = bi * p.a_batch_stride, b0 = bi * p.b_batch_stride, c0 = bi * p.m * p.n;
     for (int64_t i = 0; i < p.m; ++i) {
       for (int64_t j = 0; j < p.n; ++j) {
-        // -0.0 is the identity of IEEE addition (a sum of -0 terms stays -0); an
-        // empty sum is +0, as jnp gives it.
-        Acc acc = p.k > 0 ? Acc(-0.0) : Acc(0);
+        // Signed zeros as jnp gives them: a single product keeps its sign (-0.0
+        // is the identity of IEEE addition), a longer or empty sum starts from +0
+        // (the CUDA kernels' InitSums).
+        Acc acc = p.k == 1 ? Acc(-0.0) : Acc(0);
         for (int64_t l = 0; l < p.k; ++l) {
           acc += static_cast<Acc>(In::Load(a, a0 + i * a_si + l * a_sl)) *
                  static_cast<Acc>(In::Load(b, b0 + l * b_sl + j * b_sj));

@@ -133,7 +133,9 @@ SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, in
   const int64_t row_bytes = (s.tile_m + s.tile_n) * itemsize;
   const int64_t stage_bytes = s.tile_m * s.tile_n >= 2048 ? kTStageBytesLarge : kTStageBytes;
   s.step = std::max<int64_t>(groups, stage_bytes / row_bytes / groups * groups);
-  s.mma = TUsesMma(itemsize, s.tile_m, s.tile_n);
+  // A single product (k = 1) stays on the CUDA cores: an MMA loses the sign of
+  // a -0 product, which jnp keeps (kernel_utils.cuh, InitSums).
+  s.mma = k > 1 && TUsesMma(itemsize, s.tile_m, s.tile_n);
   if (s.mma) s.step = TMmaStep(itemsize, s.tile_m, s.tile_n);
   // Rounded up, the aim left a few blocks for a second wave: 10 tiles x 27
   // splits = 270 blocks for 264 slots took TN bf16 539940 x 148 x 194 from
@@ -305,7 +307,7 @@ SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, in
   s.tiles_m = 1;
   s.tiles_n = CeilDiv(n, s.tile_n);
   s.step = kSRowsPerStep;
-  s.mma = itemsize == 2 && m >= Tune::kMmaMinM;
+  s.mma = itemsize == 2 && m >= Tune::kMmaMinM && k > 1;  // k = 1: as in TPlan
   const int64_t max_splits = std::max<int64_t>(1, k * itemsize / (8 * 4 * std::max<int64_t>(m, 1)));
   ChooseSplits(batch * s.tiles_n, k, sm_count, Tune::kBlocksPerSm, max_splits, &s);
   return s;

@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(256, MinBlocks)
       Acc av[V];
       Unpack<T>(cur[u], av);
       Acc acc[NT];
-      InitSums(acc);
+      InitSums(acc, K);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         Acc bv[NT];

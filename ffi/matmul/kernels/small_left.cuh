@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kSThreads) Tsm2SKernel(const __grid_constant__
   }
 
   Acc acc[MT][kCpt];
-  InitSums(acc);
+  InitSums(acc, p.k);
   for (int64_t it = 0; it < steps; ++it) {
     CpAsyncWait<kStages - 2>();
     __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free

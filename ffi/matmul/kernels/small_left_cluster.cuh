@@ -219,8 +219,8 @@ struct ClusterF32 {
   int g, col;  // the thread's rows 4g..4g+3 of a stage, first of its 4 columns
   float acc[MT][4];
 
-  __device__ ClusterF32() {
-    InitSums(acc);
+  __device__ explicit ClusterF32(int64_t k) {
+    InitSums(acc, k);
     g = static_cast<int>(threadIdx.x) / (Sm::kCols / 4);
     col = 4 * (static_cast<int>(threadIdx.x) % (Sm::kCols / 4));
   }
@@ -273,7 +273,10 @@ struct ClusterF32 {
   }
 };
 
-struct ClusterNoF32 {};  // 2-byte types keep their sums in m16n8 fragments
+// 2-byte types keep their sums in m16n8 fragments.
+struct ClusterNoF32 {
+  __device__ explicit ClusterNoF32(int64_t) {}
+};
 
 // MT: rows of A the f32 path multiplies (m rounded up to a power of two);
 // 16 for 2-byte types, whose m16 tiles always take 16. kVecOk: p.vec_ok, as
@@ -349,8 +352,8 @@ __global__ void __launch_bounds__(ClusterSmem<T, Tune>::kThreads, 2)
     b_off[h] = lrow * Sm::kCols + 8 * ((4 * wn + 2 * h + lhi) ^ (lane % 8));
 
   float acc[4][4];  // 2-byte types: four m16n8 accumulators
-  InitSums(acc);
-  std::conditional_t<Sm::kHalf, ClusterNoF32, ClusterF32<MT, Tune>> f32;  // f32's sums
+  InitSums(acc, p.k);
+  std::conditional_t<Sm::kHalf, ClusterNoF32, ClusterF32<MT, Tune>> f32(p.k);  // f32's sums
   for (int it = 0; it < steps; ++it) {
     CpAsyncWait<S - 2>();
     __syncthreads();  // stage `it` landed for every thread; stage it - 1 is free
@@ -362,7 +365,7 @@ __global__ void __launch_bounds__(ClusterSmem<T, Tune>::kThreads, 2)
     const T* as_stage = as + (it % S) * Sm::kAStageElems;
     if constexpr (Sm::kHalf) {
       float part[4][4];
-      InitSums(part);
+      InitSums(part, p.k);
 #pragma unroll
       for (int q = 0; q < Sm::kK16PerWarp; ++q) {
         const int kr = 16 * (wk + Sm::kWK * q);

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kSThreads, Tune::kBlocksPerSm)
   }
 
   float acc[2][4];
-  InitSums(acc);
+  InitSums(acc, p.k);
   for (int64_t it = 0; it < steps; ++it) {
     CpAsyncWait<kStages - 2>();
     __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kSThreads, Tune::kBlocksPerSm)
     // Rows past the split's end were zero-filled, so whole 16-row steps are safe.
     const T* st = ring + (it % kStages) * Sm::kStageElems;
     float part[2][4];
-    InitSums(part);
+    InitSums(part, p.k);
 #pragma unroll
     for (int r = 0; r < kSRowsPerStep; r += 16) {
       uint32_t fa[4], fb[2][2];

@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
   }
 
   float acc[4][4];  // four m16n8 accumulators
-  InitSums(acc);
+  InitSums(acc, p.k);
   const int wn = warp % Sm::kWarpsN, wk = warp / Sm::kWarpsN;
   if (warp == Sm::kConsumerWarps) {
     if (producer) {
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
       const char* st = smem + s * Sm::kBStage;
       const char* as = smem + (aring - base) + s * Sm::kAStage;
       float part[4][4];
-      InitSums(part);
+      InitSums(part, p.k);
 #pragma unroll
       for (int q = 0; q < Sm::kK16PerWarp; ++q) {
         const int kr = 16 * (wk + Sm::kWK * q);

@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(kTThreads, 2) Tsm2TKernel(const __grid_constan
   }
 
   Acc acc[E][E];
-  InitSums(acc);
+  InitSums(acc, p.k);
   for (int64_t it = 0; it < steps; ++it) {
     CpAsyncWait<kTStages - 2>();
     __syncthreads();  // stage `it` has landed everywhere; stage it-1 is free

@@ -48,12 +48,12 @@ __global__ void __launch_bounds__(kTThreads, 2)
   const int b_off = kStep * kLda + (lane % 8 + 8 * (lane / 8 % 2)) * kLdb + blk.col0;
 
   float acc[RW][CW][4];
-  InitSums(acc);
+  InitSums(acc, p.k);
   for (int64_t it = 0; it < blk.steps; ++it) {
     const T* stage = blk.Stage(p, it);
     // Rows past the split's end were zero-filled, so whole 16-row steps are safe.
     float part[RW][CW][4];
-    InitSums(part);
+    InitSums(part, p.k);
 #pragma unroll
     for (int r = 0; r < kStep; r += 16) {
       uint32_t fa[RW][4], fb[CW][2];

@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kTThreads, 2)
   const int fr = blk.g, fq = blk.t;  // lane (r, q) of the m8n8k4 fragments
 
   double acc[RW][CW][2];
-  InitSums(acc);
+  InitSums(acc, p.k);
   for (int64_t it = 0; it < blk.steps; ++it) {
     const double* stage = blk.Stage(p, it);
     // Rows past the split's end were zero-filled, so whole 4-row steps are safe.

@@ -46,15 +46,15 @@ __global__ void __launch_bounds__(kTThreads, 2)
 
   float acc[RW][CW][4];    // hi*hi, added stage by stage
   float cross[RW][CW][4];  // hi*lo + lo*hi
-  InitSums(acc);
-  InitSums(cross);
+  InitSums(acc, p.k);
+  InitSums(cross, p.k);
   for (int64_t it = 0; it < blk.steps; ++it) {
     const float* stage = blk.Stage(p, it);
     // Rows past the split's end were zero-filled, so whole 8-row steps are safe.
     const float* sa = stage + t * kLda + blk.row0 + g;
     const float* sb = stage + kStep * kLda + t * kLdb + blk.col0 + g;
     float part[RW][CW][4];
-    InitSums(part);
+    InitSums(part, p.k);
 #pragma unroll
     for (int r = 0; r < kStep; r += 8) {
       uint32_t ah[RW][4], al[RW][4], bh[CW][2], bl[CW][2];
@@ -103,19 +103,17 @@ __global__ void __launch_bounds__(kTThreads, 2)
   }
   const bool exact = __syncthreads_or(poisoned);
 
-  // A zero cross term changes nothing but the sign of a zero sum (lo of -0 is
-  // +0): it adds -0 instead.
 #pragma unroll
   for (int i = 0; i < RW; ++i) {
 #pragma unroll
     for (int j = 0; j < CW; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] += cross[i][j][e] == 0.0f ? -0.0f : cross[i][j][e];
+      for (int e = 0; e < 4; ++e) acc[i][j][e] += cross[i][j][e];
     }
   }
   blk.ForEachM16Out(p, acc, [&](float v, int64_t row, int64_t col) {
     if (exact) {  // IEEE semantics for NaN and Inf: plain FMAs over the split
-      v = -0.0f;
+      InitSums(v, p.k);
       for (int64_t r = blk.r_begin; r < blk.r_end; ++r) {
         v = fmaf(blk.a[r * p.m + row], blk.b[r * p.n + col], v);
       }

@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Register blocking (the paper's t3 reuse, over rows): each B value read
   // from shared memory feeds kRpt rows' FMAs.
   Acc acc[kRpt][NT];
-  InitSums(acc);
+  InitSums(acc, p.k);
 
   for (int64_t it = 0; it < count; ++it) {
     CpAsyncWait<kStages - 2>();  // this thread's copies for unit `it` have landed
@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         }
         // The next write to `red` comes after at least one more barrier.
       }
-      InitSums(acc);
+      InitSums(acc, p.k);
     }
   }
   CpAsyncWait<0>();
