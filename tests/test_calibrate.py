@@ -225,3 +225,29 @@ def test_shipped_calibrations_are_valid_and_found(tmp_path, monkeypatch):
         assert len(data.records) >= 20 and data.read_bytes_per_s > 1e12
         found = calibrate.load(data.key)
         assert found is not None and found[1] == path
+
+
+def test_far_from_the_probes_the_measured_bounds_decide():
+    # TN f32: the kernel measured at 0.4-0.5 of the model everywhere, XLA's dot at 1.0-1.2.
+    def timer(target, p, dtype, layout):
+        t = model.predict(p, dtype, layout, target, device=DEV.with_bandwidth(3.0e12)).seconds
+        wobble = 1.0 + 0.2 * ((p.m * 7 + p.n) % 5) / 4  # 1.0 .. 1.2, varies by shape
+        return t * (0.4 * wobble if target == "tsm2t" else wobble)
+
+    probes = calibrate.design(per_cell=6, families=("TN",), dtypes=("float32",))
+    data = calibrate.measure(
+        probes, timer, DEV, read_bytes_per_s=3.0e12, launch_seconds=5e-6, log=None
+    )
+    corr = calibrate.Corrections(data, DEV)
+    slowest = corr.extreme("tsm2t", probes[0].problem, "float32", "tn")
+    fastest = corr.extreme("xla", probes[0].problem, "float32", "tn")
+    assert 0.4 <= slowest <= 0.48 + 1e-9 and 1.0 - 1e-9 <= fastest <= 1.2
+    # Inside the probed sizes, between probes: every measurement says the kernel wins.
+    ms, ks, ns = zip(*[(q.problem.m, q.problem.k, q.problem.n) for q in probes])
+    between = Problem(None, int(math.sqrt(min(ms) * max(ms))), int(math.sqrt(min(ks) * max(ks))), 3)
+    d = calibrate.decide(between, "float32", "tn", ["tsm2t"], corr)
+    assert d.target == "tsm2t", d
+    # Far outside them nothing bounds XLA's dot: it is assumed at its best, and kept.
+    outside = Problem(None, 8 * max(ms), 20 * max(ks), 8 * max(ns))
+    assert corr.extreme("xla", outside, "float32", "tn") is None
+    assert calibrate.decide(outside, "float32", "tn", ["tsm2t"], corr).target == "xla"

@@ -79,7 +79,7 @@ REGIONS: dict[str, tuple[Region, ...]] = {
     "R": (((1e3, 3e4), (1e3, 3e4), (1, 64)),),
     "L": (((1e4, 1e7), (1, 64), (1, 64)),),
     "NT": (((1e3, 3e4), (1e3, 3e4), (1, 64)), ((1e4, 1e7), (1, 64), (1, 64))),
-    "TN": (((1, 256), (1e4, 1e7), (1, 256)),),
+    "TN": (((1, 4096), (1e4, 1e7), (1, 512)),),
     "S": (((1, 16), (1e3, 2e4), (1e3, 2e4)),),
 }
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -401,6 +401,40 @@ class Corrections:
         for key, pts in grouped.items():
             self._points[key] = (np.stack([c for c, _ in pts]), np.array([v for _, v in pts]))
 
+    def extreme(self, target: str, p: Problem, dtype: str, layout: str) -> float | None:
+        """The correction assumed where no probe is near: for XLA's dot the most favourable
+        one measured for its (layout, dtype), for a kernel the least favourable; None where
+        ``p`` lies outside the sizes probed there (no bound is known). Routing on these
+        bounds far from the probes trades XLA's dot for a kernel only where every
+        measurement says it would win.
+
+        Example:
+            >>> from jax_tsm2 import model
+            >>> probe = {"dtype": "float32", "layout": "nn", "batch": None, "m": 10**6,
+            ...          "k": 8, "n": 8, "seconds": {"tsm2l": 3e-5, "xla": 2e-5}}
+            >>> data = CalibrationData.from_json(
+            ...     {"schema": SCHEMA, "version": VERSION, "read_bytes_per_s": 4e12,
+            ...      "launch_seconds": 2e-6, "device": {"key": "GPU", "name": "GPU",
+            ...      "cc": [9, 0], "sm_count": 132}, "made": {}, "records": [probe]})
+            >>> corr = Corrections(data, model.H100_SXM)
+            >>> corr.extreme("tsm2l", Problem(None, 2 * 10**6, 8, 8), "float32", "nn") > 0
+            True
+            >>> corr.extreme("tsm2l", Problem(None, 10**3, 8, 8), "float32", "nn") is None
+            True
+        """
+        pts = self._points.get((target, layout, dtype))
+        if pts is None:
+            return None
+        coords, resid = pts
+        # Inside the probes' box of sizes, widened by the corrections' kernel width.
+        x = _coords(p)
+        if (
+            (x < coords.min(axis=0) - BANDWIDTH_OCTAVES)
+            | (x > coords.max(axis=0) + BANDWIDTH_OCTAVES)
+        ).any():
+            return None
+        return math.exp(float(resid.min() if target == "xla" else resid.max()))
+
     def factor(self, target: str, p: Problem, dtype: str, layout: str) -> tuple[float, float]:
         """(correction factor, support) for ``target`` on ``p``."""
         pts = self._points.get((target, layout, dtype))
@@ -450,21 +484,28 @@ def decide(
     grows where the probes behind the kernel's correction are far away."""
     dev = corrections.device
     cal = corrections.calibration
-    fx, xla_support = corrections.factor("xla", p, dtype, layout)
-    xla = model.predict(p, dtype, layout, "xla", dev, cal, xla_precision).seconds * fx
-    # Away from the probes the model's XLA is another GPU's (its passes over the operands
-    # were fitted to an H100's jax): lean towards XLA's best case there, by the support.
-    w = min(1.0, xla_support)
+
+    def corrected(target: str, model_s: float, far_s: float) -> tuple[float, float]:
+        # Near probes (support >= 1) the local correction; away from them a blend towards
+        # far_s, the bound every measurement of the (layout, dtype) allows.
+        f, support = corrections.factor(target, p, dtype, layout)
+        w = min(1.0, support)
+        return math.exp(w * math.log(model_s * f) + (1.0 - w) * math.log(far_s)), support
+
+    xla_model = model.predict(p, dtype, layout, "xla", dev, cal, xla_precision).seconds
+    # XLA's dot is never assumed faster than one pass over its operands at the read ceiling.
     best_case = xla_best_case(p, dtype, dev, corrections.data.launch_seconds)
-    xla = math.exp(w * math.log(xla) + (1.0 - w) * math.log(best_case))
+    fastest = corrections.extreme("xla", p, dtype, layout)
+    xla_far = best_case if fastest is None else max(best_case, xla_model * fastest)
+    xla, xla_support = corrected("xla", xla_model, xla_far)
     secs: dict[str, float] = {"xla": xla}
     support: dict[str, float] = {}
     for name in names:
         pred = model.predict(p, dtype, layout, name, dev, cal)
-        if not pred.supported:
-            continue
-        f, support[name] = corrections.factor(name, p, dtype, layout)
-        secs[name] = pred.seconds * f
+        slowest = corrections.extreme(name, p, dtype, layout)
+        if not pred.supported or slowest is None:
+            continue  # a kernel never measured in this layout and dtype is not routed to
+        secs[name], support[name] = corrected(name, pred.seconds, pred.seconds * slowest)
     kernels = [k for k in secs if k != "xla"]
     if not kernels:
         return Decision("xla", secs, 0.0, "no kernel takes this problem")
