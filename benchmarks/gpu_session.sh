@@ -29,6 +29,10 @@
 #     --calibrate --budget SECONDS) into $JAX_TSM2_CACHE_DIR (default
 #     /tmp/jax_tsm2_cache), so that the tests and harness runs after it route
 #     with it, and copies the calibration file to $OUT.
+#   GROUP_GPUS='1 2 3' puts pytest group i on GPU number i mod 3 of that list
+#     (CUDA_VISIBLE_DEVICES), for machines with several GPUs; the harness and
+#     the calibration run on whatever GPUs the script itself was given.
+#   INSTALL=0 skips the build (another run of this script made it).
 #   PACK=1 leaves $OUT as one out.tgz, even after a failure (for runners that
 #     bring back only a few files).
 #   Wheels in .whl/ (dependencies a machine without network lacks, e.g.
@@ -51,10 +55,12 @@ if compgen -G ".whl/*.whl" > /dev/null; then
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-t0=$SECONDS
-python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/install.log" 2>&1 ||
-  { tail -40 "$OUT/install.log"; exit 1; }
-echo "install: $((SECONDS - t0)) s"
+if [ "${INSTALL:-1}" = 1 ]; then
+  t0=$SECONDS
+  python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/install.log" 2>&1 ||
+    { tail -40 "$OUT/install.log"; exit 1; }
+  echo "install: $((SECONDS - t0)) s"
+fi
 
 if [ -n "${CALIBRATE:-}" ]; then
   export JAX_TSM2_CACHE_DIR=${JAX_TSM2_CACHE_DIR:-/tmp/jax_tsm2_cache}
@@ -68,8 +74,14 @@ if [ "${TESTS:-1}" = 1 ]; then
   t0=$SECONDS
   if [ -n "${PYTEST_GROUPS:-}" ]; then
     IFS=';' read -ra groups <<< "$PYTEST_GROUPS"
+    read -ra gpus <<< "${GROUP_GPUS:-}"
     for i in "${!groups[@]}"; do
-      eval "python3 -m pytest -q -m gpu ${groups[$i]}" > "$OUT/pytest-gpu-$i.log" 2>&1 &
+      (
+        if [ "${#gpus[@]}" -gt 0 ]; then
+          export CUDA_VISIBLE_DEVICES=${gpus[$((i % ${#gpus[@]}))]}
+        fi
+        eval "python3 -m pytest -q -m gpu ${groups[$i]}" > "$OUT/pytest-gpu-$i.log" 2>&1
+      ) &
     done
     wait
     echo "gpu tests ($((SECONDS - t0)) s, ${#groups[@]} groups side by side):"
