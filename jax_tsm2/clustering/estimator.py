@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_tsm2.clustering import core
+from jax_tsm2.clustering import core, out_of_core
 
 try:
     from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
@@ -80,13 +80,14 @@ else:
     _BASES = (ClusterMixin, TransformerMixin, BaseEstimator)
 
 
-def _validate(est: Any, X: Any, reset: bool) -> jax.Array:
+def _validate(est: Any, X: Any, reset: bool, on_device: bool = True) -> Any:
     """``X`` checked as scikit-learn checks it, as a JAX array.
 
     JAX arrays stay where they are, in their dtype (bf16/f16 included): copying
     device data to the host to check them would cost more than the fit. Everything
     else (NumPy, lists, data frames, sparse matrices) goes through scikit-learn's
-    ``validate_data``, which also records ``n_features_in_``/``feature_names_in_``.
+    ``validate_data``, which also records ``n_features_in_``/``feature_names_in_``,
+    and is then copied to the device unless ``on_device`` is False.
     """
     if isinstance(X, jax.Array) or BaseEstimator is None:
         x = core._as_float(X)
@@ -104,7 +105,16 @@ def _validate(est: Any, X: Any, reset: bool) -> jax.Array:
         x = _sk_validate_data(est, X, **kw)
     else:  # scikit-learn < 1.6
         x = est._validate_data(X, **kw)
-    return jnp.asarray(x)
+    return jnp.asarray(x) if on_device else x
+
+
+def _device_bytes() -> int | None:
+    """Memory of the default device, where JAX reports it (GPUs), else None."""
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # backends without memory statistics
+        return None
+    return None if not stats else stats.get("bytes_limit")
 
 
 class KMeans(*_BASES):
@@ -123,6 +133,12 @@ class KMeans(*_BASES):
       tol: relative tolerance on the squared centroid shift (times the mean
         per-feature variance of the data).
       random_state: None, an int seed, or a JAX PRNG key.
+      device_memory_budget: bytes of device memory ``fit`` may use for data held in host
+        memory (a NumPy array or memmap). Larger data stay on the host and are streamed
+        to the device in chunks each iteration
+        (:func:`jax_tsm2.clustering.out_of_core.kmeans_streamed`; one restart, init on a
+        sample). None: stream only data larger than half of the device's memory, with
+        that half as the budget.
 
     Fitted attributes: ``cluster_centers_``, ``labels_``, ``inertia_``,
     ``n_iter_``, ``n_features_in_``, plus ``converged_``,
@@ -170,6 +186,7 @@ class KMeans(*_BASES):
         max_iter: int = 300,
         tol: float = 1e-4,
         random_state: Any = None,
+        device_memory_budget: int | None = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.init = init
@@ -177,6 +194,7 @@ class KMeans(*_BASES):
         self.max_iter = max_iter
         self.tol = tol
         self.random_state = random_state
+        self.device_memory_budget = device_memory_budget
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -208,7 +226,8 @@ class KMeans(*_BASES):
 
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> KMeans:
         """Compute the clustering of ``X`` (``(n_samples, n_features)``); ``y`` is ignored."""
-        x = _validate(self, X, reset=True)  # before a callable init sees X
+        budget = self._streaming_budget(X)
+        x = _validate(self, X, reset=True, on_device=budget is None)  # before init sees X
         n_clusters = core._count(self.n_clusters, "n_clusters")
         key, rng = self._key_and_rng()
         init = self.init
@@ -220,16 +239,28 @@ class KMeans(*_BASES):
                 n_init = 10 if init == "random" else 1
         else:
             n_init = 1
-        state = core.kmeans(
-            key,
-            x,
-            n_clusters,
-            init=init,
-            n_init=n_init,
-            max_iter=self.max_iter,
-            tol=self.tol,
-            sample_weight=sample_weight,
-        )
+        if budget is not None:
+            state = out_of_core.kmeans_streamed(
+                key,
+                x,
+                n_clusters,
+                device_memory_budget=budget,
+                init=init,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                sample_weight=None if sample_weight is None else np.asarray(sample_weight),
+            )
+        else:
+            state = core.kmeans(
+                key,
+                x,
+                n_clusters,
+                init=init,
+                n_init=n_init,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                sample_weight=sample_weight,
+            )
         self.state_ = state
         self.cluster_centers_ = state.centroids
         self.labels_ = state.labels
@@ -238,6 +269,18 @@ class KMeans(*_BASES):
         self.converged_ = bool(state.converged)
         self.inertia_history_ = state.inertia_history[: self.n_iter_]
         return self
+
+    def _streaming_budget(self, X: Any) -> int | None:
+        """The device-memory budget to stream ``X`` with, or None to fit it in memory."""
+        if isinstance(X, jax.Array) or not hasattr(X, "nbytes"):
+            return None
+        budget = self.device_memory_budget
+        if budget is None:
+            limit = _device_bytes()
+            budget = None if limit is None else limit // 2
+        elif not (isinstance(budget, (int, np.integer)) and budget > 0):
+            raise ValueError(f"device_memory_budget must be a positive int, got {budget!r}")
+        return int(budget) if budget is not None and X.nbytes > budget else None
 
     def _check_fitted(self, X: Any) -> jax.Array:
         check_is_fitted(self)

@@ -1,0 +1,120 @@
+"""k-means on data in host memory larger than a device-memory budget, against the host link.
+
+Makes ``--gb`` GB of f32 points (``--d`` features) in host memory, measures the host-to-device
+link by copying the data once in chunks of the streamed plan's size (``jax.device_put``, the
+same call the fit makes), then times ``kmeans_streamed`` at ``--k`` clusters with
+``--budget-gb`` of device memory. Per-iteration time is the difference of two run lengths
+(``--iters`` and twice that, ``tol=0``, after a run of one that compiles) divided by the difference in iterations, so the
+mean-and-variance pass, the init and the final assignment cancel.
+
+Usage (GPU machine)::
+
+    python benchmarks/kmeans_out_of_core.py --gb 40 --d 64 --k 1024 --budget-gb 8 --out DIR
+
+Writes ``kmeans_out_of_core.json`` into ``--out`` and prints the ratio of the per-iteration
+time to one copy of the data over the link.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import pathlib
+import sys
+import time
+
+import jax
+import numpy as np
+
+from jax_tsm2.clustering import out_of_core
+
+
+def link_seconds(x: np.ndarray, rows: int) -> float:
+    """One copy of ``x`` to the device in chunks of ``rows`` (two in flight, as the fit)."""
+    t0 = time.perf_counter()
+    prev = None
+    for lo in range(0, x.shape[0], rows):
+        cur = jax.device_put(np.ascontiguousarray(x[lo : lo + rows]))
+        if prev is not None:
+            prev.block_until_ready()
+        prev = cur
+    prev.block_until_ready()
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gb", type=float, default=40.0, help="GB of f32 points in host memory")
+    ap.add_argument("--d", type=int, default=64)
+    ap.add_argument("--k", type=int, default=1024)
+    ap.add_argument("--budget-gb", type=float, default=8.0)
+    ap.add_argument("--iters", type=int, default=2)
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("."))
+    args = ap.parse_args(argv)
+    if min(args.gb, args.budget_gb) <= 0 or min(args.d, args.k, args.iters) < 1:
+        ap.error("sizes must be positive")
+
+    n = int(args.gb * 1e9) // (4 * args.d)
+    t0 = time.perf_counter()
+    x = np.empty((n, args.d), np.float32)
+    rng = np.random.default_rng(0)
+    step = 1 << 22
+    for lo in range(0, n, step):  # blobs around k centres, made in slices
+        hi = min(n, lo + step)
+        centres = rng.normal(0, 4, (64, args.d)).astype(np.float32)
+        x[lo:hi] = centres[rng.integers(0, 64, hi - lo)]
+        x[lo:hi] += rng.standard_normal((hi - lo, args.d), np.float32)
+    made = time.perf_counter() - t0
+    budget = int(args.budget_gb * 1e9)
+    plan = out_of_core.plan_chunks(n, args.d, args.k, np.float32, budget)
+    print(f"{x.nbytes / 1e9:.1f} GB ({n} x {args.d}) made in {made:.0f} s; plan {plan}", flush=True)
+
+    link_seconds(x[: 2 * plan.rows], plan.rows)  # warm-up
+    link = link_seconds(x, plan.rows)
+    print(f"host link: {x.nbytes / link / 1e9:.1f} GB/s ({link:.2f} s per copy)", flush=True)
+
+    init = x[:: max(1, n // args.k)][: args.k].astype(np.float64)
+    times = {}
+    for iters in (1, args.iters, 2 * args.iters):  # the first compiles
+        t0 = time.perf_counter()
+        s = out_of_core.kmeans_streamed(
+            jax.random.key(0), x, args.k, init=init, max_iter=iters, tol=0.0,
+            device_memory_budget=budget,
+        )  # fmt: skip
+        float(s.inertia)
+        times[iters] = (time.perf_counter() - t0, int(s.n_iter), float(s.inertia))
+        print(f"{iters} iterations: {times[iters][0]:.2f} s, inertia {times[iters][2]:.6g}")
+    (t1, i1, _), (t2, i2, _) = times[args.iters], times[2 * args.iters]
+    per_iter = (t2 - t1) / max(1, i2 - i1)
+    record = {
+        "gpu": jax.devices()[0].device_kind,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "jax": jax.__version__,
+        "command": " ".join(["python", *sys.argv]),
+        "n": n,
+        "d": args.d,
+        "k": args.k,
+        "data_bytes": x.nbytes,
+        "budget_bytes": budget,
+        "chunk_rows": plan.rows,
+        "chunks": plan.chunks,
+        "link_seconds": link,
+        "link_bytes_per_s": x.nbytes / link,
+        "runs": {
+            str(k): {"seconds": v[0], "iterations": v[1], "inertia": v[2]} for k, v in times.items()
+        },
+        "seconds_per_iteration": per_iter,
+        "iteration_over_copy": per_iter / link,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "kmeans_out_of_core.json").write_text(json.dumps(record, indent=1))
+    print(
+        f"per iteration {per_iter:.2f} s = {per_iter / link:.2f}x one copy of the data "
+        f"({x.nbytes / per_iter / 1e9:.1f} GB/s streamed)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
