@@ -689,8 +689,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         run.write(plot=True)
     if run.writer:
-        print(f"\nwrote {stem}.json, .md, .png\n", flush=True)
-        print(scaling_report.markdown(doc), flush=True)
+        print(f"\nwrote {stem}.json, .md and .png\n", flush=True)
+        print(scaling_report.brief(doc), flush=True)
     if launched:
         jax.distributed.shutdown()
     # A failed equality check is a wrong result, not a slow one: the run fails.

@@ -176,6 +176,56 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def brief(doc: dict[str, Any]) -> str:
+    """A few lines for a terminal: per series, the one-device time and the efficiency on each
+    device count (with the target's verdict), the collectives of the sharded products, the
+    equality checks and what was not measured.
+
+    Example:
+        >>> rec = {"bench": "row", "scaling": "weak", "dtype": "f32", "mode": "auto"}
+        >>> recs = [{**rec, "n_devices": n, "time_s": t} for n, t in ((1, 1e-3), (4, 1.25e-3))]
+        >>> print(brief({"title": "t", "records": recs}))
+        t
+        row weak f32 [auto]: 1 device 1.000 ms; efficiency 4: 0.800 (target 0.9: FAIL)
+    """
+    lines = [doc["title"]]
+    series: dict[tuple, list[dict[str, Any]]] = {}
+    for r in summarize(doc["records"]):
+        series.setdefault(tuple(r[k] for k in SERIES_KEYS), []).append(r)
+    for key, rows in series.items():
+        one = [r for r in rows if r["n_devices"] == 1]
+        more = [r for r in rows if r["n_devices"] > 1]
+        text = f"{key[0]} {key[1]} {key[2]} [{key[3]}]: "
+        text += f"1 device {_fmt_time(one[0]['seconds'])}" if one else "no 1-device run"
+        effs = [f"{r['n_devices']}: {_fmt(r['efficiency'], '.3f')}" for r in more]
+        if effs:
+            text += "; efficiency " + ", ".join(effs)
+        goals = [r for r in more if r["passes"] is not None]
+        if goals:
+            verdicts = ", ".join(
+                f"{'PASS' if r['passes'] else 'FAIL'}"
+                + (f" on {r['n_devices']}" if len(goals) > 1 else "")
+                for r in goals
+            )
+            text += f" (target {goals[0]['target']:.3g}: {verdicts})"
+        sharded = {collectives_text(r["collectives"]) for r in more if r["collectives"] is not None}
+        if sharded:
+            text += f"; sharded: {' / '.join(sorted(sharded))}"
+        lines.append(text)
+    for c in doc["records"]:
+        if c.get("kind") == "check" and "passes" in c:
+            lines.append(
+                f"kmeans check {c['dtype']} on {c['n_devices']} devices ({c['processes']} "
+                f"processes): centroids {c['centroids_rel_diff']:.1e}, inertia "
+                f"{c['inertia_rel_diff']:.1e}, {c['labels_differ']} labels differ: "
+                f"{'PASS' if c['passes'] else 'FAIL'}"
+            )
+    missing = [r for r in doc["records"] if r.get("skipped") or r.get("error")]
+    for r in missing:
+        lines.append(f"not measured: {r['label']}: {r.get('skipped') or r.get('error')}")
+    return "\n".join(lines)
+
+
 def plot(doc: dict[str, Any], path: str | Path) -> Path | None:
     """Strong-scaling speedup and weak-scaling efficiency against devices into ``path``
     (PNG); None when matplotlib is not installed or nothing scales."""
@@ -236,3 +286,11 @@ def plot(doc: dict[str, Any], path: str | Path) -> Path | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+if __name__ == "__main__":  # python benchmarks/scaling_report.py DIR/scaling.json ...
+    import json
+    import sys
+
+    for name in sys.argv[1:]:
+        print(brief(json.loads(Path(name).read_text())))

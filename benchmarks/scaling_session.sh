@@ -3,7 +3,7 @@
 # process with every GPU, then as one process per GPU (python -m jax_tsm2.launch), and leave
 # the results in $OUT: scaling.tgz (everything: both runs' JSON, markdown, plots and logs,
 # nvidia-smi, the install log) beside copies of the two markdown reports and plots. Prints
-# both reports last.
+# both runs' summaries last (scaling_report.py: efficiency per device count, targets, checks).
 #
 #   bash benchmarks/scaling_session.sh
 #
@@ -62,8 +62,8 @@ else
   echo "one process per GPU: not run ($NGPU GPUs, $budget s of budget)"
 fi
 
-for f in scaling.md scaling-processes.md; do
-  if [ -f "$DIR/$f" ]; then echo; cat "$DIR/$f"; fi
+for f in scaling.json scaling-processes.json; do
+  if [ -f "$DIR/$f" ]; then echo; python3 benchmarks/scaling_report.py "$DIR/$f"; fi
 done
 for log in one-process.log processes.log; do
   if [ -f "$DIR/$log" ] && grep -qE "Traceback|Error|error:" "$DIR/$log"; then

@@ -9,6 +9,7 @@ one device's, in one process and across processes.
 
 from __future__ import annotations
 
+import doctest
 import importlib
 import json
 import sys
@@ -141,3 +142,10 @@ def test_bad_arguments_get_the_usage_and_status_2(argv, tmp_path, monkeypatch, c
     assert exit_.value.code == 2, err
     assert err.startswith("usage:") and "error:" in err and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["multi_gpu", "scaling_report"])
+def test_docstring_examples(name, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.failed == 0 and result.attempted > 0
