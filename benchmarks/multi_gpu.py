@@ -336,6 +336,8 @@ def compare(got: dict, ref: dict) -> dict[str, Any]:
     i_diff = abs(got["inertia"] - ref["inertia"]) / max(abs(ref["inertia"]), 1e-30)
     differ = int(np.sum(got["labels"] != ref["labels"]))
     return {
+        "inertia": got["inertia"],
+        "inertia_one": ref["inertia"],
         "n_iter": got["n_iter"],
         "n_iter_one": ref["n_iter"],
         "centroids_rel_diff": c_diff,

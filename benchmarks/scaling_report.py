@@ -67,6 +67,8 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "efficiency": eff,
                 "target": goal,
                 "passes": None if goal is None or eff is None else eff >= goal,
+                # > 1: better than the target by that factor (throughput / (target x N x one's))
+                "of_target": None if goal is None or eff is None else eff / goal,
                 "problem": r.get("problem"),
                 "per_device": r.get("per_device"),
                 "throughput": r.get("throughput"),
@@ -134,6 +136,7 @@ def markdown(doc: dict[str, Any]) -> str:
         goal = "-"
         if r["target"] is not None:
             verdict = "" if r["passes"] is None else (" PASS" if r["passes"] else " FAIL")
+            verdict += "" if r["of_target"] is None else f" ({r['of_target']:.2f}x)"
             goal = f">= {r['target']:.3f}{verdict}"
         lines.append(
             f"| {r['bench']} | {r['scaling']} | {r['dtype']} | {r['mode']} | {r['n_devices']} "
@@ -263,8 +266,14 @@ def plot(doc: dict[str, Any], path: str | Path) -> Path | None:
         if scaling == "strong":
             ax.plot(xs, xs, "k:", lw=0.8, label="perfect")
             goal = TARGETS[("kmeans", "strong", "f32")]
-            ax.plot(xs, [goal * x for x in xs], color="C2", ls=":", lw=0.6,
-                    label=f"kmeans f32 target {goal:.3f} N")  # fmt: skip
+            ax.plot(
+                xs,
+                [goal * x for x in xs],
+                color="C2",
+                ls=":",
+                lw=0.6,
+                label=f"kmeans f32 target {goal:.3f} N",
+            )
             ax.set_ylabel("speedup over 1 device")
             ax.set_title("strong scaling (same total problem)")
         else:
@@ -288,9 +297,39 @@ def plot(doc: dict[str, Any], path: str | Path) -> Path | None:
     return path
 
 
+def across(docs: list[dict[str, Any]]) -> list[str]:
+    """The one-device k-means references of several runs (one process; one per device) against
+    each other: the same program on the same data, so their inertia should agree to rounding.
+
+    Example:
+        >>> one = {"kind": "check", "dtype": "f32", "inertia_one": 2.0, "passes": True}
+        >>> across([{"records": [one]}, {"records": [{**one, "inertia_one": 2.0000002}]}])
+        ['kmeans f32 one-device reference across runs: inertia 2 / 2.0000002, rel. diff 1.0e-07']
+    """
+    refs: dict[str, list[float]] = {}
+    for doc in docs:
+        seen = set()
+        for r in doc["records"]:
+            if r.get("kind") == "check" and "inertia_one" in r and r["dtype"] not in seen:
+                seen.add(r["dtype"])
+                refs.setdefault(r["dtype"], []).append(r["inertia_one"])
+    lines = []
+    for dtype, values in refs.items():
+        if len(values) > 1:
+            diff = (max(values) - min(values)) / max(abs(max(values)), 1e-30)
+            shown = " / ".join(f"{v:.9g}" for v in values)
+            lines.append(
+                f"kmeans {dtype} one-device reference across runs: inertia {shown}, "
+                f"rel. diff {diff:.1e}"
+            )
+    return lines
+
+
 if __name__ == "__main__":  # python benchmarks/scaling_report.py DIR/scaling.json ...
     import json
     import sys
 
-    for name in sys.argv[1:]:
-        print(brief(json.loads(Path(name).read_text())))
+    docs = [json.loads(Path(name).read_text()) for name in sys.argv[1:]]
+    for doc in docs:
+        print(brief(doc), end="\n\n")
+    print("\n".join(across(docs)))

@@ -62,9 +62,12 @@ else
   echo "one process per GPU: not run ($NGPU GPUs, $budget s of budget)"
 fi
 
+files=()
 for f in scaling.json scaling-processes.json; do
-  if [ -f "$DIR/$f" ]; then echo; python3 benchmarks/scaling_report.py "$DIR/$f"; fi
+  [ -f "$DIR/$f" ] && files+=("$DIR/$f")
 done
+echo
+python3 benchmarks/scaling_report.py ${files[@]+"${files[@]}"}
 for log in one-process.log processes.log; do
   if [ -f "$DIR/$log" ] && grep -qE "Traceback|Error|error:" "$DIR/$log"; then
     echo; echo "--- $log (last lines)"; tail -25 "$DIR/$log"
