@@ -94,7 +94,7 @@ def test_two_processes_one_device_each_match_one_device(tmp_path):
 
 @pytest.mark.slow
 def test_full_quick_run_on_4_cpu_devices(tmp_path):
-    """Every workload, scaling, dtype and device count of --quick (about a minute on CPU)."""
+    """Every workload, scaling, dtype and device count of --quick (a minute or two on CPU)."""
     r = run_python([SCRIPT, "--quick", "--out", str(tmp_path)], env=_env(4), timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     doc = _files(tmp_path, "scaling")
