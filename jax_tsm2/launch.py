@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import IO
+from typing import IO, Any
 
 from jax_tsm2 import _cli
 
@@ -143,6 +143,24 @@ def _stop(procs: Sequence[subprocess.Popen]) -> None:
             p.wait()
 
 
+class _Terminated(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated(signum)
+
+
+def _stop_on_termination() -> dict[int, Any]:
+    """SIGTERM and SIGHUP stop the processes too: each leads its own session, so a signal
+    to the launcher's group would not reach them. Returns the handlers it replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}  # signal handlers can only be set from the main thread
+    return {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+
 def _status(code: int) -> int:
     return 128 - code if code < 0 else code  # killed by signal s: 128 + s, as a shell says
 
@@ -178,6 +196,7 @@ def launch(
     threads = []
     status, failed = 0, None
     start = time.monotonic()
+    previous = _stop_on_termination()
     try:
         for rank in range(nproc):
             p = subprocess.Popen(
@@ -210,10 +229,14 @@ def launch(
             time.sleep(0.05)
     except KeyboardInterrupt:
         status = 130
+    except _Terminated as sig:
+        status = 128 + sig.signum
     finally:
         _stop(procs)
         for t in threads:
             t.join(timeout=_GRACE_S)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if failed is not None:
         print(
             f"launch: process {failed} of {nproc} exited with status {status}; stopped the others",

@@ -8,11 +8,14 @@ and test_multi_gpu_benchmark.py.
 from __future__ import annotations
 
 import io
+import os
+import signal
+import subprocess
 import sys
 import time
 
 import pytest
-from _helpers import package_env, run_python
+from _helpers import PACKAGE_ROOT, package_env, run_python
 
 from jax_tsm2 import launch
 
@@ -109,3 +112,37 @@ def test_a_gpu_list_shorter_than_nproc_is_a_usage_error(monkeypatch, capsys):
         launch.main(["--nproc", "3", "--", "true"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "lists 2 GPUs for 3" in err, err
+
+
+def test_a_terminated_launcher_stops_its_processes(tmp_path):
+    """SIGTERM to the launcher (as ``timeout`` sends) stops the processes it started, which
+    run in sessions of their own."""
+    code = (
+        "import os, time\n"
+        "name = os.path.join(os.environ['PIDS'], os.environ['JAX_PROCESS_ID'])\n"
+        "open(name + '.tmp', 'w').write(str(os.getpid()))\n"
+        "os.rename(name + '.tmp', name + '.pid')\n"  # whole, or not there
+        "time.sleep(120)\n"
+    )
+    cmd = [sys.executable, "-m", "jax_tsm2.launch", "--nproc", "2", "--", sys.executable, "-c"]
+    proc = subprocess.Popen(
+        [*cmd, code],
+        cwd=PACKAGE_ROOT,
+        env=package_env(PIDS=str(tmp_path)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        children = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+        assert len(children) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for pid in children:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
