@@ -1,10 +1,12 @@
 """One process of the two-process ``jax.distributed`` test (tests/test_sharding.py runs it).
 
-Usage: ``python tests/_distributed_worker.py PORT PROCESS_ID NUM_PROCESSES`` with
+Usage: ``python -m jax_tsm2.launch --nproc 2 -- python tests/_distributed_worker.py`` with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` set, so that the
-processes together hold ``2 * NUM_PROCESSES`` CPU devices. Cross-process CPU
-collectives go through gloo over TCP (jax's default CPU collectives once
-``jax.distributed`` is initialised; set explicitly below).
+processes together hold ``2 * NUM_PROCESSES`` CPU devices. The launcher gives each process
+the coordinator, the number of processes and its id; ``jax_tsm2.launch.initialize`` passes
+them to ``jax.distributed.initialize``. Cross-process CPU collectives go through gloo over
+TCP (jax's default CPU collectives once ``jax.distributed`` is initialised; set explicitly
+below).
 
 Each process builds the same global data from a fixed seed, computes on a mesh
 spanning every process's devices and compares with a float64 NumPy reference
@@ -14,21 +16,19 @@ spanning every process's devices and compares with a float64 NumPy reference
 
 from __future__ import annotations
 
-import sys
+import os
 from functools import partial
 
 import jax
 import numpy as np
 
-PORT, PID, NPROC = (int(v) for v in sys.argv[1:4])
+import jax_tsm2.launch
+
+NPROC = int(os.environ[jax_tsm2.launch.ENV_NUM_PROCESSES])
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
-jax.distributed.initialize(
-    coordinator_address=f"localhost:{PORT}",
-    num_processes=NPROC,
-    process_id=PID,
-    initialization_timeout=60,
-)
+if not jax_tsm2.launch.initialize(initialization_timeout=60):
+    raise SystemExit("run me through python -m jax_tsm2.launch")
 
 import jax.numpy as jnp  # noqa: E402
 from jax.experimental import multihost_utils  # noqa: E402

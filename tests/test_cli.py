@@ -9,7 +9,7 @@ import sys
 import pytest
 from _helpers import package_env
 
-from jax_tsm2 import demo
+from jax_tsm2 import demo, launch
 from jax_tsm2.bench import cli as bench_cli
 from jax_tsm2.clustering import __main__ as kmeans_cli
 from jax_tsm2.tune import cli as tune_cli
@@ -24,6 +24,7 @@ MAINS = {
     "bench": bench_cli.main,
     "kmeans": kmeans_cli.main,
     "demo": demo.main,
+    "launch": launch.main,
 }
 
 BAD = {
@@ -85,6 +86,18 @@ BAD = {
         ["--dtype", "int8"],
     ],
     "demo": [["--m", "0"], ["--m", "-5"], ["--k", "0"], ["--n", "-1"], ["--m", "x"]],
+    "launch": [
+        ["--nproc", "0", "--", "true"],
+        ["--nproc", "x", "--", "true"],
+        ["--nproc", "2"],
+        ["--nproc", "2", "--"],
+        ["--nproc", "2", "--timeout", "0", "--", "true"],
+        ["--nproc", "2", "--timeout", "-1", "--", "true"],
+        ["--nproc", "2", "--timeout", "inf", "--", "true"],
+        ["--nproc", "2", "--port", "70000", "--", "true"],
+        ["--nproc", "2", "--port", "0", "--", "true"],
+        ["--bogus", "--", "true"],
+    ],
 }
 
 
@@ -127,6 +140,7 @@ def test_tune_s_cache_dir_holds_for_its_run_only(tmp_path, monkeypatch):
         ("jax_tsm2.bench", ["--repeats", "0"]),
         ("jax_tsm2.clustering", ["--generate", "1,2"]),
         ("jax_tsm2.demo", ["--n", "0"]),
+        ("jax_tsm2.launch", ["--nproc", "0", "--", "true"]),
     ],
 )
 def test_the_entry_points_exit_with_2(module, argv):

@@ -16,6 +16,7 @@ MODULES = [
     "jax_tsm2._ffi",
     "jax_tsm2.abft_calls",
     "jax_tsm2.demo",
+    "jax_tsm2.launch",
     "jax_tsm2.model",
     "jax_tsm2.model.device",
     "jax_tsm2.model.calibration",

@@ -4,14 +4,13 @@ and a two-process ``jax.distributed`` run on one machine.
 The multi-device cases need ``--xla_force_host_platform_device_count``, which must be set before
 jax starts; this process's jax is already running (conftest), so, as in test_kmeans.py, they run
 in subprocesses: ``tests/sharded_cases.py`` under pytest with 4 CPU devices, and
-``tests/_distributed_worker.py`` as two processes joined by ``jax.distributed.initialize``
-(coordinator on localhost, gloo for the CPU collectives).
+``tests/_distributed_worker.py`` as two processes started by ``python -m jax_tsm2.launch`` and
+joined by ``jax.distributed.initialize`` (coordinator on localhost, gloo for the CPU
+collectives).
 """
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import PACKAGE_ROOT, package_env, run_python
+from _helpers import package_env, run_python
 from jax.core import ShapedArray
 
 import jax_tsm2
@@ -102,37 +101,15 @@ def test_sharded_cases_on_4_cpu_devices():
 # ------------------------------------------------------------ two processes, jax.distributed
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def test_two_processes_jax_distributed():
-    """Two processes x 2 CPU devices: a row-sharded matmul (XLA's dot and the custom call per
-    shard) and k-means with ``axis_name`` across both, equal to one-process results."""
-    port = _free_port()
+    """Two processes x 2 CPU devices started by ``python -m jax_tsm2.launch``: a row-sharded
+    matmul (XLA's dot and the custom call per shard) and k-means with ``axis_name`` across
+    both, equal to one-process results."""
     worker = str(TESTS / "_distributed_worker.py")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, worker, str(port), str(pid), "2"],
-            cwd=PACKAGE_ROOT,
-            env=_env(2),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for pid in range(2)
-    ]
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=120)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for p, out in zip(procs, outs, strict=True):
-        assert p.returncode == 0, out[-5000:]
+    launch = ["-m", "jax_tsm2.launch", "--nproc", "2", "--timeout", "240"]
+    r = run_python([*launch, "--", sys.executable, worker], env=_env(2), timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-5000:]
+    for rank in (0, 1):
         for check in ("ok matmul-auto", "ok matmul-always", "ok kmeans"):
-            assert check in out, out[-5000:]
+            assert f"[{rank}] {check}" in out, out[-5000:]
