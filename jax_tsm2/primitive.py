@@ -220,9 +220,7 @@ def _routed_lowering(platform: str):
         mode = config.get_custom_call_mode()
         # Without a CUDA device this is cross-platform lowering (export, or the
         # routing tests): emit what routing says. With one, the targets must exist.
-        cuda_targets = platform != "cuda" or (
-            _ffi.cuda_targets_available() or not _ffi.cuda_backend_present()
-        )
+        cuda_targets = platform != "cuda" or _ffi.cuda_kernels_usable(_ffi.cuda_targets_available())
         decide = functools.partial(
             routing.route,
             out_dtype=out_dtype,

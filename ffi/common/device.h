@@ -1,7 +1,8 @@
 // What the launchers ask the current CUDA device: its SM count, its compute
-// capability, and a kernel's blocks per SM (with the dynamic shared-memory
-// opt-in), the last cached per kernel and device because the CUDA calls are
-// not free at every launch.
+// capability (the plans never pick a kernel the device cannot run), and a
+// kernel's blocks per SM (with the dynamic shared-memory opt-in), the last
+// cached per kernel and device because the CUDA calls are not free at every
+// launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,6 +17,23 @@ inline cudaError_t SmCount(int* sms) {
   int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
   return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+}
+
+// The current device's compute capability as 10 * major + minor (90 for an
+// H100), which the plans compare with the architecture a kernel needs.
+inline cudaError_t ComputeCapability(int* cc) {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+      e != cudaSuccess) {
+    return e;
+  }
+  if (cudaError_t e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+      e != cudaSuccess) {
+    return e;
+  }
+  *cc = 10 * major + minor;
+  return cudaSuccess;
 }
 
 inline bool ComputeMajorAtLeast(int major) {

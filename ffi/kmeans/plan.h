@@ -231,11 +231,28 @@ constexpr bool KmeansWideTakes(int itemsize, int64_t d, int64_t k) {
 // 16-byte aligned, which XLA's buffers are).
 enum class KmeansStep { kCudaCores, kTensorCores, kTensorCoresCluster };
 
+// Thread-block clusters (the wide-row step, and CUDA-core plans of more than
+// one block per row) need compute capability 9.0; `cc` is the GPU's, as 10 *
+// major + minor. Below it the wide rows take the CUDA-core step where its plan
+// is one block per row, and XLA's formulation otherwise (KmeansRunsOn).
+constexpr int kKmeansClusterCc = 90;
+
 template <typename Tune = KmeansTuning>
-constexpr KmeansStep KmeansStepFor(int itemsize, int64_t d, int64_t k, bool x_aligned = true) {
-  if (x_aligned && KmeansWideTakes<Tune>(itemsize, d, k)) return KmeansStep::kTensorCoresCluster;
+constexpr KmeansStep KmeansStepFor(int itemsize, int64_t d, int64_t k, int cc,
+                                   bool x_aligned = true) {
+  if (x_aligned && cc >= kKmeansClusterCc && KmeansWideTakes<Tune>(itemsize, d, k)) {
+    return KmeansStep::kTensorCoresCluster;
+  }
   if (x_aligned && KmeansMmaTakes(itemsize, d, k)) return KmeansStep::kTensorCores;
   return KmeansStep::kCudaCores;
+}
+
+// Whether a GPU of compute capability cc runs the fused step for (d, k):
+// the kernel takes the shape, and the GPU has clusters or the CUDA-core plan
+// (the step any X alignment can fall back to) is one block per row.
+constexpr bool KmeansRunsOn(int itemsize, int64_t d, int64_t k, int cc) {
+  return KmeansSupported(itemsize, d, k) &&
+         (cc >= kKmeansClusterCc || KmeansPlanOf(itemsize, d, k).cluster == 1);
 }
 
 constexpr const char* KmeansStepName(KmeansStep s) {

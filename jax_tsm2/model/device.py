@@ -185,6 +185,8 @@ def current_device() -> Device:
         return _preset_because("no CUDA device in this process")
     try:
         dev = device_from_driver(0)
+        if not _ffi.gpus_served():
+            return _preset_because("this build of jax_tsm2 carries no code for this GPU")
     except Exception as err:  # routing must not fail on a driver error
         return _preset_because(f"the driver query failed: {type(err).__name__}: {err}")
     bw = cache.measured_bandwidth(dev.key)
