@@ -16,6 +16,7 @@ one warning, and every product then lowers to XLA's dot (``cuda_kernels_usable``
 from __future__ import annotations
 
 import functools
+import os
 import re
 import warnings
 from collections.abc import Sequence
@@ -201,10 +202,22 @@ def served_by(cc: tuple[int, int], sass: Sequence[int], ptx: Sequence[int]) -> b
     return any(s // 10 == major and s <= v for s in sass) or any(p <= v for p in ptx)
 
 
-def device_compute_capabilities() -> list[tuple[int, int]]:
-    """The compute capability of each CUDA device of this process (none without a GPU).
+# A test seam shared with the C++ planners (ffi/common/device.h PretendCc):
+# JAX_TSM2_PRETEND_CC="8.0" caps every GPU's compute capability, so that an H100
+# plans, and is checked against the build, as an A100 would be.
+PRETEND_CC_ENV = "JAX_TSM2_PRETEND_CC"
 
-    Tests replace this function to play a GPU the build does not serve.
+
+def _pretend_cap() -> tuple[int, int] | None:
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", os.environ.get(PRETEND_CC_ENV, ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def device_compute_capabilities() -> list[tuple[int, int]]:
+    """The compute capability of each CUDA device of this process (none without a GPU),
+    capped by ``JAX_TSM2_PRETEND_CC`` where that is set.
+
+    Tests replace this function, or set the variable, to play an older GPU.
     """
     if not cuda_backend_present():
         return []
@@ -217,7 +230,15 @@ def device_compute_capabilities() -> list[tuple[int, int]]:
         else:
             major, minor = str(cc).split(".")[:2]
             out.append((int(major), int(minor)))
-    return out
+    cap = _pretend_cap()
+    return [min(cc, cap) for cc in out] if cap else out
+
+
+def carried_architectures() -> tuple[list[int], list[int]]:
+    """``(sass, ptx)``: the architectures (``10 * major + minor``) this build carries
+    machine code and PTX for; both empty without the CUDA kernels."""
+    info = _tsm2_ext.build_info()
+    return [int(a) for a in info["cuda_sass"]], [int(a) for a in info["cuda_ptx"]]
 
 
 @functools.cache
@@ -229,8 +250,7 @@ def gpus_served() -> bool:
         return True
     if not cuda_targets_available():
         return _warn_unserved(ccs, "it was built without the CUDA kernels (TSM2_CUDA=OFF)")
-    info = _tsm2_ext.build_info()
-    sass, ptx = list(info["cuda_sass"]), list(info["cuda_ptx"])
+    sass, ptx = carried_architectures()
     unserved = sorted({cc for cc in ccs if not served_by(cc, sass, ptx)})
     if not unserved:
         return True

@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -17,6 +19,18 @@ inline cudaError_t SmCount(int* sms) {
   int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
   return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+}
+
+// JAX_TSM2_PRETEND_CC="8.0" caps the compute capability the plans see (and
+// Python's, jax_tsm2/_ffi.py): a test seam, so that a newer GPU runs the plans
+// an older one gets. 0 when unset or not "major.minor".
+inline int PretendCc() {
+  static const int cap = [] {
+    const char* v = std::getenv("JAX_TSM2_PRETEND_CC");
+    int major = 0, minor = 0;
+    return v != nullptr && std::sscanf(v, "%d.%d", &major, &minor) == 2 ? 10 * major + minor : 0;
+  }();
+  return cap;
 }
 
 // The current device's compute capability as 10 * major + minor (90 for an
@@ -33,14 +47,21 @@ inline cudaError_t ComputeCapability(int* cc) {
     return e;
   }
   *cc = 10 * major + minor;
+  if (PretendCc() > 0 && PretendCc() < *cc) *cc = PretendCc();
   return cudaSuccess;
 }
 
+// Shared memory a block may opt in to (227 KB on sm_90 and sm_100, 163 KB
+// on sm_80, 99 KB on sm_86, sm_89 and sm_120).
+inline cudaError_t SmemPerBlockOptin(int* bytes) {
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  return cudaDeviceGetAttribute(bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+}
+
 inline bool ComputeMajorAtLeast(int major) {
-  int dev = 0, have = 0;
-  return cudaGetDevice(&dev) == cudaSuccess &&
-         cudaDeviceGetAttribute(&have, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-         have >= major;
+  int cc = 0;
+  return ComputeCapability(&cc) == cudaSuccess && cc >= 10 * major;
 }
 // Thread-block clusters, TMA and distributed shared memory: sm_90 and later.
 inline bool HasClusters() { return ComputeMajorAtLeast(9); }

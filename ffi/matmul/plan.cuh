@@ -245,11 +245,12 @@ Status PlanSplit(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
     return TSM2_FAIL(cudaErrorInvalidValue, "TSM2S takes m <= kSMaxM rows of A");
   }
   TSM2_CUDA_RETURN_IF_ERROR(SmCount(&plan->sm_count));
-  int cc = 0;  // S plans take the sm_90 kernels only where the GPU has them
+  int cc = 0, smem = 0;  // S plans take the sm_90 kernels only where the GPU has them
   TSM2_CUDA_RETURN_IF_ERROR(ComputeCapability(&cc));
+  TSM2_CUDA_RETURN_IF_ERROR(SmemPerBlockOptin(&smem));
   SplitPlan s = f == Kernel::kTsm2t
                     ? TPlan<TTune>(sizeof(T), p.batch, p.m, p.k, p.n, plan->sm_count)
-                    : SPlan<STune>(sizeof(T), p.batch, p.m, p.k, p.n, plan->sm_count, cc);
+                    : SPlan<STune>(sizeof(T), p.batch, p.m, p.k, p.n, plan->sm_count, cc, smem);
   size_t need = SplitWorkspaceBytes(s, sizeof(T), p.batch, p.m, p.n);
   if (need > p.workspace_bytes) {
     s.splits = 1;
