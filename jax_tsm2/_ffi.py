@@ -171,8 +171,10 @@ def cuda_backend_present() -> bool:
         return False
 
 
-# The compute capability plans assume without a GPU (an H100's, like DEFAULT_SM_COUNT).
+# The compute capability and opt-in shared memory per block that plans assume without a
+# GPU (an H100's, like DEFAULT_SM_COUNT).
 DEFAULT_CC: tuple[int, int] = (9, 0)
+DEFAULT_SMEM_OPTIN: int = 227 * 1024
 
 
 @functools.cache
@@ -295,6 +297,16 @@ def _cc() -> int:
     return 10 * major + minor
 
 
+@functools.cache
+def smem_optin() -> int:
+    """The opt-in shared memory per block of this process's GPUs (the least of them), or
+    an H100's without one (or without the CUDA kernels): which kernels' rings fit."""
+    if not (cuda_backend_present() and cuda_targets_available()):
+        return DEFAULT_SMEM_OPTIN
+    n = len(jax.devices("cuda"))
+    return min(int(_tsm2_ext.device_properties(i)["smem_per_block_optin"]) for i in range(n))
+
+
 def matmul_workspace_bytes(dtype: Any, kernel: int, batch: int, m: int, k: int, n: int) -> int:
     """Size of the ``workspace`` result of ``tsm2_matmul`` for this problem.
 
@@ -303,7 +315,7 @@ def matmul_workspace_bytes(dtype: Any, kernel: int, batch: int, m: int, k: int, 
     nothing is split. The C++ side computes it from the same plan the handler uses.
     """
     name = jax.numpy.dtype(dtype).name
-    return _tsm2_ext.workspace_bytes(name, kernel, batch, m, k, n, _sm_count(), _cc())
+    return _tsm2_ext.workspace_bytes(name, kernel, batch, m, k, n, _sm_count(), _cc(), smem_optin())
 
 
 def kmeans_plan(dtype: Any, n: int, d: int, k: int) -> dict[str, Any]:
@@ -326,7 +338,7 @@ def kmeans_plan(dtype: Any, n: int, d: int, k: int) -> dict[str, Any]:
         False
     """
     name = jax.numpy.dtype(dtype).name
-    return dict(_tsm2_ext.kmeans_plan(name, n, d, k, _sm_count(), _cc()))
+    return dict(_tsm2_ext.kmeans_plan(name, n, d, k, _sm_count(), _cc(), smem_optin()))
 
 
 def colsums_plan(dtype: Any, acc: Any, r: int, rows: int, cols: int) -> dict[str, Any]:

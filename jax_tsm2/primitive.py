@@ -247,8 +247,8 @@ def _routed_lowering(platform: str):
         ):
             raise RuntimeError(
                 "jax_tsm2: custom-call mode is 'always' but this build has no CUDA targets "
-                "(it was built with TSM2_CUDA=OFF or without nvcc). Rebuild with CUDA or "
-                "set the mode to 'auto'."
+                "for this GPU (built with TSM2_CUDA=OFF, without nvcc, or for other GPU "
+                "architectures: build_info()). Rebuild for it or set the mode to 'auto'."
             )
         return _xla_lowering(ctx, a, b, out_dtype=out_dtype, precision=precision, layout=layout)
 
