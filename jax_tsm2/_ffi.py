@@ -280,7 +280,8 @@ def cuda_kernels_usable(available: bool) -> bool:
     yes. With one, the build must contain the target and serve every GPU
     (``gpus_served``).
     """
-    return not cuda_backend_present() or (available and gpus_served())
+    # gpus_served first: it warns once, a CPU-only build on a GPU included.
+    return not cuda_backend_present() or (gpus_served() and available)
 
 
 def cuda_gpu_ready() -> bool:

@@ -9,9 +9,10 @@ ones whose instructions differ::
 
 ``--ignore-template-arg tsm2::STuning`` pairs a kernel that gained a tuning-struct template
 parameter with its instantiation from before. ``--arch sm_90`` compares one architecture of
-builds that carry several (each kernel is in the file once per architecture). ``cuobjdump`` and ``nvdisasm`` come from the
-CUDA toolkit on PATH or from the ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm``
-wheels. Exit status: 0 when every kernel is identical, 1 otherwise, 2 on bad arguments.
+builds that carry several (each kernel is in the file once per architecture).
+``cuobjdump`` and ``nvdisasm`` come from the CUDA toolkit on PATH or from the
+``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm`` wheels. Exit status: 0 when every
+kernel is identical, 1 otherwise, 2 on bad arguments.
 """
 
 from __future__ import annotations
