@@ -73,16 +73,36 @@ nb::dict HarnessRegistrations() {
   return out;
 }
 
+// "80,86,90" as [80, 86, 90].
+nb::list ArchList(const std::string& csv) {
+  nb::list out;
+  size_t at = 0;
+  while (at < csv.size()) {
+    size_t end = csv.find(',', at);
+    if (end == std::string::npos) end = csv.size();
+    if (end > at) out.append(std::stoi(csv.substr(at, end - at)));
+    at = end + 1;
+  }
+  return out;
+}
+
 nb::dict BuildInfo() {
   nb::dict info;
 #ifdef TSM2_WITH_CUDA
   info["cuda"] = true;
   info["cuda_version"] = std::string(TSM2_CUDA_VERSION);
   info["cuda_architectures"] = std::string(TSM2_CUDA_ARCHITECTURES);
+  // What the library carries, as 10 * major + minor: machine code (runs on
+  // GPUs of the same major version and at least this minor) and PTX (which
+  // the driver compiles for any GPU of at least this compute capability).
+  info["cuda_sass"] = ArchList(TSM2_CUDA_SASS);
+  info["cuda_ptx"] = ArchList(TSM2_CUDA_PTX);
 #else
   info["cuda"] = false;
   info["cuda_version"] = nb::none();
   info["cuda_architectures"] = nb::none();
+  info["cuda_sass"] = nb::list();
+  info["cuda_ptx"] = nb::list();
 #endif
   info["xla_ffi_api_version"] =
       std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
@@ -116,11 +136,13 @@ tsm2::Kernel KernelOf(int32_t id) {
 }
 
 // Bytes of the `workspace` result a tsm2_matmul call needs on a GPU with
-// `sm_count` SMs. R and L size it for kMaxRLBlocksPerSm blocks per SM (their
-// planner uses no more blocks than it can serve); S and T for their split plan.
+// `sm_count` SMs, compute capability `cc` (10 * major + minor) and
+// `smem_optin` bytes of opt-in shared memory per block. R and L
+// size it for kMaxRLBlocksPerSm blocks per SM (their planner uses no more
+// blocks than it can serve); S and T for their split plan.
 constexpr int kMaxRLBlocksPerSm = 4;
 int64_t WorkspaceBytes(const std::string& dtype, int32_t kernel, int64_t batch, int64_t m,
-                       int64_t k, int64_t n, int sm_count) {
+                       int64_t k, int64_t n, int sm_count, int cc, int smem_optin) {
   const int itemsize = ItemsizeOf(dtype);
   if (batch < 0 || m < 0 || k < 0 || n < 0) throw nb::value_error("sizes must be >= 0");
   if (sm_count < 1) throw nb::value_error("sm_count must be >= 1");
@@ -131,8 +153,8 @@ int64_t WorkspaceBytes(const std::string& dtype, int32_t kernel, int64_t batch, 
       return tsm2::PartialBytesPerBlock(itemsize, k, n, family == tsm2::Kernel::kTsm2l) *
              kMaxRLBlocksPerSm * sm_count;
     case tsm2::Kernel::kTsm2s:
-      return tsm2::SplitWorkspaceBytes(tsm2::SPlan(itemsize, batch, m, k, n, sm_count), itemsize,
-                                       batch, m, n);
+      return tsm2::SplitWorkspaceBytes(
+          tsm2::SPlan(itemsize, batch, m, k, n, sm_count, cc, smem_optin), itemsize, batch, m, n);
     case tsm2::Kernel::kTsm2t:
       return tsm2::SplitWorkspaceBytes(tsm2::TPlan(itemsize, batch, m, k, n, sm_count), itemsize,
                                        batch, m, n);
@@ -198,7 +220,7 @@ nb::dict TileConfigs(const std::string& dtype) {
 
 // How the S or T kernel cuts a problem (matmul/split_plan.h).
 nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, int64_t m, int64_t k,
-                      int64_t n, int sm_count) {
+                      int64_t n, int sm_count, int cc, int smem_optin) {
   const int itemsize = ItemsizeOf(dtype);
   if (sm_count < 1) throw nb::value_error("sm_count must be >= 1");
   if (batch < 1 || m < 1 || k < 1 || n < 1) throw nb::value_error("sizes must be >= 1");
@@ -206,7 +228,7 @@ nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, i
   int threads = 0;
   const tsm2::Kernel family = KernelOf(kernel);
   if (family == tsm2::Kernel::kTsm2s) {
-    s = tsm2::SPlan(itemsize, batch, m, k, n, sm_count);
+    s = tsm2::SPlan(itemsize, batch, m, k, n, sm_count, cc, smem_optin);
     threads = tsm2::kSThreads;
   } else if (family == tsm2::Kernel::kTsm2t) {
     s = tsm2::TPlan(itemsize, batch, m, k, n, sm_count);
@@ -235,13 +257,15 @@ nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, i
 
 // How the fused Lloyd step (tsm2_kmeans_step) runs a problem: whether the
 // CUDA kernel takes it, its plan and on-chip footprint, and the bytes of the
-// `workspace` result on a GPU with sm_count SMs (kmeans/plan.h).
-nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k, int sm_count) {
+// `workspace` result on a GPU with sm_count SMs, compute capability cc and
+// smem_optin bytes of opt-in shared memory per block (kmeans/plan.h).
+nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k, int sm_count,
+                       int cc, int smem_optin) {
   const int itemsize = ItemsizeOf(dtype);
   if (n < 0 || d < 1 || k < 1) throw nb::value_error("kmeans_plan: need n >= 0, d >= 1, k >= 1");
   if (sm_count < 1) throw nb::value_error("sm_count must be >= 1");
   nb::dict out;
-  const bool ok = tsm2::KmeansSupported(itemsize, d, k);
+  const bool ok = tsm2::KmeansRunsOn(itemsize, d, k, cc, smem_optin);
   out["supported"] = ok;
   out["max_k"] = tsm2::kKmeansMaxK;
   out["max_d"] = tsm2::kKmeansMaxD;
@@ -254,7 +278,7 @@ nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k
   const tsm2::KmeansPlan p = tsm2::KmeansPlanOf(itemsize, d, k);
   // The kernel the launcher runs for a 16-byte aligned x (XLA's buffers are);
   // the fields below describe the CUDA-core plan, which also sizes the workspace.
-  const tsm2::KmeansStep step = tsm2::KmeansStepFor(itemsize, d, k);
+  const tsm2::KmeansStep step = tsm2::KmeansStepFor(itemsize, d, k, cc, smem_optin);
   out["step"] = tsm2::KmeansStepName(step);
   if (step == tsm2::KmeansStep::kTensorCoresCluster) {
     out["wide_cluster"] = tsm2::KmeansWideCluster(d);
@@ -379,18 +403,22 @@ NB_MODULE(_tsm2_ext, m) {
   m.def("build_info", &BuildInfo, "What this build of the extension contains.");
   m.def("workspace_bytes", &WorkspaceBytes, nb::arg("dtype"), nb::arg("kernel"), nb::arg("batch"),
         nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),
-        "Bytes of the `workspace` result of a tsm2_matmul call on a GPU with sm_count SMs.");
+        nb::arg("cc") = tsm2::kDefaultCc, nb::arg("smem_optin") = tsm2::kDefaultSmemOptin,
+        "Bytes of the `workspace` result of a tsm2_matmul call on a GPU with sm_count SMs, "
+        "compute capability cc (10 * major + minor) and smem_optin bytes of shared memory.");
   m.def("tile_config", &TileConfigFor, nb::arg("dtype"), nb::arg("kernel"), nb::arg("k"),
         nb::arg("n"), "The R or L tile (and its on-chip footprint) a call of this shape runs.");
   m.def("tile_configs", &TileConfigs, nb::arg("dtype"),
         "Every R and L tile the launcher instantiates for dtype, keyed 'R/nt' and 'L/nt/vpt'.");
   m.def("split_plan", &SplitPlanFor, nb::arg("dtype"), nb::arg("kernel"), nb::arg("batch"),
         nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),
+        nb::arg("cc") = tsm2::kDefaultCc, nb::arg("smem_optin") = tsm2::kDefaultSmemOptin,
         "How the S (2) or T (3) kernel splits a problem into blocks (matmul/split_plan.h).");
-  m.def(
-      "kmeans_plan", &KmeansPlanFor, nb::arg("dtype"), nb::arg("n"), nb::arg("d"), nb::arg("k"),
-      nb::arg("sm_count"),
-      "Whether the fused k-means step takes (d, k) on CUDA, its variant, and its workspace bytes.");
+  m.def("kmeans_plan", &KmeansPlanFor, nb::arg("dtype"), nb::arg("n"), nb::arg("d"), nb::arg("k"),
+        nb::arg("sm_count"), nb::arg("cc") = tsm2::kDefaultCc,
+        nb::arg("smem_optin") = tsm2::kDefaultSmemOptin,
+        "Whether the fused k-means step takes (d, k) on a GPU (cc, smem_optin), its variant, "
+        "and its workspace bytes.");
   m.def("colsums_plan", &ColsumsPlanFor, nb::arg("dtype"), nb::arg("acc"), nb::arg("r"),
         nb::arg("rows"), nb::arg("cols"), nb::arg("sm_count"),
         "How tsm2_colsums splits a problem, and its workspace bytes (abft/plan.h).");

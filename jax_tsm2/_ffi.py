@@ -8,13 +8,18 @@ error in XLA, so nothing else may call ``jax.ffi.register_ffi_target`` for
 these names.
 
 Registering the CUDA targets works on a machine without a GPU: XLA keeps the
-registration pending until a CUDA backend appears.
+registration pending until a CUDA backend appears. A GPU that the build
+carries no code for (``build_info()["cuda_sass"]`` and ``["cuda_ptx"]``) gets
+one warning, and every product then lowers to XLA's dot (``cuda_kernels_usable``).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import re
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -77,12 +82,22 @@ def _register_all() -> dict[str, tuple[str, ...]]:
     return done
 
 
+def _release(version: str) -> tuple[int, ...]:
+    """``"0.7.2"`` (or ``"0.8.0.dev20250101"``) as ``(0, 7, 2)``."""
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    return tuple(int(x) for x in m.groups(default="0")) if m else ()
+
+
 def _warn_on_jax_mismatch() -> None:
+    # XLA accepts handlers built against the FFI headers of an older jaxlib, not of a
+    # newer one (FFI API 0.4 arrived with jaxlib 0.11.1): wheels are built against the
+    # oldest supported jax, so only a jax older than the build's deserves a warning.
     built = _tsm2_ext.build_info().get("jax_version")
-    if built != jax.__version__:
+    if _release(jax.__version__) < _release(built):
         warnings.warn(
-            f"jax_tsm2 was built against jax {built} but jax {jax.__version__} is running; "
-            "the XLA FFI API may differ. Rebuild with `pip install --no-build-isolation -e .`.",
+            f"jax_tsm2 was built against jax {built} but the older jax {jax.__version__} is "
+            "running, whose XLA FFI API may not take its handlers. Upgrade jax, or rebuild "
+            "with `pip install --no-build-isolation -e .`.",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -156,11 +171,141 @@ def cuda_backend_present() -> bool:
         return False
 
 
+# The compute capability and opt-in shared memory per block that plans assume without a
+# GPU (an H100's, like DEFAULT_SM_COUNT).
+DEFAULT_CC: tuple[int, int] = (9, 0)
+DEFAULT_SMEM_OPTIN: int = 227 * 1024
+
+
 @functools.cache
 def _sm_count() -> int:
     if cuda_backend_present():
         return int(getattr(jax.devices("cuda")[0], "core_count", DEFAULT_SM_COUNT))
     return DEFAULT_SM_COUNT
+
+
+def served_by(cc: tuple[int, int], sass: Sequence[int], ptx: Sequence[int]) -> bool:
+    """Whether a GPU of compute capability ``cc`` runs a build that carries machine code
+    for ``sass`` and PTX for ``ptx`` (architectures as ``10 * major + minor``).
+
+    Machine code runs on GPUs of its major version and at least its minor one; PTX is
+    compiled by the driver for any GPU at least as new.
+
+    Example:
+        >>> served_by((8, 9), sass=[80, 90], ptx=[90])  # an L4 runs the sm_80 code
+        True
+        >>> served_by((12, 0), sass=[80, 90, 100], ptx=[100])  # an RTX 5090: the PTX
+        True
+        >>> served_by((7, 5), sass=[80, 90], ptx=[90])  # a T4
+        False
+    """
+    major, minor = cc
+    v = 10 * major + minor
+    return any(s // 10 == major and s <= v for s in sass) or any(p <= v for p in ptx)
+
+
+# A test seam shared with the C++ planners (ffi/common/device.h PretendCc):
+# JAX_TSM2_PRETEND_CC="8.0" caps every GPU's compute capability, so that an H100
+# plans, and is checked against the build, as an A100 would be.
+PRETEND_CC_ENV = "JAX_TSM2_PRETEND_CC"
+
+
+def _pretend_cap() -> tuple[int, int] | None:
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", os.environ.get(PRETEND_CC_ENV, ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def device_compute_capabilities() -> list[tuple[int, int]]:
+    """The compute capability of each CUDA device of this process (none without a GPU),
+    capped by ``JAX_TSM2_PRETEND_CC`` where that is set.
+
+    Tests replace this function, or set the variable, to play an older GPU.
+    """
+    if not cuda_backend_present():
+        return []
+    out = []
+    for index, dev in enumerate(jax.devices("cuda")):
+        cc = getattr(dev, "compute_capability", None)
+        if cc is None:  # older jaxlibs: ask the driver through the extension
+            props = _tsm2_ext.device_properties(index)
+            out.append((int(props["cc_major"]), int(props["cc_minor"])))
+        else:
+            major, minor = str(cc).split(".")[:2]
+            out.append((int(major), int(minor)))
+    cap = _pretend_cap()
+    return [min(cc, cap) for cc in out] if cap else out
+
+
+def carried_architectures() -> tuple[list[int], list[int]]:
+    """``(sass, ptx)``: the architectures (``10 * major + minor``) this build carries
+    machine code and PTX for; both empty without the CUDA kernels."""
+    info = _tsm2_ext.build_info()
+    return [int(a) for a in info["cuda_sass"]], [int(a) for a in info["cuda_ptx"]]
+
+
+@functools.cache
+def gpus_served() -> bool:
+    """True when this build carries code every CUDA device of this process runs (or there
+    is no CUDA device). Otherwise warns, once per process, and products lower to XLA."""
+    ccs = device_compute_capabilities()
+    if not ccs:
+        return True
+    if not cuda_targets_available():
+        return _warn_unserved(ccs, "it was built without the CUDA kernels (TSM2_CUDA=OFF)")
+    sass, ptx = carried_architectures()
+    unserved = sorted({cc for cc in ccs if not served_by(cc, sass, ptx)})
+    if not unserved:
+        return True
+    carried = ", ".join([*(f"sm_{a}" for a in sass), *(f"compute_{a} (PTX)" for a in ptx)])
+    why = f"it carries code for {carried} only"
+    return _warn_unserved(unserved, why)
+
+
+def _warn_unserved(ccs: Sequence[tuple[int, int]], why: str) -> bool:
+    gpus = ", ".join(f"compute capability {major}.{minor}" for major, minor in ccs)
+    warnings.warn(
+        f"jax_tsm2 cannot run its kernels on this GPU ({gpus}): {why}. Every product runs "
+        "on XLA's dot. Install a wheel or build for this GPU (TSM2_CUDA_ARCHITECTURES, "
+        "docs/building.md).",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return False
+
+
+def cuda_kernels_usable(available: bool) -> bool:
+    """Whether lowering for CUDA may emit a target that this build has when ``available``.
+
+    Without a CUDA device this is cross-platform lowering (export, the routing tests):
+    yes. With one, the build must contain the target and serve every GPU
+    (``gpus_served``).
+    """
+    # gpus_served first: it warns once, a CPU-only build on a GPU included.
+    return not cuda_backend_present() or (gpus_served() and available)
+
+
+def cuda_gpu_ready() -> bool:
+    """True when this process has a CUDA GPU and this build's kernels run on it."""
+    return cuda_backend_present() and cuda_kernels_usable(cuda_targets_available())
+
+
+@functools.cache
+def _cc() -> int:
+    """This process's GPU compute capability as ``10 * major + minor`` (the oldest of its
+    GPUs), or the H100's without one: what the planners are asked about."""
+    ccs = device_compute_capabilities() or [DEFAULT_CC]
+    major, minor = min(ccs)
+    return 10 * major + minor
+
+
+@functools.cache
+def smem_optin() -> int:
+    """The opt-in shared memory per block of this process's GPUs (the least of them), or
+    an H100's without one (or without the CUDA kernels): which kernels' rings fit."""
+    if not (cuda_backend_present() and cuda_targets_available()):
+        return DEFAULT_SMEM_OPTIN
+    n = len(jax.devices("cuda"))
+    return min(int(_tsm2_ext.device_properties(i)["smem_per_block_optin"]) for i in range(n))
 
 
 def matmul_workspace_bytes(dtype: Any, kernel: int, batch: int, m: int, k: int, n: int) -> int:
@@ -171,7 +316,7 @@ def matmul_workspace_bytes(dtype: Any, kernel: int, batch: int, m: int, k: int, 
     nothing is split. The C++ side computes it from the same plan the handler uses.
     """
     name = jax.numpy.dtype(dtype).name
-    return _tsm2_ext.workspace_bytes(name, kernel, batch, m, k, n, _sm_count())
+    return _tsm2_ext.workspace_bytes(name, kernel, batch, m, k, n, _sm_count(), _cc(), smem_optin())
 
 
 def kmeans_plan(dtype: Any, n: int, d: int, k: int) -> dict[str, Any]:
@@ -194,7 +339,7 @@ def kmeans_plan(dtype: Any, n: int, d: int, k: int) -> dict[str, Any]:
         False
     """
     name = jax.numpy.dtype(dtype).name
-    return dict(_tsm2_ext.kmeans_plan(name, n, d, k, _sm_count()))
+    return dict(_tsm2_ext.kmeans_plan(name, n, d, k, _sm_count(), _cc(), smem_optin()))
 
 
 def colsums_plan(dtype: Any, acc: Any, r: int, rows: int, cols: int) -> dict[str, Any]:
@@ -234,9 +379,13 @@ def build_info() -> dict[str, Any]:
     """What was built and what is running.
 
     The extension's own report (``cuda``, ``cuda_version``,
-    ``cuda_architectures``, ``xla_ffi_api_version``, ``jax_version`` it was
+    ``cuda_architectures`` as CMake was given them, ``cuda_sass`` and
+    ``cuda_ptx``: the architectures it carries machine code and PTX for, as
+    ``10 * major + minor``; ``xla_ffi_api_version``, ``jax_version`` it was
     built against, ``compiler``) plus ``jax_version_running``,
-    ``cuda_targets_registered`` and ``targets`` ({platform: names}).
+    ``cuda_targets_registered``, ``targets`` ({platform: names}) and
+    ``gpus_served`` (False when this process has a GPU the build cannot run
+    on; products then use XLA's dot).
 
     Example:
         >>> import jax_tsm2
@@ -248,4 +397,5 @@ def build_info() -> dict[str, Any]:
     info["jax_version_running"] = jax.__version__
     info["cuda_targets_registered"] = cuda_targets_available()
     info["targets"] = registered_targets()
+    info["gpus_served"] = gpus_served()
     return info

@@ -367,8 +367,8 @@ def _decide(part: str, usable: bool, platform: str) -> Decision:
         return decision("xla", f"XLA's formulation on {platform}")
     # Without a CUDA device this is cross-platform lowering: emit them; with one, this
     # build must contain them.
-    if not (_ffi.cuda_abft_available() or not _ffi.cuda_backend_present()):
-        return decision("xla", "this build of jax_tsm2 has no ABFT kernels")
+    if not _ffi.cuda_kernels_usable(_ffi.cuda_abft_available()):
+        return decision("xla", "this build of jax_tsm2 has no ABFT kernels for this GPU")
     why = "one read per pass at the streaming ceiling" if part == "sums" else "no host wait"
     return decision("kernels", f"on CUDA the kernels: {why}")
 

@@ -226,9 +226,7 @@ def _matmul(
     autotune = config.check_bool(config.get_autotune() if autotune is None else autotune, "explain")
     precision = _compat.canonicalize_precision(precision)
     dev = model.resolve_device(device)
-    cuda_targets = platform != "cuda" or (
-        _ffi.cuda_targets_available() or not _ffi.cuda_backend_present()
-    )
+    cuda_targets = platform != "cuda" or _ffi.cuda_kernels_usable(_ffi.cuda_targets_available())
     r = routing.route(
         a,
         b,

@@ -220,9 +220,7 @@ def _routed_lowering(platform: str):
         mode = config.get_custom_call_mode()
         # Without a CUDA device this is cross-platform lowering (export, or the
         # routing tests): emit what routing says. With one, the targets must exist.
-        cuda_targets = platform != "cuda" or (
-            _ffi.cuda_targets_available() or not _ffi.cuda_backend_present()
-        )
+        cuda_targets = platform != "cuda" or _ffi.cuda_kernels_usable(_ffi.cuda_targets_available())
         decide = functools.partial(
             routing.route,
             out_dtype=out_dtype,
@@ -249,8 +247,8 @@ def _routed_lowering(platform: str):
         ):
             raise RuntimeError(
                 "jax_tsm2: custom-call mode is 'always' but this build has no CUDA targets "
-                "(it was built with TSM2_CUDA=OFF or without nvcc). Rebuild with CUDA or "
-                "set the mode to 'auto'."
+                "for this GPU (built with TSM2_CUDA=OFF, without nvcc, or for other GPU "
+                "architectures: build_info()). Rebuild for it or set the mode to 'auto'."
             )
         return _xla_lowering(ctx, a, b, out_dtype=out_dtype, precision=precision, layout=layout)
 

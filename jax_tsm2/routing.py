@@ -193,6 +193,39 @@ def candidates(p: Problem, layout: str) -> tuple[tuple[str, ...], str]:
     return tuple(names), f"{layout}: " + ", ".join(whys)
 
 
+def tile_smem_bytes(p: Problem, dtype: Any, kernel: str) -> int:
+    """Shared memory per block of the TSM2R or TSM2L tile that runs ``p`` (0 for the S
+    and T kernels, whose rings fit every supported GPU: 96 KB at most).
+
+    The tiles are sized for an H100's 227 KB, so that on GPUs with less (163 KB on
+    sm_80, 99 KB on sm_86, sm_89 and sm_120) some do not fit and route to XLA's dot.
+
+    Example:
+        >>> tile_smem_bytes(Problem(None, 10**6, 64, 16), "float32", "tsm2r") > 0
+        True
+        >>> tile_smem_bytes(Problem(None, 16, 10**6, 16), "float32", "tsm2t")
+        0
+    """
+    if kernel not in ("tsm2r", "tsm2l") or p.k < 1 or p.n < 1:
+        return 0
+    kid = _ffi.KERNEL_IDS[kernel]
+    return int(_ffi._tsm2_ext.tile_config(np.dtype(dtype).name, kid, p.k, p.n)["smem_bytes"])
+
+
+def _fitting(
+    p: Problem, dtype: str, names: tuple[str, ...], why: str, device: model.Device
+) -> tuple[tuple[str, ...], str]:
+    """The kernels of ``names`` whose shared memory fits ``device``, and why."""
+    limit = device.smem_per_block_optin
+    kept = tuple(k for k in names if tile_smem_bytes(p, dtype, k) <= limit)
+    if kept == names:
+        return names, why
+    dropped = ", ".join(
+        f"{k} needs {tile_smem_bytes(p, dtype, k) // 1024} KB" for k in names if k not in kept
+    )
+    return kept, f"{why}; of this GPU's {limit // 1024} KB of shared memory per block {dropped}"
+
+
 def _forced(p: Problem, layout: str) -> tuple[str, str]:
     """Mode "always" where no kernel is eligible: the one that is correct for any size."""
     kernel = "tsm2t" if layout == "tn" else "tsm2r"
@@ -431,12 +464,16 @@ def route(
         return xla("on CPU XLA's dot is used (mode 'always' forces the reference target)")
     dev = model.current_device() if device is None else device
     names, why = candidates(p, layout)
+    if platform == "cuda":
+        names, why = _fitting(p, dtype.name, names, why, dev)
     if platform == "cuda" and mode == "auto":
         return _auto(p, dtype, layout, names, why, precision, dev, calibration, autotune)
     if not names:
         if mode != "always":
             return xla(f"{why.removeprefix(f'{layout}: ')}, XLA's dot")
         target, why = _forced(p, layout)
+        if platform == "cuda" and not _fitting(p, dtype.name, (target,), "", dev)[0]:
+            return xla(f"{target}'s tile does not fit this GPU's shared memory, XLA's dot")
         weighed: tuple[Alternative, ...] = ()
     else:
         target, picked, weighed = _best_kernel(p, dtype.name, layout, names, dev)

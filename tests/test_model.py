@@ -147,6 +147,8 @@ def test_choose_prefers_xla_within_margin():
 def _model_check():
     import importlib.util
 
+    if not BENCH.exists():  # an sdist leaves the measurements out (pyproject.toml)
+        pytest.skip("benchmarks/results is not in this source tree")
     spec = importlib.util.spec_from_file_location(
         "model_check", ROOT / "benchmarks" / "model_check.py"
     )

@@ -8,9 +8,11 @@ ones whose instructions differ::
     python benchmarks/lab/compare_sass.py BASE.so NEW.so [--ignore-template-arg TYPE ...]
 
 ``--ignore-template-arg tsm2::STuning`` pairs a kernel that gained a tuning-struct template
-parameter with its instantiation from before. ``cuobjdump`` and ``nvdisasm`` come from the
-CUDA toolkit on PATH or from the ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm``
-wheels. Exit status: 0 when every kernel is identical, 1 otherwise, 2 on bad arguments.
+parameter with its instantiation from before. ``--arch sm_90`` compares one architecture of
+builds that carry several (each kernel is in the file once per architecture).
+``cuobjdump`` and ``nvdisasm`` come from the CUDA toolkit on PATH or from the
+``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm`` wheels. Exit status: 0 when every
+kernel is identical, 1 otherwise, 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ def _tool_dir() -> str | None:
     return None
 
 
-def kernels(path: str, tools: str) -> dict[str, list[str]]:
-    """{mangled name: instructions} of every kernel in the shared object at ``path``."""
+def kernels(path: str, tools: str, arch: str | None = None) -> dict[str, list[str]]:
+    """{mangled name: instructions} of every kernel in the shared object at ``path`` (of
+    architecture ``arch``, e.g. ``"sm_90"``, where given)."""
     env = dict(os.environ, PATH=tools + os.pathsep + os.environ.get("PATH", ""))
     text = subprocess.run(
-        [os.path.join(tools, "cuobjdump"), "-sass", path],
+        [os.path.join(tools, "cuobjdump"), "-sass", *(["-arch", arch] if arch else []), path],
         capture_output=True,
         text=True,
         env=env,
@@ -80,6 +83,7 @@ def main(argv: list[str]) -> int:
         metavar="TYPE",
         help="a template argument the new build added (e.g. tsm2::STuning); repeatable",
     )
+    parser.add_argument("--arch", help="compare this architecture only, e.g. sm_90")
     args = parser.parse_args(argv)
     for path in (args.base, args.new):
         if not os.path.isfile(path):
@@ -96,7 +100,7 @@ def main(argv: list[str]) -> int:
             name = name.replace(f", {arg}>", ">").replace(f", {arg},", ",")
         return name
 
-    base, new = kernels(args.base, tools), kernels(args.new, tools)
+    base, new = kernels(args.base, tools, args.arch), kernels(args.new, tools, args.arch)
     db, dn = demangle(list(base)), demangle(list(new))
     b = {db[k]: v for k, v in base.items()}
     n = {canon(dn[k]): v for k, v in new.items()}

@@ -1,11 +1,14 @@
 // What the launchers ask the current CUDA device: its SM count, its compute
-// capability, and a kernel's blocks per SM (with the dynamic shared-memory
-// opt-in), the last cached per kernel and device because the CUDA calls are
-// not free at every launch.
+// capability (the plans never pick a kernel the device cannot run), and a
+// kernel's blocks per SM (with the dynamic shared-memory opt-in), the last
+// cached per kernel and device because the CUDA calls are not free at every
+// launch.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -18,11 +21,47 @@ inline cudaError_t SmCount(int* sms) {
   return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
 }
 
+// JAX_TSM2_PRETEND_CC="8.0" caps the compute capability the plans see (and
+// Python's, jax_tsm2/_ffi.py): a test seam, so that a newer GPU runs the plans
+// an older one gets. 0 when unset or not "major.minor".
+inline int PretendCc() {
+  static const int cap = [] {
+    const char* v = std::getenv("JAX_TSM2_PRETEND_CC");
+    int major = 0, minor = 0;
+    return v != nullptr && std::sscanf(v, "%d.%d", &major, &minor) == 2 ? 10 * major + minor : 0;
+  }();
+  return cap;
+}
+
+// The current device's compute capability as 10 * major + minor (90 for an
+// H100), which the plans compare with the architecture a kernel needs.
+inline cudaError_t ComputeCapability(int* cc) {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+      e != cudaSuccess) {
+    return e;
+  }
+  if (cudaError_t e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+      e != cudaSuccess) {
+    return e;
+  }
+  *cc = 10 * major + minor;
+  if (PretendCc() > 0 && PretendCc() < *cc) *cc = PretendCc();
+  return cudaSuccess;
+}
+
+// Shared memory a block may opt in to (227 KB on sm_90 and sm_100, 163 KB
+// on sm_80, 99 KB on sm_86, sm_89 and sm_120).
+inline cudaError_t SmemPerBlockOptin(int* bytes) {
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  return cudaDeviceGetAttribute(bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+}
+
 inline bool ComputeMajorAtLeast(int major) {
-  int dev = 0, have = 0;
-  return cudaGetDevice(&dev) == cudaSuccess &&
-         cudaDeviceGetAttribute(&have, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-         have >= major;
+  int cc = 0;
+  return ComputeCapability(&cc) == cudaSuccess && cc >= 10 * major;
 }
 // Thread-block clusters, TMA and distributed shared memory: sm_90 and later.
 inline bool HasClusters() { return ComputeMajorAtLeast(9); }

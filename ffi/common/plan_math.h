@@ -10,6 +10,10 @@ namespace tsm2 {
 // The SM count plans assume where there is no GPU to ask (lowering on a CPU
 // machine, the Python model's preset): an H100 SXM's.
 constexpr int kDefaultSmCount = 132;
+// An H100's compute capability (10 * major + minor) and opt-in shared memory
+// per block, which Python plans for without a GPU, as for kDefaultSmCount.
+constexpr int kDefaultCc = 90;
+constexpr int kDefaultSmemOptin = 227 * 1024;
 
 constexpr int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -294,9 +294,16 @@ Status PlanKmeansStepWith(const DeviceKmeans& p, KmeansStepPlan* plan) {
   if (!KmeansSupported(itemsize, p.d, p.k) || p.n < 0) {
     return TSM2_FAIL(cudaErrorInvalidValue, "the fused k-means step does not take (d, k)");
   }
+  int cc = 0, smem = 0;
+  TSM2_CUDA_RETURN_IF_ERROR(ComputeCapability(&cc));
+  TSM2_CUDA_RETURN_IF_ERROR(SmemPerBlockOptin(&smem));
+  if (!KmeansRunsOn(itemsize, p.d, p.k, cc, smem)) {
+    return TSM2_FAIL(cudaErrorInvalidDeviceFunction,
+                     "the k-means plan for (d, k) needs clusters (sm_90) or more shared memory");
+  }
   if constexpr (std::is_same_v<T, float>) {
     const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
-    switch (KmeansStepFor<Tune>(itemsize, p.d, p.k, aligned)) {
+    switch (KmeansStepFor<Tune>(itemsize, p.d, p.k, cc, smem, aligned)) {
       case KmeansStep::kTensorCoresCluster:
         return PlanKmeansVariant<KmeansWideVariant>(p, plan);
       case KmeansStep::kTensorCores:

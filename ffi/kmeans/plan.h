@@ -231,11 +231,35 @@ constexpr bool KmeansWideTakes(int itemsize, int64_t d, int64_t k) {
 // 16-byte aligned, which XLA's buffers are).
 enum class KmeansStep { kCudaCores, kTensorCores, kTensorCoresCluster };
 
+// What the GPU must have: thread-block clusters (the wide-row step, and
+// CUDA-core plans of more than one block per row) need compute capability
+// 9.0, and the tensor-core steps are sized for the 227 KB of shared memory per
+// block of the data-centre GPUs from sm_90 on. `cc` is the GPU's compute
+// capability as 10 * major + minor, `smem_optin` its opt-in shared memory per
+// block. Elsewhere the CUDA-core step runs where its plan fits, and XLA's
+// formulation otherwise (KmeansRunsOn).
+constexpr int kKmeansClusterCc = 90;
+constexpr int64_t kKmeansMmaSmemOptin = kKmeansSmemLimit;
+
 template <typename Tune = KmeansTuning>
-constexpr KmeansStep KmeansStepFor(int itemsize, int64_t d, int64_t k, bool x_aligned = true) {
-  if (x_aligned && KmeansWideTakes<Tune>(itemsize, d, k)) return KmeansStep::kTensorCoresCluster;
-  if (x_aligned && KmeansMmaTakes(itemsize, d, k)) return KmeansStep::kTensorCores;
+constexpr KmeansStep KmeansStepFor(int itemsize, int64_t d, int64_t k, int cc, int smem_optin,
+                                   bool x_aligned = true) {
+  if (x_aligned && smem_optin >= kKmeansMmaSmemOptin) {
+    if (cc >= kKmeansClusterCc && KmeansWideTakes<Tune>(itemsize, d, k)) {
+      return KmeansStep::kTensorCoresCluster;
+    }
+    if (KmeansMmaTakes(itemsize, d, k)) return KmeansStep::kTensorCores;
+  }
   return KmeansStep::kCudaCores;
+}
+
+// Whether a GPU (cc, smem_optin) runs the fused step for (d, k): the kernel
+// takes the shape, and the CUDA-core plan (the step any X alignment falls
+// back to) fits the GPU's shared memory and needs no cluster or has one.
+constexpr bool KmeansRunsOn(int itemsize, int64_t d, int64_t k, int cc, int smem_optin) {
+  if (!KmeansSupported(itemsize, d, k)) return false;
+  const KmeansPlan p = KmeansPlanOf(itemsize, d, k);
+  return p.smem_bytes <= smem_optin && (cc >= kKmeansClusterCc || p.cluster == 1);
 }
 
 constexpr const char* KmeansStepName(KmeansStep s) {

@@ -11,9 +11,9 @@
 //                   L row-per-thread (rows of 16 or 32 bytes, n <= 8),
 //                                          kernels/row_per_thread.cuh
 //   TSM2S         PlanSplit + PlanS: the split plan (split_plan.h SPlan), then
-//                   tensor maps (bf16/f16, >= 64 column tiles; sm_90)
+//                   tensor maps (bf16/f16, >= 64 column tiles; sm_90+ GPUs)
 //                                          kernels/small_left_tma.cuh
-//                   clusters (f32/bf16/f16, one wave; sm_90)
+//                   clusters (f32/bf16/f16, one wave; sm_90+ GPUs)
 //                                          kernels/small_left_cluster.cuh
 //                   tensor cores (bf16/f16, m >= 8)  kernels/small_left_mma.cuh
 //                   CUDA cores             kernels/small_left.cuh
@@ -245,9 +245,12 @@ Status PlanSplit(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
     return TSM2_FAIL(cudaErrorInvalidValue, "TSM2S takes m <= kSMaxM rows of A");
   }
   TSM2_CUDA_RETURN_IF_ERROR(SmCount(&plan->sm_count));
+  int cc = 0, smem = 0;  // S plans take the sm_90 kernels only where the GPU has them
+  TSM2_CUDA_RETURN_IF_ERROR(ComputeCapability(&cc));
+  TSM2_CUDA_RETURN_IF_ERROR(SmemPerBlockOptin(&smem));
   SplitPlan s = f == Kernel::kTsm2t
                     ? TPlan<TTune>(sizeof(T), p.batch, p.m, p.k, p.n, plan->sm_count)
-                    : SPlan<STune>(sizeof(T), p.batch, p.m, p.k, p.n, plan->sm_count);
+                    : SPlan<STune>(sizeof(T), p.batch, p.m, p.k, p.n, plan->sm_count, cc, smem);
   size_t need = SplitWorkspaceBytes(s, sizeof(T), p.batch, p.m, p.n);
   if (need > p.workspace_bytes) {
     s.splits = 1;

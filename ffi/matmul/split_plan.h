@@ -21,13 +21,6 @@
 #include "ffi/common/elem_type.h"
 #include "ffi/common/plan_math.h"
 
-// The oldest GPU architecture the build targets (CMake sets it from
-// CMAKE_CUDA_ARCHITECTURES): plans that need sm_90 (clusters, TMA) are left
-// out of builds that also target older GPUs.
-#ifndef TSM2_MIN_CUDA_ARCH
-#define TSM2_MIN_CUDA_ARCH 90
-#endif
-
 namespace tsm2 {
 
 // Blocks a split plan aims for per SM; enough resident warps to keep the
@@ -195,9 +188,19 @@ struct STuning {
   static constexpr bool kTmaEarly = true;
 };
 
-// Builds that also target GPUs older than sm_90 (TSM2_MIN_CUDA_ARCH, set by
-// CMake from the build's architectures) keep the other S kernels.
-constexpr bool kSm90Plans = TSM2_MIN_CUDA_ARCH >= 90;
+// The cluster and tensor-map kernels need thread-block clusters, TMA and
+// mbarrier transactions (compute capability 9.0 or later), and their rings
+// are sized for the 227 KB of shared memory per block of the data-centre GPUs
+// (sm_90, sm_100; sm_120 has 99 KB). Plans take the GPU's compute capability
+// `cc` (10 * major + minor) and opt-in shared memory per block `smem_optin`
+// and keep to the other S kernels (80 KB at most) elsewhere, so one build
+// serves sm_80 to sm_120 alike (the sm_90 kernels compile to a trap for the
+// older targets).
+constexpr int kSm90Cc = 90;
+constexpr int kSm90SmemOptin = 227 * 1024;
+constexpr bool SHasSm90Kernels(int cc, int smem_optin) {
+  return cc >= kSm90Cc && smem_optin >= kSm90SmemOptin;
+}
 
 // Rows of B per stage of the cluster kernel.
 template <typename Tune = STuning>
@@ -209,9 +212,10 @@ constexpr int SClusterRows(int itemsize) {
 // wave of two blocks per SM run over clusters; n and k multiples of 8: the
 // copies are 16-byte chunks.
 template <typename Tune = STuning>
-bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
-  return Tune::kCluster && kSm90Plans && (itemsize == 2 || itemsize == 4) && n % 8 == 0 &&
-         k % 8 == 0 &&
+bool SUsesCluster(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count, int cc,
+                  int smem_optin) {
+  return Tune::kCluster && SHasSm90Kernels(cc, smem_optin) && (itemsize == 2 || itemsize == 4) &&
+         n % 8 == 0 && k % 8 == 0 &&
          batch * CeilDiv(n, kSClusterCols) * kSClusterBlocks <=
              int64_t{kSClusterBlocksPerSm} * sm_count;
 }
@@ -258,22 +262,25 @@ constexpr int STmaStages(int cols) { return cols == 128 ? 8 : 6; }
 // The tensor-map tile width for this S problem, or 0 where the kernel does
 // not take it.
 template <typename Tune = STuning>
-int STmaCols(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count) {
+int STmaCols(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count, int cc,
+             int smem_optin) {
   constexpr int64_t kMaxCoord = int64_t{1} << 31;  // TMA coordinates are 32-bit
-  if (!(Tune::kTma && kSm90Plans) || itemsize != 2 || n % 8 != 0 || k % 8 != 0 || k >= kMaxCoord ||
-      n >= kMaxCoord || batch >= kMaxCoord) {
+  if (!(Tune::kTma && SHasSm90Kernels(cc, smem_optin)) || itemsize != 2 || n % 8 != 0 ||
+      k % 8 != 0 || k >= kMaxCoord || n >= kMaxCoord || batch >= kMaxCoord) {
     return 0;
   }
-  const int64_t cols = SUsesCluster<Tune>(itemsize, batch, k, n, sm_count) ? 64 : 128;
+  const int64_t cols =
+      SUsesCluster<Tune>(itemsize, batch, k, n, sm_count, cc, smem_optin) ? 64 : 128;
   return batch * CeilDiv(n, cols) >= kSTmaMinBlocks ? static_cast<int>(cols) : 0;
 }
 
 inline int SColsPerThread(int itemsize) { return itemsize == 8 ? 2 : 4; }
 
 template <typename Tune = STuning>
-SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
+SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count, int cc,
+                int smem_optin) {
   SplitPlan s;
-  if (const int cols = STmaCols<Tune>(itemsize, batch, k, n, sm_count); cols > 0) {
+  if (const int cols = STmaCols<Tune>(itemsize, batch, k, n, sm_count, cc, smem_optin); cols > 0) {
     s.tma = true;
     s.mma = true;
     s.tile_m = m;
@@ -287,7 +294,7 @@ SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, in
         Tune::kTmaEarly && Tune::kPdl && 2 * batch * s.tiles_n <= int64_t{sm_count};
     return s;
   }
-  if (SUsesCluster<Tune>(itemsize, batch, k, n, sm_count)) {
+  if (SUsesCluster<Tune>(itemsize, batch, k, n, sm_count, cc, smem_optin)) {
     s.cluster = true;
     s.mma = itemsize == 2;  // f32 multiplies on the CUDA cores
     s.tile_m = m;

@@ -212,8 +212,8 @@ def decide_step(dtype: Any, d: int, k: int, *, platform: str, mode: str | None =
         return decision("jnp", f"no fused target for platform {platform!r}")
     # Without a CUDA device this is cross-platform lowering (export): emit the call if the
     # kernel takes the shape. With one, the target must be built.
-    if not (_ffi.cuda_kmeans_available() or not _ffi.cuda_backend_present()):
-        return decision("jnp", "this build of jax_tsm2 has no CUDA k-means kernel")
+    if not _ffi.cuda_kernels_usable(_ffi.cuda_kmeans_available()):
+        return decision("jnp", "this build of jax_tsm2 has no k-means kernel for this GPU")
     if not fused_supported(dtype, d, k):
         return decision("jnp", f"{shape}: the fused kernel does not take the shape")
     if mode != "auto":
@@ -312,8 +312,8 @@ def decide_update(dtype: Any, n: int, *, platform: str, mode: str | None = None)
         return decision("jnp", "mode 'never'")
     if platform != "cuda":
         return decision("jnp", "the jnp rule off CUDA (its lax.cond costs nothing there)")
-    if not (_ffi.cuda_kmeans_update_available() or not _ffi.cuda_backend_present()):
-        return decision("jnp", "this build of jax_tsm2 has no CUDA k-means update kernel")
+    if not _ffi.cuda_kernels_usable(_ffi.cuda_kmeans_update_available()):
+        return decision("jnp", "this build of jax_tsm2 has no k-means update kernel for this GPU")
     if jnp.dtype(dtype) not in _KERNEL_DTYPES or n == 0:
         return decision("jnp", f"{jnp.dtype(dtype).name} data of {n} rows: not the kernel's")
     # Every mode but 'never': the kernel keeps the empty-cluster check on the device.

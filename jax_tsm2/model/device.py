@@ -49,6 +49,8 @@ class Device:
     memory_bus_bits: int
     measured_bandwidth: float | None = None
     source: str = "driver"
+    # Opt-in shared memory per block: which kernels' rings fit (an H100's 227 KB).
+    smem_per_block_optin: int = 227 * 1024
 
     @property
     def theoretical_bandwidth(self) -> float:
@@ -96,6 +98,7 @@ class Device:
             memory_bus_bits=int(props["memory_bus_width_bits"]),
             measured_bandwidth=measured_bandwidth,
             source="driver",
+            smem_per_block_optin=int(props.get("smem_per_block_optin", 227 * 1024)),
         )
 
 
@@ -185,6 +188,8 @@ def current_device() -> Device:
         return _preset_because("no CUDA device in this process")
     try:
         dev = device_from_driver(0)
+        if not _ffi.gpus_served():
+            return _preset_because("this build of jax_tsm2 carries no code for this GPU")
     except Exception as err:  # routing must not fail on a driver error
         return _preset_because(f"the driver query failed: {type(err).__name__}: {err}")
     bw = cache.measured_bandwidth(dev.key)

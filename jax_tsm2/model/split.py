@@ -56,7 +56,10 @@ def split_prediction(
     acc = acc_of(dtype)
     batch = p.batch or 1
     # T contracts over its operands' long dimension (stored k x m and k x n).
-    plan = _tsm2_ext.split_plan(dtype, KERNEL_IDS[kernel], batch, p.m, p.k, p.n, dev.sm_count)
+    cc, smem = 10 * dev.cc[0] + dev.cc[1], dev.smem_per_block_optin
+    plan = _tsm2_ext.split_plan(
+        dtype, KERNEL_IDS[kernel], batch, p.m, p.k, p.n, dev.sm_count, cc=cc, smem_optin=smem
+    )
     a_bytes = batch * p.m * p.k * isz
     b_bytes = (p.batch or 1) * p.k * p.n * isz
     c_bytes = batch * p.m * p.n * isz

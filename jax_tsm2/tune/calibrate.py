@@ -650,8 +650,8 @@ def run(
 
     from jax_tsm2 import _ffi
 
-    if not (_ffi.cuda_backend_present() and _ffi.cuda_targets_available()):
-        raise RuntimeError("calibration needs a CUDA GPU and a CUDA build of jax_tsm2")
+    if not _ffi.cuda_gpu_ready():
+        raise RuntimeError("calibration needs a CUDA GPU and a CUDA build of jax_tsm2 for it")
     # f64 probes need f64 operands; the caller's setting is restored on the way out.
     prev_x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)

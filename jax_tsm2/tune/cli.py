@@ -108,8 +108,8 @@ def main(argv: Sequence[str] | None = None, timer: Timer | None = None) -> int:
 
 def _run(args: argparse.Namespace, timer: Timer | None) -> int:
     if timer is None:
-        if not (_ffi.cuda_backend_present() and _ffi.cuda_targets_available()):
-            print("jax_tsm2.tune: needs a CUDA GPU and a CUDA build of jax_tsm2", file=sys.stderr)
+        if not _ffi.cuda_gpu_ready():
+            print("jax_tsm2.tune: needs a CUDA GPU and a jax_tsm2 build for it", file=sys.stderr)
             return 2
         timer = GpuTimer(samples=args.samples, max_reps=args.max_reps)
         device = model.device_from_driver(0)

@@ -41,11 +41,10 @@
 //   fixed order, so results are bitwise reproducible on one GPU.
 #pragma once
 
-#include <cooperative_groups.h>
-
 #include <cstdint>
 #include <type_traits>
 
+#include "ffi/common/cluster.cuh"
 #include "ffi/common/kernel_utils.cuh"
 #include "ffi/kmeans/plan.h"
 
@@ -240,7 +239,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int rg = warp / kNwc, wr = warp % kNwc;
   const int g = wr * 32 + lane;  // lane among the row's lanes of this block
   int rank = 0;
-  if constexpr (kCl > 1) rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+  if constexpr (kCl > 1) rank = ClusterBlockRank();
   const int vec0 = rank * Cfg::kSV + g;
   const int64_t owner = blockIdx.x / kCl;
 
@@ -373,7 +372,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // redb is double-buffered: a peer may still read the previous tile's
       // until it reaches the next cluster barrier.
       if constexpr (kCl > 1) {
-        cooperative_groups::this_cluster().sync();
+        ClusterSync();
       } else {
         __syncthreads();
       }
@@ -388,7 +387,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int cr = 0; cr < kCl; ++cr) {
           const Acc* src = redb;
-          if constexpr (kCl > 1) src = cooperative_groups::this_cluster().map_shared_rank(redb, cr);
+          if constexpr (kCl > 1) src = ClusterMapShared(redb, cr);
           d_sum += src[rb * kRed + c];
           x_sum += src[rb * kRed + KP];
         }
@@ -474,7 +473,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   }
   // No block may leave while a peer can still read its shared memory.
-  if constexpr (kCl > 1) cooperative_groups::this_cluster().sync();
+  if constexpr (kCl > 1) ClusterSync();
 }
 
 // out[o] = sum over partials b, in order, of partials[b][o]: 32 outputs per

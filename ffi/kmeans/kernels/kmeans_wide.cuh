@@ -156,6 +156,9 @@ __device__ __forceinline__ void ForEachWideSum(float (&sacc)[NT][4], int g, int 
 template <typename Cfg = KmeansWideConfig>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     KmeansWideStepKernel(const __grid_constant__ KmeansArgs p) {
+  // Clusters, mbarriers and asynchronous stores: sm_90 and later (the
+  // planner takes this step only there; device.h HasClusters).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kRows = Cfg::kRows, kCols = Cfg::kCols, kStages = Cfg::kStages;
   constexpr int kRG = Cfg::kRowGroups, kRP = Cfg::kRowPairs;
   namespace cg = cooperative_groups;
@@ -764,6 +767,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   TSM2_TRACE_PHASES_END(ntiles);
   // No block leaves while rank 0 may still read its counts.
   cluster.sync();
+#else
+  __trap();
+#endif
 }
 
 }  // namespace tsm2

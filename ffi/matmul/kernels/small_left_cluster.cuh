@@ -468,6 +468,8 @@ __global__ void __launch_bounds__(ClusterSmem<T, Tune>::kThreads, 2)
   TSM2_TRACE_STAMP(4);
   ClusterWait();
   TSM2_TRACE_STAMP(5);
+#else
+  __trap();  // planned only on sm_90 and later (split_plan.h SPlan)
 #endif
 }
 

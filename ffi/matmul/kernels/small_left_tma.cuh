@@ -261,6 +261,8 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
              make_uint2(PackPair<T>(sum.x, sum.y), PackPair<T>(sum.z, sum.w)));
     }
   }
+#else
+  __trap();  // planned only on sm_90 and later (split_plan.h SPlan)
 #endif
 }
 
