@@ -69,18 +69,25 @@ constexpr int LRowsPerThread(int itemsize, int nt) {
   return nt <= (itemsize == 8 ? 16 : 32) ? 2 : 1;
 }
 
-// Bytes of each row an R stage copies: 256 (two DRAM sectors' pairs per row
-// and stage), 128 for 2-byte types past t2 = 16, where the chunk's B (k-chunk
-// x t2 f32 accumulators) would otherwise outgrow the A it serves.
-constexpr int RSegmentBytes(int itemsize, int nt) { return itemsize == 2 && nt > 16 ? 128 : 256; }
+// Bytes of each row an R stage copies: 128 where the tile streams at memory
+// speed (small stages, so that a deep ring of them fits twice per SM), 256
+// where the FMAs bind (fewer stages per row, so the per-stage work of copies
+// and barriers weighs less), except 2-byte types past t2 = 16, whose chunk of
+// B (k-chunk x t2 f32 accumulators) would outgrow the A it serves.
+constexpr int RSegmentBytes(int itemsize, int nt) {
+  if (itemsize == 2) return nt > 8 && nt <= 16 ? 256 : 128;
+  return nt <= (itemsize == 8 ? 8 : 16) ? 128 : 256;
+}
 
 // R tiles: 128 rows, 256 threads; the threads not needed along the rows
-// split each row's chunk (k-groups).
+// split each row's chunk (k-groups). Nominal ring: four of the small stages,
+// two of the large ones.
 constexpr TileConfig RTile(int itemsize, int nt) {
   const int rpt = RRowsPerThread(itemsize, nt);
   const int rows = 128;
   const int k_groups = kTileThreads / (rows / rpt);
-  return {rows, rpt, k_groups, RSegmentBytes(itemsize, nt) / 16 / k_groups, 2};
+  const int seg = RSegmentBytes(itemsize, nt);
+  return {rows, rpt, k_groups, seg / 16 / k_groups, seg == 128 ? 4 : 2};
 }
 
 // 16-byte vectors per L row: the power of two covering k (the row's class).
@@ -228,10 +235,11 @@ inline int64_t PartialBytesPerBlock(int itemsize, int64_t k, int64_t n, bool fam
 
 // --- The ring depth, from the device ------------------------------------------
 
-// DRAM latency under a full stream, assumed for every GPU: the driver does
-// not report it; HBM parts show 0.6-1 us when lightly loaded and more as the
-// queues fill near the bandwidth limit, so the ring is sized for 1.5 us.
-constexpr double kLoadedLatencySeconds = 1.5e-6;
+// The time a stream's bytes must be covered for, assumed for every GPU: DRAM
+// latency under a full stream (0.6-1 us lightly loaded on HBM parts, more as
+// the queues fill near the bandwidth limit), plus the stretches a block's
+// ring spends refilling after its barriers. The driver reports neither.
+constexpr double kLoadedLatencySeconds = 3.0e-6;
 
 // Bytes one SM must keep in flight to stream at `bytes_per_s` over
 // `sm_count` SMs (Little's law: bandwidth x latency, per SM).
