@@ -106,8 +106,22 @@ inline cudaError_t StreamBlocksPerSm(const void* kernel, int threads, int smem, 
 // The ring depth for a streaming kernel on device `dev` (tiles.h
 // ChooseStages): `fixed` and `per_stage` bytes of shared memory, `data`
 // bytes of A per stage. out->stages is 0 where two stages do not fit.
+// Cached per kernel, device and sizes: the handler plans every call.
 inline Status PlanStages(const void* kernel, int threads, int fixed, int per_stage, int64_t data,
                          const StreamDevice& dev, StageChoice* out) {
+  using Key = std::tuple<const void*, int, int, int, int, int64_t>;
+  static std::mutex mu;
+  static std::map<Key, StageChoice> cache;
+  int device = 0;
+  TSM2_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  const Key key{kernel, device, threads, fixed, per_stage, data};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) {
+      *out = it->second;
+      return Status{};
+    }
+  }
   cudaError_t err = cudaSuccess;
   auto occupancy = [&](int smem) {
     int blocks = 0;
@@ -117,6 +131,8 @@ inline Status PlanStages(const void* kernel, int threads, int fixed, int per_sta
   *out = ChooseStages(fixed, per_stage, data, InFlightTarget(dev.bytes_per_s, dev.sm_count),
                       dev.max_smem, occupancy);
   TSM2_CUDA_RETURN_IF_ERROR(err);
+  std::lock_guard<std::mutex> lock(mu);
+  cache[key] = *out;
   return Status{};
 }
 
