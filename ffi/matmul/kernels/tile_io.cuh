@@ -8,7 +8,7 @@
 // copied as the vectors that cover it, into shared memory at the same
 // address modulo 16, and the compute reads its elements where they are. The
 // bytes of a covering vector that belong to a neighbour are never read as
-// elements; those past the end of the data are zero-filled by the copy.
+// elements, and nothing past the end of the data is read.
 #pragma once
 
 #include <cstdint>
@@ -131,8 +131,8 @@ __device__ __forceinline__ void BElem(bool b_trans, int e, int* kk, int* j) {
   }
 }
 
-// B[k0 + kk, n0 + j] as an accumulator, -0 past the matrix: A's zero fill
-// past k is +0, and +0 * -0 adds -0, which leaves a sum's zero its sign.
+// B[k0 + kk, n0 + j] as an accumulator, -0 past the matrix (no sum reads
+// those: the compute stops at k, and columns past n are never stored).
 template <typename T>
 __device__ __forceinline__ AccType<T> LoadB(const T* b, bool b_trans, int64_t k, int64_t n,
                                             int64_t kk, int64_t j) {

@@ -142,8 +142,8 @@ __device__ __forceinline__ const char* TileStart(const Tsm2Args& p, const Cursor
 
 // Stage the A tile of unit uc: row r's chunk goes to stage byte
 // r * a_row_bytes + (TileStart mod 16), at the same address modulo 16 as in
-// memory, as the 16-byte vectors that cover it. Bytes past the row's end
-// (the last chunk) and rows past m are zero-filled and never enter a sum.
+// memory, as the 16-byte vectors that cover it. Nothing past the row's end
+// (the last chunk) or past m is read; those stage bytes never enter a sum.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void LoadATile(const Tsm2Args& p, const Cursor& uc, char* stage) {
   constexpr int kVpr = Cfg::kVecsPerRow;
@@ -164,12 +164,10 @@ __device__ __forceinline__ void LoadATile(const Tsm2Args& p, const Cursor& uc, c
     const char* row = tile + r * row_bytes;
     const char* src = row - Low4(row) + v * 16;
     char* dst = stage + ((r * p.a_row_bytes + off0) & ~15) + v * 16;
-    int bytes = 0;
-    if (r < rows) {
-      const int64_t end = row + valid - src;
-      bytes = end <= 0 ? 0 : end >= 16 ? 16 : static_cast<int>(end);
-    }
-    CpAsyncPart16(dst, bytes > 0 ? src : p.a, bytes);
+    const int64_t end = row + valid - src;
+    // Vectors wholly past the row's end (k inside this chunk) and rows past m
+    // are not copied: the compute stops at k, and rows past m are never stored.
+    if (r < rows && end > 0) CpAsyncPart16(dst, src, end >= 16 ? 16 : static_cast<int>(end));
   }
 }
 
