@@ -80,11 +80,13 @@ constexpr int RSegmentBytes(int itemsize, int nt) {
 }
 
 // R tiles: 128 rows, 256 threads; the threads not needed along the rows
-// split each row's chunk (k-groups). Nominal ring: four of the small stages,
+// split each row's chunk (k-groups). f64 past t2 = 32 takes 64 rows, so that
+// two stages and the reduction buffer (rows x t2 f64 sums) fit in the 163 KB
+// a block may opt in to on sm_80. Nominal ring: four of the small stages,
 // two of the large ones.
 constexpr TileConfig RTile(int itemsize, int nt) {
   const int rpt = RRowsPerThread(itemsize, nt);
-  const int rows = 128;
+  const int rows = itemsize == 8 && nt > 32 ? 64 : 128;
   const int k_groups = kTileThreads / (rows / rpt);
   const int seg = RSegmentBytes(itemsize, nt);
   return {rows, rpt, k_groups, seg / 16 / k_groups, seg == 128 ? 4 : 2};
