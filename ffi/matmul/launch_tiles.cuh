@@ -248,6 +248,10 @@ struct Tsm2Variant {
 
 // --- TSM2L -------------------------------------------------------------------
 
+// Warps per SM an L tile should keep: two per scheduler, so that one issues
+// while the other waits on shared memory.
+constexpr int kLWarpsWanted = 8;
+
 template <typename T, int NT, bool VecRows>
 struct Tsm2LVariant {
   static constexpr int kRpt = LRowsPerThread(sizeof(T), NT);
@@ -293,9 +297,11 @@ struct Tsm2LVariant {
     return a;
   }
 
-  // Threads per block from kLThreadOptions, chosen on this device: the ones
-  // that keep the most bytes in flight per SM (up to the Little's-law
-  // target), then the most warps per SM, then the most threads per block.
+  // Threads per block from kLThreadOptions, chosen on this device. First
+  // the options that keep kLWarpsWanted warps per SM with at least half the
+  // Little's-law target in flight (the FMAs of wide B need the warps, and
+  // the ring still runs deep); among them, or among all where none does, the
+  // most bytes in flight up to the target, then the most warps per SM.
   static Status Plan(const DeviceMatmul& p, MatmulPlan* plan) {
     TSM2_RETURN_IF_ERROR(CheckAligned(p));
     if (p.k > kLMaxK) return TSM2_FAIL(cudaErrorInvalidValue, "the L tile takes k <= kLMaxK");
@@ -315,7 +321,10 @@ struct Tsm2LVariant {
       const int64_t got = std::min(s.inflight, target), had = std::min(best.inflight, target);
       const int warps = s.blocks_per_sm * threads / 32;
       const int had_warps = best.blocks_per_sm * best_threads / 32;
-      if (best_threads == 0 || got > had || (got == had && warps > had_warps)) {
+      const bool fed = warps >= kLWarpsWanted && 2 * s.inflight >= target;
+      const bool had_fed = had_warps >= kLWarpsWanted && 2 * best.inflight >= target;
+      if (best_threads == 0 || fed > had_fed ||
+          (fed == had_fed && (got > had || (got == had && warps > had_warps)))) {
         best = s;
         best_threads = threads;
       }
