@@ -60,14 +60,14 @@ def test_kernels_on_odd_shapes(dtype, m, k, n, seed):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
-@pytest.mark.parametrize("n_tile", [1, 2, 4, 8, 16, 32, 64])
+@pytest.mark.parametrize("n_tile", [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64])
 def test_every_tile_variant(dtype, n_tile):
-    """Each compiled variant the launcher can pick (ffi/matmul/tiles.h), deterministically.
+    """Each n-tile the launcher can pick (ffi/matmul/tiles.h kNTiles), deterministically.
 
-    n = n_tile takes the coalesced whole-tile output path, n_tile - 1 the
-    clipped one. R tiles: a long k (chunks split between blocks) and a short
-    one. L tiles: k filling 1, 2, 4 and 8 16-byte vectors per row, and an
-    unaligned k (element-wise staging). m is just past a multiple of every tile.
+    n = n_tile fills the tile's columns, n_tile - 1 leaves one unused. R tiles: a long k
+    (chunks split between blocks) and a short one. L tiles: k filling 1, 2, 4 and 8
+    16-byte vectors per row (rows read 16 bytes at a time), and a k whose rows are not
+    whole vectors (read element by element). m is just past a multiple of every tile.
     """
     itemsize = jnp.dtype(dtype).itemsize
     l_ks = [v * 16 // itemsize for v in (1, 2, 4, 8)] + [16 // itemsize * 2 - 1]

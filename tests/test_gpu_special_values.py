@@ -6,8 +6,9 @@ names (asserted where the plan says it), with operands holding rows of signed ze
 -Inf and NaN (``_helpers.special_operands``), and compares with jnp's rule
 (``_helpers.assert_specials_as_jnp``: a product of contraction length 1 keeps its sign,
 any other zero sum is +0) and bit for bit with ``jnp.matmul`` on the same GPU. That covers
-the accumulators' start, the zero fill of tiles past the end of the contraction, the
-k-groups and row groups, the split sums, and k = 1 kept off the tensor cores.
+the accumulators' start, the ends of the contraction (zero-filled tiles), the bytes of
+neighbouring rows that the streaming tiles copy with a row (never a term), the k-groups
+and row groups, the split sums, and k = 1 kept off the tensor cores.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def run_case(dtype, kernel, layout, m, k, n, seed=0):
 
 
 # (kernel, layout, m, k, n): R and L tiles (k past a chunk, k inside one, k = 1, k not
-# a whole 16-byte vector), L's row-per-thread kernel (rows of 16 bytes), S and T on
-# their CUDA-core kernels with one split and with many.
+# a whole 16-byte vector, so rows start anywhere in a vector), L's row-per-thread kernel
+# (rows of 16 bytes), S and T on their CUDA-core kernels with one split and with many.
 STREAMING = [
     (R, NN, 1025, 1, 9),
     (R, NN, 1025, 1000, 9),
@@ -73,6 +74,10 @@ STREAMING = [
     (L, NT, 1025, 64, 33),
     (L, NN, 4099, 4, 4),  # f32 rows of 16 bytes: the row-per-thread kernel
     (L, NN, 4099, 8, 5),  # bf16/f16 rows of 16 bytes
+    (R, NN, 1025, 1001, 51),  # rows that start mid-vector, a chunk that ends inside k
+    (R, NT, 515, 4099, 41),
+    (L, NN, 1025, 37, 5),  # a tile's span copied as covering vectors
+    (L, NT, 1025, 10, 42),
 ]
 SPLIT_CUDA_CORES = [
     (S, NN, 8, 1, 200),

@@ -88,12 +88,12 @@ def test_row_kernel_shapes():
 
 
 def test_occupancy_matches_hand_count():
-    # R f32 n=8: 85 KB of shared memory per 256-thread block -> 2 blocks per SM.
+    # R f32 n=8: 86 KB of shared memory per 256-thread block -> 2 blocks per SM.
     p = model.predict((20480, 20480, 8), "float32", "nn", "tsm2r", device=H100)
     assert (p.occupancy.blocks_per_sm, p.occupancy.limiter) == (2, "shared memory")
-    # bf16 L 64x64: 170 KB -> one 128-thread block, 4 warps.
+    # bf16 L 64x64: 125 KB -> one 256-thread block, 8 warps.
     p = model.predict((10**7, 64, 64), "bfloat16", "nn", "tsm2l", device=H100)
-    assert (p.occupancy.blocks_per_sm, p.occupancy.warps_per_sm) == (1, 4)
+    assert (p.occupancy.blocks_per_sm, p.occupancy.warps_per_sm) == (1, 8)
 
 
 def test_bounds_and_reasons():
@@ -335,7 +335,7 @@ def test_explain_takes_shapes_and_prints(capsys):
     out = capsys.readouterr().out
     assert e.path == "tsm2r" and out.strip() == str(e)
     assert "memory-bound: n = 8 below the t2 threshold of 44 on this GPU" in out
-    assert "t1 (k per stage) = 64" in out and "occupancy: 2 blocks/SM" in out
+    assert "t1 (k per stage) = 32" in out and "occupancy: 2 blocks/SM" in out
     with pytest.raises(TypeError, match="dtype"):
         jax_tsm2.explain((4, 4), (4, 4))
 

@@ -33,17 +33,6 @@ namespace {
 
 using tsm2::DeviceMatmul;
 using tsm2::MatmulPlan;
-using tsm2::TileConfig;
-
-// A tile shape as a config template for tsm2::Tsm2Variant.
-template <int Rows, int Rpt, int KGroups, int Vpt, int Stages>
-struct Shape {
-  template <typename T, int NT>
-  struct C {
-    static constexpr TileConfig kT{Rows, Rpt, KGroups, Vpt, Stages};
-    static constexpr size_t kItemsize = sizeof(T);
-  };
-};
 
 // ref[r, j] = sum_k op(A)[r, k] op(B)[k, j] in float64, and the sum of
 // |products|; op() transposes A for layout TN and B for NT.
@@ -137,20 +126,6 @@ void Prepare(const Case& cs, Buffers& buf) {
   CHECK(cudaDeviceSynchronize());
 }
 
-// Whether tile config Cfg is the one the library picks for this case.
-template <typename Cfg>
-bool Same(const Case& cs) {
-  constexpr TileConfig t = Cfg::kT;
-  const int itemsize = static_cast<int>(Cfg::kItemsize);
-  const int nt = tsm2::NTileFor(cs.n);
-  if (tsm2::UsesRowKernel(cs.family_l, cs.k, cs.n, itemsize)) return false;  // TryRow's kernel
-  const TileConfig lib = tsm2::UsesLTile(cs.family_l, cs.k, itemsize)
-                             ? tsm2::LTile(itemsize, nt, tsm2::LVecsPerThread(cs.k, itemsize))
-                             : tsm2::RTile(itemsize, nt);
-  return lib.rows == t.rows && lib.rows_per_thread == t.rows_per_thread &&
-         lib.k_groups == t.k_groups && lib.vec_per_thr == t.vec_per_thr && lib.stages == t.stages;
-}
-
 // The case as the launchers take it.
 template <typename T>
 DeviceMatmul ProblemOf(const Case& cs, const Buffers& buf) {
@@ -190,26 +165,28 @@ double GbPerS(const Case& cs, double sec) {
   return static_cast<double>(cs.m * cs.k + cs.k * cs.n + cs.m * cs.n) * sizeof(T) / sec * 1e-9;
 }
 
-template <typename T, int NT, template <typename, int> class C>
+// Times one streaming tile of the library (tiles.h's shape for n-tile NT;
+// VecRows: the form for rows of whole 16-byte vectors) with the plan it
+// makes on this GPU: threads, ring depth, shared memory, blocks.
+template <typename T, int NT, bool VecRows>
 void Try(const Case& cs, Buffers& buf) {
-  using V = tsm2::Tsm2Variant<T, NT, C>;
-  constexpr TileConfig t = C<T, NT>::kT;
   const DeviceMatmul p = ProblemOf<T>(cs, buf);
   MatmulPlan plan;
   plan.family = cs.family_l ? tsm2::Kernel::kTsm2l : tsm2::Kernel::kTsm2r;
-  CHECK_STATUS(V::Plan(p, &plan));
-  int per_sm = 0;
-  CHECK(tsm2::BlocksPerSm(V::Kernel(), V::Cfg::kThreads, V::Cfg::kSmemBytes, &per_sm));
+  if (tsm2::UsesLTile(cs.family_l, cs.k, sizeof(T))) {
+    CHECK_STATUS((tsm2::Tsm2LVariant<T, NT, VecRows>::Plan(p, &plan)));
+  } else {
+    CHECK_STATUS((tsm2::Tsm2Variant<T, NT, VecRows>::Plan(p, &plan)));
+  }
   auto launch = [&] { CHECK_STATUS(tsm2::LaunchMatmul(p, plan, nullptr)); };
   const double err = WorstError<T>(cs, buf, launch);
   const double sec = lab::TimeLaunches(launch);
   const double gbs = GbPerS<T>(cs, sec);
   std::printf(
-      "%-22s %s rows=%4d rpt=%d kg=%d vpt=%d st=%d thr=%4d smem=%6d blk/SM=%d  %8.1f us %7.0f GB/s "
-      "%5.1f%%  err=%.1e\n",
-      cs.name, Same<C<T, NT>>(cs) ? "*" : " ", t.rows, t.rows_per_thread, t.k_groups, t.vec_per_thr,
-      t.stages, V::Cfg::kThreads, V::Cfg::kSmemBytes, per_sm, sec * 1e6, gbs,
-      100 * gbs / ceiling_gbs, err);
+      "%-22s %s vec_rows=%d thr=%4d stages=%d smem=%6d blocks=%6d  %8.1f us %7.0f GB/s %5.1f%%  "
+      "err=%.1e\n",
+      cs.name, plan.kernel_name, VecRows ? 1 : 0, plan.threads, plan.stages, plan.smem_bytes,
+      plan.blocks, sec * 1e6, gbs, 100 * gbs / ceiling_gbs, err);
   std::fflush(stdout);
 }
 
@@ -272,8 +249,7 @@ void TryRow(const Case& cs, Buffers& buf) {
   std::fflush(stdout);
 }
 
-// Each case and the shapes tried on it. Shape<rows, rows/thread, k-groups,
-// 16-byte vectors/thread, stages>.
+// Each case and what is tried on it.
 template <typename T>
 bool Start(const Case& cs, Buffers& buf, const char* filter) {
   if (!lab::Wanted(cs.name, filter)) return false;
@@ -281,55 +257,44 @@ bool Start(const Case& cs, Buffers& buf, const char* filter) {
   return true;
 }
 
-// The production shape of each case is marked * in the output.
 void RunAll(Buffers& buf, const char* f) {
   using bf16 = __nv_bfloat16;
+  // The streaming tiles, rows of whole vectors and rows of any length.
   if (Case cs{"R f32 20480^2 n=1", false, 20480, 20480, 1}; Start<float>(cs, buf, f)) {
-    Try<float, 1, Shape<64, 1, 4, 4, 4>::C>(cs, buf);
-  }
-  if (Case cs{"R f32 20480^2 n=4", false, 20480, 20480, 4}; Start<float>(cs, buf, f)) {
-    Try<float, 4, Shape<64, 1, 4, 4, 4>::C>(cs, buf);
+    Try<float, 1, true>(cs, buf);
   }
   if (Case cs{"R f32 20480^2 n=8", false, 20480, 20480, 8}; Start<float>(cs, buf, f)) {
-    Try<float, 8, Shape<64, 1, 4, 4, 4>::C>(cs, buf);
-    Try<float, 8, Shape<64, 2, 8, 2, 4>::C>(cs, buf);
+    Try<float, 8, true>(cs, buf);
   }
   if (Case cs{"R f32 20480^2 n=16", false, 20480, 20480, 16}; Start<float>(cs, buf, f)) {
-    Try<float, 16, Shape<64, 2, 8, 2, 4>::C>(cs, buf);
-    Try<float, 16, Shape<128, 4, 8, 1, 4>::C>(cs, buf);
+    Try<float, 16, true>(cs, buf);
+  }
+  if (Case cs{"R f32 7460x24553x51", false, 7460, 24553, 51}; Start<float>(cs, buf, f)) {
+    Try<float, 56, false>(cs, buf);
+  }
+  if (Case cs{"R f32 7492x1893x33", false, 7492, 1893, 33}; Start<float>(cs, buf, f)) {
+    Try<float, 40, false>(cs, buf);
   }
   if (Case cs{"R f64 20480^2 n=8", false, 20480, 20480, 8}; Start<double>(cs, buf, f)) {
-    Try<double, 8, Shape<64, 1, 4, 4, 4>::C>(cs, buf);
-  }
-  if (Case cs{"R f64 20480^2 n=16", false, 20480, 20480, 16}; Start<double>(cs, buf, f)) {
-    Try<double, 16, Shape<128, 2, 4, 2, 4>::C>(cs, buf);
-    Try<double, 16, Shape<64, 2, 8, 2, 4>::C>(cs, buf);
-  }
-  if (Case cs{"R bf16 20480^2 n=4", false, 20480, 20480, 4}; Start<bf16>(cs, buf, f)) {
-    Try<bf16, 4, Shape<128, 2, 4, 2, 4>::C>(cs, buf);
+    Try<double, 8, true>(cs, buf);
   }
   if (Case cs{"R bf16 20480^2 n=8", false, 20480, 20480, 8}; Start<bf16>(cs, buf, f)) {
-    Try<bf16, 8, Shape<128, 4, 8, 1, 4>::C>(cs, buf);
-    Try<bf16, 8, Shape<128, 2, 4, 2, 4>::C>(cs, buf);
+    Try<bf16, 8, true>(cs, buf);
+  }
+  if (Case cs{"R bf16 14615x1504x56", false, 14615, 1504, 56}; Start<bf16>(cs, buf, f)) {
+    Try<bf16, 56, true>(cs, buf);
   }
   if (Case cs{"L f32 1e7 16x16", true, 10000000, 16, 16}; Start<float>(cs, buf, f)) {
-    Try<float, 16, Shape<256, 1, 1, 4, 4>::C>(cs, buf);
+    Try<float, 16, true>(cs, buf);
   }
-  if (Case cs{"L f32 1e7 8x8", true, 10000000, 8, 8}; Start<float>(cs, buf, f)) {
-    Try<float, 8, Shape<256, 1, 1, 2, 4>::C>(cs, buf);
-    Try<float, 8, Shape<512, 2, 1, 2, 4>::C>(cs, buf);
+  if (Case cs{"L f32 6875800x9x5", true, 6875800, 9, 5}; Start<float>(cs, buf, f)) {
+    Try<float, 8, false>(cs, buf);
   }
-  if (Case cs{"L bf16 1e7 8x8", true, 10000000, 8, 8}; Start<bf16>(cs, buf, f)) {
-    Try<bf16, 8, Shape<512, 2, 1, 1, 4>::C>(cs, buf);
-  }
-  if (Case cs{"L bf16 1e7 8x5", true, 10000000, 8, 5}; Start<bf16>(cs, buf, f)) {
-    Try<bf16, 8, Shape<512, 2, 1, 1, 4>::C>(cs, buf);
+  if (Case cs{"L bf16 6944711x10x42", true, 6944711, 10, 42}; Start<bf16>(cs, buf, f)) {
+    Try<bf16, 48, false>(cs, buf);
   }
   if (Case cs{"L f64 1e7 16x16", true, 10000000, 16, 16}; Start<double>(cs, buf, f)) {
-    Try<double, 16, Shape<128, 1, 1, 8, 4>::C>(cs, buf);
-  }
-  if (Case cs{"L f64 1e7 8x8", true, 10000000, 8, 8}; Start<double>(cs, buf, f)) {
-    Try<double, 8, Shape<256, 1, 1, 4, 4>::C>(cs, buf);
+    Try<double, 16, true>(cs, buf);
   }
   // TSM2L's row-per-thread kernel: U sweep on the rows it takes.
   using tsm2::Kernel, tsm2::Layout;

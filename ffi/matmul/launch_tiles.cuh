@@ -1,49 +1,176 @@
 // Plans and launches the tile families, TSM2R and TSM2L, for one element
-// type: the variants of Tsm2Kernel (kernels/tsm2.cuh) for each tile shape of
-// tiles.h, and TSM2L's row-per-thread kernel (kernels/row_per_thread.cuh).
-// A variant's Plan sizes the persistent grid and stores its Launch in the
-// MatmulPlan; the planner (plan.cuh PlanTiles) picks the variant.
+// type: the R tile (kernels/tsm2.cuh), the L tile (kernels/tsm2l.cuh) and
+// TSM2L's row-per-thread kernel (kernels/row_per_thread.cuh), each for the
+// n-tiles of tiles.h. A variant's Plan derives the ring depth and the grid
+// from the device and stores its Launch in the MatmulPlan; the planner
+// (plan.cuh PlanTiles) picks the variant.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <tuple>
+#include <utility>
 
 #include "ffi/common/device.h"
 #include "ffi/common/status.h"
 #include "ffi/matmul/kernels/row_per_thread.cuh"
 #include "ffi/matmul/kernels/tsm2.cuh"
+#include "ffi/matmul/kernels/tsm2l.cuh"
 #include "ffi/matmul/launcher.h"
 #include "ffi/matmul/tiles.h"
 
 namespace tsm2 {
 
-// The tile shapes of tiles.h, as the config templates Tsm2Variant takes
-// (any template C<T, NT> with a constexpr TileConfig kT will do: the lab
-// passes its own).
-template <typename T, int NT>
-struct RConfig {
-  static constexpr TileConfig kT = RTile(sizeof(T), NT);
-};
-template <int kVpt>
-struct LConfig {
-  template <typename T, int NT>
-  struct C {
-    static constexpr TileConfig kT = LTile(sizeof(T), NT, kVpt);
-  };
+// What the streaming plans ask of the device, once per device.
+struct StreamDevice {
+  int sm_count = 0;
+  int max_smem = 0;        // dynamic shared memory one block may opt in to
+  double bytes_per_s = 0;  // DRAM bandwidth the driver reports the parts for
 };
 
-template <typename T, int NT, template <typename, int> class C>
+// Where the driver reports no memory clock or bus width (some virtualized
+// devices), a bandwidth per SM at the high end of today's HBM parts, so the
+// ring errs on the deep side.
+constexpr double kFallbackBytesPerSmPerS = 40e9;
+
+inline cudaError_t GetStreamDevice(StreamDevice* out) {
+  static std::mutex mu;
+  static std::map<int, StreamDevice> cache;
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(dev); it != cache.end()) {
+    *out = it->second;
+    return cudaSuccess;
+  }
+  StreamDevice d;
+  int clock_khz = 0, bus_bits = 0;
+  if (cudaError_t e = SmCount(&d.sm_count); e != cudaSuccess) return e;
+  if (cudaError_t e =
+          cudaDeviceGetAttribute(&d.max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+      e != cudaSuccess) {
+    return e;
+  }
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    clock_khz = bus_bits = 0;
+  }
+  // Double data rate: two transfers of the bus width per memory clock.
+  d.bytes_per_s = clock_khz > 0 && bus_bits > 0 ? 2.0 * clock_khz * 1e3 * bus_bits / 8
+                                                : kFallbackBytesPerSmPerS * d.sm_count;
+  cache[dev] = d;
+  *out = d;
+  return cudaSuccess;
+}
+
+// Blocks per SM of `kernel` at `threads` threads and `smem` bytes of dynamic
+// shared memory, cached per kernel, device and size; the first query of a
+// kernel on a device opts it in to `max_smem` bytes.
+inline cudaError_t StreamBlocksPerSm(const void* kernel, int threads, int smem, int max_smem,
+                                     int* out) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, int>, int> cache;
+  static std::set<std::pair<const void*, int>> opted_in;
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(kernel, dev, threads, smem);
+  if (auto it = cache.find(key); it != cache.end()) {
+    *out = it->second;
+    return cudaSuccess;
+  }
+  if (opted_in.insert({kernel, dev}).second) {
+    if (cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
+        e != cudaSuccess) {
+      opted_in.erase({kernel, dev});
+      return e;
+    }
+  }
+  int blocks = 0;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem);
+      e != cudaSuccess) {
+    return e;
+  }
+  cache[key] = blocks;
+  *out = blocks;
+  return cudaSuccess;
+}
+
+// The ring depth for a streaming kernel on device `dev` (tiles.h
+// ChooseStages): `fixed` and `per_stage` bytes of shared memory, `data`
+// bytes of A per stage. out->stages is 0 where two stages do not fit.
+// Cached per kernel, device and sizes: the handler plans every call.
+inline Status PlanStages(const void* kernel, int threads, int fixed, int per_stage, int64_t data,
+                         const StreamDevice& dev, StageChoice* out) {
+  using Key = std::tuple<const void*, int, int, int, int, int64_t>;
+  static std::mutex mu;
+  static std::map<Key, StageChoice> cache;
+  int device = 0;
+  TSM2_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  const Key key{kernel, device, threads, fixed, per_stage, data};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) {
+      *out = it->second;
+      return Status{};
+    }
+  }
+  cudaError_t err = cudaSuccess;
+  auto occupancy = [&](int smem) {
+    int blocks = 0;
+    if (err == cudaSuccess) err = StreamBlocksPerSm(kernel, threads, smem, dev.max_smem, &blocks);
+    return err == cudaSuccess ? blocks : 0;
+  };
+  *out = ChooseStages(fixed, per_stage, data, InFlightTarget(dev.bytes_per_s, dev.sm_count),
+                      dev.max_smem, occupancy);
+  TSM2_CUDA_RETURN_IF_ERROR(err);
+  std::lock_guard<std::mutex> lock(mu);
+  cache[key] = *out;
+  return Status{};
+}
+
+// The streaming tiles copy A as 16-byte vectors from 16-byte aligned
+// addresses; a misaligned A would have its first vector start before the
+// buffer. XLA's buffers are always aligned.
+inline Status CheckAligned(const DeviceMatmul& p) {
+  if (reinterpret_cast<uintptr_t>(p.a) % 16 != 0) {
+    return TSM2_FAIL(cudaErrorInvalidValue, "the streaming tiles need A 16-byte aligned");
+  }
+  return Status{};
+}
+
+// Whether rows of A are whole 16-byte vectors (and A aligned): the tiles
+// then read them 16 bytes at a time.
+template <typename T>
+bool VecRowsOf(const DeviceMatmul& p) {
+  return p.k * static_cast<int64_t>(sizeof(T)) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
+}
+
+inline int OutSize(const DeviceMatmul& p, int itemsize) { return p.out_f32 ? 4 : itemsize; }
+
+// --- TSM2R -------------------------------------------------------------------
+
+template <typename T, int NT, bool VecRows>
 struct Tsm2Variant {
-  static constexpr TileConfig kT = C<T, NT>::kT;
-  using Cfg =
-      Tsm2Config<T, NT, kT.rows, kT.rows_per_thread, kT.k_groups, kT.vec_per_thr, kT.stages>;
+  static constexpr TileConfig kT = RTile(sizeof(T), NT);
+  using Cfg = Tsm2Config<T, NT, kT.rows, kT.rows_per_thread, kT.k_groups, kT.vec_per_thr, VecRows>;
   static constexpr int kRows = Cfg::kRows;
 
   static const void* Kernel() { return reinterpret_cast<const void*>(&Tsm2Kernel<T, NT, Cfg>); }
 
-  static Tsm2Args Args(const DeviceMatmul& p, int64_t blocks_hint) {
+  static int RowBytes(const DeviceMatmul& p) {
+    return RStageRowBytes(Cfg::kSegBytes, VecRows, p.k * static_cast<int64_t>(sizeof(T)) % 16);
+  }
+
+  static Tsm2Args Args(const DeviceMatmul& p, int64_t blocks_hint, int stages) {
     Tsm2Args a{};
     a.a = p.a;
     a.b = p.b;
@@ -58,31 +185,44 @@ struct Tsm2Variant {
     a.n_tiles = (p.n + NT - 1) / NT;
     a.units = p.batch * a.n_tiles * a.row_tiles * a.chunks;
     a.blocks = static_cast<int>(std::min<int64_t>(a.units, blocks_hint));
+    a.stages = stages;
+    a.a_row_bytes = RowBytes(p);
+    a.a_stage_bytes = RStageBytes(kRows, a.a_row_bytes);
+    a.out = MakeOutLayout(p.n, OutSize(p, sizeof(T)), p.c);
+    a.out_wide = MakeOutLayout(NT, OutSize(p, sizeof(T)), nullptr);
     a.out_f32 = p.out_f32;
     a.b_trans = p.layout == Layout::kNT;
-    a.a_vec_ok = p.k % kVec<T> == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
-                 reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
-    // Whole-vector output rows (NT outputs of the output type fill 16-byte units).
-    const int osize = p.out_f32 ? 4 : static_cast<int>(sizeof(T));
-    a.c_dense = p.n == NT && NT * osize % 16 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
     return a;
   }
 
   static Status Plan(const DeviceMatmul& p, MatmulPlan* plan) {
-    int per_sm = 0;
-    TSM2_CUDA_RETURN_IF_ERROR(BlocksPerSm(Kernel(), Cfg::kThreads, Cfg::kSmemBytes, &per_sm));
-    TSM2_CUDA_RETURN_IF_ERROR(SmCount(&plan->sm_count));
-    int64_t blocks = static_cast<int64_t>(per_sm) * plan->sm_count;
+    TSM2_RETURN_IF_ERROR(CheckAligned(p));
+    const int per_stage = RStageBytes(kRows, RowBytes(p)) + Cfg::kBStageBytes;
+    const int64_t data =
+        kRows * std::min<int64_t>(Cfg::kSegBytes, p.k * static_cast<int64_t>(sizeof(T)));
+    StreamDevice dev;
+    TSM2_CUDA_RETURN_IF_ERROR(GetStreamDevice(&dev));
+    StageChoice s;
+    TSM2_RETURN_IF_ERROR(
+        PlanStages(Kernel(), Cfg::kThreads, Cfg::kRedBytes, per_stage, data, dev, &s));
+    if (s.stages == 0) {
+      return TSM2_FAIL(cudaErrorInvalidConfiguration, "two stages of the R tile do not fit");
+    }
+    plan->sm_count = dev.sm_count;
+    int64_t blocks = static_cast<int64_t>(s.blocks_per_sm) * dev.sm_count;
     const size_t per_block = static_cast<size_t>(2) * kRows * NT * sizeof(AccType<T>);
-    if (Args(p, blocks).chunks > 1) {
+    if (Args(p, blocks, s.stages).chunks > 1) {
       // Split tiles need workspace; use no more blocks than it can serve (one
       // block never splits a tile, so this is always correct, only slower).
       blocks = std::min<int64_t>(blocks, std::max<int64_t>(1, p.workspace_bytes / per_block));
     }
-    const Tsm2Args a = Args(p, blocks);
+    const Tsm2Args a = Args(p, blocks, s.stages);
     plan->n_tile = NT;
     plan->blocks = a.blocks;
     plan->units = a.units;
+    plan->threads = Cfg::kThreads;
+    plan->stages = s.stages;
+    plan->smem_bytes = s.smem_bytes;
     plan->workspace_bytes = a.chunks > 1 && a.blocks > 1 ? a.blocks * per_block : 0;
     plan->launch = &Launch;
     plan->kernel_name = "Tsm2Kernel";
@@ -91,17 +231,129 @@ struct Tsm2Variant {
 
   // The tile kernel, then the fix-up pass over tiles split between blocks.
   static Status Launch(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
-    Tsm2Args a = Args(p, plan.blocks);
+    Tsm2Args a = Args(p, plan.blocks, plan.stages);
     a.partials = p.workspace;
     if (a.units != plan.units || a.blocks != plan.blocks) {
       return TSM2_FAIL(cudaErrorInvalidValue, "the problem is not the one the plan was made for");
     }
-    Tsm2Kernel<T, NT, Cfg><<<a.blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+    Tsm2Kernel<T, NT, Cfg><<<a.blocks, Cfg::kThreads, plan.smem_bytes, stream>>>(a);
     TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2Kernel");
     if (plan.workspace_bytes > 0) {
       Tsm2FixupKernel<T, NT, kRows><<<a.blocks - 1, 256, 0, stream>>>(a);
       TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2FixupKernel");
     }
+    return Status{};
+  }
+};
+
+// --- TSM2L -------------------------------------------------------------------
+
+// Warps per SM an L tile should keep: two per scheduler, so that one issues
+// while the other waits on shared memory.
+constexpr int kLWarpsWanted = 8;
+
+template <typename T, int NT, bool VecRows>
+struct Tsm2LVariant {
+  static constexpr int kRpt = LRowsPerThread(sizeof(T), NT);
+  using Cfg = Tsm2LConfig<T, NT, kRpt, VecRows>;
+  using Acc = AccType<T>;
+
+  static const void* Kernel() { return reinterpret_cast<const void*>(&Tsm2LKernel<T, NT, Cfg>); }
+
+  // The arguments for tiles of `rows` rows (threads x kRpt).
+  static Tsm2LArgs Args(const DeviceMatmul& p, int rows, int64_t blocks_hint, int stages) {
+    const int row_bytes = static_cast<int>(p.k) * static_cast<int>(sizeof(T));
+    Tsm2LArgs a{};
+    a.a = p.a;
+    a.b = p.b;
+    a.c = p.c;
+    a.m = p.m;
+    a.k = p.k;
+    a.n = p.n;
+    a.a_batch_stride = p.a_batch_stride;
+    a.b_batch_stride = p.b_batch_stride;
+    a.rows = rows;
+    a.row_tiles = (p.m + rows - 1) / rows;
+    a.n_tiles = (p.n + NT - 1) / NT;
+    a.units = p.batch * a.n_tiles * a.row_tiles;
+    a.blocks = static_cast<int>(std::min<int64_t>(a.units, blocks_hint));
+    a.stages = stages;
+    if constexpr (VecRows) {
+      a.a_row_vecs = row_bytes / 16;
+      a.a_row_units = a.a_row_vecs % 2 ? a.a_row_vecs : a.a_row_vecs + 1;
+      a.a_vdiv = MakeDiv32(static_cast<uint32_t>(a.a_row_vecs));
+      a.a_stage_bytes = rows * a.a_row_units * 16;
+    } else {
+      a.a_stage_bytes = (rows * row_bytes + 32 + 15) / 16 * 16;
+    }
+    a.b_bytes =
+        (static_cast<int>(p.k) * Cfg::kBStride * static_cast<int>(sizeof(Acc)) + 15) / 16 * 16;
+    const int osize = OutSize(p, sizeof(T));
+    a.out_bytes = (OutStageBytes(rows, NT, osize) + 15) / 16 * 16;
+    a.out = MakeOutLayout(p.n, osize, p.c);
+    a.out_wide = MakeOutLayout(NT, osize, nullptr);
+    a.out_f32 = p.out_f32;
+    a.b_trans = p.layout == Layout::kNT;
+    return a;
+  }
+
+  // Threads per block from kLThreadOptions, chosen on this device. First
+  // the options that keep kLWarpsWanted warps per SM with at least half the
+  // Little's-law target in flight (the FMAs of wide B need the warps, and
+  // the ring still runs deep); among them, or among all where none does, the
+  // most bytes in flight up to the target, then the most warps per SM.
+  static Status Plan(const DeviceMatmul& p, MatmulPlan* plan) {
+    TSM2_RETURN_IF_ERROR(CheckAligned(p));
+    if (p.k > kLMaxK) return TSM2_FAIL(cudaErrorInvalidValue, "the L tile takes k <= kLMaxK");
+    StreamDevice dev;
+    TSM2_CUDA_RETURN_IF_ERROR(GetStreamDevice(&dev));
+    const int64_t target = InFlightTarget(dev.bytes_per_s, dev.sm_count);
+    int best_threads = 0;
+    StageChoice best;
+    for (int threads : kLThreadOptions) {
+      const int rows = threads * kRpt;
+      const Tsm2LArgs shape = Args(p, rows, 1, 2);
+      const int64_t data = int64_t{rows} * p.k * static_cast<int64_t>(sizeof(T));
+      StageChoice s;
+      TSM2_RETURN_IF_ERROR(PlanStages(Kernel(), threads, shape.b_bytes + shape.out_bytes,
+                                      shape.a_stage_bytes, data, dev, &s));
+      if (s.stages == 0) continue;
+      const int64_t got = std::min(s.inflight, target), had = std::min(best.inflight, target);
+      const int warps = s.blocks_per_sm * threads / 32;
+      const int had_warps = best.blocks_per_sm * best_threads / 32;
+      const bool fed = warps >= kLWarpsWanted && 2 * s.inflight >= target;
+      const bool had_fed = had_warps >= kLWarpsWanted && 2 * best.inflight >= target;
+      if (best_threads == 0 || fed > had_fed ||
+          (fed == had_fed && (got > had || (got == had && warps > had_warps)))) {
+        best = s;
+        best_threads = threads;
+      }
+    }
+    if (best_threads == 0) {
+      return TSM2_FAIL(cudaErrorInvalidConfiguration, "two stages of the L tile do not fit");
+    }
+    const Tsm2LArgs a = Args(p, best_threads * kRpt,
+                             static_cast<int64_t>(best.blocks_per_sm) * dev.sm_count, best.stages);
+    plan->sm_count = dev.sm_count;
+    plan->n_tile = NT;
+    plan->blocks = a.blocks;
+    plan->units = a.units;
+    plan->threads = best_threads;
+    plan->stages = best.stages;
+    plan->smem_bytes = best.smem_bytes;
+    plan->workspace_bytes = 0;
+    plan->launch = &Launch;
+    plan->kernel_name = "Tsm2LKernel";
+    return Status{};
+  }
+
+  static Status Launch(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
+    const Tsm2LArgs a = Args(p, plan.threads * kRpt, plan.blocks, plan.stages);
+    if (a.units != plan.units || a.blocks != plan.blocks) {
+      return TSM2_FAIL(cudaErrorInvalidValue, "the problem is not the one the plan was made for");
+    }
+    Tsm2LKernel<T, NT, Cfg><<<a.blocks, plan.threads, plan.smem_bytes, stream>>>(a);
+    TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2LKernel");
     return Status{};
   }
 };
@@ -146,6 +398,7 @@ struct RowVariant {
     plan->n_tile = NT;
     plan->blocks = static_cast<int>(std::min<int64_t>(steps, int64_t{per_sm} * plan->sm_count));
     plan->units = rows;
+    plan->threads = Cfg::kThreads;
     plan->workspace_bytes = 0;
     plan->launch = &Launch;
     plan->kernel_name = "Tsm2LRowKernel";

@@ -48,8 +48,11 @@ struct MatmulPlan {
   const char* kernel_name = "";     // the kernel `launch` runs, for messages and the lab
   int sm_count = 0;                 // of the device planned for
   int blocks = 0;                   // grid size (R, L: persistent)
-  int n_tile = 0;                   // R, L: t2, columns of B and C per block (power of two <= 64)
+  int n_tile = 0;                   // R, L: t2, columns of B and C per block (tiles.h kNTiles)
   int64_t units = 0;                // R, L: (tile, k-chunk) work units split evenly among blocks
+  int threads = 0;                  // R, L: threads per block
+  int stages = 0;                   // R, L: depth of the A ring, derived from the device
+  int smem_bytes = 0;               // R, L: dynamic shared memory per block
   SplitPlan split;                  // S, T: output tiles and contraction splits (split_plan.h)
   bool vec_ok = false;              // S, T: the operands allow the kernel's 16-byte copies
   size_t workspace_bytes = 0;       // of p.workspace the launch uses

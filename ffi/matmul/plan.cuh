@@ -7,9 +7,12 @@
 //
 //   TSM2R, TSM2L  PlanTiles: the n-tile t2 = NTileFor(n), then
 //                   R tile                 kernels/tsm2.cuh (Tsm2Kernel)
-//                   L tile (k * size <= 128 bytes), kernels/tsm2.cuh
+//                   L tile (TSM2L, k <= 64) kernels/tsm2l.cuh (Tsm2LKernel)
 //                   L row-per-thread (rows of 16 or 32 bytes, n <= 8),
 //                                          kernels/row_per_thread.cuh
+//                 each tile in two forms: rows of whole 16-byte vectors,
+//                 and rows of any other length; the ring depth and the
+//                 grid from the device (launch_tiles.cuh).
 //   TSM2S         PlanSplit + PlanS: the split plan (split_plan.h SPlan), then
 //                   tensor maps (bf16/f16, >= 64 column tiles; sm_90+ GPUs)
 //                                          kernels/small_left_tma.cuh
@@ -50,14 +53,16 @@ struct MatmulTuning {
 
 // --- TSM2R and TSM2L --------------------------------------------------------
 
-// The variant for problem p with n-tile NT (t2): the R tile, or for TSM2L rows
-// of at most kLMaxRowBytes the row-per-thread kernel (rows of one or two
-// 16-byte vectors, n <= 8, B shared across the batch, A aligned) or the L
-// tile with the row's 16-byte vectors per thread.
+// The variant for problem p with n-tile NT (t2): for TSM2L with k <= kLMaxK
+// the row-per-thread kernel (rows of one or two 16-byte vectors, n <= 8, B
+// shared across the batch, A aligned) or the L tile, else the R tile; each
+// reading rows 16 bytes at a time where they are whole vectors.
 template <typename T, int NT>
 Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
+  const bool vec_rows = VecRowsOf<T>(p);
   if (!UsesLTile(f == Kernel::kTsm2l, p.k, sizeof(T))) {
-    return Tsm2Variant<T, NT, RConfig>::Plan(p, plan);
+    return vec_rows ? Tsm2Variant<T, NT, true>::Plan(p, plan)
+                    : Tsm2Variant<T, NT, false>::Plan(p, plan);
   }
   if constexpr (NT <= 8) {
     if (UsesRowKernel(true, p.k, p.n, sizeof(T))) {
@@ -69,19 +74,11 @@ Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
       }
     }
   }
-  switch (LVecsPerThread(p.k, sizeof(T))) {
-    case 1:
-      return Tsm2Variant<T, NT, LConfig<1>::template C>::Plan(p, plan);
-    case 2:
-      return Tsm2Variant<T, NT, LConfig<2>::template C>::Plan(p, plan);
-    case 4:
-      return Tsm2Variant<T, NT, LConfig<4>::template C>::Plan(p, plan);
-    default:
-      return Tsm2Variant<T, NT, LConfig<8>::template C>::Plan(p, plan);
-  }
+  return vec_rows ? Tsm2LVariant<T, NT, true>::Plan(p, plan)
+                  : Tsm2LVariant<T, NT, false>::Plan(p, plan);
 }
 
-// The n-tile first: t2 = NTileFor(n), a power of two up to 64.
+// The n-tile first: t2 = NTileFor(n), one of tiles.h's kNTiles.
 template <typename T>
 Status PlanTiles(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
   switch (NTileFor(p.n)) {
@@ -93,10 +90,20 @@ Status PlanTiles(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
       return PlanTile<T, 4>(p, f, plan);
     case 8:
       return PlanTile<T, 8>(p, f, plan);
+    case 12:
+      return PlanTile<T, 12>(p, f, plan);
     case 16:
       return PlanTile<T, 16>(p, f, plan);
+    case 24:
+      return PlanTile<T, 24>(p, f, plan);
     case 32:
       return PlanTile<T, 32>(p, f, plan);
+    case 40:
+      return PlanTile<T, 40>(p, f, plan);
+    case 48:
+      return PlanTile<T, 48>(p, f, plan);
+    case 56:
+      return PlanTile<T, 56>(p, f, plan);
     case 64:
       return PlanTile<T, 64>(p, f, plan);
     default:

@@ -59,8 +59,8 @@ Example:
     >>> p = model.predict((20480, 20480, 8), "float32", "nn", "tsm2r", device=model.H100_SXM)
     >>> p.bound, round(p.t2_threshold)
     ('memory', 44)
-    >>> round(p.seconds * 1e3, 2)  # measured 0.631 ms on an H100
-    0.63
+    >>> round(p.seconds * 1e3, 2)  # the estimate for the R tile of ffi/matmul/tiles.h
+    0.6
 """
 
 from __future__ import annotations

@@ -105,7 +105,11 @@ def tile_prediction(
         * cal.eta(f"{dclass}/{kind}")
     )
     k_pad = chunks * t["chunk_k"]
-    fmas = batch * n_tiles * nt * row_tiles * rows * k_pad
+    # Threads whose rows all lie past m skip the FMAs: the last tile computes its rows
+    # rounded up to whole threads (a thread holds rows_per_thread rows).
+    last = p.m - (row_tiles - 1) * rows
+    rows_done = (row_tiles - 1) * rows + rpt * min(rows // rpt, last)
+    fmas = batch * n_tiles * nt * rows_done * k_pad
     tiles = batch * n_tiles * row_tiles
     epi_cpb = cal.epilogue_cycles_per_byte[0 if kg > 1 else 1]
     epi_cycles = tiles * kg * rows * nt * acc_b * epi_cpb / cal.smem_bytes_per_clk
