@@ -44,6 +44,9 @@ nb::dict Registrations() {
   cpu["tsm2_colsums"] = EncapsulateHandler(Tsm2ColsumsCpu);
   cpu["tsm2_repair_column"] = EncapsulateHandler(Tsm2RepairColumnCpu);
   cpu["tsm2_abft_judge"] = EncapsulateHandler(Tsm2AbftJudgeCpu);
+  cpu["tsm2_abft_encode"] = EncapsulateHandler(Tsm2AbftEncodeCpu);
+  cpu["tsm2_abft_verify"] = EncapsulateHandler(Tsm2AbftVerifyCpu);
+  cpu["tsm2_abft_verify_inject"] = EncapsulateHandler(Tsm2AbftVerifyInjectCpu);
   nb::dict out;
   out["cpu"] = cpu;
 #ifdef TSM2_WITH_CUDA
@@ -54,6 +57,9 @@ nb::dict Registrations() {
   cuda["tsm2_colsums"] = EncapsulateHandler(Tsm2ColsumsCuda);
   cuda["tsm2_repair_column"] = EncapsulateHandler(Tsm2RepairColumnCuda);
   cuda["tsm2_abft_judge"] = EncapsulateHandler(Tsm2AbftJudgeCuda);
+  cuda["tsm2_abft_encode"] = EncapsulateHandler(Tsm2AbftEncodeCuda);
+  cuda["tsm2_abft_verify"] = EncapsulateHandler(Tsm2AbftVerifyCuda);
+  cuda["tsm2_abft_verify_inject"] = EncapsulateHandler(Tsm2AbftVerifyInjectCuda);
   out["CUDA"] = cuda;
 #endif
   return out;
@@ -422,6 +428,22 @@ NB_MODULE(_tsm2_ext, m) {
   m.def("colsums_plan", &ColsumsPlanFor, nb::arg("dtype"), nb::arg("acc"), nb::arg("r"),
         nb::arg("rows"), nb::arg("cols"), nb::arg("sm_count"),
         "How tsm2_colsums splits a problem, and its workspace bytes (abft/plan.h).");
+  m.def(
+      "abft_encode_workspace",
+      [](const std::string& dtype, int64_t m, int64_t k, int64_t n, int sm_count) {
+        if (m < 0 || k < 0 || n < 0 || sm_count < 1) throw nb::value_error("bad sizes");
+        return tsm2::AbftEncodeWorkspaceBytes(ItemsizeOf(dtype), m, k, n, sm_count);
+      },
+      nb::arg("dtype"), nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),
+      "Bytes of tsm2_abft_encode's workspace (abft/plan.h).");
+  m.def(
+      "abft_verify_workspace",
+      [](const std::string& dtype, int64_t m, int64_t n, int sm_count) {
+        if (m < 0 || n < 0 || sm_count < 1) throw nb::value_error("bad sizes");
+        return tsm2::AbftVerifyWorkspaceBytes(ItemsizeOf(dtype), m, n, sm_count);
+      },
+      nb::arg("dtype"), nb::arg("m"), nb::arg("n"), nb::arg("sm_count"),
+      "Bytes of tsm2_abft_verify's workspace (abft/plan.h).");
   m.def(
       "repair_blocks", [](int64_t m) { return tsm2::RepairBlocks(m); }, nb::arg("m"),
       "Blocks of tsm2_repair_column for m rows: the length of its s32 workspace.");

@@ -52,6 +52,9 @@ KMEANS_UPDATE_TARGET = "tsm2_kmeans_update"
 COLSUMS_TARGET = "tsm2_colsums"
 REPAIR_TARGET = "tsm2_repair_column"
 JUDGE_TARGET = "tsm2_abft_judge"
+ENCODE_TARGET = "tsm2_abft_encode"
+VERIFY_TARGET = "tsm2_abft_verify"
+VERIFY_INJECT_TARGET = "tsm2_abft_verify_inject"  # verify with a planted fault, for tests
 TARGETS = (
     MATMUL_TARGET,
     KMEANS_TARGET,
@@ -59,6 +62,9 @@ TARGETS = (
     COLSUMS_TARGET,
     REPAIR_TARGET,
     JUDGE_TARGET,
+    ENCODE_TARGET,
+    VERIFY_TARGET,
+    VERIFY_INJECT_TARGET,
 )
 
 
@@ -128,9 +134,11 @@ def cuda_kmeans_update_available() -> bool:
 
 
 def cuda_abft_available() -> bool:
-    """True when this build contains the ABFT kernels (colsums, repair_column, abft_judge)."""
+    """True when this build contains the ABFT kernels (colsums, repair_column, abft_judge,
+    abft_encode, abft_verify)."""
     cuda = _registered.get("CUDA", ())
-    return all(t in cuda for t in (COLSUMS_TARGET, REPAIR_TARGET, JUDGE_TARGET))
+    names = (COLSUMS_TARGET, REPAIR_TARGET, JUDGE_TARGET, ENCODE_TARGET, VERIFY_TARGET)
+    return all(t in cuda for t in names)
 
 
 def disabled_safety_checks() -> list[Any]:
@@ -353,6 +361,28 @@ def colsums_plan(dtype: Any, acc: Any, r: int, rows: int, cols: int) -> dict[str
     """
     name, acc_name = jax.numpy.dtype(dtype).name, jax.numpy.dtype(acc).name
     return dict(_tsm2_ext.colsums_plan(name, acc_name, r, rows, cols, _sm_count()))
+
+
+def abft_encode_workspace(dtype: Any, m: int, k: int, n: int) -> int:
+    """Bytes of ``tsm2_abft_encode``'s workspace for ``(m, k) @ (k, n)`` on this process's GPU
+    (or an H100 without one): partial sums of the passes over A and B, and A's column values.
+
+    Example:
+        >>> abft_encode_workspace("float32", 8192, 8192, 8192) > 0
+        True
+    """
+    return int(_tsm2_ext.abft_encode_workspace(jax.numpy.dtype(dtype).name, m, k, n, _sm_count()))
+
+
+def abft_verify_workspace(dtype: Any, m: int, n: int) -> int:
+    """Bytes of ``tsm2_abft_verify``'s workspace for an ``(m, n)`` product: the pass over C's
+    partial sums (0 when it is not split).
+
+    Example:
+        >>> abft_verify_workspace("float32", 8, 8)
+        0
+    """
+    return int(_tsm2_ext.abft_verify_workspace(jax.numpy.dtype(dtype).name, m, n, _sm_count()))
 
 
 def repair_blocks(m: int) -> int:

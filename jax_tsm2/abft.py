@@ -1,22 +1,27 @@
 """Algorithm-based fault tolerance (ABFT) for ``C = A @ B``: checksums, verification, correction.
 
-Column checksums with two weight vectors (ones and the ramp ``(i + 1) / m``), in three passes,
-one over each matrix: ``encode`` reads ``A`` once for ``W^T A`` and ``1^T |A|`` and ``B`` once
-for ``(W^T A) B`` and the threshold's scales ``(1^T |A|) |B|`` and ``1^T |B|``; ``verify``
-reads ``C`` once for ``W^T C`` (all scaled by a power of two, ``checksum_scale``, so that they
-cannot overflow). Each pass is a weighted column sum, not a matrix product: on CUDA one call of
-the ``tsm2_colsums`` kernel (``abft_calls.colsums``: two to four weight rows applied to each row of
-the matrix as it streams by, one read near the bandwidth ceiling); elsewhere one XLA reduction
-(a variadic ``lax.reduce`` whose terms are elementwise functions of the matrix, so XLA fuses
-them and reads the matrix once). A column whose residual ``W^T C - (W^T A) B`` exceeds a
-rigorous, data-dependent rounding threshold (or is not finite) is flagged. ``abft_matmul`` then
-repairs a single flagged column by recomputing it from the operands (``c[:, j] = a @ b[:, j]``,
-one pass over ``A``), which also locates the faulty entries; a clean product does not pay for
-the recomputation. On CUDA the ``tsm2_abft_judge`` kernels (``abft_calls.judge``) do it, and
-the whole judgement after the pass over ``C``: they flag the columns on the device, recompute
-only when one is flagged, write the column into ``C`` in place and assemble the verdict, in
-four small kernels and no host round trip. Elsewhere the repair sits in a ``lax.cond``.
-(``_SUMS`` and ``_REPAIR`` select other formulations, for benchmarks/abft_overhead.py.)
+Column checksums with two random-sign weight vectors (``checksum_weights``: signs ``e_i`` from a
+fixed hash of the row, and ``e_i (i + 1) / m``), in three passes, one over each matrix:
+``encode`` reads ``A`` once (its weighted column sums ``W^T A`` and the scales ``1^T |A|`` and
+``1^T A^2``) and ``B`` once (the reference checksums ``(W^T A) B`` and the scales of the
+threshold); ``verify`` reads ``C`` once (``W^T C``, ``||C[:, j]||_1`` and ``||C[:, j]||_2``),
+and a column whose residual ``W^T C - (W^T A) B`` exceeds its threshold (or is not finite) is
+flagged. The threshold is a statistical bound on what rounding alone does to the residual,
+capped by the worst case: ``jax_tsm2.abft_model`` derives it and states the false-positive rate
+it targets (below ``1e-9`` per check). ``abft_matmul`` then repairs a single flagged column by
+recomputing it from the operands (``c[:, j] = a @ b[:, j]``, one pass over ``A``), which also
+locates the faulty entries; a clean product does not pay for the recomputation.
+
+Where the checks run: the FFI targets ``tsm2_abft_encode`` and ``tsm2_abft_verify``
+(``abft_calls``) on CUDA, where each pass is one streaming kernel and a small one adding its
+split rows, and on CPU, where their plain-loop reference is the default: both sum the checksums
+in f64 (double-double for f64 data), whatever ``jax_enable_x64`` says, which is what keeps the
+threshold tight. Elsewhere, or with ``custom_call_mode("never")``, XLA's formulation: one
+variadic reduction per pass, summing in the accumulation dtype, whose threshold pays for that
+rounding. The judgement after the pass over C runs as the ``tsm2_abft_judge`` kernels on CUDA
+(they flag the columns on the device, recompute only when one is flagged, write the column into
+``C`` in place and assemble the verdict: no host round trip) and as a ``lax.cond`` elsewhere.
+(``_SUMS`` and ``_REPAIR`` select other formulations, for benchmarks and tests.)
 
 What was traded for speed: the Huang-Abraham row checksums ``C W`` are gone (checking them
 needs ``B`` before ``A`` and ``A`` before ``B``, a fourth pass). A fault is therefore known by
@@ -28,22 +33,23 @@ more columns are reported as uncorrectable.
 
 Every step is traced JAX: the verdict is a pytree of arrays (no Python branch on data, no
 transfer of results), so it works under ``jax.jit`` and ``jax.vmap``. Operands are 2-D; batch
-with ``jax.vmap`` (under ``vmap`` the kernels run once per batch entry, and the ``lax.cond``
-becomes a select: the recomputation then runs for every entry). XLA's GPU runtime runs a
-``lax.cond`` by copying its predicate to the host and waiting for it, which is why CUDA takes
-the repair kernels: with the cond the host would wait once per call for all the work queued
-before the verdict.
+with ``jax.vmap`` (under ``vmap`` the targets run once per batch entry, and the ``lax.cond``
+becomes a select: the recomputation then runs for every entry).
 
-Detection and location limits, in terms of the column threshold ``t_j`` (see ``encode``):
-an error ``|d| > 2 t_j`` is always flagged, one well below ``t_j`` (under about ``t_j / 2``)
+Detection and location limits, in terms of the column threshold ``t_j``
+(``verify(...).col_threshold``): an error ``|d| > 1.2 t_j`` is flagged, one far below ``t_j``
 never is; a flagged error is located and repaired from the operands; without them it is
 located for ``|d| > 4 m t_j`` (with f32 checksums and ``m`` beyond about 1600, very large
-errors blur the ratio with their own rounding and are reported uncorrectable instead).
+errors blur the ratio with their own rounding and are reported uncorrectable instead). The
+threshold depends on ``C``'s column, fault included: a fault raises its own column's threshold
+by up to ``6.6 u_out |d|`` in bf16/f16 (its half-ulp; ``u_out = 2^-8`` for bf16), which leaves
+detection alone but limits location without the operands to columns of under
+``1 / (26 u_out)`` rows (10 in bf16, 80 in f16).
+``abft_matmul(..., inject=(row, col, bit))`` plants a fault inside the pass over C, for tests.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -51,9 +57,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.typing import ArrayLike, DTypeLike
+from jax.typing import ArrayLike
 
-from jax_tsm2 import _ffi, abft_calls, config
+from jax_tsm2 import _ffi, abft_calls, abft_model, config
+from jax_tsm2.abft_model import accumulation_dtype, checksum_scale, checksum_weights
 from jax_tsm2.api import matmul
 from jax_tsm2.decision import Decision
 
@@ -74,39 +81,51 @@ __all__ = [
 ]
 
 _FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+# Rows of Checksums.stats (ffi/abft/checksum.h, AbftStat).
+_REF, _REF_LO, _ABS, _NORM, _FLUSH = slice(0, 2), slice(2, 4), 4, 5, 6
+_STAT_ROWS = 7
 
 
 class Checksums(NamedTuple):
-    """Reference column checksums of ``A @ B`` and their rounding thresholds (from ``encode``).
+    """Reference column checksums of ``A @ B`` and the statistics of their threshold (from
+    ``encode``); ``verify`` turns them into residuals and thresholds.
 
     Attributes:
-      col: ``(2, n)``, ``s (W^T A) B`` with ``W = checksum_weights(m)`` and ``s =
-        checksum_scale(m)``: the column checksums the product should have, scaled so that
-        they cannot overflow where the product is finite.
-      col_threshold: ``(n,)``, the largest residual rounding alone can cause in column ``j``,
-        in the units of ``C`` (unscaled).
+      stats: ``(7, n)``, all scaled by ``s = checksum_scale(m)``: the reference checksums
+        ``s (W^T A) B`` (rows 0-1, ``W = checksum_weights(m)``) and the low parts of their
+        extended values (rows 2-3, zero in XLA's formulation), the terms' 1-norm
+        ``s sum_i sum_l |a_il b_lj|`` (row 4), their 2-norm ``s (sum_i sum_l (a_il b_lj)^2)^(1/2)``
+        (row 5) and the mass of terms an input flushed to zero could lose (row 6).
+      model: ``(12,)``, the threshold's constants for this product (``abft_model.MODEL_FIELDS``).
       entry_factor, entry_floor: ``()``, the rounding bound of one entry of the product:
-        ``|C_ij - (AB)_ij| <= entry_factor (|A||B|)_ij + entry_floor`` (used to locate faulty
+        ``|C_ij - (AB)_ij| <= entry_factor (|A||B|)_ij + entry_floor`` (used to count faulty
         entries against a recomputed column).
 
     All in the accumulation dtype (``accumulation_dtype``).
     """
 
-    col: jax.Array
-    col_threshold: jax.Array
+    stats: jax.Array
+    model: jax.Array
     entry_factor: jax.Array
     entry_floor: jax.Array
+
+    @property
+    def col(self) -> jax.Array:
+        """``(2, n)``: the column checksums the product should have, ``s (W^T A) B``."""
+        return self.stats[_REF]
 
 
 class Residuals(NamedTuple):
     """Column checksums of a computed ``C`` minus the reference ones (from ``verify``).
 
     Attributes:
-      col: ``(2, n)``, ``W^T C - (W^T A) B``, in the units of ``C`` (computed scaled, as
-        ``Checksums.col``, then unscaled).
-      col_threshold, entry_factor, entry_floor: as in ``Checksums``.
+      col: ``(2, n)``, ``W^T C - (W^T A) B``, in the units of ``C`` (computed scaled, then
+        unscaled): the random-sign sums of the columns' errors.
+      col_threshold: ``(n,)``, the largest residual rounding alone causes in column ``j``
+        (with probability at least ``1 - 1e-9`` per check, ``abft_model``), in ``C``'s units.
       col_flags: ``(n,)`` bool, a residual of column ``j`` exceeds its threshold (or is not
         finite).
+      entry_factor, entry_floor: as in ``Checksums``.
     """
 
     col: jax.Array
@@ -122,15 +141,15 @@ class Verdict(NamedTuple):
     Attributes:
       errors_detected: int32, a lower bound on the number of faulty entries; 0 for a clean
         product. One flagged column repaired from the operands: the number of its entries that
-        differ from the recomputed ones by more than their rounding bound (at least 1).
-        Otherwise: the number of flagged columns.
+        differ from the recomputed ones by more than their worst-case rounding bound (at least
+        1). Otherwise: the number of flagged columns.
       corrected: bool, the fault was located and repaired (with the operands: the flagged
         column was recomputed, however many entries of it were wrong).
       row: int32, the row of the (largest) faulty entry; -1 when not located.
       col: int32, the flagged column (the worst one when several are); -1 when clean.
       magnitude: computed minus correct value of entry ``(row, col)`` when located, in the
-        accumulation dtype; otherwise the flagged column's residual (the sum of its errors);
-        0 when clean.
+        accumulation dtype; otherwise the flagged column's first residual (the random-sign
+        sum of its errors); 0 when clean.
       uncorrectable: bool, something was detected but not repaired (C is returned unchanged).
     """
 
@@ -140,143 +159,6 @@ class Verdict(NamedTuple):
     col: jax.Array
     magnitude: jax.Array
     uncorrectable: jax.Array
-
-
-# --------------------------------------------------------------------------------------------
-# dtypes, weights, rounding model
-
-
-def accumulation_dtype(dtype: DTypeLike) -> np.dtype:
-    """The dtype checksums are accumulated in for products of ``dtype``.
-
-    bf16/f16 -> f32. f32 -> f64 when ``jax_enable_x64`` is on, else f32: compensated sums would
-    cost more arithmetic per element in the fused passes, so we count f32 checksum rounding in
-    the threshold instead (it is of the same order as the product's own rounding, so detection
-    limits grow by a small factor, see ``encode``). f64 -> f64 (nothing wider on GPUs; again
-    counted in the threshold).
-
-    >>> accumulation_dtype(jnp.bfloat16)
-    dtype('float32')
-    """
-    dtype = np.dtype(dtype)
-    if dtype == np.float64 or (dtype == np.float32 and jax.config.jax_enable_x64):
-        return np.dtype(np.float64)
-    return np.dtype(np.float32)
-
-
-def checksum_weights(n: int, dtype: DTypeLike = jnp.float32) -> jax.Array:
-    """The ``(n, 2)`` checksum weights: column 0 all ones, column 1 ``(i + 1) / n``.
-
-    Ones give the plain sum (the error's size); the second, strictly increasing weight tells
-    rows apart (the ratio of the two residuals of a single error in row ``i`` is ``w2[i]``).
-    ``(i + 1) / n`` rather than the textbook ``i + 1``: it keeps ``|w2| <= |w1| = 1``, so the
-    weighted checksum is no larger than the plain one, one rounding bound serves both, and
-    nothing grows with ``n`` (``1..n`` weights would scale the checksums and their rounding
-    errors by up to ``n`` and overflow f16 ranges). Values are distinct in f32 up to
-    ``n = 2**24``.
-
-    >>> checksum_weights(4)
-    Array([[1.  , 0.25],
-           [1.  , 0.5 ],
-           [1.  , 0.75],
-           [1.  , 1.  ]], dtype=float32)
-    """
-    j = jnp.arange(1, n + 1, dtype=dtype)
-    return jnp.stack([jnp.ones((n,), dtype), j / jnp.asarray(max(n, 1), dtype)], axis=1)
-
-
-def _is_full_precision(precision: lax.PrecisionLike) -> bool:
-    """Whether an f32 product runs with f32 inputs (no TF32/bf16 rounding of the operands)."""
-    if precision is None:
-        precision = jax.config.jax_default_matmul_precision
-        if precision is None:
-            return False
-    if isinstance(precision, (tuple, list)):
-        return all(_is_full_precision(p) for p in precision)
-    if isinstance(precision, lax.Precision):
-        return precision == lax.Precision.HIGHEST
-    name = str(precision).lower()
-    return name in ("highest", "float32", "precision.highest") or "f32_f32_f32" in name
-
-
-def _input_rounding(dtype: np.dtype, precision: lax.PrecisionLike) -> float:
-    """Relative error of one product term from rounding f32 operands before the multiply.
-
-    XLA's default f32 precision rounds operands to TF32 (unit roundoff 2**-11) on NVIDIA GPUs and
-    to bf16 (2**-8) on TPUs; ``(1 + u)**2 - 1`` per term. bf16/f16 products are exact in the f32
-    accumulator and f64 is never rounded, so only f32 pays this.
-    """
-    if dtype != np.float32 or _is_full_precision(precision):
-        return 0.0
-    backend = jax.default_backend()
-    if backend == "cpu":
-        return 0.0
-    u = 2.0**-11 if backend in ("gpu", "cuda", "rocm") else 2.0**-8
-    return 2 * u + u * u
-
-
-def _gamma(count: int, u: float) -> float:
-    """Higham's gamma_n = n u / (1 - n u): the bound on any n-term sum's relative error."""
-    nu = count * u
-    return math.inf if nu >= 0.5 else nu / (1 - nu)
-
-
-class _Rounding(NamedTuple):
-    col_factor: float
-    col_floor: float  # absolute, in units of the scaled checksums
-    col_floor_per_b: float  # times 1^T |B| (column j), scaled units
-    col_floor_per_alpha: float  # times sum(alpha), alpha = s 1^T |A|
-    entry_factor: float
-    entry_floor: float
-
-
-def _rounding_model(
-    dtype: np.dtype, acc: np.dtype, m: int, k: int, precision: lax.PrecisionLike
-) -> _Rounding:
-    """Relative factors and absolute (underflow) floors of the thresholds; see ``encode``."""
-    u_acc = float(jnp.finfo(acc).eps) / 2
-    # The product accumulates in the operand dtype, or f32 for bf16/f16, and rounds to dtype.
-    prod = np.dtype(np.float64 if dtype == np.float64 else np.float32)
-    u_prod = float(jnp.finfo(prod).eps) / 2
-    narrow = dtype not in (np.float32, np.float64)
-    u_out = float(jnp.finfo(dtype).eps) / 2 if narrow else 0.0
-    eta = _input_rounding(dtype, precision) + _gamma(k, u_prod) + 2 * u_out
-    # Twice each bracket: second-order terms and the rounding of |A||B| itself.
-    col = 2 * (eta + 2 * _gamma(m + 1, u_acc) + _gamma(k + 1, u_acc))
-    entry = 2 * (eta + _gamma(k + 1, u_acc))
-    # Underflow adds absolute errors no relative bound covers. With flush-to-zero (XLA's
-    # CPU dot flushes) a result below the smallest normal number ("tiny") becomes 0, so an
-    # operation may lose up to tiny, not half a subnormal: k + 1 per entry of C in the
-    # product's accumulator, one per rounding of C to a narrow dtype, two per weighted term
-    # of the checksums. An input read as zero (denormals-are-zero) loses |a_il| |b_lj| <=
-    # tiny |b_lj| (or tiny |a_il|), a term proportional to the other operand: hence the
-    # floor's parts per 1^T |B| and per sum(alpha). The checksums carry the scale s of
-    # ``checksum_scale``: C's own losses enter through the weights (<= s), the checksums'
-    # own losses unscaled.
-    s = checksum_scale(m)
-    tiny_p = float(jnp.finfo(prod).tiny)
-    tiny_out = float(jnp.finfo(dtype).tiny) if narrow else 0.0
-    tiny_acc = float(jnp.finfo(acc).tiny)
-    per_entry = (k + 1) * tiny_p + tiny_out
-    entry_floor = 2 * (per_entry + (2 * k + 2) * tiny_acc)
-    col_floor = 2 * (s * m * per_entry + (2 * m + 2 * k + 4) * tiny_acc)
-    per_b = 2 * (s * m * tiny_p + (2 * m + 2) * tiny_acc)
-    per_alpha = 2 * (tiny_p + tiny_acc)
-    return _Rounding(col, col_floor, per_b, per_alpha, entry, entry_floor)
-
-
-def checksum_scale(m: int) -> float:
-    """``2**-(ceil(log2 m) + 1)``: the power of two the checksums of ``m`` rows are scaled by.
-
-    A plain column sum of ``m`` finite entries can overflow (64 entries of 1e38 in f32);
-    with weights of at most this, no weighted sum of ``m`` finite entries exceeds half the
-    largest, so the checksums of a finite product are finite. Scaling by a power of two is
-    exact; what it pushes below the smallest normal number is in the threshold's floor.
-
-    >>> checksum_scale(1), checksum_scale(4), checksum_scale(5)
-    (0.5, 0.125, 0.0625)
-    """
-    return 2.0 ** -((max(int(m), 1) - 1).bit_length() + 1)
 
 
 def _check_operands(a: ArrayLike, b: ArrayLike) -> tuple[jax.Array, jax.Array, np.dtype]:
@@ -293,19 +175,20 @@ def _check_operands(a: ArrayLike, b: ArrayLike) -> tuple[jax.Array, jax.Array, n
     return a, b, dtype
 
 
-# Formulations benchmarks/abft_overhead.py compares on the GPU.
-# _SUMS, how the checksum passes are computed: "kernel" (the tsm2_colsums FFI target, one
-# read at the streaming ceiling; abft_calls.colsums), "variadic" (one XLA reduce op per pass)
-# or "siblings" (one jnp.sum per term, left to XLA's sibling multi-output fusion, GPU only).
+# Formulations benchmarks/abft_overhead.py and the tests compare.
+# _SUMS, how the checksum passes are computed: "kernel" (the tsm2_abft_encode and
+# tsm2_abft_verify FFI targets: extended sums; on CPU their plain-loop reference), "variadic"
+# (one XLA reduce op per pass) or "siblings" (one jnp.sum per term, left to XLA's sibling
+# multi-output fusion, GPU only).
 # _REPAIR, how the flagged column is recomputed: "kernel" (the tsm2_abft_judge FFI target: its
 # kernels flag the columns on the device and recompute only when one is flagged), "cond" (runs
 # only when one column is flagged, but XLA's GPU runtime copies the predicate to the host and
 # waits for it) or "select" (always recomputed, no host wait; what vmap makes of the cond anyway).
-# "auto" picks the kernels on CUDA when this build has them (``decide``; per platform at lowering,
-# lax.platform_dependent), and elsewhere siblings on GPUs and the variadic reduce on CPU (on
-# the H100, jax 0.11.2, XLA's variadic reduce encoded 8192^2 operands in 1.24 ms against
-# 0.43 ms for sibling sums, whose fusions read each matrix twice; on CPU the variadic reduce
-# is the one-pass form) and the cond. The kernels need f16/bf16/f32/f64 data (and, for the
+# "auto" picks the targets for the passes on CUDA (when this build has them) and CPU, and the
+# judge kernels on CUDA (``decide``; per platform at lowering, lax.platform_dependent);
+# elsewhere sibling sums on GPUs, the variadic reduce otherwise (on the H100 XLA's variadic
+# reduce encoded 8192^2 operands in 1.24 ms against 0.43 ms for sibling sums, whose fusions
+# read each matrix twice) and the cond. The targets need f16/bf16/f32/f64 data (and, for the
 # repair, one dtype for a, b and c); other calls take the XLA formulations in any mode.
 _SUMS = "auto"
 _REPAIR = "auto"
@@ -346,7 +229,7 @@ def _repair_usable(a: np.dtype, b: np.dtype, c: np.dtype, acc: np.dtype) -> bool
 
 def _decide(part: str, usable: bool, platform: str) -> Decision:
     """Whether ``part`` ("sums": the checksum passes; "repair": the judgement after the pass
-    over C) runs the ABFT kernels on ``platform`` or XLA's formulation (``_SUMS``,
+    over C) runs the ABFT targets on ``platform`` or XLA's formulation (``_SUMS``,
     ``_REPAIR``, the custom-call mode and the build decide; see ``decide``)."""
     name, value, modes = (
         ("_SUMS", _SUMS, SUMS_MODES) if part == "sums" else ("_REPAIR", _REPAIR, REPAIR_MODES)
@@ -356,20 +239,22 @@ def _decide(part: str, usable: bool, platform: str) -> Decision:
         op=f"abft_{part}", target=target, reason=reason, platform=platform
     )
     if not usable:
-        return decision("xla", "operand dtypes the kernels do not take")
+        return decision("xla", "operand dtypes or sizes the targets do not take")
     if setting == "kernel":
         return decision("kernels", f"abft.{name} = 'kernel' (CPU: the reference targets)")
     if setting != "auto":
         return decision("xla", f"abft.{name} = {setting!r}")
     if config.get_custom_call_mode() == "never":
         return decision("xla", "custom-call mode 'never'")
+    if platform == "cpu" and part == "sums":
+        return decision("kernels", "on CPU the reference targets: f64 / double-double sums")
     if platform != "cuda":
         return decision("xla", f"XLA's formulation on {platform}")
     # Without a CUDA device this is cross-platform lowering: emit them; with one, this
     # build must contain them.
     if not _ffi.cuda_kernels_usable(_ffi.cuda_abft_available()):
         return decision("xla", "this build of jax_tsm2 has no ABFT kernels for this GPU")
-    why = "one read per pass at the streaming ceiling" if part == "sums" else "no host wait"
+    why = "one read per pass, extended sums" if part == "sums" else "no host wait"
     return decision("kernels", f"on CUDA the kernels: {why}")
 
 
@@ -383,68 +268,125 @@ def _by_platform(part: str, usable: bool, kernel, xla, *args):
     return lax.platform_dependent(*args, cuda=on_cuda, default=elsewhere)
 
 
+def _sums_usable(dtype: np.dtype, m: int, k: int, n: int) -> bool:
+    """The pass targets take f16/bf16/f32/f64 data of one dtype and no empty dimension."""
+    return abft_calls.colsums_supported(dtype, accumulation_dtype(dtype)) and min(m, k, n) > 0
+
+
 def decide(a: ArrayLike, b: ArrayLike, *, platform: str = "cuda") -> tuple[Decision, Decision]:
     """How ``abft_matmul(a, b)`` computes its checks on ``platform``: the ``Decision`` of the
     checksum passes (``op="abft_sums"``) and of the repair (``op="abft_repair"``), each
-    ``"kernels"`` (``tsm2_colsums``, ``tsm2_abft_judge``) or ``"xla"`` (a fused reduction per
-    pass; the repair in a ``lax.cond``). ``a`` and ``b`` may be arrays or
-    ``jax.ShapeDtypeStruct``s. ``jax_tsm2.explain.abft`` shows them.
+    ``"kernels"`` (``tsm2_abft_encode`` / ``tsm2_abft_verify``, ``tsm2_abft_judge``) or
+    ``"xla"`` (a fused reduction per pass; the repair in a ``lax.cond``). ``a`` and ``b`` may
+    be arrays or ``jax.ShapeDtypeStruct``s. ``jax_tsm2.explain.abft`` shows them.
 
     Example:
         >>> a, b = jnp.ones((64, 32)), jnp.ones((32, 4))
         >>> [d.target for d in decide(a, b, platform="cuda")]
         ['kernels', 'kernels']
         >>> [d.target for d in decide(a, b, platform="cpu")]
-        ['xla', 'xla']
+        ['kernels', 'xla']
     """
     dtypes = [np.dtype(x.dtype) for x in (a, b)]
     c = np.dtype(jnp.result_type(*dtypes))
     acc = accumulation_dtype(c)
-    sums = all(abft_calls.colsums_supported(t, acc) for t in (*dtypes, c))
+    (m, k), n = a.shape, b.shape[1]
+    sums = _sums_usable(c, m, k, n)
     repair = _repair_usable(*dtypes, c, acc)
     return _decide("sums", sums, platform), _decide("repair", repair, platform)
 
 
-def _column_sums(
-    x: jax.Array, weights: Sequence[jax.Array | float | None], abs_rows: int, acc: np.dtype
-) -> tuple[jax.Array, ...]:
-    """``sum_i w_q[i] f_q(x[i, :])`` for each weight ``w_q``: a vector, a float (the same for
-    every row) or ``None`` (ones), with ``f_q = |.|`` where bit ``q`` of ``abs_rows`` is set:
-    one pass over ``x``, in ``acc``."""
-    vectors = [w for w in weights if _is_vector(w)]
-
-    def xla(x, *ws):
-        xa = x.astype(acc)
-        it = iter(ws)
-        terms = []
-        for q, w in enumerate(weights):
-            t = jnp.abs(xa) if abs_rows >> q & 1 else xa
-            if _is_vector(w):
-                t = next(it)[:, None] * t
-            elif w is not None:
-                t = jnp.asarray(w, acc) * t
-            terms.append(t)
-        return _fused_sums(terms, axis=0)
-
-    def kernel(x, *ws):
-        it = iter(ws)
-        rows = x.shape[0]
-        uniform = lambda w: jnp.full((rows,), 1.0 if w is None else w, acc)
-        v = jnp.stack([next(it) if _is_vector(w) else uniform(w) for w in weights])
-        return tuple(abft_calls.colsums(x, v, abs_rows=abs_rows))
-
-    usable = abft_calls.colsums_supported(x.dtype, acc)
-    return _by_platform("sums", usable, kernel, xla, x, *vectors)
+# --------------------------------------------------------------------------------------------
+# the passes: XLA's formulation and the targets
 
 
-def _is_vector(w: jax.Array | float | None) -> bool:
-    return w is not None and not isinstance(w, float)
+def _norm_terms(x: jax.Array, dtype: np.dtype) -> jax.Array:
+    """What the pass over C squares: C itself, or its half-ulps for bf16/f16 (whose rounding
+    dominates the error and is known exactly from C)."""
+    if dtype in (np.dtype(jnp.bfloat16), np.dtype(jnp.float16)):
+        return abft_model.half_ulp(x, dtype)
+    return x
 
 
-def _threshold(factor: float, scale: jax.Array, floor: jax.Array, acc: np.dtype) -> jax.Array:
-    if math.isinf(factor):  # the bound is vacuous; inf * 0 would be NaN (a flag)
-        return jnp.full(scale.shape, jnp.inf, acc)
-    return (factor * scale + floor).astype(acc)
+def _encode_xla(a: jax.Array, b: jax.Array, acc: np.dtype) -> jax.Array:
+    """``Checksums.stats`` from one variadic reduction over A and one over B, in ``acc``."""
+    m = a.shape[0]
+    s = checksum_scale(m)
+    w = checksum_weights(m, acc) * jnp.asarray(s, acc)
+    tiny = float(jnp.finfo(a.dtype).tiny)
+    xa = a.astype(acc)
+    ax = jnp.abs(xa)
+    sa = jnp.asarray(s, acc)
+    v1, v2, alpha, sq, sub = _fused_sums(  # pass over A
+        (
+            w[:, :1] * xa,
+            w[:, 1:] * xa,
+            sa * ax,
+            jnp.square(sa * xa),
+            jnp.where(ax < tiny, sa * ax, 0),
+        ),
+        axis=0,
+    )
+    nu = abft_model.guarded_norm(sq, alpha)
+    xb = b.astype(acc)
+    bx = jnp.abs(xb)
+    flush = sub[:, None] * bx + jnp.where(bx < tiny, alpha[:, None] * bx, 0)
+    r1, r2, abs1, q, fl = _fused_sums(  # pass over B
+        (
+            v1[:, None] * xb,
+            v2[:, None] * xb,
+            alpha[:, None] * bx,
+            jnp.square(nu[:, None] * xb),
+            flush,
+        ),
+        axis=0,
+    )
+    zero = jnp.zeros_like(r1)
+    return jnp.stack([r1, r2, zero, zero, abs1, abft_model.guarded_norm(q, abs1), fl])
+
+
+def _verify_xla(c: jax.Array, stats: jax.Array, model: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Residuals and thresholds (``C``'s units) from one variadic reduction over C."""
+    acc = stats.dtype
+    m = c.shape[0]
+    s = checksum_scale(m)
+    w = checksum_weights(m, acc) * jnp.asarray(s, acc)
+    x = c.astype(acc)
+    sa = jnp.asarray(s, acc)
+    g1, g2, c_abs, sq = _fused_sums(  # pass over C
+        (w[:, :1] * x, w[:, 1:] * x, sa * jnp.abs(x), jnp.square(sa * _norm_terms(x, c.dtype))),
+        axis=0,
+    )
+    n2 = abft_model.guarded_norm(sq, c_abs)
+    t = abft_model.column_threshold(
+        model, stats[_ABS], stats[_NORM], stats[_FLUSH], c_abs, n2
+    ) / jnp.asarray(s, acc)
+    got = jnp.stack([g1, g2])
+    ref = stats[_REF] + stats[_REF_LO]
+    # A vacuous bound (inf) checks nothing but finiteness: the reference may itself have
+    # overflowed, so the residual is NaN exactly where C's checksum is not finite.
+    resid = jnp.where(jnp.isinf(t)[None, :], got * 0, got - ref) / jnp.asarray(s, acc)
+    return resid, t
+
+
+def _flip_bit(c: jax.Array, row: int, col: int, bit: int) -> jax.Array:
+    """``c`` with bit ``bit`` of entry ``(row, col)`` flipped (XLA's version of the fault
+    ``tsm2_abft_verify_inject`` plants)."""
+    ints = jnp.dtype(f"uint{8 * c.dtype.itemsize}")
+    bits = lax.bitcast_convert_type(c, ints)
+    bits = bits.at[row, col].set(bits[row, col] ^ jnp.asarray(1 << bit, ints))
+    return lax.bitcast_convert_type(bits, c.dtype)
+
+
+def _model(dtype: np.dtype, m: int, k: int, precision, acc: np.dtype, *, extended: bool):
+    return jnp.asarray(
+        abft_model.model_vector(dtype, m, k, precision, acc, extended_sums=extended), acc
+    )
+
+
+def _entry_bound(dtype: np.dtype, k: int, precision, acc: np.dtype):
+    bound = abft_model.entry_bound(dtype, k, precision, acc)
+    return jnp.asarray(bound.factor, acc), jnp.asarray(bound.floor, acc)
 
 
 # --------------------------------------------------------------------------------------------
@@ -452,12 +394,12 @@ def _threshold(factor: float, scale: jax.Array, floor: jax.Array, acc: np.dtype)
 
 
 def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -> Checksums:
-    """Reference column checksums of ``a @ b`` and the rounding threshold of each column.
+    """Reference column checksums of ``a @ b`` and the statistics of their threshold.
 
-    Two passes (each a ``tsm2_colsums`` call on CUDA, one fused XLA reduction elsewhere): over
-    ``A`` for ``s W^T A`` ``(2, k)`` and ``alpha = s 1^T |A|`` ``(k,)``; over ``B`` for
-    ``s (W^T A) B`` ``(2, n)``, ``beta = alpha |B|`` ``(n,)`` and ``1^T |B|`` ``(n,)``, all in
-    ``accumulation_dtype`` and scaled by ``s = checksum_scale(m)``.
+    Two passes (one ``tsm2_abft_encode`` call on CUDA and CPU, one fused XLA reduction each
+    elsewhere): over ``A`` for ``s W^T A``, ``s 1^T |A|`` and the column norms of ``A``; over
+    ``B`` for the reference checksums ``s (W^T A) B`` and the scales of the threshold (the
+    terms' 1-norm, their 2-norm, the flush mass), with ``s = checksum_scale(m)``.
 
     Args:
       a: ``(m, k)`` floating-point operand.
@@ -466,94 +408,69 @@ def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -
         much input rounding (TF32 on GPUs at default precision) the threshold allows for.
 
     Returns:
-      ``Checksums``: ``col = (W^T A) B`` ``(2, n)`` with ``W = checksum_weights(m)``, the
-      threshold ``col_threshold`` ``(n,)`` and the per-entry rounding bound.
-
-    Threshold derivation (standard model, Higham ch. 3; ``u`` = unit roundoff). The computed
-    product satisfies ``|C^ - AB| <= eta |A||B|`` with ``eta = u_in + gamma_k(u_p) + 2 u_out``
-    (input rounding to TF32/bf16 if the precision allows it, accumulation in the product's
-    dtype in any order, final rounding of bf16/f16 outputs). The residual of column ``j``,
-    ``r = fl(w^T C^) - fl(fl(w^T A) B)``, then obeys
-    ``|r| <= (eta + 2 gamma_{m+1}(u_a) + gamma_{k+1}(u_a)) beta_j``: the product's error summed
-    down the column, the rounding of the checksum of ``C^`` (``|C^| <= 2|A||B|``) and of the
-    two-step reference, with ``u_a`` the accumulation dtype's roundoff. Since
-    ``|w2| <= w1 = 1`` one scale ``beta = (1^T |A|) |B|`` serves both weights; we take twice
-    the bracket (second-order terms, the rounding of ``beta`` itself) plus an underflow floor:
-    with flush-to-zero every operation may lose up to the smallest normal number ``tiny``
-    (``k + 1`` per entry of C, two per term of each checksum), and an operand flushed to zero
-    loses up to ``tiny`` times the other operand, so the floor is about ``2 s (m (k + 1)
-    tiny_p + m tiny_p 1^T |b_j|) + 2 (2 m + 2 k + 4) tiny_acc`` in the scaled units below.
-    The checksums are scaled by ``s = checksum_scale(m)`` (a power of two, ``m s <= 1/2``), so
-    that no column sum of a finite product overflows: near the top of the range (entries of
-    1e38 in f32) the checksums stay finite, and where even ``beta`` overflows the bound is
-    vacuous and only a non-finite C is flagged.
-    It is a worst-case bound, so clean products are never flagged; the price is the detection
-    limit: an error is found only if it exceeds its column's threshold, roughly
-    ``2 eta m k mean|a| mean|b|``, i.e. about ``2 eta m sqrt(k)`` times a typical ``|C_ij|``
-    of random data (``u_p = 2**-24`` f32, ``2**-53`` f64; TF32 inputs add ``2**-10``; bf16
-    outputs add ``2**-8``). Where the checksums round like the product (f64, or f32 without
-    x64) their ``2 gamma_m + gamma_k`` joins ``eta``, so the limit grows like ``m (m + k)``
-    rather than ``m k``. If ``k u_p >= 1/2`` the bound is vacuous and the threshold is
-    ``inf`` (only a non-finite C is flagged).
+      ``Checksums``. The threshold itself depends on ``C`` (its column norms) and comes with
+      ``verify``; ``jax_tsm2.abft_model`` derives it.
 
     >>> a = jnp.ones((4, 3)); b = jnp.ones((3, 2))
     >>> cs = encode(a, b)
-    >>> cs.col.shape, cs.col_threshold.shape
-    ((2, 2), (2,))
-    >>> cs.col[0] / checksum_scale(4)  # 1^T (A B): four rows of 3
-    Array([12., 12.], dtype=float32)
-    >>> bool((cs.col_threshold > 0).all() & (cs.col_threshold < 1e-3).all())
-    True
+    >>> cs.stats.shape, cs.col.shape
+    ((7, 2), (2, 2))
+    >>> cs.col[0] / checksum_scale(4)  # e^T (A B) = (1 - 1 - 1 - 1) * 3
+    Array([-6., -6.], dtype=float32)
     """
     a, b, dtype = _check_operands(a, b)
     m, k = a.shape
+    n = b.shape[1]
     acc = accumulation_dtype(dtype)
-    sc = checksum_scale(m)
-    w2 = checksum_weights(m, acc)[:, 1] * jnp.asarray(sc, acc)
-    s1, s2, alpha = _column_sums(a, (sc, w2, sc), 0b100, acc)  # pass over A
-    # pass over B; b_abs (1^T |B|) sizes the floor of inputs flushed to zero
-    ref1, ref2, beta, b_abs = _column_sums(b, (s1, s2, alpha, None), 0b1100, acc)
-    model = _rounding_model(dtype, acc, m, k, precision)
-    floor = (
-        model.col_floor + model.col_floor_per_b * b_abs + model.col_floor_per_alpha * jnp.sum(alpha)
-    )
-    # In C's units (an error d in one entry moves a residual by up to d); where that is past
-    # the dtype's range the threshold is inf and only a non-finite C fails (``_verify``).
-    threshold = _threshold(model.col_factor, beta, floor, acc) / jnp.asarray(sc, acc)
-    return Checksums(
-        col=jnp.stack([ref1, ref2]),
-        col_threshold=threshold,
-        entry_factor=jnp.asarray(model.entry_factor, acc),
-        entry_floor=jnp.asarray(model.entry_floor, acc),
-    )
+    # Mixed operands promote exactly (as jnp.matmul does) to the product's dtype.
+    a, b = a.astype(dtype), b.astype(dtype)
+
+    def kernel(a, b):
+        stats = abft_calls.encode(a, b, acc=acc)
+        return stats, _model(dtype, m, k, precision, acc, extended=True)
+
+    def xla(a, b):
+        return _encode_xla(a, b, acc), _model(dtype, m, k, precision, acc, extended=False)
+
+    stats, model = _by_platform("sums", _sums_usable(dtype, m, k, n), kernel, xla, a, b)
+    factor, floor = _entry_bound(dtype, k, precision, acc)
+    return Checksums(stats, model, factor, floor)
 
 
-def _verify(c: jax.Array, checksums: Checksums) -> Residuals:
-    acc = np.dtype(checksums.col.dtype)
-    m = c.shape[0]
-    sc = jnp.asarray(checksum_scale(m), acc)
-    w2 = checksum_weights(m, acc)[:, 1] * sc
-    got = jnp.stack(_column_sums(c, (checksum_scale(m), w2), 0, acc))  # pass over C
-    t = checksums.col_threshold * sc  # the scaled checksums' threshold
-    # A vacuous bound (inf) checks nothing but finiteness: the reference may itself have
-    # overflowed there, so the residual is NaN exactly where C's checksum is not finite.
-    col = jnp.where(jnp.isinf(t)[None, :], got * 0, got - checksums.col)
+def _verify(
+    c: jax.Array, checksums: Checksums, inject: tuple[int, int, int] | None = None
+) -> tuple[jax.Array, Residuals]:
+    """(C as the pass read it, residuals): with ``inject``, C carries the planted fault."""
+    m, n = c.shape
+
+    def kernel(c, stats, model):
+        out = abft_calls.verify(c, stats, model, inject=inject)
+        return out if inject is not None else (c, *out)
+
+    def xla(c, stats, model):
+        if inject is not None:
+            c = _flip_bit(c, *inject)
+        return (c, *_verify_xla(c, stats, model))
+
+    usable = _sums_usable(np.dtype(c.dtype), m, 1, n)
+    c, resid, t = _by_platform("sums", usable, kernel, xla, c, checksums.stats, checksums.model)
     # ~(x <= t), not x > t: a NaN residual must flag.
-    flags = ~jnp.all(jnp.abs(col) <= t[None, :], axis=0)
-    return Residuals(
-        col / sc, checksums.col_threshold, flags, checksums.entry_factor, checksums.entry_floor
-    )
+    flags = ~jnp.all(jnp.abs(resid) <= t[None, :], axis=0)
+    return c, Residuals(resid, t, flags, checksums.entry_factor, checksums.entry_floor)
 
 
 def verify(c: ArrayLike, checksums: Checksums) -> Residuals:
-    """Column checksums of a computed ``c`` minus the reference ones, and which columns fail.
+    """Column checksums of a computed ``c`` minus the reference ones, their thresholds, and
+    which columns fail.
 
-    One pass over ``C`` for ``W^T C`` (a ``tsm2_colsums`` call on CUDA, one fused XLA reduction
-    elsewhere). A column is flagged when either
-    weighted residual exceeds its threshold, or is not finite (NaN/Inf in ``C`` always flag).
+    One pass over ``C`` (a ``tsm2_abft_verify`` call on CUDA and CPU, one fused XLA reduction
+    elsewhere) for ``W^T C`` and the column norms of ``C``, which complete the threshold. A
+    column is flagged when either weighted residual exceeds its threshold, or is not finite
+    (NaN/Inf in ``C`` always flag).
 
     Args:
-      c: the ``(m, n)`` product to check (any float dtype; converted to the checksums' dtype).
+      c: the ``(m, n)`` product to check, in the dtype the product has (the threshold allows
+        for its rounding).
       checksums: from ``encode(a, b)``.
 
     Returns:
@@ -563,12 +480,12 @@ def verify(c: ArrayLike, checksums: Checksums) -> Residuals:
     >>> res = verify(a @ b, encode(a, b))
     >>> bool(res.col_flags.any())
     False
-    >>> bool(verify((a @ b).at[1, 0].add(1.0), encode(a, b)).col_flags[0])
+    >>> bool(verify((a @ b).at[1, 0].add(1e-3), encode(a, b)).col_flags[0])
     True
     """
     # The barrier makes the checksums read the materialized C: without it XLA may fold the
     # conversion into the producing dot and check an unrounded (or re-derived) product instead.
-    return _verify(lax.optimization_barrier(jnp.asarray(c)), checksums)
+    return _verify(lax.optimization_barrier(jnp.asarray(c)), checksums)[1]
 
 
 def _locate_by_ratio(r: jax.Array, t: jax.Array, w2: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -764,17 +681,20 @@ def correct(
 
     n_cols, j, single = _worst_column(s, t, residuals.col_flags)
     old = lax.dynamic_index_in_dim(c, j, axis=1, keepdims=False)
-    wm = checksum_weights(m, acc)[:, 1]
+    weights = checksum_weights(m, acc)
+    ramp = weights[:, 1] * weights[:, 0]  # (i + 1) / m: the signs cancel in the ratio
     # The threshold bounds the checksum rounding of a clean column; a large error adds
     # its own, up to gamma_{m+1} |error| on each weighted sum.
-    slack = 2 * _gamma(m + 1, float(jnp.finfo(acc).eps) / 2) * jnp.abs(s[0, j])
-    i, sure = _locate_by_ratio(s[:, j], t[j] + slack, wm)
-    new = old[i].astype(acc) - s[0, j]
+    slack = 2 * abft_model._gamma(m + 1, float(jnp.finfo(acc).eps) / 2) * jnp.abs(s[0, j])
+    i, sure = _locate_by_ratio(s[:, j], t[j] + slack, ramp)
+    error = weights[i, 0] * s[0, j]  # the residual is e_i times the error
+    new = old[i].astype(acc) - error
     fixed = single & sure & jnp.isfinite(new)
     row = jnp.where(single & sure, i, -1)
     new_column = old.at[i].set(jnp.where(fixed, new.astype(c.dtype), old[i]))
     c_out = lax.dynamic_update_index_in_dim(c, new_column, j, axis=1)
-    return c_out, _assemble_verdict(n_cols, j, n_cols, fixed, row, s[0, j], acc)
+    magnitude = jnp.where(single & sure, error, s[0, j])
+    return c_out, _assemble_verdict(n_cols, j, n_cols, fixed, row, magnitude, acc)
 
 
 def check(
@@ -791,31 +711,60 @@ def check(
     >>> int(v.row), int(v.col), float(v.magnitude), bool(jnp.array_equal(c, a @ b))
     (6, 2, 1000.0, True)
     """
+    return _check(c, checksums, a=a, b=b)
+
+
+def _check(c, checksums, *, a=None, b=None, inject=None) -> tuple[jax.Array, Verdict]:
     # One barrier feeds both the checksum pass and the repair, so the in-place column update
     # and the pass read the same buffer (see ``verify``).
     c = lax.optimization_barrier(jnp.asarray(c))
-    return correct(c, _verify(c, checksums), a=a, b=b)
+    c, residuals = _verify(c, checksums, inject)
+    return correct(c, residuals, a=a, b=b)
+
+
+def _check_injection(inject, shape: tuple[int, int], dtype: np.dtype) -> tuple[int, int, int]:
+    try:
+        row, col, bit = (int(x) for x in inject)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"abft_matmul: inject must be (row, col, bit) ints, got {inject!r}"
+        ) from None
+    bits = 8 * dtype.itemsize
+    if not (0 <= row < shape[0] and 0 <= col < shape[1] and 0 <= bit < bits):
+        raise ValueError(
+            f"abft_matmul: inject=(row, col, bit) needs 0 <= row < {shape[0]}, 0 <= col < "
+            f"{shape[1]} and 0 <= bit < {bits} for a {shape} {dtype} product, got {inject}"
+        )
+    return row, col, bit
 
 
 def abft_matmul(
-    a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None
+    a: ArrayLike,
+    b: ArrayLike,
+    *,
+    precision: lax.PrecisionLike = None,
+    inject: tuple[int, int, int] | None = None,
 ) -> tuple[jax.Array, Verdict]:
     """``jax_tsm2.matmul(a, b)`` with ABFT: the (repaired) product and a ``Verdict``.
 
     Encodes column checksums of the operands (one pass over ``A``, one over ``B``), computes the
     product, verifies it (one pass over ``C``) and, when exactly one column is flagged,
-    recomputes that column from ``a`` and ``b`` (see ``correct``). A fault inside the product
-    is not observable from the outside; to exercise detection, use ``encode`` /
-    ``inject_error`` / ``check`` (as the tests do). jit-able and vmap-able (batch with
-    ``jax.vmap``; operands are 2-D; under ``vmap`` the repair's ``lax.cond``, where it is one,
-    runs for every entry). On CUDA the whole check is three ``tsm2_colsums`` passes and a
-    ``tsm2_abft_judge`` call (four small kernels, no recomputation for a clean product): no
-    host round trip.
+    recomputes that column from ``a`` and ``b`` (see ``correct``). jit-able and vmap-able
+    (batch with ``jax.vmap``; operands are 2-D; under ``vmap`` the repair's ``lax.cond``,
+    where it is one, runs for every entry). On CUDA the whole check is a ``tsm2_abft_encode``
+    and a ``tsm2_abft_verify`` call (two passes and one, each a streaming kernel and a small
+    one adding its splits) and a ``tsm2_abft_judge`` call (no recomputation for a clean
+    product): no host round trip.
 
     Args:
       a: ``(m, k)`` f16/bf16/f32/f64 operand.
       b: ``(k, n)`` operand.
       precision: as for ``jax_tsm2.matmul``; also sets the threshold's input-rounding term.
+      inject: ``(row, col, bit)``, for tests: flips bit ``bit`` of ``C[row, col]`` inside the
+        pass over ``C`` (``tsm2_abft_verify_inject``: the kernel that reads ``C`` for its
+        checksum flips the bit in its read and writes the value back), so the whole check runs
+        on a product with a fault in it. Static ints; ``None`` (the default) compiles the
+        production target, which has no injection code.
 
     Returns:
       ``(c, verdict)``; ``c`` has ``jnp.matmul(a, b)``'s dtype.
@@ -824,11 +773,16 @@ def abft_matmul(
     >>> c, v = jax.jit(abft_matmul)(a, b)
     >>> c.shape, int(v.errors_detected), bool(v.uncorrectable)
     ((64, 4), 0, False)
+    >>> c, v = abft_matmul(a, b, inject=(5, 2, 30))  # 32.0 -> 2^-97 * 32.0...
+    >>> int(v.row), int(v.col), bool(v.corrected), float(c[5, 2])
+    (5, 2, True, 32.0)
     """
-    a, b, _ = _check_operands(a, b)
+    a, b, dtype = _check_operands(a, b)
+    if inject is not None:
+        inject = _check_injection(inject, (a.shape[0], b.shape[1]), dtype)
     checksums = encode(a, b, precision=precision)
     c = matmul(a, b, precision=precision)
-    return check(c, checksums, a=a, b=b)
+    return _check(c, checksums, a=a, b=b, inject=inject)
 
 
 def inject_error(c: ArrayLike, row: ArrayLike, col: ArrayLike, delta: ArrayLike) -> jax.Array:

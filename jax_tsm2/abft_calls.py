@@ -12,9 +12,14 @@
   ``jax_tsm2.abft.correct`` does with the operands after the checksum pass over ``C`` (which
   columns fail, the repair of a single failing one, the verdict) in four small kernels rather
   than a dozen XLA fusions.
+* ``encode(a, b, acc=...)`` (target ``tsm2_abft_encode``): ``jax_tsm2.abft.Checksums.stats``,
+  from one pass over ``A`` and one over ``B`` (``ffi/abft/checksum.h``); ``verify(c, stats,
+  model)`` (target ``tsm2_abft_verify``): the residuals and thresholds of ``c``, from one pass
+  over ``C``; with ``inject=(row, col, bit)`` (target ``tsm2_abft_verify_inject``) the pass
+  first flips that bit of ``C`` in its read and writes it back, and returns ``C`` too.
 
-On CUDA these are the kernels of ``ffi/abft/kernels/colsums.cuh``, ``repair_column.cuh`` and
-``judge.cuh``; on CPU, plain-loop references (for tests). Every check happens here, at trace
+On CUDA these are the kernels of ``ffi/abft/kernels/colsums.cuh``, ``repair_column.cuh``,
+``judge.cuh`` and ``passes.cuh``; on CPU, plain-loop references. Every check happens here, at trace
 time: an error returned by a CUDA handler has crashed the process under jax 0.11. Under
 ``jax.vmap`` each call runs once per batch element (``vmap_method="sequential"``). None has a
 derivative.
@@ -37,8 +42,10 @@ __all__ = [
     "RepairedColumn",
     "colsums",
     "colsums_supported",
+    "encode",
     "judge",
     "repair_column",
+    "verify",
 ]
 
 MAX_WEIGHT_ROWS = 4
@@ -292,3 +299,104 @@ def judge(
         input_output_aliases={6: 0},  # c is written in place, as in repair_column
     )
     return Judgement(*call(*operands)[:7])
+
+
+def _check_pass_data(name: str, x: jax.Array, acc) -> np.dtype:
+    if x.ndim != 2 or min(x.shape) < 1:
+        raise ValueError(f"{name}: needs a 2-D operand with no empty dimension, got {x.shape}")
+    acc = np.dtype(acc)
+    if x.dtype not in _ELEMENT_DTYPES or acc not in ACC_DTYPES:
+        raise TypeError(
+            f"{name}: data must be f16/bf16/f32/f64 and acc f32/f64, got {x.dtype} and {acc}"
+        )
+    return acc
+
+
+def encode(a: ArrayLike, b: ArrayLike, *, acc: DTypeLike) -> jax.Array:
+    """``jax_tsm2.abft.Checksums.stats`` of ``a @ b``: one pass over ``a``, one over ``b``.
+
+    Args:
+      a: ``(m, k)``; ``b``: ``(k, n)``; one dtype (f16/bf16/f32/f64), no empty dimension.
+      acc: the dtype of the result (f32 or f64); the sums themselves run in f64, or in
+        double-double for f64 data.
+
+    Returns:
+      ``(7, n)`` in ``acc`` (rows: ``ffi/abft/checksum.h``, ``AbftStat``).
+
+    >>> a = jnp.ones((4, 3), jnp.float32); b = jnp.ones((3, 2), jnp.float32)
+    >>> encode(a, b, acc=jnp.float32)[4]  # s sum_i sum_l |a_il b_lj| = 12 / 8
+    Array([1.5, 1.5], dtype=float32)
+    """
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    acc = _check_pass_data("encode", a, acc)
+    _check_pass_data("encode", b, acc)
+    if b.shape[0] != a.shape[1] or a.dtype != b.dtype:
+        raise TypeError(
+            f"encode: need a (m, k) and b (k, n) of one dtype, got {a.shape} "
+            f"{a.dtype} and {b.shape} {b.dtype}"
+        )
+    (m, k), n = a.shape, b.shape[1]
+    workspace = _ffi.abft_encode_workspace(a.dtype, m, k, n)
+    a, b = _compat.match_varying(a, b)
+    out = lambda shape, dtype: _compat.shape_dtype_struct(shape, dtype, a)
+    call = jax.ffi.ffi_call(
+        _ffi.ENCODE_TARGET,
+        (out((7, n), acc), out((workspace,), jnp.uint8)),
+        vmap_method="sequential",
+    )
+    return call(a, b)[0]
+
+
+def verify(
+    c: ArrayLike,
+    stats: ArrayLike,
+    model: ArrayLike,
+    *,
+    inject: tuple[int, int, int] | None = None,
+) -> tuple[jax.Array, ...]:
+    """The checksum residuals of ``c`` and their thresholds (``C``'s units), from one pass.
+
+    Args:
+      c: ``(m, n)`` f16/bf16/f32/f64, no empty dimension.
+      stats: ``(7, n)`` from ``encode``; ``model``: ``(12,)``
+        (``jax_tsm2.abft_model.model_vector``); both in one dtype, f32 or f64.
+      inject: ``(row, col, bit)``: first flip bit ``bit`` of ``c[row, col]`` in the pass's
+        own read and write it back (``tsm2_abft_verify_inject``; ``c`` is then aliased to
+        the first result, so XLA copies it first where it has other uses).
+
+    Returns:
+      ``(resid (2, n), threshold (n,))`` in ``stats``' dtype; with ``inject``,
+      ``(c_with_fault, resid, threshold)``.
+
+    >>> a = jnp.ones((4, 3), jnp.float32); b = jnp.ones((3, 2), jnp.float32)
+    >>> from jax_tsm2 import abft_model
+    >>> model = abft_model.model_vector(jnp.float32, 4, 3, None, jnp.float32, extended_sums=True)
+    >>> resid, t = verify(a @ b, encode(a, b, acc=jnp.float32), jnp.asarray(model, jnp.float32))
+    >>> resid
+    Array([[0., 0.],
+           [0., 0.]], dtype=float32)
+    """
+    c, stats, model = jnp.asarray(c), jnp.asarray(stats), jnp.asarray(model)
+    acc = _check_pass_data("verify", c, stats.dtype)
+    (m, n) = c.shape
+    if stats.shape != (7, n) or model.shape != (12,) or model.dtype != acc:
+        raise ValueError(
+            f"verify: need stats (7, {n}) and model (12,) of one dtype for c{c.shape}, got "
+            f"stats{stats.shape} {stats.dtype} and model{model.shape} {model.dtype}"
+        )
+    workspace = _ffi.abft_verify_workspace(c.dtype, m, n)
+    c, stats, model = _compat.match_varying(c, stats, model)
+    out = lambda shape, dtype: _compat.shape_dtype_struct(shape, dtype, c)
+    results = (out((2, n), acc), out((n,), acc), out((workspace,), jnp.uint8))
+    if inject is None:
+        call = jax.ffi.ffi_call(_ffi.VERIFY_TARGET, results, vmap_method="sequential")
+        return tuple(call(c, stats, model)[:2])
+    row, col, bit = (int(x) for x in inject)
+    call = jax.ffi.ffi_call(
+        _ffi.VERIFY_INJECT_TARGET,
+        (out((m, n), c.dtype), *results),
+        vmap_method="sequential",
+        input_output_aliases={0: 0},  # the fault is written into c
+    )
+    attrs = {"inject_row": np.int64(row), "inject_col": np.int64(col), "inject_bit": np.int32(bit)}
+    return tuple(call(c, stats, model, **attrs)[:3])

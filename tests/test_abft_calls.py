@@ -201,3 +201,107 @@ def test_repair_rejects_bad_calls_at_trace_time(args, kw, err, match):
     ops.update(kw)
     with pytest.raises(err, match=match):
         abft_calls.repair_column(*args, ops["a"], ops["b"], ops["c"], acc=ops["acc"])
+
+
+# ---------------------------------------------------------------------------------------------
+# tsm2_abft_encode, tsm2_abft_verify(_inject)
+
+
+_encode = jax.jit(abft_calls.encode, static_argnames="acc")
+
+
+def model_for(dtype, m, k, acc):
+    from jax_tsm2 import abft_model
+
+    return jnp.asarray(abft_model.model_vector(dtype, m, k, None, acc, extended_sums=True), acc)
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 1), (7, 3, 5), (130, 67, 9), (1031, 5, 4)])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_encode_matches_the_extended_reference(dtype, m, k, n):
+    from _abft_reference import assert_stats_close
+
+    rng = np.random.default_rng(m * k + n)
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    for acc in {acc_of(dtype), jnp.float64}:
+        assert_stats_close(_encode(a, b, acc=acc), a, b)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_verify_residuals_and_thresholds(dtype):
+    """The residuals of a product against the extended reference; the threshold as
+    abft_model.column_threshold computes it from the same statistics; a fault moves the
+    residual of its column by its weight times the fault."""
+    from _abft_reference import pass_weights
+
+    from jax_tsm2 import abft_model
+
+    rng = np.random.default_rng(12)
+    m, k, n = 70, 33, 6
+    a, b, c = repair_case(rng, m, k, n, dtype)
+    acc = acc_of(dtype)
+    stats, model = _encode(a, b, acc=acc), model_for(dtype, m, k, acc)
+    resid, t = jax.jit(abft_calls.verify)(c, stats, model)
+    s = abft_model.checksum_scale(m)
+    w = pass_weights(m).astype(np.longdouble)
+    exact = (w @ as_f64(c).astype(np.longdouble) - (w @ as_f64(a).astype(np.longdouble))
+             @ as_f64(b).astype(np.longdouble)) / s  # fmt: skip
+    eps = float(jnp.finfo(acc).eps)
+    abs1 = as_f64(stats[4]) / s
+    assert (np.abs(as_f64(resid) - np.asarray(exact, np.float64)) <= 4 * eps * abs1).all()
+    c64 = as_f64(c)
+    narrow = dtype in (jnp.bfloat16, jnp.float16)
+    f = as_f64(abft_model.half_ulp(jnp.asarray(c64), dtype)) if narrow else c64
+    n2 = s * np.sqrt(np.square(f).sum(0))
+    want = abft_model.column_threshold(
+        np.asarray(model, np.float64), as_f64(stats[4]), as_f64(stats[5]), as_f64(stats[6]),
+        s * np.abs(c64).sum(0), n2) / s  # fmt: skip
+    np.testing.assert_allclose(as_f64(t), np.asarray(want), rtol=8 * eps)
+    assert (np.abs(as_f64(resid)) < as_f64(t)).all()
+    # A fault of 10 thresholds in (5, 2): column 2's residuals move by w_5 * fault.
+    bad = c.at[5, 2].add(jnp.asarray(10 * float(t[2]), dtype))
+    resid2, _ = jax.jit(abft_calls.verify)(bad, stats, model)
+    fault = float(as_f64(bad)[5, 2] - c64[5, 2])
+    moved = as_f64(resid2)[:, 2] - as_f64(resid)[:, 2]
+    np.testing.assert_allclose(moved, pass_weights(m)[:, 5] / s * fault, rtol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_verify_inject_flips_the_bit_in_c_and_in_its_checksum(dtype):
+    rng = np.random.default_rng(13)
+    m, k, n = 40, 12, 7
+    a, b, c = repair_case(rng, m, k, n, dtype)
+    acc = acc_of(dtype)
+    stats, model = _encode(a, b, acc=acc), model_for(dtype, m, k, acc)
+    bits = 8 * jnp.dtype(dtype).itemsize
+    for row, col, bit in ((0, 0, bits - 2), (m - 1, n - 1, 3), (17, 3, bits - 1)):
+        run = jax.jit(lambda c, s, md, inj=(row, col, bit): abft_calls.verify(c, s, md, inject=inj))
+        c_bad, resid, t = run(c, stats, model)
+        want = np.asarray(c).copy()
+        ints = want.view(f"u{want.dtype.itemsize}")
+        ints[row, col] ^= np.asarray(1 << bit, ints.dtype)
+        np.testing.assert_array_equal(as_f64(c_bad), as_f64(want))
+        # The residuals are those of the faulty C.
+        r_plain, t_plain = jax.jit(abft_calls.verify)(jnp.asarray(want), stats, model)
+        np.testing.assert_array_equal(as_f64(resid), as_f64(r_plain))
+        np.testing.assert_array_equal(as_f64(t), as_f64(t_plain))
+
+
+@pytest.mark.parametrize(
+    ("call", "err", "match"),
+    [
+        (lambda: abft_calls.encode(jnp.ones((3,)), jnp.ones((3, 2)), acc=jnp.float32),
+         ValueError, "2-D"),
+        (lambda: abft_calls.encode(jnp.ones((0, 3)), jnp.ones((3, 2)), acc=jnp.float32),
+         ValueError, "no empty"),
+        (lambda: abft_calls.encode(jnp.ones((2, 3)), jnp.ones((4, 2)), acc=jnp.float32),
+         TypeError, r"a \(m, k\)"),
+        (lambda: abft_calls.encode(jnp.ones((2, 3)), jnp.ones((3, 2)), acc=jnp.float16),
+         TypeError, "acc f32/f64"),
+        (lambda: abft_calls.verify(jnp.ones((2, 3)), jnp.ones((7, 2)), jnp.ones((12,))),
+         ValueError, r"stats \(7, 3\)"),
+    ],
+)  # fmt: skip
+def test_encode_and_verify_reject_bad_calls_at_trace_time(call, err, match):
+    with pytest.raises(err, match=match):
+        call()

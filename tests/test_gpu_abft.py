@@ -195,12 +195,17 @@ def test_auto_mode_runs_the_kernels_on_the_gpu():
     m = k = n = 1024
     a, b = jnp.ones((m, k), jnp.float32), jnp.ones((k, n), jnp.float32)
     text = jax.jit(abft.abft_matmul).lower(a, b).compile().as_text()
-    ours = ["custom-call:tsm2_abft_judge", "custom-call:tsm2_colsums"]
+    ours = ["custom-call:tsm2_abft_encode", "custom-call:tsm2_abft_judge"]
     for which in ({"parameter": 0}, {"parameter": 1}):  # the product is cuBLAS's or XLA's
         labels = _hlo.reader_labels(text, **which)
         assert len(labels) == 3 and sorted(x for x in labels if x in ours) == ours, labels
-    assert sorted(_hlo.reader_labels(text, shape=f"f32[{m},{n}]")) == ours
+    c_readers = ["custom-call:tsm2_abft_judge", "custom-call:tsm2_abft_verify"]
+    assert sorted(_hlo.reader_labels(text, shape=f"f32[{m},{n}]")) == c_readers
     assert "conditional(" not in text  # no host round trip
+    # Nothing but the passes, the product (XLA's may be a fusion) and the judge: no XLA
+    # kernel between them.
+    entry = text.split("ENTRY")[1]
+    assert len([x for x in entry.splitlines() if " fusion(" in x]) <= 1, entry
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
@@ -214,8 +219,9 @@ def test_abft_detects_and_corrects_through_the_kernels(dtype, m, k, n):
     fixed, v = run(clean)
     assert int(v.errors_detected) == 0 and not v.uncorrectable
     np.testing.assert_array_equal(as_f64(fixed), as_f64(clean))
+    t = abft.verify(clean, cs).col_threshold
     for i, j in ((0, 0), (m - 1, n - 1), (m // 2, n // 3)):
-        delta = 4.0 * float(cs.col_threshold[j])  # always flagged (> 2x), in f16's range
+        delta = 4.0 * float(t[j])  # always flagged (> 1.2x), in f16's range
         bad = abft.inject_error(clean, i, j, delta)
         fixed, v = run(bad)
         assert int(v.errors_detected) == 1 and v.corrected and not v.uncorrectable
@@ -282,3 +288,220 @@ def test_abft_no_false_positives_at_the_edges_of_the_range(dtype, kind):
     c, v = jax.jit(abft.abft_matmul)(a, b)
     assert int(v.errors_detected) == 0 and int(v.col) == -1, (kind, float(v.magnitude))
     np.testing.assert_array_equal(as_f64(c), as_f64(jnp.matmul(a, b)))
+
+
+# ---------------------------------------------------------------------------------------------
+# tsm2_abft_encode and tsm2_abft_verify(_inject): the checksum passes
+
+
+_encode = jax.jit(abft_calls.encode, static_argnames="acc")
+_verify = jax.jit(abft_calls.verify, static_argnames="inject")
+
+
+def _model(dtype, m, k, acc):
+    from jax_tsm2 import abft_model
+
+    vec = abft_model.model_vector(dtype, m, k, None, acc, extended_sums=True)
+    return jnp.asarray(vec, acc)
+
+
+def _on_cpu(f, *args, **kw):
+    """``f`` through the CPU reference targets, on copies of the operands on the CPU."""
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        return f(*(jax.device_put(x, cpu) for x in args), **kw)
+
+
+# Shapes: one element; rows not a whole number of vectors (element loads); narrow (lanes < 32);
+# a prime past a tile; many split rows; wide; and the benchmark's.
+PASS_SHAPES = [(1, 1, 1), (7, 3, 5), (1031, 129, 4), (20_011, 37, 16), (100_003, 8, 33),
+               (33, 2049, 4097), (8192, 8192, 64)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("m", "k", "n"), PASS_SHAPES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_encode_kernels_match_the_extended_reference(dtype, m, k, n):
+    from _abft_reference import assert_stats_close
+
+    if dtype == jnp.float64 and m * k > 10**7:
+        pytest.skip("the long-double reference of an 8192^2 f64 operand takes minutes")
+    rng = np.random.default_rng(m + k + n)
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    for acc in {acc_of(dtype), jnp.float64}:
+        assert_stats_close(_encode(a, b, acc=acc), a, b)
+
+
+def test_encode_kernels_count_subnormal_inputs_in_the_flush_row():
+    """The kernels read subnormal inputs as they are (a flush-to-zero product then loses
+    them: the flush row bounds what it can lose)."""
+    from _abft_reference import assert_stats_close
+
+    rng = np.random.default_rng(11)
+    a = np.asarray(rand(rng, (2000, 6), jnp.float32))
+    b = np.asarray(rand(rng, (6, 3), jnp.float32))
+    a[3, 2], a[700, 0], b[4, 1] = 1e-40, -3e-39, 2e-41
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    stats = _encode(a, b, acc=jnp.float64)
+    assert (np.asarray(stats[6]) > 0).all()
+    assert_stats_close(stats, a, b)
+
+
+@pytest.mark.parametrize(("m", "k", "n"), PASS_SHAPES[:-1])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_verify_kernels_give_the_reference_residuals_and_thresholds(dtype, m, k, n):
+    rng = np.random.default_rng(m * 3 + n)
+    a, b, c = repair_case(rng, m, k, n, dtype)
+    acc = acc_of(dtype)
+    stats, model = _encode(a, b, acc=acc), _model(dtype, m, k, acc)
+    resid, t = _verify(c, stats, model)
+    resid_ref, t_ref = _on_cpu(_verify, c, stats, model)
+    eps = float(jnp.finfo(acc).eps)
+    abs1 = as_f64(stats[4]) / abft.checksum_scale(m)
+    assert (np.abs(as_f64(resid) - as_f64(resid_ref)) <= 4 * eps * abs1 + 1e-300).all()
+    np.testing.assert_allclose(as_f64(t), as_f64(t_ref), rtol=16 * eps)
+    assert (np.abs(as_f64(resid)) <= as_f64(t)).all()
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1031, 129, 4), (100_003, 8, 33), (8192, 8192, 64)])
+def test_passes_are_bitwise_reproducible(m, k, n):
+    rng = np.random.default_rng(3)
+    a, b = rand(rng, (m, k), jnp.float32), rand(rng, (k, n), jnp.float32)
+    stats = np.asarray(_encode(a, b, acc=jnp.float32))
+    c = a @ b
+    model = _model(jnp.float32, m, k, jnp.float32)
+    first = [np.asarray(x) for x in _verify(c, stats, model)]
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(_encode(a, b, acc=jnp.float32)), stats)
+        for x, y in zip(_verify(c, stats, model), first, strict=True):
+            np.testing.assert_array_equal(np.asarray(x), y)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(("m", "n"), [(40, 7), (5000, 129), (3, 4097)])
+def test_verify_inject_plants_the_fault_inside_the_pass(dtype, m, n):
+    """The inject variant flips the bit in C (memory) and sums the flipped value: its
+    residuals are those of the faulty C."""
+    rng = np.random.default_rng(13)
+    k = 12
+    a, b, c = repair_case(rng, m, k, n, dtype)
+    acc = acc_of(dtype)
+    stats, model = _encode(a, b, acc=acc), _model(dtype, m, k, acc)
+    bits = 8 * jnp.dtype(dtype).itemsize
+    for row, col, bit in ((0, 0, bits - 2), (m - 1, n - 1, 3), (m // 2, n // 3, bits - 1)):
+        c_bad, resid, t = _verify(c, stats, model, inject=(row, col, bit))
+        want = np.asarray(c).copy()
+        ints = want.view(f"u{want.dtype.itemsize}")
+        ints[row, col] ^= np.asarray(1 << bit, ints.dtype)
+        np.testing.assert_array_equal(as_f64(c_bad), as_f64(want))
+        r_plain, t_plain = _verify(jnp.asarray(want), stats, model)
+        eps = float(jnp.finfo(acc).eps)
+        scale = np.abs(as_f64(resid)) + as_f64(t)
+        assert (np.abs(as_f64(resid) - as_f64(r_plain)) <= 4 * eps * scale).all()
+        np.testing.assert_allclose(as_f64(t), as_f64(t_plain), rtol=16 * eps)
+
+
+def test_production_verify_kernel_has_no_injection_code():
+    """Zero cost when unused: tsm2_abft_verify launches AbftPassKernel<T, 2, false>, which is
+    compiled without the injection (a separate instantiation, <T, 2, true>, does it): its
+    disassembly never stores to C. (The pass over C stores nothing to global memory but its
+    sums.)"""
+    import pathlib
+    import shutil
+    import subprocess
+
+    from jax_tsm2 import _tsm2_ext
+
+    if shutil.which("cuobjdump") is None:
+        pytest.skip("no cuobjdump")
+    lib = pathlib.Path(_tsm2_ext.__file__)
+    sass = subprocess.run(["cuobjdump", "-sass", str(lib)], capture_output=True, text=True).stdout
+    bodies = sass.split("Function : ")
+    mangled = "_ZN4tsm214AbftPassKernelIfLi2ELb{}EEEvNS_12AbftPassArgsE"
+    plain = [b for b in bodies if b.startswith(mangled.format(0))]
+    inject = [b for b in bodies if b.startswith(mangled.format(1))]
+    assert plain and inject, [b[:80] for b in bodies if "AbftPass" in b[:80]]
+    stores = lambda body: sum(1 for line in body.splitlines() if " STG" in line)
+    # The injection's extra stores to global memory are absent from the production body.
+    assert stores(plain[0]) < stores(inject[0]), (stores(plain[0]), stores(inject[0]))
+
+
+# ---------------------------------------------------------------------------------------------
+# detection bars on the GPU (tests/test_abft_detection.py's cases, through the kernels)
+
+
+@pytest.mark.parametrize("name", ["f32", "f64", "bf16", "f16"])
+def test_gpu_no_false_positive_over_thousands_of_clean_products(name):
+    from test_abft_detection import DTYPES, false_positive_run
+
+    total, flagged, first = false_positive_run(DTYPES[name], 2_000, seed=22)
+    assert flagged == 0, f"{flagged} of {total} clean products flagged; first: {first}"
+
+
+@pytest.mark.parametrize("name", ["f32", "f64", "bf16", "f16"])
+def test_gpu_single_errors_above_the_bar_are_detected_located_and_corrected(name):
+    from _abft_reference import DETECT_KINDS
+    from test_abft_detection import (
+        test_single_errors_above_the_bar_are_detected_located_and_corrected as check,
+    )
+
+    for kind in DETECT_KINDS:
+        check(name, kind)
+
+
+@pytest.mark.parametrize("name", ["f32", "f64", "bf16", "f16"])
+def test_gpu_a_bit_flipped_inside_the_pass_over_c_is_caught(name):
+    from test_abft_detection import test_a_bit_flipped_inside_the_pass_over_c_is_caught as check
+
+    check(name)
+
+
+def test_gpu_tf32_products_detect_errors_above_their_own_rounding():
+    """At XLA's default f32 precision the product's inputs are TF32: the threshold allows for
+    that (2^-10 per operand), so a clean 2000 x 64 @ 64 x 8 product passes and an error of
+    a third of the largest entry of its column is caught."""
+    rng = np.random.default_rng(50)
+    a = jnp.asarray(rng.standard_normal((2000, 64)), jnp.float32)
+    b = jnp.asarray(rng.standard_normal((64, 8)), jnp.float32)
+    c, v = jax.jit(abft.abft_matmul)(a, b)
+    assert int(v.errors_detected) == 0
+    bad = c.at[1234, 5].add(jnp.abs(c[:, 5]).max() / 3)
+    _, v = abft.check(bad, abft.encode(a, b), a=a, b=b)
+    assert (int(v.row), int(v.col)) == (1234, 5) and bool(v.corrected), v
+
+
+PASS_SWEEP = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, {tests!r})
+from _abft_reference import acc_of, repair_case
+from jax_tsm2 import abft_calls, abft_model
+
+count = 0
+rng = np.random.default_rng(0)
+for dtype in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16):
+    acc = acc_of(dtype)
+    for m, k, n in ((1, 1, 1), (7, 3, 5), (1031, 129, 4), (5000, 16, 33), (3, 40, 4097)):
+        a, b, c = repair_case(rng, m, k, n, dtype)
+        stats = jax.block_until_ready(abft_calls.encode(a, b, acc=acc))
+        model = jnp.asarray(
+            abft_model.model_vector(dtype, m, k, None, acc, extended_sums=True), acc)
+        jax.block_until_ready(abft_calls.verify(c, stats, model))
+        jax.block_until_ready(abft_calls.verify(c, stats, model, inject=(m - 1, n - 1, 2)))
+        count += 3
+print("sweep calls:", count)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+def test_pass_kernels_sanitizers_report_no_errors(tmp_path, tool):
+    """The pass kernels stage rows in shared memory (cp.async) and reuse it for the warps'
+    reduction: memcheck, racecheck and synccheck over odd shapes of every dtype."""
+    import shutil
+
+    from test_gpu_sanitizer import _assert_sanitizer_clean
+
+    if shutil.which("compute-sanitizer") is None:
+        pytest.skip("no compute-sanitizer")
+    _assert_sanitizer_clean(tmp_path, PASS_SWEEP, tool, "AbftPass")

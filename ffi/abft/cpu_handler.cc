@@ -1,14 +1,17 @@
-// CPU references for the ABFT targets `tsm2_colsums`, `tsm2_repair_column`
-// and `tsm2_abft_judge`: plain loops behind the same handler signatures and
-// validation as the CUDA ones, accumulating in the caller's Acc with fma as
-// the kernels do (in another order: rows in sequence). They let the CPU test
-// suite run jax_tsm2.abft's kernel modes end to end; they are not fast.
+// CPU references for the ABFT targets `tsm2_colsums`, `tsm2_repair_column`,
+// `tsm2_abft_judge`, `tsm2_abft_encode` and `tsm2_abft_verify(_inject)`: plain
+// loops behind the same handler signatures and validation as the CUDA ones,
+// accumulating as the kernels do (in another order: rows in sequence). The
+// checksum passes are jax_tsm2.abft's default formulation on CPU, since they
+// sum in f64 or double-double whatever jax_enable_x64 says; they are not fast.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
+#include "ffi/abft/checksum.h"
 #include "ffi/abft/handlers.h"
 #include "ffi/abft/problem.h"
 #include "ffi/common/cpu_elements.h"
@@ -193,8 +196,206 @@ ffi::Error JudgeCpuImpl(ffi::AnyBuffer resid, ffi::AnyBuffer threshold, ffi::Any
   });
 }
 
+// ---------------------------------------------------------------------------
+// tsm2_abft_encode and tsm2_abft_verify: the passes of ffi/abft/checksum.h.
+
+template <ElemType E>
+constexpr double TinyOf() {
+  return E == ElemType::kF64   ? std::numeric_limits<double>::min()
+         : E == ElemType::kF16 ? 0x1p-14
+                               : 0x1p-126;  // f32 and bf16
+}
+
+// f64 data sums its signed checksums in double-double, the rest in f64.
+template <ElemType E>
+using SignedSum = ExtSum<E == ElemType::kF64>;
+
+template <typename Acc, bool kDD>
+void StoreSplit(const ExtSum<kDD>& x, Acc* hi, Acc* lo) {
+  ExtSum<kDD> v = x;
+  v.Normalize();
+  *hi = static_cast<Acc>(v.hi);
+  *lo = static_cast<Acc>((v.hi - static_cast<double>(*hi)) + v.lo);
+}
+
+template <ElemType E, typename Acc>
+void EncodeReference(const AbftPassProblem& p, const void* a, const void* b, Acc* stats) {
+  using In = HostElem<E>;
+  const double s = ChecksumScale(p.m), tiny = TinyOf<E>();
+  const int64_t m = p.m, k = p.k, n = p.n;
+  // The pass over A: per column l, the signed checksums v, s sum |a|, the
+  // guarded norm s ||a_l||_2 and s times the subnormal mass.
+  std::vector<SignedSum<E>> v1(k), v2(k);
+  std::vector<double> alpha(k, 0.0), sq(k, 0.0), sub(k, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    double w1, w2;
+    RowWeights(i, 1.0 / static_cast<double>(m), s, &w1, &w2);
+    for (int64_t l = 0; l < k; ++l) {
+      const double x = In::Load(a, i * k + l), ax = std::fabs(x);
+      v1[l].Add(w1, x);
+      v2[l].Add(w2, x);
+      alpha[l] = std::fma(s, ax, alpha[l]);
+      sq[l] = std::fma(s * x, s * x, sq[l]);
+      if (ax < tiny) sub[l] = std::fma(s, ax, sub[l]);
+    }
+  }
+  std::vector<double> nu(k);
+  for (int64_t l = 0; l < k; ++l) {
+    v1[l].Normalize();
+    v2[l].Normalize();
+    nu[l] = GuardedNorm(sq[l], alpha[l]);
+  }
+  // The pass over B, weighted by the pass over A.
+  std::vector<SignedSum<E>> r1(n), r2(n);
+  std::vector<double> abs1(n, 0.0), q(n, 0.0), flush(n, 0.0);
+  for (int64_t l = 0; l < k; ++l) {
+    for (int64_t j = 0; j < n; ++j) {
+      const double x = In::Load(b, l * n + j), ax = std::fabs(x);
+      r1[j].AddExt(v1[l].hi, v1[l].lo, x);
+      r2[j].AddExt(v2[l].hi, v2[l].lo, x);
+      abs1[j] = std::fma(alpha[l], ax, abs1[j]);
+      const double t = nu[l] * x;
+      q[j] = std::fma(t, t, q[j]);
+      flush[j] = std::fma(sub[l], ax, flush[j]);
+      if (ax < tiny) flush[j] = std::fma(alpha[l], ax, flush[j]);
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    StoreSplit(r1[j], &stats[kStatRef1 * n + j], &stats[kStatRef1Lo * n + j]);
+    StoreSplit(r2[j], &stats[kStatRef2 * n + j], &stats[kStatRef2Lo * n + j]);
+    stats[kStatAbs * n + j] = static_cast<Acc>(abs1[j]);
+    stats[kStatNorm * n + j] = static_cast<Acc>(GuardedNorm(q[j], abs1[j]));
+    stats[kStatFlush * n + j] = static_cast<Acc>(flush[j]);
+  }
+}
+
+// What the C pass squares: C itself, or the half-ulp of a bf16/f16 entry.
+template <ElemType E>
+double NormTerm(double x) {
+  if constexpr (E == ElemType::kBF16) return HalfUlp(x, 8, -126);
+  if constexpr (E == ElemType::kF16) return HalfUlp(x, 11, -14);
+  return x;
+}
+
+template <ElemType E, typename Acc>
+void VerifyReference(const AbftPassProblem& p, const void* c, const Acc* stats, const Acc* model,
+                     Acc* resid, Acc* threshold) {
+  using In = HostElem<E>;
+  const int64_t m = p.m, n = p.n;
+  const double s = ChecksumScale(m);
+  std::vector<SignedSum<E>> g1(n), g2(n);
+  std::vector<double> c_abs(n, 0.0), sq(n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    double w1, w2;
+    RowWeights(i, 1.0 / static_cast<double>(m), s, &w1, &w2);
+    for (int64_t j = 0; j < n; ++j) {
+      const double x = In::Load(c, i * n + j);
+      g1[j].Add(w1, x);
+      g2[j].Add(w2, x);
+      c_abs[j] = std::fma(s, std::fabs(x), c_abs[j]);
+      const double t = s * NormTerm<E>(x);
+      sq[j] = std::fma(t, t, sq[j]);
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const double abs1 = stats[kStatAbs * n + j];
+    const double t = ColumnThreshold(model, abs1, static_cast<double>(stats[kStatNorm * n + j]),
+                                     static_cast<double>(stats[kStatFlush * n + j]), c_abs[j],
+                                     GuardedNorm(sq[j], c_abs[j])) /
+                     s;
+    threshold[j] = static_cast<Acc>(t);
+    const SignedSum<E>* g[2] = {&g1[j], &g2[j]};
+    const int hi_row[2] = {kStatRef1, kStatRef2}, lo_row[2] = {kStatRef1Lo, kStatRef2Lo};
+    for (int q = 0; q < 2; ++q) {
+      SignedSum<E> d = *g[q];
+      d.Normalize();
+      // A vacuous (infinite) bound checks finiteness only: the reference may
+      // itself have overflowed, so the residual is NaN where C's checksum is.
+      if (std::isinf(t)) {
+        resid[q * n + j] = static_cast<Acc>(d.hi * 0.0);
+        continue;
+      }
+      d.Add(-1.0, static_cast<double>(stats[hi_row[q] * n + j]));
+      d.Add(-1.0, static_cast<double>(stats[lo_row[q] * n + j]));
+      d.Normalize();
+      resid[q * n + j] = static_cast<Acc>(d.hi / s);
+    }
+  }
+}
+
+// Flips bit `bit` of element `at` of a T array (bf16/f16 as raw 16 bits).
+template <ElemType E>
+void FlipBit(void* data, int64_t at, int bit) {
+  auto* bytes = static_cast<unsigned char*>(data) + at * ItemSize(E);
+  bytes[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
+}
+
+ffi::Error EncodeCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> stats,
+                         ffi::Result<ffi::AnyBuffer> /*workspace*/) {
+  constexpr std::string_view kOp = "tsm2_abft_encode (cpu)";
+  AbftPassProblem p;
+  TSM2_FFI_RETURN_IF_ERROR(DecodeAbftEncode(kOp, a, b, *stats, &p));
+  return DispatchElemAndAcc(kOp, p.dtype, p.acc, [&](auto elem, auto acc) {
+    using Acc = AccCType<decltype(acc)::value>;
+    EncodeReference<decltype(elem)::value, Acc>(p, a.untyped_data(), b.untyped_data(),
+                                                static_cast<Acc*>(stats->untyped_data()));
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error VerifyCommon(std::string_view op, const AbftPassProblem& p, const void* c,
+                        const ffi::AnyBuffer& stats, const ffi::AnyBuffer& model,
+                        ffi::AnyBuffer* resid, ffi::AnyBuffer* threshold) {
+  return DispatchElemAndAcc(op, p.dtype, p.acc, [&](auto elem, auto acc) {
+    using Acc = AccCType<decltype(acc)::value>;
+    VerifyReference<decltype(elem)::value, Acc>(p, c, static_cast<const Acc*>(stats.untyped_data()),
+                                                static_cast<const Acc*>(model.untyped_data()),
+                                                static_cast<Acc*>(resid->untyped_data()),
+                                                static_cast<Acc*>(threshold->untyped_data()));
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error VerifyCpuImpl(ffi::AnyBuffer c, ffi::AnyBuffer stats, ffi::AnyBuffer model,
+                         ffi::Result<ffi::AnyBuffer> resid, ffi::Result<ffi::AnyBuffer> threshold,
+                         ffi::Result<ffi::AnyBuffer> /*workspace*/) {
+  constexpr std::string_view kOp = "tsm2_abft_verify (cpu)";
+  AbftPassProblem p;
+  TSM2_FFI_RETURN_IF_ERROR(DecodeAbftVerify(kOp, c, stats, model, *resid, *threshold, &p));
+  return VerifyCommon(kOp, p, c.untyped_data(), stats, model, &*resid, &*threshold);
+}
+
+ffi::Error VerifyInjectCpuImpl(ffi::AnyBuffer c, ffi::AnyBuffer stats, ffi::AnyBuffer model,
+                               ffi::Result<ffi::AnyBuffer> c_out, ffi::Result<ffi::AnyBuffer> resid,
+                               ffi::Result<ffi::AnyBuffer> threshold,
+                               ffi::Result<ffi::AnyBuffer> /*workspace*/, int64_t inject_row,
+                               int64_t inject_col, int32_t inject_bit) {
+  constexpr std::string_view kOp = "tsm2_abft_verify_inject (cpu)";
+  AbftPassProblem p;
+  TSM2_FFI_RETURN_IF_ERROR(DecodeAbftVerify(kOp, c, stats, model, *resid, *threshold, &p));
+  TSM2_FFI_RETURN_IF_ERROR(DecodeInjection(kOp, p, *c_out, inject_row, inject_col, inject_bit));
+  if (c_out->untyped_data() != c.untyped_data()) {
+    std::memcpy(c_out->untyped_data(), c.untyped_data(), c.size_bytes());
+  }
+  TSM2_FFI_RETURN_IF_ERROR(DispatchElemType(kOp, p.dtype, [&](auto elem) {
+    FlipBit<decltype(elem)::value>(c_out->untyped_data(), inject_row * p.n + inject_col,
+                                   inject_bit);
+    return ffi::Error::Success();
+  }));
+  return VerifyCommon(kOp, p, c_out->untyped_data(), stats, model, &*resid, &*threshold);
+}
+
 }  // namespace
 }  // namespace tsm2
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2AbftEncodeCpu, tsm2::EncodeCpuImpl,
+                              tsm2::AbftEncodeSignature(xla::ffi::Ffi::Bind()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2AbftVerifyCpu, tsm2::VerifyCpuImpl,
+                              tsm2::AbftVerifySignature(xla::ffi::Ffi::Bind()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2AbftVerifyInjectCpu, tsm2::VerifyInjectCpuImpl,
+                              tsm2::AbftVerifyInjectSignature(xla::ffi::Ffi::Bind()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Tsm2ColsumsCpu, tsm2::ColsumsCpuImpl,
                               tsm2::ColsumsSignature(xla::ffi::Ffi::Bind()));

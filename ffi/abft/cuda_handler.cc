@@ -1,9 +1,11 @@
-// The CUDA handlers of the ABFT targets tsm2_colsums, tsm2_repair_column and
-// tsm2_abft_judge: validate (the same checks as the CPU reference), hand the
-// element and accumulator types to the one dispatch, launch on XLA's stream,
-// and turn a CUDA failure into an ffi::Error naming the op and the buffers. Workspaces are results
-// XLA allocates (sized by _tsm2_ext.colsums_plan and _tsm2_ext.repair_blocks), so the handlers
-// never allocate or synchronize and are CUDA-graph compatible.
+// The CUDA handlers of the ABFT targets tsm2_colsums, tsm2_repair_column,
+// tsm2_abft_judge, tsm2_abft_encode and tsm2_abft_verify(_inject): validate
+// (the same checks as the CPU reference), hand the element and accumulator
+// types to the one dispatch, launch on XLA's stream, and turn a CUDA failure
+// into an ffi::Error naming the op and the buffers. Workspaces are results
+// XLA allocates (sized by _tsm2_ext.colsums_plan, abft_encode_workspace,
+// abft_verify_workspace and repair_blocks), so the handlers never allocate or
+// synchronize and are CUDA-graph compatible.
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -137,8 +139,105 @@ ffi::Error JudgeCudaImpl(cudaStream_t stream, ffi::AnyBuffer resid, ffi::AnyBuff
   });
 }
 
+ffi::Error EncodeCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                          ffi::Result<ffi::AnyBuffer> stats,
+                          ffi::Result<ffi::AnyBuffer> workspace) {
+  constexpr std::string_view kOp = "tsm2_abft_encode (cuda)";
+  (void)cudaGetLastError();
+  AbftPassProblem p;
+  TSM2_FFI_RETURN_IF_ERROR(DecodeAbftEncode(kOp, a, b, *stats, &p));
+  DeviceAbftEncode d;
+  d.a = a.untyped_data();
+  d.b = b.untyped_data();
+  d.stats = stats->untyped_data();
+  d.workspace = workspace->untyped_data();
+  d.workspace_bytes = workspace->size_bytes();
+  d.m = p.m;
+  d.k = p.k;
+  d.n = p.n;
+  const auto operands = [&] {
+    return "a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) + ", workspace of " +
+           std::to_string(workspace->size_bytes()) + " bytes";
+  };
+  return DispatchElemAndAcc(kOp, p.dtype, p.acc, [&](auto elem, auto acc) -> ffi::Error {
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
+        kOp, (LaunchAbftEncode<decltype(elem)::value, decltype(acc)::value>(d, stream)),
+        operands());
+    return ffi::Error::Success();
+  });
+}
+
+// tsm2_abft_verify and tsm2_abft_verify_inject (c_out non-null).
+ffi::Error VerifyCommon(std::string_view op, cudaStream_t stream, const ffi::AnyBuffer& c,
+                        const ffi::AnyBuffer& stats, const ffi::AnyBuffer& model,
+                        ffi::AnyBuffer* c_out, ffi::AnyBuffer* resid, ffi::AnyBuffer* threshold,
+                        ffi::AnyBuffer* workspace, int64_t row, int64_t col, int32_t bit) {
+  (void)cudaGetLastError();
+  AbftPassProblem p;
+  TSM2_FFI_RETURN_IF_ERROR(DecodeAbftVerify(op, c, stats, model, *resid, *threshold, &p));
+  if (c_out != nullptr) TSM2_FFI_RETURN_IF_ERROR(DecodeInjection(op, p, *c_out, row, col, bit));
+  DeviceAbftVerify d;
+  d.c = c.untyped_data();
+  d.c_out = c_out != nullptr ? c_out->untyped_data() : nullptr;
+  d.stats = stats.untyped_data();
+  d.model = model.untyped_data();
+  d.resid = resid->untyped_data();
+  d.threshold = threshold->untyped_data();
+  d.workspace = workspace->untyped_data();
+  d.workspace_bytes = workspace->size_bytes();
+  d.m = p.m;
+  d.n = p.n;
+  d.inject = c_out != nullptr;
+  d.inject_row = row;
+  d.inject_col = col;
+  d.inject_bit = bit;
+  const auto operands = [&] {
+    return "c=" + DescribeBuffer(c) + ", workspace of " + std::to_string(workspace->size_bytes()) +
+           " bytes";
+  };
+  return DispatchElemAndAcc(op, p.dtype, p.acc, [&](auto elem, auto acc) -> ffi::Error {
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
+        op, (LaunchAbftVerify<decltype(elem)::value, decltype(acc)::value>(d, stream)), operands());
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error VerifyCudaImpl(cudaStream_t stream, ffi::AnyBuffer c, ffi::AnyBuffer stats,
+                          ffi::AnyBuffer model, ffi::Result<ffi::AnyBuffer> resid,
+                          ffi::Result<ffi::AnyBuffer> threshold,
+                          ffi::Result<ffi::AnyBuffer> workspace) {
+  return VerifyCommon("tsm2_abft_verify (cuda)", stream, c, stats, model, nullptr, &*resid,
+                      &*threshold, &*workspace, -1, -1, 0);
+}
+
+ffi::Error VerifyInjectCudaImpl(cudaStream_t stream, ffi::AnyBuffer c, ffi::AnyBuffer stats,
+                                ffi::AnyBuffer model, ffi::Result<ffi::AnyBuffer> c_out,
+                                ffi::Result<ffi::AnyBuffer> resid,
+                                ffi::Result<ffi::AnyBuffer> threshold,
+                                ffi::Result<ffi::AnyBuffer> workspace, int64_t inject_row,
+                                int64_t inject_col, int32_t inject_bit) {
+  return VerifyCommon("tsm2_abft_verify_inject (cuda)", stream, c, stats, model, &*c_out, &*resid,
+                      &*threshold, &*workspace, inject_row, inject_col, inject_bit);
+}
+
 }  // namespace
 }  // namespace tsm2
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2AbftEncodeCuda, tsm2::EncodeCudaImpl,
+    tsm2::AbftEncodeSignature(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2AbftVerifyCuda, tsm2::VerifyCudaImpl,
+    tsm2::AbftVerifySignature(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2AbftVerifyInjectCuda, tsm2::VerifyInjectCudaImpl,
+    tsm2::AbftVerifyInjectSignature(
+        xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     Tsm2ColsumsCuda, tsm2::ColsumsCudaImpl,

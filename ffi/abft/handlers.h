@@ -1,5 +1,6 @@
-// The FFI signatures of the ABFT targets tsm2_colsums, tsm2_repair_column
-// and tsm2_abft_judge, and their handler symbols: the CPU references
+// The FFI signatures of the ABFT targets tsm2_colsums, tsm2_repair_column,
+// tsm2_abft_judge, tsm2_abft_encode and tsm2_abft_verify(_inject), and their
+// handler symbols: the CPU references
 // (cpu_handler.cc) and the CUDA handlers (cuda_handler.cc).
 //
 // Each signature function takes a binding that already holds the platform's
@@ -73,13 +74,62 @@ auto AbftJudgeSignature(B binding) {
       .template Ret<AnyBuffer>();  // state: s32[JudgeStateSize(m)]
 }
 
+// tsm2_abft_encode: the reference checksums of A @ B and the scales of their
+// threshold (rows: ffi/abft/checksum.h, AbftStat), from one pass over A and
+// one over B.
+template <typename B>
+auto AbftEncodeSignature(B binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()   // a: [m, k]
+      .template Arg<AnyBuffer>()   // b: [k, n]
+      .template Ret<AnyBuffer>()   // stats: [7, n] (acc)
+      .template Ret<AnyBuffer>();  // workspace: u8[bytes]
+}
+
+// tsm2_abft_verify: the checksum residuals of C and their thresholds, from
+// one pass over C.
+template <typename B>
+auto AbftVerifySignature(B binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()   // c: [m, n]
+      .template Arg<AnyBuffer>()   // stats: [7, n] (acc), from tsm2_abft_encode
+      .template Arg<AnyBuffer>()   // model: [12] (acc)
+      .template Ret<AnyBuffer>()   // resid: [2, n] (acc), in C's units
+      .template Ret<AnyBuffer>()   // threshold: [n] (acc), in C's units
+      .template Ret<AnyBuffer>();  // workspace: u8[bytes]
+}
+
+// tsm2_abft_verify_inject: tsm2_abft_verify that first flips bit `inject_bit`
+// of C[inject_row, inject_col] in the pass's own read of C and writes it back
+// (a fault planted inside the kernel, for tests). C_out aliases C.
+template <typename B>
+auto AbftVerifyInjectSignature(B binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()  // c: [m, n]
+      .template Arg<AnyBuffer>()  // stats
+      .template Arg<AnyBuffer>()  // model
+      .template Ret<AnyBuffer>()  // c_out: [m, n], aliases c
+      .template Ret<AnyBuffer>()  // resid
+      .template Ret<AnyBuffer>()  // threshold
+      .template Ret<AnyBuffer>()  // workspace
+      .template Attr<int64_t>("inject_row")
+      .template Attr<int64_t>("inject_col")
+      .template Attr<int32_t>("inject_bit");
+}
+
 }  // namespace tsm2
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2ColsumsCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2RepairColumnCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftJudgeCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftEncodeCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftVerifyCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftVerifyInjectCpu);
 #ifdef TSM2_WITH_CUDA
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2ColsumsCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2RepairColumnCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftJudgeCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftEncodeCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftVerifyCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftVerifyInjectCuda);
 #endif

@@ -1,7 +1,8 @@
 // The host side of the ABFT targets without XLA: the weighted column sums
 // (DeviceColsums, planned once by PlanColsumsLaunch and run by LaunchColsums), the
 // column repair and the judgement (kernels/colsums.cuh, repair_column.cuh,
-// judge.cuh). The FFI handlers (cuda_handler.cc) are one user. E is the
+// judge.cuh; launch.cu), and the checksum passes of encode and verify
+// (kernels/passes.cuh; launch_passes.cu). The FFI handlers (cuda_handler.cc) are one user. E is the
 // element type of the data, A that of the accumulators (kF32 or kF64).
 #pragma once
 
@@ -100,5 +101,42 @@ struct DeviceJudge {
 
 template <ElemType E, ElemType A>
 Status LaunchJudge(const DeviceJudge& p, cudaStream_t stream);
+
+// tsm2_abft_encode (kernels/passes.cuh): stats [kStatRows, n] of A in
+// accumulator type A from a [m, k] and b [k, n] of E. The workspace holds
+// the passes' partial sums and A's column values (AbftEncodeLayoutOf).
+struct DeviceAbftEncode {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* stats = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  int64_t m = 0, k = 0, n = 0;
+};
+
+template <ElemType E, ElemType A>
+Status LaunchAbftEncode(const DeviceAbftEncode& p, cudaStream_t stream);
+
+// tsm2_abft_verify(_inject): resid [2, n] and threshold [n] in A from c
+// [m, n] of E, stats and model (A). With inject, the pass reads c_out (which
+// must hold c; it is copied there first if it does not alias c) and plants
+// the fault in it.
+struct DeviceAbftVerify {
+  const void* c = nullptr;
+  void* c_out = nullptr;
+  const void* stats = nullptr;
+  const void* model = nullptr;
+  void* resid = nullptr;
+  void* threshold = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  int64_t m = 0, n = 0;
+  bool inject = false;
+  int64_t inject_row = -1, inject_col = -1;
+  int inject_bit = 0;
+};
+
+template <ElemType E, ElemType A>
+Status LaunchAbftVerify(const DeviceAbftVerify& p, cudaStream_t stream);
 
 }  // namespace tsm2

@@ -10,6 +10,13 @@
 // SM work. Splits write partial sums [split][r][cols] that a second kernel
 // adds in split order (bitwise reproducible, no float atomics).
 //
+// tsm2_abft_encode and tsm2_abft_verify: the checksum passes (checksum.h)
+// cut as tsm2_colsums is, but summing in f64: a column's partial sums are
+// `slots` doubles (a double-double sum takes two). Encode's workspace holds
+// the pass over A's partials, its final per-column values (the pass over B's
+// weights: kAbftAStatSlots doubles per column of A) and the pass over B's
+// partials; verify's the pass over C's partials.
+//
 // tsm2_repair_column: a persistent grid of at most kRepairMaxBlocks blocks
 // recomputes one column of C, each block writing whether its rows came out
 // finite; a second kernel writes the column only if every block said so.
@@ -78,6 +85,57 @@ inline int64_t ColsumsWorkspaceBytes(const ColsumsPlan& s, int r, int64_t cols, 
 inline ColsumsPlan UpperColsumsPlan(int itemsize, int acc_size, int r, int64_t rows, int64_t cols,
                                     int sm_count) {
   return PlanColsums(itemsize, acc_size, r, rows, cols, int64_t{kColsumsMaxBlocksPerSm} * sm_count);
+}
+
+enum AbftPass : int { kAbftPassA = 0, kAbftPassB = 1, kAbftPassC = 2 };
+
+// Partial-sum doubles per column: the two signed sums (double-double for f64
+// data) and the scale rows (A: |a|, a^2, subnormal |a|; B: the 1-norm, the
+// squares, the flush mass; C: |c| and the norm row).
+constexpr int AbftPassSlots(AbftPass pass, bool dd) {
+  return (dd ? 4 : 2) + (pass == kAbftPassC ? 2 : 3);
+}
+// v1, v2 (high and low parts), alpha, nu and the subnormal mass of each
+// column of A.
+constexpr int kAbftAStatSlots = 7;
+
+inline ColsumsPlan PlanAbftPass(int itemsize, int slots, int64_t rows, int64_t cols,
+                                int64_t resident_blocks) {
+  return PlanColsums(itemsize, 8, slots, rows, cols, resident_blocks);
+}
+
+inline int64_t AbftPartialBytes(const ColsumsPlan& s, int slots, int64_t cols) {
+  return s.splits <= 1 ? 0 : s.splits * slots * cols * 8;
+}
+
+// Where encode's workspace keeps what (byte offsets), for the plans of the
+// passes over A (m x k) and B (k x n).
+struct AbftEncodeLayout {
+  int64_t a_partials = 0, a_stats = 0, b_partials = 0, bytes = 0;
+};
+inline AbftEncodeLayout AbftEncodeLayoutOf(const ColsumsPlan& a_plan, const ColsumsPlan& b_plan,
+                                           bool dd, int64_t k, int64_t n) {
+  AbftEncodeLayout l;
+  l.a_stats = AbftPartialBytes(a_plan, AbftPassSlots(kAbftPassA, dd), k);
+  l.b_partials = l.a_stats + int64_t{kAbftAStatSlots} * k * 8;
+  l.bytes = l.b_partials + AbftPartialBytes(b_plan, AbftPassSlots(kAbftPassB, dd), n);
+  return l;
+}
+
+// The workspaces Python sizes (every SM holding kColsumsMaxBlocksPerSm
+// blocks); a device holding fewer plans fewer splits.
+inline int64_t AbftEncodeWorkspaceBytes(int itemsize, int64_t m, int64_t k, int64_t n,
+                                        int sm_count) {
+  const bool dd = itemsize == 8;
+  const int64_t resident = int64_t{kColsumsMaxBlocksPerSm} * sm_count;
+  const ColsumsPlan a = PlanAbftPass(itemsize, AbftPassSlots(kAbftPassA, dd), m, k, resident);
+  const ColsumsPlan b = PlanAbftPass(itemsize, AbftPassSlots(kAbftPassB, dd), k, n, resident);
+  return AbftEncodeLayoutOf(a, b, dd, k, n).bytes;
+}
+inline int64_t AbftVerifyWorkspaceBytes(int itemsize, int64_t m, int64_t n, int sm_count) {
+  const int slots = AbftPassSlots(kAbftPassC, itemsize == 8);
+  const int64_t resident = int64_t{kColsumsMaxBlocksPerSm} * sm_count;
+  return AbftPartialBytes(PlanAbftPass(itemsize, slots, m, n, resident), slots, n);
 }
 
 constexpr int kRepairThreads = 256;

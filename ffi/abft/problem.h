@@ -14,12 +14,23 @@
 // [RepairBlocks(m)] (one finite flag per block; the CPU target ignores it).
 //
 // tsm2_abft_judge: see DecodeJudge.
+//
+// tsm2_abft_encode: A [m, k], B [k, n] of one dtype T, m, k, n >= 1; results
+// stats [kStatRows, n] in the accumulator dtype Acc (f32 or f64) and a u8
+// workspace (CUDA: AbftEncodeWorkspaceBytes).
+//
+// tsm2_abft_verify: C [m, n] of T, stats [kStatRows, n] and model
+// [kModelLen] of Acc; results resid [2, n] and threshold [n] of Acc and a u8
+// workspace (AbftVerifyWorkspaceBytes). tsm2_abft_verify_inject: the same
+// with C_out [m, n] (aliased to C) first among the results, and the
+// attributes inject_row, inject_col, inject_bit.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "ffi/abft/checksum.h"
 #include "ffi/abft/plan.h"
 #include "ffi/common/dispatch.h"
 #include "ffi/common/ffi_helpers.h"
@@ -162,6 +173,79 @@ inline ffi::Error DecodeJudge(std::string_view op, const JudgeBuffers& x, Repair
   }
   if (!HasShape(*x.state, s32, {JudgeStateSize(p->m)})) {
     return fail("state must be s32[" + std::to_string(JudgeStateSize(p->m)) + "]");
+  }
+  return ffi::Error::Success();
+}
+
+struct AbftPassProblem {
+  int64_t m = 0, k = 0, n = 0;                   // C = A @ B is m x n; k is 0 for verify
+  ffi::DataType dtype = ffi::DataType::INVALID;  // of A, B or C
+  ffi::DataType acc = ffi::DataType::INVALID;    // of stats, model and the results
+};
+
+inline ffi::Error DecodeAbftEncode(std::string_view op, const ffi::AnyBuffer& a,
+                                   const ffi::AnyBuffer& b, const ffi::AnyBuffer& stats,
+                                   AbftPassProblem* p) {
+  auto fail = [&](const std::string& why) {
+    return ffi::Error::InvalidArgument(std::string(op) + ": " + why + " (a=" + DescribeBuffer(a) +
+                                       ", b=" + DescribeBuffer(b) +
+                                       ", stats=" + DescribeBuffer(stats) + ")");
+  };
+  auto ad = a.dimensions();
+  auto bd = b.dimensions();
+  if (ad.size() != 2 || bd.size() != 2) return fail("a and b must be 2-D");
+  p->m = ad[0];
+  p->k = ad[1];
+  p->n = bd[1];
+  p->dtype = a.element_type();
+  p->acc = stats.element_type();
+  if (!IsSupportedInput(p->dtype)) return fail("a must be f32, f64, bf16 or f16");
+  if (!IsAccType(p->acc)) return fail("stats must be f32 or f64 (the accumulator dtype)");
+  if (!HasShape(b, p->dtype, {p->k, p->n})) return fail("b must be [k, n] in a's dtype");
+  if (p->m < 1 || p->k < 1 || p->n < 1) return fail("m, k and n must be >= 1");
+  if (!HasShape(stats, p->acc, {kStatRows, p->n})) return fail("stats must be [7, n]");
+  return ffi::Error::Success();
+}
+
+// The operands and results tsm2_abft_verify and tsm2_abft_verify_inject share.
+inline ffi::Error DecodeAbftVerify(std::string_view op, const ffi::AnyBuffer& c,
+                                   const ffi::AnyBuffer& stats, const ffi::AnyBuffer& model,
+                                   const ffi::AnyBuffer& resid, const ffi::AnyBuffer& threshold,
+                                   AbftPassProblem* p) {
+  auto fail = [&](const std::string& why) {
+    return ffi::Error::InvalidArgument(std::string(op) + ": " + why + " (c=" + DescribeBuffer(c) +
+                                       ", stats=" + DescribeBuffer(stats) +
+                                       ", model=" + DescribeBuffer(model) + ")");
+  };
+  auto cd = c.dimensions();
+  if (cd.size() != 2) return fail("c must be 2-D");
+  p->m = cd[0];
+  p->n = cd[1];
+  p->dtype = c.element_type();
+  p->acc = stats.element_type();
+  if (!IsSupportedInput(p->dtype)) return fail("c must be f32, f64, bf16 or f16");
+  if (!IsAccType(p->acc)) return fail("stats must be f32 or f64 (the accumulator dtype)");
+  if (p->m < 1 || p->n < 1) return fail("m and n must be >= 1");
+  if (!HasShape(stats, p->acc, {kStatRows, p->n})) return fail("stats must be [7, n]");
+  if (!HasShape(model, p->acc, {kModelLen})) return fail("model must be [12] like stats");
+  if (!HasShape(resid, p->acc, {2, p->n})) return fail("resid must be [2, n] like stats");
+  if (!HasShape(threshold, p->acc, {p->n})) return fail("threshold must be [n] like stats");
+  return ffi::Error::Success();
+}
+
+// The fault tsm2_abft_verify_inject plants: bit `bit` of C[row, col].
+inline ffi::Error DecodeInjection(std::string_view op, const AbftPassProblem& p,
+                                  const ffi::AnyBuffer& c_out, int64_t row, int64_t col,
+                                  int32_t bit) {
+  const int bits = 8 * static_cast<int>(ffi::ByteWidth(p.dtype));
+  if (!HasShape(c_out, p.dtype, {p.m, p.n})) {
+    return ffi::Error::InvalidArgument(std::string(op) + ": c_out must be like c");
+  }
+  if (row < 0 || row >= p.m || col < 0 || col >= p.n || bit < 0 || bit >= bits) {
+    return ffi::Error::InvalidArgument(
+        std::string(op) + ": inject needs 0 <= row < " + std::to_string(p.m) + ", 0 <= col < " +
+        std::to_string(p.n) + " and 0 <= bit < " + std::to_string(bits) + ", got (" +
+        std::to_string(row) + ", " + std::to_string(col) + ", " + std::to_string(bit) + ")");
   }
   return ffi::Error::Success();
 }
