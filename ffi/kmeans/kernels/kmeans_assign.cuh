@@ -302,7 +302,9 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
           for (int nt = 0; nt < 8; ++nt) MmaTf32(acc[mt][nt], fa[mt], fb[nt][0], fb[nt][1]);
         }
       } else {
-        // hi*lo + lo*hi first, then hi*hi: the small terms before the large one.
+        // hi*lo + lo*hi first, then hi*hi: the small terms before the large one. The
+        // centroids' low parts are rounded, the rows' truncated (one instruction less per
+        // element of X, as the fused step does).
         uint32_t ah[2][4], al[2][4], bh[8][2], bl[8][2];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
@@ -314,7 +316,7 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
         for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
           for (int e = 0; e < 2; ++e)
-            SplitTf32Trunc(__uint_as_float(fb[nt][e]), bh[nt][e], bl[nt][e]);
+            SplitTf32(__uint_as_float(fb[nt][e]), bh[nt][e], bl[nt][e]);
         }
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
