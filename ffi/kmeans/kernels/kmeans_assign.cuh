@@ -315,8 +315,7 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            SplitTf32(__uint_as_float(fb[nt][e]), bh[nt][e], bl[nt][e]);
+          for (int e = 0; e < 2; ++e) SplitTf32(__uint_as_float(fb[nt][e]), bh[nt][e], bl[nt][e]);
         }
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
