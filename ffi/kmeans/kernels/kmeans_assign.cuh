@@ -260,70 +260,74 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
 
     const char* xs = x_sub(cons, slot);
     const char* cs = smem + slot * stage_bytes;
+    // This warp's n8 tiles that hold centroids (< k): the rest are skipped (a warp past k
+    // does nothing), so that k just past a multiple of 64 costs no padding products.
+    const int live = min(8, max(0, (a.k - cons.j * kAssignCents - wc * 64 + 7) / 8));
+    if (live > 0) {
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      const int w0 = 8 * ks + t;
-      uint32_t fa[2][4], fb[8][2];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        const int r = wr * 32 + mt * 16 + g;
-        fa[mt][0] = KmeansLds(xs, r, w0);
-        fa[mt][1] = KmeansLds(xs, r + 8, w0);
-        fa[mt][2] = KmeansLds(xs, r, w0 + 4);
-        fa[mt][3] = KmeansLds(xs, r + 8, w0 + 4);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const int cr = wc * 64 + nt * 8 + g;
-        fb[nt][0] = KmeansLds(cs, cr, w0);
-        fb[nt][1] = KmeansLds(cs, cr, w0 + 4);
-      }
-      if constexpr (!kF32) {
+      for (int ks = 0; ks < 4; ++ks) {
+        const int w0 = 8 * ks + t;
+        uint32_t fa[2][4], fb[8][2];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) MmaHalf<T>(acc[mt][nt], fa[mt], fb[nt]);
-        }
-      } else if constexpr (kFast) {
-        // Round to nearest TF32 (the tensor cores read the top 19 bits).
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) fa[mt][e] = (fa[mt][e] + 0x1000u) & 0xffffe000u;
+          const int r = wr * 32 + mt * 16 + g;
+          fa[mt][0] = KmeansLds(xs, r, w0);
+          fa[mt][1] = KmeansLds(xs, r + 8, w0);
+          fa[mt][2] = KmeansLds(xs, r, w0 + 4);
+          fa[mt][3] = KmeansLds(xs, r + 8, w0 + 4);
         }
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-          fb[nt][0] = (fb[nt][0] + 0x1000u) & 0xffffe000u;
-          fb[nt][1] = (fb[nt][1] + 0x1000u) & 0xffffe000u;
+          if (nt >= live) break;
+          const int cr = wc * 64 + nt * 8 + g;
+          fb[nt][0] = KmeansLds(cs, cr, w0);
+          fb[nt][1] = KmeansLds(cs, cr, w0 + 4);
         }
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) MmaTf32(acc[mt][nt], fa[mt], fb[nt][0], fb[nt][1]);
-        }
-      } else {
-        // hi*lo + lo*hi first, then hi*hi: the small terms before the large one. The
-        // centroids' low parts are rounded, the rows' truncated (one instruction less per
-        // element of X, as the fused step does).
-        uint32_t ah[2][4], al[2][4], bh[8][2], bl[8][2];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            SplitTf32Trunc(__uint_as_float(fa[mt][e]), ah[mt][e], al[mt][e]);
-        }
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) SplitTf32(__uint_as_float(fb[nt][e]), bh[nt][e], bl[nt][e]);
-        }
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
+        if constexpr (!kF32) {
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt) {
-            MmaTf32(acc[mt][nt], al[mt], bh[nt][0], bh[nt][1]);
-            MmaTf32(acc[mt][nt], ah[mt], bl[nt][0], bl[nt][1]);
-            MmaTf32(acc[mt][nt], ah[mt], bh[nt][0], bh[nt][1]);
+            if (nt >= live) break;
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) MmaHalf<T>(acc[mt][nt], fa[mt], fb[nt]);
+          }
+        } else if constexpr (kFast) {
+          // Round to nearest TF32 (the tensor cores read the top 19 bits).
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) fa[mt][e] = (fa[mt][e] + 0x1000u) & 0xffffe000u;
+          }
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            if (nt >= live) break;
+            fb[nt][0] = (fb[nt][0] + 0x1000u) & 0xffffe000u;
+            fb[nt][1] = (fb[nt][1] + 0x1000u) & 0xffffe000u;
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) MmaTf32(acc[mt][nt], fa[mt], fb[nt][0], fb[nt][1]);
+          }
+        } else {
+          // hi*lo + lo*hi first, then hi*hi: the small terms before the large one. The
+          // centroids' low parts are rounded, the rows' truncated (one instruction less per
+          // element of X, as the fused step does).
+          uint32_t ah[2][4], al[2][4];
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              SplitTf32Trunc(__uint_as_float(fa[mt][e]), ah[mt][e], al[mt][e]);
+          }
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            if (nt >= live) break;
+            uint32_t bh[2], bl[2];
+            SplitTf32(__uint_as_float(fb[nt][0]), bh[0], bl[0]);
+            SplitTf32(__uint_as_float(fb[nt][1]), bh[1], bl[1]);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              MmaTf32(acc[mt][nt], al[mt], bh[0], bh[1]);
+              MmaTf32(acc[mt][nt], ah[mt], bl[0], bl[1]);
+              MmaTf32(acc[mt][nt], ah[mt], bh[0], bh[1]);
+            }
           }
         }
       }
@@ -338,6 +342,7 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
         for (int h = 0; h < 2; ++h) {
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt) {
+            if (nt >= live) break;  // no centroid there (csq is NaN past k anyway)
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
               const float cq = csq[nt][i];
