@@ -371,3 +371,14 @@ def test_kmeans_in_tf32_keeps_the_inertia():
     assert abs(float(fast.inertia) - float(exact.inertia)) <= 1e-3 * float(exact.inertia)
     with pytest.raises(ValueError, match="precision must be one of"):
         kmeans(jax.random.key(0), x, 50, precision="highest")
+
+
+def test_the_estimator_takes_the_precision():
+    x = _blobs(600, 5, 40, seed=7)
+    km = jax_tsm2.KMeans(n_clusters=40, init=x[:40], precision="tensorfloat32", max_iter=10)
+    assert km.get_params()["precision"] == "tensorfloat32"
+    with jax_tsm2.custom_call_mode("always"):
+        labels = km.fit(x).predict(x)
+    np.testing.assert_array_equal(np.asarray(labels), np.asarray(km.labels_))
+    with pytest.raises(ValueError, match="precision must be one of"):
+        jax_tsm2.KMeans(n_clusters=3, precision="fast").fit(x)
