@@ -25,9 +25,9 @@ does not serve:
 
 Example (the CPU reference targets, as ``custom_call_mode("always")`` runs them):
     >>> import jax.numpy as jnp
-    >>> x = jnp.array([[0.0, 1.0], [9.0, 0.0], [11.0, 0.0]])
-    >>> c = jnp.array([[0.0, 0.0], [10.0, 0.0]])
-    >>> s = ffi_step(x, jnp.sum(x * x, 1), c, jnp.ones(3), check=False)
+    >>> x = jnp.array([[0.0, 1.0], [9.0, 0.0], [11.0, 0.0]], jnp.float32)
+    >>> c = jnp.array([[0.0, 0.0], [10.0, 0.0]], jnp.float32)
+    >>> s = ffi_step(x, jnp.sum(x * x, 1), c, jnp.ones(3, jnp.float32), check=False)
     >>> s.labels.tolist(), s.sums.tolist(), float(s.inertia)
     ([0, 1, 1], [[0.0, 1.0], [20.0, 0.0]], 3.0)
 """
