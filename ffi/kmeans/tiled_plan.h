@@ -154,8 +154,10 @@ constexpr int kSumsLabelsPerThread = 4;
 constexpr int kSumsTileRows = kSumsThreads * kSumsLabelsPerThread;  // rows per scan of labels
 constexpr int kSumsMaxGroups = 32;
 constexpr int kSumsPrefetch = 8;  // rows a thread has in flight
-// The row list of a tile (row, local cluster) and the warps' counts.
-constexpr int64_t kSumsStaticSmem = int64_t{kSumsTileRows} * 8 + 64;
+// The row list of a tile (row, local cluster), the warps' counts per round of
+// labels, and the warps' inertia.
+constexpr int64_t kSumsStaticSmem =
+    int64_t{kSumsTileRows} * 8 + kSumsLabelsPerThread * (kSumsThreads / 32) * 4 + 64;
 // Blocks per SM the chunks aim for.
 constexpr int kSumsTargetPerSm = 2;
 

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kSumsThreads, 1)
 
   int32_t* list_row = reinterpret_cast<int32_t*>(smem);  // offsets within the chunk
   int32_t* list_lab = list_row + kSumsTileRows;
-  int32_t* warp_n = list_lab + kSumsTileRows;  // [8] matches per warp, then [8] inertia
+  int32_t* warp_n = list_lab + kSumsTileRows;  // [round][warp] matches; then the warps' inertia
   Acc* sums = reinterpret_cast<Acc*>(smem + kSumsStaticSmem);  // [G][bucket][row_acc]
   Acc* cnts = sums + int64_t{G} * a.bucket * row_acc;          // [G][bucket]
   for (int64_t i = tid; i < int64_t{G} * a.bucket * (row_acc + 1); i += kSumsThreads)
@@ -106,33 +106,39 @@ __global__ void __launch_bounds__(kSumsThreads, 1)
   __syncthreads();
 
   for (int64_t tile0 = r0; tile0 < r1; tile0 += kSumsTileRows) {
-    // The tile's rows of this bucket, listed in row order.
-    int base = 0;
+    // The tile's rows of this bucket, listed in row order: every label's ballot first, one
+    // barrier for the warps' counts, positions in (round, warp, lane) order, which is row order.
+    constexpr int kW = kSumsThreads / 32, kU = kSumsLabelsPerThread;
+    uint32_t ballot[kU];
+    int32_t lab[kU];
 #pragma unroll
-    for (int u = 0; u < kSumsLabelsPerThread; ++u) {
+    for (int u = 0; u < kU; ++u) {
       const int64_t row = tile0 + u * kSumsThreads + tid;
       const bool in = row < r1;
-      const int32_t lab = in ? a.labels[row] : -1;
+      lab[u] = in ? a.labels[row] : -1;
       if (b == 0 && in) inertia = fma(w[row], mind[row], inertia);
-      const bool match = in && lab >= c0 && lab < c0 + kb;
-      const uint32_t ballot = __ballot_sync(0xffffffffu, match);
-      if (lane == 0) warp_n[warp] = __popc(ballot);
-      __syncthreads();
+      ballot[u] = __ballot_sync(0xffffffffu, in && lab[u] >= c0 && lab[u] < c0 + kb);
+      if (lane == 0) warp_n[u * kW + warp] = __popc(ballot[u]);
+    }
+    __syncthreads();
+    int base = 0;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
       int before = 0, total = 0;
 #pragma unroll
-      for (int v = 0; v < kSumsThreads / 32; ++v) {
-        const int cnt = warp_n[v];
+      for (int v = 0; v < kW; ++v) {
+        const int cnt = warp_n[u * kW + v];
         before += v < warp ? cnt : 0;
         total += cnt;
       }
-      if (match) {
-        const int at = base + before + __popc(ballot & ((1u << lane) - 1u));
-        list_row[at] = static_cast<int32_t>(row - r0);
-        list_lab[at] = static_cast<int32_t>(lab - c0);
+      if ((ballot[u] >> lane) & 1u) {
+        const int at = base + before + __popc(ballot[u] & ((1u << lane) - 1u));
+        list_row[at] = static_cast<int32_t>(tile0 + u * kSumsThreads + tid - r0);
+        list_lab[at] = static_cast<int32_t>(lab[u] - c0);
       }
       base += total;
-      __syncthreads();  // warp_n is rewritten next round; the list is complete after the last
     }
+    __syncthreads();  // the list is complete
     const int m = base;
 
     // Group grp adds entries grp, grp + G, ... in order, kSumsPrefetch rows in flight.
@@ -197,7 +203,7 @@ __global__ void __launch_bounds__(kSumsThreads, 1)
   if (b == 0) {
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) inertia += __shfl_xor_sync(0xffffffffu, inertia, off);
-    Acc* warp_in = reinterpret_cast<Acc*>(smem + kSumsStaticSmem - 64);
+    Acc* warp_in = reinterpret_cast<Acc*>(warp_n + kSumsLabelsPerThread * kSumsThreads / 32);
     if (lane == 0) warp_in[warp] = inertia;
     __syncthreads();
     if (tid == 0) {
