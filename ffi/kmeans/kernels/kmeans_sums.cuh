@@ -149,25 +149,32 @@ __global__ void __launch_bounds__(kSumsThreads, 1)
         for (int e0 = grp; e0 < m; e0 += G * kSumsPrefetch) {
           Acc xv[kSumsPrefetch][kV];
           Acc wv[kSumsPrefetch];
-          int lab[kSumsPrefetch];
+          int cl[kSumsPrefetch];  // the entries' clusters in the bucket (-1: none)
 #pragma unroll
           for (int u = 0; u < kSumsPrefetch; ++u) {
             const int e = e0 + u * G;
-            lab[u] = -1;
+            cl[u] = -1;
             if (e < m) {
               const int64_t row = r0 + list_row[e];
-              lab[u] = list_lab[e];
+              cl[u] = list_lab[e];
               wv[u] = w[row];
               KmeansSumsLoad<T, Acc, kV>(a, row, q, xv[u]);
             }
           }
 #pragma unroll
           for (int u = 0; u < kSumsPrefetch; ++u) {
-            if (lab[u] < 0) continue;
-            Acc* s = mine + int64_t{lab[u]} * row_acc;
+            if (cl[u] < 0) continue;
+            // One 16-byte chunk: rows of the sums are whole chunks, 16-byte aligned.
+            uint4* s = reinterpret_cast<uint4*>(mine + int64_t{cl[u]} * row_acc);
+            Acc sv[kV];
+            const uint4 old = *s;
+            memcpy(sv, &old, 16);
 #pragma unroll
-            for (int e = 0; e < kV; ++e) s[e] = fma(wv[u], xv[u][e], s[e]);
-            if (q == 0) my_cnt[lab[u]] += wv[u];
+            for (int e = 0; e < kV; ++e) sv[e] = fma(wv[u], xv[u][e], sv[e]);
+            uint4 upd;
+            memcpy(&upd, sv, 16);
+            *s = upd;
+            if (q == 0) my_cnt[cl[u]] += wv[u];
           }
         }
       }
