@@ -4,8 +4,9 @@ Makes ``--gb`` GB of f32 points (``--d`` features) in host memory, measures the 
 link by copying the data once in chunks of the streamed plan's size (``jax.device_put``, the
 same call the fit makes), then times ``kmeans_streamed`` at ``--k`` clusters with
 ``--budget-gb`` of device memory. Per-iteration time is the difference of two run lengths
-(``--iters`` and twice that, ``tol=0``, after a run of one that compiles) divided by the difference in iterations, so the
-mean-and-variance pass, the init and the final assignment cancel.
+(``--iters`` and twice that, ``tol=0``, after a run of one that compiles) divided by the
+difference in iterations, so the mean-and-variance pass, the init and the final assignment
+cancel.
 
 Usage (GPU machine)::
 

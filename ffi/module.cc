@@ -20,6 +20,7 @@
 #include "ffi/harness/handlers.h"
 #include "ffi/kmeans/handlers.h"
 #include "ffi/kmeans/plan.h"
+#include "ffi/kmeans/tiled_plan.h"
 #include "ffi/matmul/handlers.h"
 #include "ffi/matmul/kinds.h"
 #include "ffi/matmul/split_plan.h"
@@ -41,6 +42,8 @@ nb::dict Registrations() {
   nb::dict cpu;
   cpu["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCpu);
   cpu["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCpu);
+  cpu["tsm2_kmeans_assign"] = EncapsulateHandler(Tsm2KmeansAssignCpu);
+  cpu["tsm2_kmeans_sums"] = EncapsulateHandler(Tsm2KmeansSumsCpu);
   cpu["tsm2_colsums"] = EncapsulateHandler(Tsm2ColsumsCpu);
   cpu["tsm2_repair_column"] = EncapsulateHandler(Tsm2RepairColumnCpu);
   cpu["tsm2_abft_judge"] = EncapsulateHandler(Tsm2AbftJudgeCpu);
@@ -54,6 +57,8 @@ nb::dict Registrations() {
   cuda["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCuda);
   cuda["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCuda);
   cuda["tsm2_kmeans_update"] = EncapsulateHandler(Tsm2KmeansUpdateCuda);
+  cuda["tsm2_kmeans_assign"] = EncapsulateHandler(Tsm2KmeansAssignCuda);
+  cuda["tsm2_kmeans_sums"] = EncapsulateHandler(Tsm2KmeansSumsCuda);
   cuda["tsm2_colsums"] = EncapsulateHandler(Tsm2ColsumsCuda);
   cuda["tsm2_repair_column"] = EncapsulateHandler(Tsm2RepairColumnCuda);
   cuda["tsm2_abft_judge"] = EncapsulateHandler(Tsm2AbftJudgeCuda);
@@ -304,6 +309,47 @@ nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k
   return out;
 }
 
+// How the k-means step for any k runs (n, d, k) on a GPU with sm_count SMs
+// and smem_optin bytes of shared memory per block (kmeans/tiled_plan.h):
+// the assignment's plan and workspace (tsm2_kmeans_assign; f32, bf16, f16)
+// and the sums' bucket, chunks and workspace (tsm2_kmeans_sums; any float
+// dtype), which Python passes as the sums' attributes.
+nb::dict KmeansTiledPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k, int sm_count,
+                            int64_t smem_optin) {
+  const int itemsize = ItemsizeOf(dtype);
+  if (n < 0 || d < 1 || k < 1) {
+    throw nb::value_error("kmeans_tiled_plan: need n >= 0, d >= 1, k >= 1");
+  }
+  if (sm_count < 1 || smem_optin < 1) {
+    throw nb::value_error("kmeans_tiled_plan: need sm_count >= 1 and smem_optin >= 1");
+  }
+  nb::dict out;
+  const tsm2::KmeansAssignPlan a =
+      tsm2::KmeansAssignPlanOf(itemsize, n, d, k, sm_count, smem_optin);
+  out["assign_supported"] = a.ok;
+  if (a.ok) {
+    out["assign_workspace_bytes"] = a.workspace_bytes;
+    out["row_tiles"] = a.row_tiles;
+    out["centroid_tiles"] = a.ctiles;
+    out["splits"] = a.splits;
+    out["resident"] = a.resident;
+    out["stages"] = a.stages;
+    out["assign_smem_bytes"] = a.smem_bytes;
+  }
+  const tsm2::KmeansSumsPlan s =
+      tsm2::KmeansSumsPlanOf(tsm2::AccSize(itemsize), n, d, k, sm_count, smem_optin);
+  out["sums_supported"] = s.ok && s.buckets <= 65535;
+  if (s.ok) {
+    out["bucket"] = s.bucket;
+    out["buckets"] = s.buckets;
+    out["chunks"] = s.chunks;
+    out["groups"] = s.groups;
+    out["sums_smem_bytes"] = s.smem_bytes;
+    out["sums_workspace_bytes"] = s.workspace_bytes;
+  }
+  return out;
+}
+
 // How tsm2_colsums cuts a problem on a GPU with sm_count SMs, and the bytes
 // of its `workspace` result (abft/plan.h). The handler plans for the blocks
 // its device actually holds at once, never more splits than this.
@@ -389,6 +435,7 @@ void ExportDefinitions(nb::module_& m) {
   limits["default_sm_count"] = tsm2::kDefaultSmCount;
   limits["kmeans_max_k"] = tsm2::kKmeansMaxK;
   limits["kmeans_max_d"] = tsm2::kKmeansMaxD;
+  limits["kmeans_default_smem_optin"] = tsm2::kKmeansDefaultSmemOptin;
   limits["colsums_max_r"] = tsm2::kColsumsMaxR;
   m.attr("KERNELS") = kernels;
   m.attr("LAYOUTS") = layouts;
@@ -425,6 +472,9 @@ NB_MODULE(_tsm2_ext, m) {
         nb::arg("smem_optin") = tsm2::kDefaultSmemOptin,
         "Whether the fused k-means step takes (d, k) on a GPU (cc, smem_optin), its variant, "
         "and its workspace bytes.");
+  m.def("kmeans_tiled_plan", &KmeansTiledPlanFor, nb::arg("dtype"), nb::arg("n"), nb::arg("d"),
+        nb::arg("k"), nb::arg("sm_count"), nb::arg("smem_optin"),
+        "How the k-means step for any k (tsm2_kmeans_assign, tsm2_kmeans_sums) runs a shape.");
   m.def("colsums_plan", &ColsumsPlanFor, nb::arg("dtype"), nb::arg("acc"), nb::arg("r"),
         nb::arg("rows"), nb::arg("cols"), nb::arg("sm_count"),
         "How tsm2_colsums splits a problem, and its workspace bytes (abft/plan.h).");

@@ -44,11 +44,15 @@ KERNEL_LAYOUTS: dict[str, tuple[str, ...]] = {
 }
 S_MAX_M: int = int(_tsm2_ext.LIMITS["s_max_m"])  # TSM2S takes m <= S_MAX_M rows of A
 DEFAULT_SM_COUNT: int = int(_tsm2_ext.LIMITS["default_sm_count"])  # an H100 SXM's, without a GPU
+# Shared memory per block (opt-in) the k-means plans assume without a GPU: an H100's or H200's.
+DEFAULT_SMEM_OPTIN: int = int(_tsm2_ext.LIMITS["kmeans_default_smem_optin"])
 
 # The FFI target names the lowerings emit.
 MATMUL_TARGET = "tsm2_matmul"
 KMEANS_TARGET = "tsm2_kmeans_step"
 KMEANS_UPDATE_TARGET = "tsm2_kmeans_update"
+KMEANS_ASSIGN_TARGET = "tsm2_kmeans_assign"
+KMEANS_SUMS_TARGET = "tsm2_kmeans_sums"
 COLSUMS_TARGET = "tsm2_colsums"
 REPAIR_TARGET = "tsm2_repair_column"
 JUDGE_TARGET = "tsm2_abft_judge"
@@ -59,6 +63,8 @@ TARGETS = (
     MATMUL_TARGET,
     KMEANS_TARGET,
     KMEANS_UPDATE_TARGET,
+    KMEANS_ASSIGN_TARGET,
+    KMEANS_SUMS_TARGET,
     COLSUMS_TARGET,
     REPAIR_TARGET,
     JUDGE_TARGET,
@@ -133,6 +139,12 @@ def cuda_kmeans_update_available() -> bool:
     return KMEANS_UPDATE_TARGET in _registered.get("CUDA", ())
 
 
+def cuda_kmeans_tiled_available() -> bool:
+    """True when this build contains the k-means step for any k (assignment and sums)."""
+    cuda = _registered.get("CUDA", ())
+    return KMEANS_ASSIGN_TARGET in cuda and KMEANS_SUMS_TARGET in cuda
+
+
 def cuda_abft_available() -> bool:
     """True when this build contains the ABFT kernels (colsums, repair_column, abft_judge,
     abft_encode, abft_verify)."""
@@ -179,10 +191,9 @@ def cuda_backend_present() -> bool:
         return False
 
 
-# The compute capability and opt-in shared memory per block that plans assume without a
-# GPU (an H100's, like DEFAULT_SM_COUNT).
+# The compute capability that plans assume without a GPU (an H100's, like DEFAULT_SM_COUNT;
+# DEFAULT_SMEM_OPTIN above is its opt-in shared memory per block).
 DEFAULT_CC: tuple[int, int] = (9, 0)
-DEFAULT_SMEM_OPTIN: int = 227 * 1024
 
 
 @functools.cache
@@ -316,6 +327,11 @@ def smem_optin() -> int:
     return min(int(_tsm2_ext.device_properties(i)["smem_per_block_optin"]) for i in range(n))
 
 
+def build_has_cuda() -> bool:
+    """True when the extension was built with its CUDA kernels."""
+    return bool(_tsm2_ext.build_info().get("cuda"))
+
+
 def matmul_workspace_bytes(dtype: Any, kernel: int, batch: int, m: int, k: int, n: int) -> int:
     """Size of the ``workspace`` result of ``tsm2_matmul`` for this problem.
 
@@ -348,6 +364,25 @@ def kmeans_plan(dtype: Any, n: int, d: int, k: int) -> dict[str, Any]:
     """
     name = jax.numpy.dtype(dtype).name
     return dict(_tsm2_ext.kmeans_plan(name, n, d, k, _sm_count(), _cc(), smem_optin()))
+
+
+def kmeans_tiled_plan(dtype: Any, n: int, d: int, k: int) -> dict[str, Any]:
+    """How the k-means step for any k runs ``(n, d, k)`` on this process's GPU (an H200
+    without one): ``assign_supported`` (``tsm2_kmeans_assign`` takes f32, bf16, f16),
+    ``assign_workspace_bytes``, the assignment's tiles (``row_tiles``,
+    ``centroid_tiles``, ``splits``, ``resident``, ``stages``), and the sums'
+    (``tsm2_kmeans_sums``) ``bucket``, ``chunks`` (its attributes), ``groups`` and
+    ``sums_workspace_bytes``.
+
+    Example:
+        >>> p = kmeans_tiled_plan("float32", 10**6, 256, 1024)
+        >>> p["assign_supported"], p["centroid_tiles"], p["splits"]
+        (True, 8, 1)
+        >>> kmeans_tiled_plan("float64", 1000, 8, 100)["assign_supported"]
+        False
+    """
+    name = jax.numpy.dtype(dtype).name
+    return dict(_tsm2_ext.kmeans_tiled_plan(name, n, d, k, _sm_count(), smem_optin()))
 
 
 def colsums_plan(dtype: Any, acc: Any, r: int, rows: int, cols: int) -> dict[str, Any]:

@@ -43,8 +43,18 @@ def _distances(x64, c64, x_sq, c_sq, exact: bool) -> np.ndarray:
     return np.stack([((x64 - cj) ** 2).sum(1) for cj in c64], axis=1)
 
 
-def check_step(step, x, c, w) -> None:
-    """Asserts that ``step`` (a LloydStep) is a Lloyd step of ``x`` against ``c``, weights ``w``."""
+# How far TF32 products (``precision="tensorfloat32"``) may move a distance, relative to
+# ``||x||^2 + ||c||^2``: operands rounded to 11 significant bits err by 2^-11 each, so a
+# product by ~2^-10 and the dot by 2^-10 sum |x_i c_i| <= 2^-11 (||x||^2 + ||c||^2);
+# twice that in the distance, and a factor 2 of slack.
+TF32_REL = 2.0**-9
+
+
+def check_step(step, x, c, w, *, extra_rel: float = 0.0) -> None:
+    """Asserts that ``step`` (a LloydStep) is a Lloyd step of ``x`` against ``c``, weights ``w``.
+
+    ``extra_rel`` widens the distance bound by that fraction of ``||x||^2 + ||c||^2``
+    (``TF32_REL`` for TF32 products)."""
     x64 = np.asarray(jnp.asarray(x).astype(jnp.float64))
     c64 = np.asarray(jnp.asarray(c).astype(x.dtype).astype(jnp.float64))
     w64 = np.asarray(w, np.float64)
@@ -57,7 +67,7 @@ def check_step(step, x, c, w) -> None:
 
     x_sq, c_sq = (x64**2).sum(1), (c64**2).sum(1)
     dist = _distances(x64, c64, x_sq, c_sq, x.dtype == jnp.float64)
-    bound = 4 * (d + 4) * eps * (x_sq[:, None] + c_sq[None, :]) + 1e-300
+    bound = (4 * (d + 4) * eps + extra_rel) * (x_sq[:, None] + c_sq[None, :]) + 1e-300
     rows = np.arange(n)
     best = dist.min(1)
     chosen = dist[rows, labels]

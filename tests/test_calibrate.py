@@ -243,8 +243,9 @@ def test_far_from_the_probes_the_measured_bounds_decide():
     fastest = corr.extreme("xla", probes[0].problem, "float32", "tn")
     assert 0.4 <= slowest <= 0.48 + 1e-9 and 1.0 - 1e-9 <= fastest <= 1.2
     # Inside the probed sizes, between probes: every measurement says the kernel wins.
-    ms, ks, ns = zip(*[(q.problem.m, q.problem.k, q.problem.n) for q in probes])
-    between = Problem(None, int(math.sqrt(min(ms) * max(ms))), int(math.sqrt(min(ks) * max(ks))), 3)
+    ms, ks, ns = zip(*[(q.problem.m, q.problem.k, q.problem.n) for q in probes], strict=True)
+    mid = lambda v: int(math.sqrt(min(v) * max(v)))
+    between = Problem(None, mid(ms), mid(ks), 3)
     d = calibrate.decide(between, "float32", "tn", ["tsm2t"], corr)
     assert d.target == "tsm2t", d
     # Far outside them nothing bounds XLA's dot: it is assumed at its best, and kept.

@@ -454,6 +454,8 @@ def test_estimator_matches_sklearn_estimator():
         "jax_tsm2.clustering.core",
         "jax_tsm2.clustering.estimator",
         "jax_tsm2.clustering.fused",
+        "jax_tsm2.clustering.tiled",
+        "jax_tsm2.clustering.step_result",
     ],
 )
 def test_docstring_examples(name):

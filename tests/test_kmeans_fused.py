@@ -119,14 +119,18 @@ def test_lloyd_step_argument_errors():
         lloyd_step(x, jnp.ones((2, 3)), jnp.ones(9))
 
 
-def test_ffi_step_refuses_shapes_the_cuda_kernel_does_not_take():
-    with pytest.raises(ValueError, match=r"does not take x float32\[100, 4097\] with k=4"):
-        lloyd_step(jnp.ones((100, 4097), jnp.float32), jnp.ones((4, 4097)), impl="ffi")
+def test_ffi_step_refuses_shapes_no_cuda_kernel_takes():
+    # f32 at any d and k has the tiled step; f64 past the fused step's range has no kernel.
+    x64 = jnp.ones((100, 4097), jnp.float64)
+    with pytest.raises(ValueError, match=r"does not take x float64\[100, 4097\] with k=4"):
+        lloyd_step(x64, jnp.ones((4, 4097)), impl="ffi")
     with pytest.raises(ValueError, match="k=33"):
-        lloyd_step(jnp.ones((100, 8), jnp.float32), jnp.ones((33, 8)), impl="ffi")
-    assert lloyd_step(jnp.ones((100, 4097), jnp.float32), jnp.ones((4, 4097))).labels.shape == (
-        100,
-    )
+        lloyd_step(jnp.ones((100, 8), jnp.float64), jnp.ones((33, 8)), impl="ffi")
+    with pytest.raises(ValueError, match="k=33"):
+        fused.ffi_step(jnp.ones((100, 8), jnp.float32), jnp.ones((33, 8)), jnp.ones(100))
+    assert lloyd_step(x64, jnp.ones((4, 4097))).labels.shape == (100,)
+    s = lloyd_step(jnp.ones((100, 4097), jnp.float32), jnp.ones((4, 4097)), impl="ffi")
+    assert s.labels.tolist() == [0] * 100 and float(s.counts[0]) == 100.0
 
 
 @pytest.mark.skipif(
@@ -205,28 +209,34 @@ def _has_step(text):
     return "stablehlo.custom_call @tsm2_kmeans_step" in text
 
 
+def _has_tiled(text):
+    return "stablehlo.custom_call @tsm2_kmeans_assign" in text
+
+
 @pytest.mark.parametrize(
-    ("d", "k", "fused_on_cuda", "auto_on_cuda"),
+    ("d", "k", "target"),
     [
-        (256, 16, True, True),
-        (256, 32, True, True),
-        (1000, 32, True, False),  # measured slower than the unfused path
-        (4096, 16, True, True),
-        (4097, 16, False, False),
-        (8, 33, False, False),
+        (256, 16, "fused"),
+        (256, 32, "fused"),
+        (1000, 32, "tiled"),  # the fused step measured slower than the unfused path
+        (4096, 16, "fused"),
+        (4097, 16, "tiled"),  # past the fused step's d
+        (8, 33, "tiled"),
     ],
 )
-def test_cuda_lowering_uses_the_kernel_where_it_applies(d, k, fused_on_cuda, auto_on_cuda):
+def test_cuda_lowering_uses_the_kernel_where_it_applies(d, k, target):
     x, c = jnp.zeros((1000, d), jnp.float32), jnp.zeros((k, d), jnp.float32)
     step = lambda x, c: lloyd_step(x, c)
-    assert _has_step(_lowered(step, x, c, platform="cuda")) == auto_on_cuda
-    with jax_tsm2.custom_call_mode("prefer"):
-        assert _has_step(_lowered(step, x, c, platform="cuda")) == fused_on_cuda
-    assert not _has_step(_lowered(step, x, c, platform="cpu"))
+    found = lambda text: {"fused": _has_step(text), "tiled": _has_tiled(text)}
+    want = {"fused": target == "fused", "tiled": target == "tiled"}
+    for mode in ("auto", "prefer", "always"):
+        with jax_tsm2.custom_call_mode(mode):
+            assert found(_lowered(step, x, c, platform="cuda")) == want, mode
+    assert not any(found(_lowered(step, x, c, platform="cpu")).values())
     with jax_tsm2.custom_call_mode("never"):
-        assert not _has_step(_lowered(step, x, c, platform="cuda"))
+        assert not any(found(_lowered(step, x, c, platform="cuda")).values())
     with jax_tsm2.custom_call_mode("always"):
-        assert _has_step(_lowered(step, x, c, platform="cpu"))
+        assert found(_lowered(step, x, c, platform="cpu")) == want
 
 
 def test_kmeans_iteration_is_one_fused_call_on_cuda():
@@ -234,7 +244,8 @@ def test_kmeans_iteration_is_one_fused_call_on_cuda():
     with jax_tsm2.custom_call_mode("prefer"):
         text = _lowered(lambda x: kmeans(jax.random.key(0), x, 8, init="random", max_iter=3), x,
                         platform="cuda")  # fmt: skip
-    assert text.count("stablehlo.custom_call @tsm2_kmeans_step") == 1  # the loop body's
+    # the loop body's, and the final assignment's
+    assert text.count("stablehlo.custom_call @tsm2_kmeans_step") == 2
 
 
 def test_iteration_ends_on_the_device_on_cuda():

@@ -1,6 +1,8 @@
-// The FFI signatures of tsm2_kmeans_step and tsm2_kmeans_update and their
-// handler symbols: the CPU reference of the step (cpu_handler.cc) and the
-// CUDA handlers of both (cuda_handler.cc).
+// The FFI signatures of the k-means targets and their handler symbols:
+// tsm2_kmeans_step (the fused step for k <= 32; CPU reference in
+// cpu_handler.cc, CUDA in cuda_handler.cc), tsm2_kmeans_update (CUDA), and
+// the step for any k in two calls, tsm2_kmeans_assign and tsm2_kmeans_sums
+// (CPU references in cpu_tiled_handler.cc, CUDA in cuda_tiled_handler.cc).
 //
 // Each signature function takes a binding that already holds the platform's
 // context (the CUDA stream, or nothing on CPU), so that the CPU and CUDA
@@ -52,10 +54,44 @@ auto KmeansUpdateSignature(B binding) {
       .template Ret<AnyBuffer>();  // workspace: u8[bytes]
 }
 
+// tsm2_kmeans_assign: the closest centroid of each row, for any k (tiled_plan.h).
+template <typename B>
+auto KmeansAssignSignature(B binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()             // x: [n, d] (f32, bf16 or f16)
+      .template Arg<AnyBuffer>()             // x_sq: f32[n], ||x||^2 of each row
+      .template Arg<AnyBuffer>()             // c: [k, d] (x's dtype)
+      .template Ret<AnyBuffer>()             // labels: s32[n]
+      .template Ret<AnyBuffer>()             // mind: f32[n]
+      .template Ret<AnyBuffer>()             // workspace: u8[bytes]
+      .template Attr<int32_t>("precision");  // tsm2::KmeansPrecision
+}
+
+// tsm2_kmeans_sums: per-cluster sums and weights, and the inertia, from the
+// labels, by buckets of `bucket` clusters and `chunks` row ranges (tiled_plan.h).
+template <typename B>
+auto KmeansSumsSignature(B binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()          // x: [n, d]
+      .template Arg<AnyBuffer>()          // w: [n] (acc)
+      .template Arg<AnyBuffer>()          // labels: s32[n]
+      .template Arg<AnyBuffer>()          // mind: [n] (acc)
+      .template Ret<AnyBuffer>()          // sums: [k, d] (acc)
+      .template Ret<AnyBuffer>()          // counts: [k] (acc)
+      .template Ret<AnyBuffer>()          // inertia: [] (acc)
+      .template Ret<AnyBuffer>()          // workspace: u8[bytes]
+      .template Attr<int64_t>("bucket")   // clusters per block
+      .template Attr<int64_t>("chunks");  // row ranges
+}
+
 }  // namespace tsm2
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansStepCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansAssignCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansSumsCpu);
 #ifdef TSM2_WITH_CUDA
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansStepCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansUpdateCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansAssignCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansSumsCuda);
 #endif

@@ -11,9 +11,11 @@ estimator interface; ``python -m jax_tsm2.clustering`` clusters a bundled or
 generated dataset and can compare against scikit-learn.
 
 Each iteration is one pass over the data (``lloyd_step``): on CUDA a fused
-kernel computes labels, distances and cluster sums reading the data once
-(``jax_tsm2.clustering.fused``); elsewhere the distance and update products are
-tall-and-skinny products through ``jax_tsm2.matmul``.
+kernel computes labels, distances and cluster sums reading the data once for
+``k <= 32`` (``jax_tsm2.clustering.fused``), and a tiled assignment and sums by
+buckets of clusters read it twice for any other ``k`` (``jax_tsm2.clustering.tiled``);
+elsewhere the distance and update products are tall-and-skinny products through
+``jax_tsm2.matmul``.
 
 Example:
   >>> import jax, jax.numpy as jnp

@@ -7,10 +7,12 @@ sharded over devices.
 
 An iteration needs, from one pass over the data, labels, distances, the
 weighted sum and total weight of each cluster and the inertia
-(:func:`lloyd_step`). On CUDA, when the shape allows (d <= 4096, k <= 32), one
-fused kernel computes them reading ``x`` once (``jax_tsm2.clustering.fused``).
-Otherwise (CPU, larger shapes, custom-call mode ``"never"``) the two heavy
-products are tall-and-skinny and both go through ``jax_tsm2.matmul``:
+(:func:`lloyd_step`). On CUDA, for k <= 32 (d <= 4096), one fused kernel computes
+them reading ``x`` once (``jax_tsm2.clustering.fused``); for any other k and d, a
+tiled assignment and a pass of sums by buckets of clusters read it twice
+(``jax_tsm2.clustering.tiled``). Otherwise (CPU, f64 at large k, custom-call mode
+``"never"``) the two heavy products are tall-and-skinny and both go through
+``jax_tsm2.matmul``:
 
 * assignment: ``||x - c||^2 = ||x||^2 - 2 x.c + ||c||^2``, where ``-2 x.c`` is
   ``(n, d) @ (d, k)``, computed in one function, ``_cross``;
@@ -46,8 +48,8 @@ import numpy as np
 from jax import lax
 
 from jax_tsm2.api import matmul
-from jax_tsm2.clustering import fused
-from jax_tsm2.clustering.fused import LloydStep
+from jax_tsm2.clustering import fused, tiled
+from jax_tsm2.clustering.step_result import LloydStep
 
 __all__ = [
     "INIT_METHODS",
@@ -179,14 +181,20 @@ def _varying(x: jax.Array, axis_name: Any) -> jax.Array:
     return x if axis_name is None else lax.pcast(x, axis_name, to="varying")
 
 
-def _cross(x: jax.Array, c: jax.Array) -> jax.Array:
+# The product precision of each distance precision (tiled.PRECISIONS) on the jnp path:
+# "tensorfloat32" lets XLA multiply f32 in TF32 on GPUs, as the tiled kernel's fast mode.
+_JNP_PRECISION = {"float32": _HIGHEST, "tensorfloat32": lax.Precision.DEFAULT}
+
+
+def _cross(x: jax.Array, c: jax.Array, precision: str = "float32") -> jax.Array:
     """``x @ c.T`` with accumulation in ``_acc_dtype(x.dtype)``: the assignment's product.
 
-    ``x`` is ``(n, d)`` (tall), ``c`` is ``(k, d)`` (few rows). This is the one
-    place a fused distance kernel slots in.
+    ``x`` is ``(n, d)`` (tall), ``c`` is ``(k, d)`` (few rows).
     """
     acc = _acc_dtype(x.dtype)
-    return matmul(x, c.astype(x.dtype).T, precision=_HIGHEST, preferred_element_type=acc)
+    return matmul(
+        x, c.astype(x.dtype).T, precision=_JNP_PRECISION[precision], preferred_element_type=acc
+    )
 
 
 def _sq_norms(x: jax.Array) -> jax.Array:
@@ -194,19 +202,31 @@ def _sq_norms(x: jax.Array) -> jax.Array:
     return jnp.sum(xa * xa, axis=1)
 
 
-def _sq_dist(x: jax.Array, x_sq: jax.Array, c: jax.Array) -> jax.Array:
+def _sq_dist(x: jax.Array, x_sq: jax.Array, c: jax.Array, precision: str = "float32") -> jax.Array:
     """``(n, k)`` squared distances, clamped at zero; ``x_sq`` is ``_sq_norms(x)``."""
     acc = _acc_dtype(x.dtype)
     cc = c.astype(x.dtype).astype(acc)  # the centroids the product actually sees
     c_sq = jnp.sum(cc * cc, axis=1)
-    d = x_sq[:, None] - 2 * _cross(x, c) + c_sq[None, :]
+    d = x_sq[:, None] - 2 * _cross(x, c, precision) + c_sq[None, :]
     return jnp.maximum(d, 0)
 
 
-def _assign_sq(x: jax.Array, x_sq: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
-    d = _sq_dist(x, x_sq, c)
+def _assign_sq(
+    x: jax.Array, x_sq: jax.Array, c: jax.Array, precision: str = "float32"
+) -> tuple[jax.Array, jax.Array]:
+    d = _sq_dist(x, x_sq, c, precision)
     labels = jnp.argmin(d, axis=1).astype(jnp.int32)
     return labels, jnp.take_along_axis(d, labels[:, None], axis=1)[:, 0]
+
+
+def _assign(
+    x: jax.Array, x_sq: jax.Array, c: jax.Array, precision: str = "float32"
+) -> tuple[jax.Array, jax.Array]:
+    """``(labels, mind)``: through the kernel the step's decision names where there is one
+    (``fused.assign``: the tiled assignment never writes the ``n x k`` distances, which
+    at large k do not fit in memory), else ``_assign_sq``."""
+    fallback = lambda x_, x_sq_, c_: _assign_sq(x_, x_sq_, c_, precision)
+    return fused.assign(x, x_sq, c, fallback=fallback, precision=precision)
 
 
 def _global_top_k(values: jax.Array, payloads: tuple, k: int, axis_name: Any):
@@ -358,17 +378,17 @@ def _cluster_sums(xc, w, labels, k, acc):
     return sums, jnp.sum(onehot, axis=0)
 
 
-def _lloyd_step_jnp(xc, x_sq, w, c, k) -> LloydStep:
+def _lloyd_step_jnp(xc, x_sq, w, c, k, precision="float32") -> LloydStep:
     """The unfused step: distances through ``_cross``, sums through the one-hot product."""
-    labels, mind = _assign_sq(xc, x_sq, c)
+    labels, mind = _assign_sq(xc, x_sq, c, precision)
     sums, counts = _cluster_sums(xc, w, labels, k, c.dtype)
     return LloydStep(labels, mind, sums, counts, jnp.sum(w * mind))
 
 
-def _step(xc, x_sq, w, c, k, impl="auto") -> LloydStep:
-    """One pass over ``xc``: the fused kernel where it applies, else ``_lloyd_step_jnp``."""
-    fallback = lambda x, c_, w_: _lloyd_step_jnp(x, x_sq, w_, c_, k)
-    return fused.step(xc, c, w, fallback=fallback, impl=impl)
+def _step(xc, x_sq, w, c, k, impl="auto", precision="float32") -> LloydStep:
+    """One pass over ``xc``: a kernel where one applies, else ``_lloyd_step_jnp``."""
+    fallback = lambda x, c_, w_: _lloyd_step_jnp(x, x_sq, w_, c_, k, precision)
+    return fused.step(xc, c, w, fallback=fallback, impl=impl, x_sq=x_sq, precision=precision)
 
 
 def _update(xc, w, labels, mind, c_old, k, axis_name):
@@ -379,9 +399,9 @@ def _update(xc, w, labels, mind, c_old, k, axis_name):
     )
 
 
-def _iteration(xc, x_sq, w, c, k, axis_name, impl="auto"):
+def _iteration(xc, x_sq, w, c, k, axis_name, impl="auto", precision="float32"):
     """One Lloyd iteration: ``(labels, mind, inertia, new centroids)``."""
-    s = _step(xc, x_sq, w, c, k, impl)
+    s = _step(xc, x_sq, w, c, k, impl, precision)
     sums, counts = _psum(s.sums, axis_name), _psum(s.counts, axis_name)
     c_new = _new_centroids(sums, counts, xc, w, s.labels, s.mind, c, k, axis_name)
     return s.labels, s.mind, _psum(s.inertia, axis_name), c_new
@@ -428,7 +448,7 @@ def _new_centroids_jnp(sums, counts, xc, w, labels, mind, c_old, k, axis_name):
     return jnp.where((counts > 0)[:, None], sums / safe[:, None], c_old)
 
 
-def _single_run(key, xc, x_sq, w, init_c, tol_abs, *, k, init_kind, max_iter, axis_name):
+def _single_run(key, xc, x_sq, w, init_c, tol_abs, *, k, init_kind, max_iter, axis_name, precision):
     acc = _acc_dtype(xc.dtype)
     if init_kind == "k-means++":
         c0 = _kmeans_plusplus_centered(key, xc, x_sq, w, k, None, axis_name)
@@ -443,7 +463,7 @@ def _single_run(key, xc, x_sq, w, init_c, tol_abs, *, k, init_kind, max_iter, ax
 
     def body(carry):
         i, c, labels_old, _, hist = carry
-        labels, _, inertia, c_new = _iteration(xc, x_sq, w, c, k, axis_name)
+        labels, _, inertia, c_new = _iteration(xc, x_sq, w, c, k, axis_name, precision=precision)
         hist = hist.at[i].set(inertia)
         changed = _psum(jnp.sum(labels != labels_old), axis_name)
         shift = jnp.sum((c_new - c) ** 2)
@@ -457,12 +477,14 @@ def _single_run(key, xc, x_sq, w, init_c, tol_abs, *, k, init_kind, max_iter, ax
         jnp.full((max_iter,), jnp.nan, acc),
     )
     n_iter, c, _, stop, hist = lax.while_loop(cond, body, carry)
-    labels, mind = _assign_sq(xc, x_sq, c)
+    labels, mind = _assign(xc, x_sq, c, precision)
     inertia = _psum(jnp.sum(w * mind), axis_name)
     return c, labels, inertia, n_iter, stop, hist
 
 
-def _kmeans_impl(key, x, sample_weight, init_c, tol, *, k, init_kind, n_init, max_iter, axis_name):
+def _kmeans_impl(
+    key, x, sample_weight, init_c, tol, *, k, init_kind, n_init, max_iter, axis_name, precision
+):
     xc, x_sq, w, mu, mean_var = _prepare(x, sample_weight, axis_name)
     tol_abs = tol * mean_var
     if init_c is not None:
@@ -472,6 +494,7 @@ def _kmeans_impl(key, x, sample_weight, init_c, tol, *, k, init_kind, n_init, ma
         return _single_run(
             key, xc, x_sq, w, init_c, tol_abs,
             k=k, init_kind=init_kind, max_iter=max_iter, axis_name=axis_name,
+            precision=precision,
         )  # fmt: skip
 
     if n_init == 1:
@@ -484,7 +507,8 @@ def _kmeans_impl(key, x, sample_weight, init_c, tol, *, k, init_kind, n_init, ma
 
 
 _kmeans_jit = jax.jit(
-    _kmeans_impl, static_argnames=("k", "init_kind", "n_init", "max_iter", "axis_name")
+    _kmeans_impl,
+    static_argnames=("k", "init_kind", "n_init", "max_iter", "axis_name", "precision"),
 )
 
 
@@ -499,6 +523,7 @@ def kmeans(
     tol: float = 1e-4,
     sample_weight: Any = None,
     axis_name: Any = None,
+    precision: str = "float32",
 ) -> KMeansState:
     """Lloyd's k-means on the rows of ``x``: pure, jit-able, vmap-able, shardable.
 
@@ -523,6 +548,10 @@ def kmeans(
         and ``sample_weight``) sharded over this mesh axis, sums, counts,
         inertia and variance are reduced with ``psum``; centroids and scalars
         come out replicated, labels sharded like ``x``.
+      precision: how f32 distances are multiplied: ``"float32"`` (f32 accuracy) or
+        ``"tensorfloat32"`` (one TF32 product, dot products off by up to ~2^-10 of
+        ``sum |x_i c_i|``: faster where the arithmetic binds, large k and d; on the jnp
+        path XLA's default precision). bf16, f16 and f64 data ignore it (static).
 
     Returns:
       A :class:`KMeansState`.
@@ -576,19 +605,23 @@ def kmeans(
         if init_c.shape != (k, x.shape[1]):
             raise ValueError(f"init array must have shape {(k, x.shape[1])}, got {init_c.shape}")
         init_kind, n_init = "array", 1
+    precision = tiled.check_precision(precision)
     return _kmeans_jit(
         key, x, sample_weight, init_c, tol,
         k=k, init_kind=init_kind, n_init=n_init, max_iter=max_iter, axis_name=axis_name,
+        precision=precision,
     )  # fmt: skip
 
 
-def assign(x: Any, centroids: Any) -> tuple[jax.Array, jax.Array]:
+def assign(x: Any, centroids: Any, *, precision: str = "float32") -> tuple[jax.Array, jax.Array]:
     """Closest centroid of each row of ``x``: ``(labels, squared distances)``.
 
     Both are shifted by the centroids' mean first, so that points and centroids
     far from the origin keep their distances (no cancellation in
     ``||x||^2 - 2 x.c + ||c||^2``). Distances are in the accumulation dtype
-    (f32 for bf16/f16) and never negative.
+    (f32 for bf16/f16) and never negative. On CUDA the tiled assignment serves
+    any k without writing the ``n x k`` distances (``jax_tsm2.clustering.tiled``);
+    ``precision`` as for :func:`kmeans`.
 
     Example:
       >>> import jax.numpy as jnp
@@ -597,13 +630,14 @@ def assign(x: Any, centroids: Any) -> tuple[jax.Array, jax.Array]:
       >>> labels.tolist(), d2.tolist()
       ([0, 1], [1.0, 1.0])
     """
-    return _assign_jit(*_check_pair(x, centroids, "assign"))
+    precision = tiled.check_precision(precision)
+    return _assign_jit(*_check_pair(x, centroids, "assign"), precision)
 
 
-@jax.jit
-def _assign_jit(x, c):
+@functools.partial(jax.jit, static_argnums=2)
+def _assign_jit(x, c, precision):
     xc, c = _shift_to_centroids(x, c)
-    return _assign_sq(xc, _sq_norms(xc), c)
+    return _assign(xc, _sq_norms(xc), c, precision)
 
 
 def sq_distances(x: Any, centroids: Any) -> jax.Array:
@@ -627,14 +661,20 @@ def _sq_distances_jit(x, c):
 
 
 def lloyd_step(
-    x: Any, centroids: Any, sample_weight: Any = None, *, impl: str = "auto"
+    x: Any,
+    centroids: Any,
+    sample_weight: Any = None,
+    *,
+    impl: str = "auto",
+    precision: str = "float32",
 ) -> LloydStep:
     """One pass of Lloyd's algorithm: labels, distances, per-cluster sums and weights, inertia.
 
     What :func:`kmeans` computes in each iteration, before the new centroids
-    (``sums / counts``, empty clusters relocated). On CUDA, for d <= 4096 and
-    k <= 32 (k <= 16 for f64 with d > 2048), one fused kernel reads ``x`` once
-    (``jax_tsm2.clustering.fused``); elsewhere the unfused jnp path runs.
+    (``sums / counts``, empty clusters relocated). On CUDA one fused kernel reads
+    ``x`` once where it serves the shape (``k <= 32``, ``jax_tsm2.clustering.fused``),
+    and the tiled assignment and sums read it twice for any other k and d (f32, bf16,
+    f16: ``jax_tsm2.clustering.tiled``); elsewhere the unfused jnp path runs.
 
     Unlike :func:`assign`, ``x`` is used as given (no shift): :func:`kmeans`
     centres the data once before iterating, which keeps the expanded distance
@@ -645,8 +685,9 @@ def lloyd_step(
       centroids: ``(k, d)``; rounded to ``x``'s dtype for the distances, as
         :func:`kmeans` does.
       sample_weight: ``(n,)`` weights, or None for all ones.
-      impl: ``"auto"`` (the fused kernel where it applies), ``"ffi"`` (force the
-        ``tsm2_kmeans_step`` target, on CPU its plain-loop reference), ``"jnp"``.
+      impl: ``"auto"`` (a kernel where one applies), ``"ffi"`` (force the kernel
+        ``fused.kernel_for`` names, on CPU its plain-loop reference), ``"jnp"``.
+      precision: how f32 distances are multiplied, as for :func:`kmeans`.
 
     Returns:
       A :class:`LloydStep`: ``labels`` (int32), ``mind``, ``sums`` ``(k, d)``,
@@ -662,6 +703,7 @@ def lloyd_step(
     """
     if impl not in fused.IMPLS:
         raise ValueError(f"impl must be one of {fused.IMPLS}, got {impl!r}")
+    precision = tiled.check_precision(precision)
     x, c = _check_pair(x, centroids, "lloyd_step")
     n = x.shape[0]
     if sample_weight is None:
@@ -670,12 +712,12 @@ def lloyd_step(
         w = jnp.asarray(sample_weight, c.dtype)
         if w.shape != (n,):
             raise ValueError(f"sample_weight must have shape ({n},), got {w.shape}")
-    return _lloyd_step_jit(x, c, w, impl)
+    return _lloyd_step_jit(x, c, w, impl, precision)
 
 
-@functools.partial(jax.jit, static_argnums=3)
-def _lloyd_step_jit(x, c, w, impl):
-    return _step(x, _sq_norms(x), w, c, c.shape[0], impl)
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _lloyd_step_jit(x, c, w, impl, precision):
+    return _step(x, _sq_norms(x), w, c, c.shape[0], impl, precision)
 
 
 def _check_pair(x: Any, centroids: Any, who: str) -> tuple[jax.Array, jax.Array]:

@@ -44,7 +44,16 @@ EXPECTED_FAILED_CHECKS = {
     ),
 }
 
-_PARAMS = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state")
+_PARAMS = (
+    "n_clusters",
+    "init",
+    "n_init",
+    "max_iter",
+    "tol",
+    "random_state",
+    "precision",
+    "device_memory_budget",
+)
 
 if BaseEstimator is None:
 
@@ -139,6 +148,10 @@ class KMeans(*_BASES):
         (:func:`jax_tsm2.clustering.out_of_core.kmeans_streamed`; one restart, init on a
         sample). None: stream only data larger than half of the device's memory, with
         that half as the budget.
+      precision: how f32 distances are multiplied on the GPU: ``"float32"`` (f32
+        accuracy) or ``"tensorfloat32"`` (one TF32 product: faster at large k and d, dot
+        products off by up to ~2^-10 of ``sum |x_i c_i|``); see
+        :func:`jax_tsm2.clustering.kmeans`.
 
     Fitted attributes: ``cluster_centers_``, ``labels_``, ``inertia_``,
     ``n_iter_``, ``n_features_in_``, plus ``converged_``,
@@ -187,6 +200,7 @@ class KMeans(*_BASES):
         tol: float = 1e-4,
         random_state: Any = None,
         device_memory_budget: int | None = None,
+        precision: str = "float32",
     ) -> None:
         self.n_clusters = n_clusters
         self.init = init
@@ -195,6 +209,7 @@ class KMeans(*_BASES):
         self.tol = tol
         self.random_state = random_state
         self.device_memory_budget = device_memory_budget
+        self.precision = precision
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -249,6 +264,7 @@ class KMeans(*_BASES):
                 max_iter=self.max_iter,
                 tol=self.tol,
                 sample_weight=None if sample_weight is None else np.asarray(sample_weight),
+                precision=self.precision,
             )
         else:
             state = core.kmeans(
@@ -260,6 +276,7 @@ class KMeans(*_BASES):
                 max_iter=self.max_iter,
                 tol=self.tol,
                 sample_weight=sample_weight,
+                precision=self.precision,
             )
         self.state_ = state
         self.cluster_centers_ = state.centroids
@@ -288,7 +305,8 @@ class KMeans(*_BASES):
 
     def predict(self, X: Any) -> jax.Array:
         """Index of the closest cluster centre for each row of ``X``."""
-        return core.assign(self._check_fitted(X), self.cluster_centers_)[0]
+        x = self._check_fitted(X)
+        return core.assign(x, self.cluster_centers_, precision=self.precision)[0]
 
     def fit_predict(self, X: Any, y: Any = None, sample_weight: Any = None) -> jax.Array:
         """``fit(X)`` then the training labels (``labels_``)."""
@@ -305,7 +323,7 @@ class KMeans(*_BASES):
     def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
         """Negative (weighted) inertia of ``X`` against the fitted centres."""
         x = self._check_fitted(X)
-        _, d2 = core.assign(x, self.cluster_centers_)
+        _, d2 = core.assign(x, self.cluster_centers_, precision=self.precision)
         if sample_weight is None:
             return -float(jnp.sum(d2))
         w = jnp.asarray(sample_weight, d2.dtype)

@@ -21,17 +21,18 @@ per row), keeps the centroids and the per-cluster sums in shared memory, and
 for large ``d`` splits each row over the blocks of a thread-block cluster so
 that both fit on chip (``_ffi.kmeans_plan`` shows the plan of a shape).
 
-:func:`decide_step` decides where the kernel runs (a ``jax_tsm2.decision.Decision``,
-which ``jax_tsm2.explain.kmeans_step`` shows) and :func:`step` follows it. With
-``impl="auto"``:
+:func:`decide_step` decides which implementation runs (a
+``jax_tsm2.decision.Decision``, which ``jax_tsm2.explain.kmeans_step`` shows) and
+:func:`step` follows it. With ``impl="auto"``:
 
-* on CUDA, the kernel when it takes the shape (``fused_supported``: d <= 4096,
-  k <= 32; f64 with d > 2048 takes k <= 16) and the custom-call mode (``jax_tsm2.config``) is
-  ``"prefer"`` or ``"always"``, or is ``"auto"`` and the kernel measured faster than the
-  unfused path for such shapes (``auto_prefers_kernel``: k <= 16, or d <= 256);
-* on CPU, the plain-loop reference target only in mode ``"always"`` (as for
-  ``matmul``: it exists so that tests can run the FFI path without a GPU; it
-  takes any d and k);
+* on CUDA, in every custom-call mode but ``"never"``, the kernel :func:`kernel_for`
+  names: this fused kernel where it takes the shape (``fused_supported``: d <= 4096,
+  k <= 32; f64 with d > 2048 takes k <= 16) and measured faster than the unfused path
+  (``auto_prefers_kernel``: k <= 16, or d <= 256); elsewhere the tiled assignment and
+  sums (``jax_tsm2.clustering.tiled``: any k and d, f32/bf16/f16, two passes over
+  ``x``); this kernel again where only it takes the shape (f64);
+* on CPU, that kernel's plain-loop reference target only in mode ``"always"`` (as for
+  ``matmul``: it exists so that tests can run the FFI path without a GPU);
 * otherwise the caller's jnp ``fallback``.
 
 CPU and CUDA are told apart at lowering time (``lax.platform_dependent``), so a
@@ -50,56 +51,34 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from jax_tsm2 import _compat, _ffi, config
+from jax_tsm2.clustering import tiled
+from jax_tsm2.clustering.step_result import LloydStep, acc_dtype
 from jax_tsm2.decision import Decision
 
 __all__ = [
     "IMPLS",
     "LloydStep",
+    "acc_dtype",
+    "assign",
     "auto_prefers_kernel",
     "decide_step",
     "decide_update",
     "ffi_step",
     "ffi_update",
     "fused_supported",
+    "kernel_for",
     "step",
     "update",
 ]
 
 IMPLS = ("auto", "ffi", "jnp")
-
-
-class LloydStep(NamedTuple):
-    """What one Lloyd iteration needs from a pass over the data (see the module docstring).
-
-    Attributes:
-      labels: ``(n,)`` int32 closest centroid.
-      mind: ``(n,)`` squared distance to it, in the accumulation dtype.
-      sums: ``(k, d)`` weighted sum of each cluster's rows.
-      counts: ``(k,)`` total weight of each cluster.
-      inertia: weighted sum of ``mind``.
-    """
-
-    labels: jax.Array
-    mind: jax.Array
-    sums: jax.Array
-    counts: jax.Array
-    inertia: jax.Array
-
-
-def acc_dtype(dtype: Any) -> np.dtype:
-    """Accumulation dtype of the step: f32 for bf16/f16, the dtype itself otherwise."""
-    dtype = jnp.dtype(dtype)
-    if dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
-        return jnp.dtype(jnp.float32)
-    return dtype
 
 
 _KERNEL_DTYPES = tuple(jnp.dtype(t) for t in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16))
@@ -181,21 +160,52 @@ def ffi_step(x: jax.Array, c: jax.Array, w: jax.Array, *, check: bool = True) ->
 
 Fallback = Callable[[jax.Array, jax.Array, jax.Array], LloydStep]
 
+# What decide_step's targets run: the fused kernel (ffi_step) or the tiled assignment and
+# sums (tiled.ffi_step).
+TARGETS = ("fused", "tiled", "jnp")
+
+
+def kernel_for(dtype: Any, d: int, k: int) -> str | None:
+    """The kernel that serves ``(n, d)`` data of ``dtype`` with ``k`` clusters best:
+    ``"fused"`` (one pass, ``k <= 32``) where it takes the shape and measured faster than
+    the unfused path (``auto_prefers_kernel``), else ``"tiled"`` (``jax_tsm2.clustering.
+    tiled``: any k and d, f32/bf16/f16), else ``"fused"`` where it takes the shape, else
+    None.
+
+    Example:
+        >>> kernel_for("float32", 256, 16), kernel_for("float32", 256, 1024)
+        ('fused', 'tiled')
+        >>> kernel_for("float32", 1024, 32), kernel_for("float64", 1024, 32)
+        ('tiled', 'fused')
+        >>> kernel_for("float64", 64, 1000) is None
+        True
+    """
+    fused = fused_supported(dtype, d, k)
+    if fused and auto_prefers_kernel(d, k):
+        return "fused"
+    if tiled.step_supported(dtype, d, k):
+        return "tiled"
+    return "fused" if fused else None
+
 
 def decide_step(dtype: Any, d: int, k: int, *, platform: str, mode: str | None = None) -> Decision:
     """Whether one Lloyd step on ``(n, d)`` data of ``dtype`` with ``k`` centroids runs the
-    fused kernel (``target="fused"``) or the unfused jnp path (``"jnp"``) on ``platform``.
+    fused kernel (``target="fused"``), the tiled assignment and sums (``"tiled"``) or the
+    unfused jnp path (``"jnp"``) on ``platform``.
 
-    ``mode`` defaults to the custom-call mode in effect (module docstring for the rules).
+    ``mode`` defaults to the custom-call mode in effect. On CUDA every mode but
+    ``"never"`` runs the kernel :func:`kernel_for` names; on CPU mode ``"always"`` runs
+    that kernel's reference target (the fused step's, which takes any shape, where no
+    kernel takes it).
 
     Example:
         >>> d = decide_step("float32", 256, 16, platform="cuda", mode="auto")
         >>> d.target, d.layer
         ('fused', 'measured')
         >>> decide_step("float32", 1024, 32, platform="cuda", mode="auto").target
-        'jnp'
+        'tiled'
         >>> decide_step("float32", 1024, 32, platform="cpu", mode="always").target
-        'fused'
+        'tiled'
     """
     mode = config.check_mode(config.get_custom_call_mode() if mode is None else mode, "decide")
     shape = f"d={d}, k={k}"
@@ -204,53 +214,122 @@ def decide_step(dtype: Any, d: int, k: int, *, platform: str, mode: str | None =
     )
     if mode == "never":
         return decision("jnp", "mode 'never'")
+    kernel = kernel_for(dtype, d, k)
     if platform == "cpu":
         if mode == "always":
-            return decision("fused", "mode 'always' on CPU: the reference target")
+            ref = kernel or "fused"
+            return decision(
+                ref, f"{shape}: mode 'always' on CPU: the {ref} step's reference target"
+            )
         return decision("jnp", "on CPU the jnp path runs (mode 'always' forces the reference)")
     if platform != "cuda":
         return decision("jnp", f"no fused target for platform {platform!r}")
+    if kernel is None:
+        return decision(
+            "jnp", f"{shape}: no kernel takes {jnp.dtype(dtype).name} data of this shape"
+        )
     # Without a CUDA device this is cross-platform lowering (export): emit the call if the
     # kernel takes the shape. With one, the target must be built.
-    if not _ffi.cuda_kernels_usable(_ffi.cuda_kmeans_available()):
-        return decision("jnp", "this build of jax_tsm2 has no k-means kernel for this GPU")
-    if not fused_supported(dtype, d, k):
-        return decision("jnp", f"{shape}: the fused kernel does not take the shape")
-    if mode != "auto":
-        return decision("fused", f"{shape}: mode {mode!r} runs the fused kernel where it can")
-    if auto_prefers_kernel(d, k):
+    built = (
+        _ffi.cuda_kmeans_available() if kernel == "fused" else _ffi.cuda_kmeans_tiled_available()
+    )
+    if not _ffi.cuda_kernels_usable(built):
+        return decision(
+            "jnp", f"this build of jax_tsm2 has no k-means {kernel} kernel for this GPU"
+        )
+    if kernel == "fused":
+        if mode != "auto":
+            return decision(
+                "fused", f"{shape}: mode {mode!r} runs the kernel that serves the shape"
+            )
         why = "the fused kernel measured faster than the unfused path for k <= 16 or d <= 256"
         return decision("fused", f"{shape}: {why}", "measured")
-    why = "the unfused path measured faster for k > 16 with d > 256"
-    return decision("jnp", f"{shape}: {why}", "measured")
+    why = (
+        "the tiled assignment and sums read x twice and never write the n x k distances; "
+        "the jnp path writes and reads them and adds the sums by a k x n x d one-hot product"
+    )
+    return decision("tiled", f"{shape}: {why}")
+
+
+def _kernel_step(kernel: str, x_sq: jax.Array, precision: str, check: bool):
+    """``(x, c, w) -> LloydStep`` through ``kernel`` (``"fused"`` or ``"tiled"``)."""
+    if kernel == "tiled":
+        return lambda x, c, w: tiled.ffi_step(x, x_sq, c, w, precision=precision, check=check)
+    return functools.partial(ffi_step, check=check)
 
 
 def step(
-    x: jax.Array, c: jax.Array, w: jax.Array, *, fallback: Fallback, impl: str = "auto"
+    x: jax.Array,
+    c: jax.Array,
+    w: jax.Array,
+    *,
+    fallback: Fallback,
+    impl: str = "auto",
+    x_sq: jax.Array | None = None,
+    precision: str = "float32",
 ) -> LloydStep:
-    """One pass over ``x``: the FFI step where it applies (``decide_step``), else ``fallback``.
+    """One pass over ``x``: a kernel where it applies (``decide_step``), else ``fallback``.
 
-    ``fallback(x, c, w)`` must return a :class:`LloydStep` with the same
-    shapes and dtypes (the jnp path, ``jax_tsm2.clustering.core``).
+    ``fallback(x, c, w)`` must return a :class:`LloydStep` with the same shapes and dtypes
+    (the jnp path, ``jax_tsm2.clustering.core``). ``x_sq`` (``||x||^2`` per row, computed
+    here if None) feeds the tiled assignment; ``precision`` its f32 products
+    (``tiled.PRECISIONS``). ``impl="ffi"`` forces the kernel :func:`kernel_for` names
+    (ValueError where none takes the shape).
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    tiled.check_precision(precision)
     if impl == "jnp":
         return fallback(x, c, w)
-    if impl == "ffi":
-        return ffi_step(x, c, w)
+    if x_sq is None:
+        xa = x.astype(acc_dtype(x.dtype))
+        x_sq = jnp.sum(xa * xa, axis=1)
     shape = (x.dtype, x.shape[1], c.shape[0])
-    on_cuda = decide_step(*shape, platform="cuda").target == "fused"
-    on_cpu = decide_step(*shape, platform="cpu").target == "fused"
-    if not (on_cuda or on_cpu):
+    if impl == "ffi":
+        kernel = kernel_for(*shape)
+        if kernel is None:
+            return ffi_step(x, c, w)  # raises, naming the shape
+        return _kernel_step(kernel, x_sq, precision, True)(x, c, w)
+    on_cuda = decide_step(*shape, platform="cuda").target
+    on_cpu = decide_step(*shape, platform="cpu").target
+    if on_cuda == "jnp" and on_cpu == "jnp":
         return fallback(x, c, w)
+    pick = lambda target, check: (
+        fallback if target == "jnp" else _kernel_step(target, x_sq, precision, check)
+    )
     return lax.platform_dependent(
-        x,
-        c,
-        w,
-        cpu=functools.partial(ffi_step, check=False) if on_cpu else fallback,
-        cuda=ffi_step if on_cuda else fallback,
-        default=fallback,
+        x, c, w, cpu=pick(on_cpu, False), cuda=pick(on_cuda, True), default=fallback
+    )
+
+
+def assign(
+    x: jax.Array,
+    x_sq: jax.Array,
+    c: jax.Array,
+    *,
+    fallback: Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]],
+    precision: str = "float32",
+) -> tuple[jax.Array, jax.Array]:
+    """``(labels, mind)`` of ``x`` against ``c`` through the kernel :func:`decide_step`
+    names for the shape (the tiled assignment alone, or the fused step's first two
+    results), else ``fallback(x, x_sq, c)``."""
+    n = x.shape[0]
+    acc = acc_dtype(x.dtype)
+
+    def through(target: str, check: bool):
+        if target == "tiled":
+            return lambda x_, s_, c_: tiled.ffi_assign(x_, s_, c_, precision=precision, check=check)
+        if target == "fused":
+            return lambda x_, s_, c_: tuple(ffi_step(x_, c_, jnp.ones((n,), acc), check=check)[:2])
+        return fallback
+
+    shape = (x.dtype, x.shape[1], c.shape[0])
+    on_cuda = decide_step(*shape, platform="cuda").target
+    on_cpu = decide_step(*shape, platform="cpu").target
+    if on_cuda == "jnp" and on_cpu == "jnp":
+        return fallback(x, x_sq, c)
+    return lax.platform_dependent(
+        x, x_sq, c, cpu=through(on_cpu, False), cuda=through(on_cuda, True), default=fallback
     )
 
 

@@ -24,6 +24,7 @@ Where it differs from :func:`jax_tsm2.kmeans` on the same data:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -140,13 +141,13 @@ def _centre(x, w, mu):
     return xc, core._sq_norms(xc), w.astype(acc)
 
 
-@jax.jit
-def _chunk_step(x, w, c, mu, labels_old):
+@functools.partial(jax.jit, static_argnames="precision")
+def _chunk_step(x, w, c, mu, labels_old, precision="float32"):
     """One chunk's share of an iteration: sums, weights, inertia, changed labels, and the
     chunk's k points farthest from their centres (padding rows never among them)."""
     k = c.shape[0]
     xc, x_sq, wa = _centre(x, w, mu)
-    s = core._step(xc, x_sq, wa, c, k)
+    s = core._step(xc, x_sq, wa, c, k, precision=precision)
     mind = jnp.where(wa > 0, s.mind, -1)
     far, idx = lax.top_k(mind, min(k, x.shape[0]))
     changed = jnp.sum((s.labels != labels_old) & (wa > 0))
@@ -199,6 +200,7 @@ def kmeans_streamed(
     sample_weight: np.ndarray | None = None,
     init_size: int | None = None,
     progress: Callable[[int, float], None] | None = None,
+    precision: str = "float32",
 ) -> core.KMeansState:
     """Lloyd's k-means over host data, streamed in chunks that fit ``device_memory_budget``.
 
@@ -214,6 +216,7 @@ def kmeans_streamed(
       sample_weight: ``(n,)`` non-negative weights or None.
       init_size: rows sampled for the init (default ``max(100_000, 10 * k)``).
       progress: called as ``progress(iteration, inertia)`` after each iteration.
+      precision: how f32 distances are multiplied, as :func:`jax_tsm2.kmeans` takes it.
 
     Returns:
       A :class:`~jax_tsm2.clustering.core.KMeansState` whose ``labels`` are a NumPy array
@@ -284,7 +287,7 @@ def kmeans_streamed(
     def iteration(carry, xc, wc, i):
         sums, counts, inertia, changed, cand, out = carry
         old = jax.device_put(labels[i * plan.rows : (i + 1) * plan.rows])
-        s, cnt, ine, ch, lab, cd = _chunk_step(xc, wc, c, mu, old)
+        s, cnt, ine, ch, lab, cd = _chunk_step(xc, wc, c, mu, old, precision=precision)
         lab.copy_to_host_async()
         cand = cd if cand is None else _merge_candidates(cand, cd)
         return (sums + s, counts + cnt, inertia + ine, changed + ch, cand, _keep(out, lab)), ine
@@ -309,7 +312,7 @@ def kmeans_streamed(
     def final(carry, xc, wc, i):
         inertia, out = carry
         old = jax.device_put(labels[i * plan.rows : (i + 1) * plan.rows])
-        _, _, ine, _, lab, _ = _chunk_step(xc, wc, c, mu, old)
+        _, _, ine, _, lab, _ = _chunk_step(xc, wc, c, mu, old, precision=precision)
         lab.copy_to_host_async()
         return (inertia + ine, _keep(out, lab)), ine
 

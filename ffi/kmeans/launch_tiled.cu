@@ -1,0 +1,246 @@
+// Plans and launches the k-means step for any k on the current device: the
+// tiled assignment (kernels/kmeans_assign.cuh) and the sums by buckets
+// (kernels/kmeans_sums.cuh), each instantiated for its element types.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
+
+#include "ffi/common/cuda_types.cuh"
+#include "ffi/kmeans/kernels/kmeans_assign.cuh"
+#include "ffi/kmeans/kernels/kmeans_sums.cuh"
+#include "ffi/kmeans/tiled_launcher.h"
+#include "ffi/kmeans/tiled_plan.h"
+
+namespace tsm2 {
+namespace {
+
+// What the plans take from the device, asked once per device.
+struct TiledDevice {
+  int sms = 0;
+  int smem_optin = 0;   // dynamic shared memory a block may opt in to
+  int smem_per_sm = 0;  // what an SM holds
+};
+
+Status QueryDevice(TiledDevice* out) {
+  static std::mutex mu;
+  static std::map<int, TiledDevice> cache;
+  int dev = 0;
+  TSM2_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(dev);
+  if (it == cache.end()) {
+    TiledDevice t;
+    TSM2_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&t.sms, cudaDevAttrMultiProcessorCount, dev));
+    TSM2_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&t.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    TSM2_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&t.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    it = cache.emplace(dev, t).first;
+  }
+  *out = it->second;
+  return Status{};
+}
+
+// Blocks of `kernel` an SM holds with `smem` bytes of dynamic shared memory
+// (at least 1), after opting the kernel in to the device's most: asked once
+// per (kernel, device, smem).
+Status ResidentBlocks(const void* kernel, int threads, int64_t smem, const TiledDevice& dev,
+                      int* out) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int64_t>, int> cache;
+  int id = 0;
+  TSM2_CUDA_RETURN_IF_ERROR(cudaGetDevice(&id));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(kernel, id, smem);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    TSM2_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dev.smem_optin));
+    int blocks = 0;
+    TSM2_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, kernel, threads, static_cast<size_t>(smem)));
+    if (blocks < 1) return TSM2_FAIL(cudaErrorInvalidConfiguration, "no k-means block fits an SM");
+    it = cache.emplace(key, blocks).first;
+  }
+  *out = it->second;
+  return Status{};
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename T, bool kFast, bool kAsync>
+Status LaunchAssignKernel(const KmeansAssignArgs& a, const KmeansAssignPlan& plan,
+                          const TiledDevice& dev, cudaStream_t stream) {
+  const void* kernel = reinterpret_cast<const void*>(&KmeansAssignKernel<T, kFast, kAsync>);
+  int per_sm = 0;
+  TSM2_RETURN_IF_ERROR(ResidentBlocks(kernel, kAssignThreads, plan.smem_bytes, dev, &per_sm));
+  const int64_t grid = std::min<int64_t>(plan.items, int64_t{per_sm} * dev.sms);
+  KmeansAssignKernel<T, kFast, kAsync><<<static_cast<unsigned>(grid), kAssignThreads,
+                                         static_cast<size_t>(plan.smem_bytes), stream>>>(a);
+  TSM2_RETURN_IF_LAUNCH_FAILED("KmeansAssignKernel");
+  return Status{};
+}
+
+template <typename T>
+Status LaunchAssign(const DeviceKmeansAssign& p, cudaStream_t stream) {
+  if (p.n == 0) return Status{};
+  TiledDevice dev;
+  TSM2_RETURN_IF_ERROR(QueryDevice(&dev));
+  const int itemsize = static_cast<int>(sizeof(T));
+  KmeansAssignPlan plan = KmeansAssignPlanOf(itemsize, p.n, p.d, p.k, dev.sms, dev.smem_optin);
+  if (!plan.ok) return TSM2_FAIL(cudaErrorInvalidValue, "no k-means assignment plan for (d, k)");
+  if (static_cast<int64_t>(p.workspace_bytes) < plan.off_split) {
+    return TSM2_FAIL(cudaErrorInvalidValue, "the k-means assignment workspace is too small");
+  }
+  if (static_cast<int64_t>(p.workspace_bytes) < plan.workspace_bytes) {
+    // Sized for fewer SMs than this device has: as many splits as it holds.
+    const int64_t fit = (static_cast<int64_t>(p.workspace_bytes) - plan.off_split) / (p.n * 8);
+    plan = KmeansAssignPlanOf(itemsize, p.n, p.d, p.k, dev.sms, dev.smem_optin, fit < 2 ? 1 : fit);
+  }
+  char* ws = static_cast<char*>(p.workspace);
+  float* csq = reinterpret_cast<float*>(ws + plan.off_csq);
+  int32_t* flags = reinterpret_cast<int32_t*>(ws + plan.off_flags);
+  float* split_key = reinterpret_cast<float*>(ws + plan.off_split);
+  int32_t* split_idx = reinterpret_cast<int32_t*>(ws + plan.off_split + plan.splits * p.n * 4);
+  const T* x = static_cast<const T*>(p.x);
+  const T* c = static_cast<const T*>(p.c);
+
+  TSM2_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, kAssignFlagsBytes, stream));
+  const int64_t csq_blocks = std::min<int64_t>(CeilDiv(p.k, 8), int64_t{4} * dev.sms);
+  KmeansCsqKernel<T><<<static_cast<unsigned>(csq_blocks), 256, 0, stream>>>(
+      c, p.k, static_cast<int>(p.d), csq, flags);
+  TSM2_RETURN_IF_LAUNCH_FAILED("KmeansCsqKernel");
+
+  KmeansAssignArgs a{};
+  a.x = p.x;
+  a.c = p.c;
+  a.x_sq = p.x_sq;
+  a.csq = csq;
+  a.flags = flags;
+  a.labels = p.labels;
+  a.mind = p.mind;
+  a.split_key = split_key;
+  a.split_idx = split_idx;
+  a.n = p.n;
+  a.d = static_cast<int>(p.d);
+  a.k = static_cast<int>(p.k);
+  a.qd = static_cast<int>(plan.qd);
+  a.ctiles = static_cast<int>(plan.ctiles);
+  a.splits = static_cast<int>(plan.splits);
+  a.items = plan.items;
+  a.stages = plan.stages;
+  a.res_slots = plan.res_slots;
+  a.resident = plan.resident;
+  const bool async = (p.d * itemsize) % 16 == 0 && Aligned16(p.x) && Aligned16(p.c);
+  using Launch = Status (*)(const KmeansAssignArgs&, const KmeansAssignPlan&, const TiledDevice&,
+                            cudaStream_t);
+  Launch launch =
+      async ? &LaunchAssignKernel<T, false, true> : &LaunchAssignKernel<T, false, false>;
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.precision == KmeansPrecision::kTensorFloat32) {
+      launch = async ? &LaunchAssignKernel<T, true, true> : &LaunchAssignKernel<T, true, false>;
+    }
+  }
+  TSM2_RETURN_IF_ERROR(launch(a, plan, dev, stream));
+  const unsigned row_blocks =
+      static_cast<unsigned>(std::min<int64_t>(CeilDiv(p.n, 256), int64_t{4} * dev.sms));
+  if (plan.splits > 1) {
+    KmeansSplitMergeKernel<<<row_blocks, 256, 0, stream>>>(
+        split_key, split_idx, p.n, static_cast<int>(plan.splits), p.labels, p.mind);
+    TSM2_RETURN_IF_LAUNCH_FAILED("KmeansSplitMergeKernel");
+  }
+  KmeansFixupKernel<T><<<row_blocks, 256, 0, stream>>>(
+      x, c, p.x_sq, csq, flags, p.n, static_cast<int>(p.d), p.k, p.labels, p.mind);
+  TSM2_RETURN_IF_LAUNCH_FAILED("KmeansFixupKernel");
+  return Status{};
+}
+
+template <typename T>
+Status LaunchSums(const DeviceKmeansSums& p, cudaStream_t stream) {
+  using Acc = AccType<T>;
+  constexpr int kAcc = static_cast<int>(sizeof(Acc));
+  TiledDevice dev;
+  TSM2_RETURN_IF_ERROR(QueryDevice(&dev));
+  KmeansSumsPlan plan = KmeansSumsPlanWith(kAcc, p.n, p.d, p.k, p.bucket, p.chunks);
+  // The attributes' plan where this device holds it, else this device's own
+  // bucket in one chunk (no partials): the same sums in another order.
+  if (!plan.ok || plan.smem_bytes > dev.smem_optin ||
+      plan.workspace_bytes > static_cast<int64_t>(p.workspace_bytes)) {
+    const KmeansSumsPlan own = KmeansSumsPlanOf(kAcc, p.n, p.d, p.k, dev.sms, dev.smem_optin);
+    if (!own.ok) return TSM2_FAIL(cudaErrorInvalidValue, "no k-means sums plan for (d, k)");
+    plan = KmeansSumsPlanWith(kAcc, p.n, p.d, p.k, own.bucket, 1);
+  }
+  KmeansSumsArgs a{};
+  a.x = p.x;
+  a.w = p.w;
+  a.labels = p.labels;
+  a.mind = p.mind;
+  a.sums = p.sums;
+  a.counts = p.counts;
+  a.inertia = p.inertia;
+  a.partials = p.workspace;
+  a.n = p.n;
+  a.k = p.k;
+  a.d = static_cast<int>(p.d);
+  a.bucket = static_cast<int>(plan.bucket);
+  a.chunks = static_cast<int>(plan.chunks);
+  a.groups = plan.groups;
+  a.q = static_cast<int>(KmeansSumsChunks(kAcc, p.d));
+  constexpr int kV = 16 / kAcc;
+  a.x_vec = p.d % kV == 0 && reinterpret_cast<uintptr_t>(p.x) % (kV * sizeof(T)) == 0;
+  const void* kernel = reinterpret_cast<const void*>(&KmeansSumsKernel<T, Acc>);
+  int per_sm = 0;  // opts the kernel in to its shared memory
+  TSM2_RETURN_IF_ERROR(ResidentBlocks(kernel, kSumsThreads, plan.smem_bytes, dev, &per_sm));
+  const dim3 grid(static_cast<unsigned>(plan.chunks), static_cast<unsigned>(plan.buckets));
+  KmeansSumsKernel<T, Acc><<<grid, kSumsThreads, static_cast<size_t>(plan.smem_bytes), stream>>>(a);
+  TSM2_RETURN_IF_LAUNCH_FAILED("KmeansSumsKernel");
+  if (plan.chunks > 1) {
+    const int64_t total = p.k * p.d + p.k + 1;
+    const unsigned blocks =
+        static_cast<unsigned>(std::min<int64_t>(CeilDiv(total, 256), int64_t{8} * dev.sms));
+    KmeansSumsReduceKernel<Acc><<<blocks, 256, 0, stream>>>(
+        static_cast<const Acc*>(p.workspace), p.k, static_cast<int>(p.d), plan.bucket, plan.chunks,
+        static_cast<Acc*>(p.sums), static_cast<Acc*>(p.counts), static_cast<Acc*>(p.inertia));
+    TSM2_RETURN_IF_LAUNCH_FAILED("KmeansSumsReduceKernel");
+  }
+  return Status{};
+}
+
+}  // namespace
+
+template <>
+Status LaunchKmeansAssign<ElemType::kF32>(const DeviceKmeansAssign& p, cudaStream_t stream) {
+  return LaunchAssign<float>(p, stream);
+}
+template <>
+Status LaunchKmeansAssign<ElemType::kBF16>(const DeviceKmeansAssign& p, cudaStream_t stream) {
+  return LaunchAssign<CudaType<ElemType::kBF16>>(p, stream);
+}
+template <>
+Status LaunchKmeansAssign<ElemType::kF16>(const DeviceKmeansAssign& p, cudaStream_t stream) {
+  return LaunchAssign<CudaType<ElemType::kF16>>(p, stream);
+}
+
+template <>
+Status LaunchKmeansSums<ElemType::kF32>(const DeviceKmeansSums& p, cudaStream_t stream) {
+  return LaunchSums<float>(p, stream);
+}
+template <>
+Status LaunchKmeansSums<ElemType::kF64>(const DeviceKmeansSums& p, cudaStream_t stream) {
+  return LaunchSums<double>(p, stream);
+}
+template <>
+Status LaunchKmeansSums<ElemType::kBF16>(const DeviceKmeansSums& p, cudaStream_t stream) {
+  return LaunchSums<CudaType<ElemType::kBF16>>(p, stream);
+}
+template <>
+Status LaunchKmeansSums<ElemType::kF16>(const DeviceKmeansSums& p, cudaStream_t stream) {
+  return LaunchSums<CudaType<ElemType::kF16>>(p, stream);
+}
+
+}  // namespace tsm2

@@ -1,0 +1,243 @@
+// Plans of the k-means step for any k: the tiled assignment
+// (kernels/kmeans_assign.cuh, FFI target tsm2_kmeans_assign) and the
+// centroid sums by buckets of clusters (kernels/kmeans_sums.cuh, FFI target
+// tsm2_kmeans_sums). Plain C++, so that the CUDA launchers, the CPU
+// reference targets (which follow the sums plan to the order of every
+// addition) and Python (through _tsm2_ext.kmeans_tiled_plan) agree on the
+// tiles, the buckets and the workspace sizes.
+//
+// The assignment is a product X C^T on tensor cores in tiles of 128 rows x
+// 128 centroids whose distances never leave the registers: each row keeps
+// its closest centroid over the centroid tiles. A step of the pipeline
+// brings 128 bytes of every row of one X tile and one C tile into shared
+// memory (a "sub-tile"); the X tile stays there for all centroid tiles when
+// its sub-tiles fit ("resident"), else it is re-read with each ("stream").
+//
+// The sums partition the clusters into buckets of `bucket` centroids whose
+// sums fit one block's shared memory, and the rows into `chunks`: block
+// (bucket, chunk) scans its chunk's labels, gathers the rows of its bucket's
+// clusters and adds them in row order. No atomics, no sort: results are
+// bitwise reproducible, and the CPU reference reproduces them bit for bit.
+#pragma once
+
+#include <cstdint>
+
+#include "ffi/common/elem_type.h"
+#include "ffi/common/plan_math.h"
+
+namespace tsm2 {
+
+// ---------------------------------------------------------------- assignment
+
+// How distances are multiplied for f32 data: split products with f32
+// accuracy (3xTF32, the default), or one TF32 product (inputs rounded to 10
+// mantissa bits: a dot's error grows to ~2^-10 sum |x_i c_i|). bf16, f16
+// products are exact on tensor cores whatever the precision.
+enum class KmeansPrecision : int32_t { kFloat32 = 0, kTensorFloat32 = 1 };
+
+// The shared memory per block plans assume where there is no GPU to ask: an
+// H100's or H200's opt-in (227 KB).
+constexpr int64_t kKmeansDefaultSmemOptin = 227 * 1024;
+
+constexpr int kAssignThreads = 256;
+constexpr int kAssignRows = 128;       // BM: rows of X per tile
+constexpr int kAssignCents = 128;      // BN: centroids per tile
+constexpr int kAssignStepBytes = 128;  // bytes of a row a pipeline step brings
+constexpr int kAssignRowStride = 144;  // their bytes in shared memory (16 padding)
+constexpr int kAssignSubTile = kAssignRows * kAssignRowStride;  // 18,432 (BM == BN)
+constexpr int kAssignScratch = 2 * kAssignRows * 8;  // the two column warps' (key, index)
+constexpr int kAssignMaxStages = 6;
+// Items (a row tile, or a row tile's share of the centroid tiles) per SM the
+// plan aims for; where the row tiles are fewer, the centroid tiles are split.
+constexpr int kAssignTargetPerSm = 2;
+// Rows of the fix-up's list of rows with a non-finite ||x||^2.
+constexpr int64_t kAssignFlagsBytes = 16;
+
+constexpr int KmeansAssignElems(int itemsize) { return kAssignStepBytes / itemsize; }
+
+struct KmeansAssignPlan {
+  bool ok = false;
+  int itemsize = 0;
+  int64_t n = 0, d = 0, k = 0;
+  int bk = 0;              // elements of a row per step
+  int64_t qd = 0;          // steps per centroid tile: ceil(d / bk)
+  int64_t ctiles = 0;      // centroid tiles: ceil(k / 128)
+  int64_t row_tiles = 0;   // ceil(n / 128)
+  int64_t splits = 0;      // items per row tile (each a share of the centroid tiles)
+  int64_t items = 0;       // row_tiles * splits
+  bool resident = false;   // X sub-tiles kept for all centroid tiles of an item
+  int stages = 0;          // pipeline depth
+  int res_slots = 0;       // resident copies of an X tile (R): the next item's load
+                           // must not overwrite one still read
+  int64_t smem_bytes = 0;  // dynamic shared memory of a block
+  // Workspace: ||c||^2 [k] (accumulator type), flags, then with splits > 1
+  // each split's (distance, label) per row.
+  int64_t off_csq = 0, off_flags = 0, off_split = 0, workspace_bytes = 0;
+};
+
+// Centroid tiles [j0, j1) of split s of an item.
+constexpr int64_t KmeansSplitBegin(int64_t ctiles, int64_t splits, int64_t s) {
+  return s * ctiles / splits;
+}
+
+// The smallest shared-memory footprint of a resident plan with `stages`
+// stages: R copies of the X tile, R = ceil(stages / qd), so that the load of
+// a later item's sub-tile q, issued stages - 1 steps ahead, lands on a copy
+// whose last read lies at least `stages` steps back (kernels/kmeans_assign.cuh).
+constexpr int64_t KmeansResidentBytes(int stages, int64_t qd) {
+  const int64_t r = CeilDiv(stages, qd);
+  return int64_t{stages} * kAssignSubTile + r * qd * kAssignSubTile + kAssignScratch;
+}
+constexpr int64_t KmeansStreamBytes(int stages) {
+  return int64_t{stages} * 2 * kAssignSubTile + kAssignScratch;
+}
+
+// The plan for x [n, d] against c [k, d] of `itemsize` bytes on a GPU with
+// `sms` SMs and `smem_optin` bytes of shared memory per block. The splits
+// depend on (n, k, sms) only and size the workspace (at most max_splits: a
+// launcher whose workspace was sized for fewer SMs takes fewer); shared
+// memory picks the mode and the stages.
+constexpr KmeansAssignPlan KmeansAssignPlanOf(int itemsize, int64_t n, int64_t d, int64_t k,
+                                              int sms, int64_t smem_optin,
+                                              int64_t max_splits = int64_t{1} << 40) {
+  KmeansAssignPlan p;
+  if ((itemsize != 4 && itemsize != 2) || n < 0 || d < 1 || k < 1 || sms < 1) return p;
+  p.itemsize = itemsize;
+  p.n = n;
+  p.d = d;
+  p.k = k;
+  p.bk = KmeansAssignElems(itemsize);
+  p.qd = CeilDiv(d, p.bk);
+  p.ctiles = CeilDiv(k, kAssignCents);
+  p.row_tiles = CeilDiv(n, kAssignRows);
+  const int64_t target = int64_t{kAssignTargetPerSm} * sms;
+  p.splits = 1;
+  if (p.row_tiles > 0 && p.row_tiles < target) {
+    p.splits = CeilDiv(target, p.row_tiles);
+    if (p.splits > p.ctiles) p.splits = p.ctiles;
+    if (p.splits > max_splits) p.splits = max_splits < 1 ? 1 : max_splits;
+  }
+  p.items = p.row_tiles * p.splits;
+  // Resident where an item has two centroid tiles or more (else nothing is
+  // re-read) and four stages fit, or three; else stream with as many stages
+  // as fit, from two.
+  const bool reuse = p.ctiles / p.splits >= 2;
+  for (int s = 4; reuse && s >= 3 && !p.resident; --s) {
+    if (KmeansResidentBytes(s, p.qd) <= smem_optin) {
+      p.resident = true;
+      p.stages = s;
+      p.res_slots = static_cast<int>(CeilDiv(s, p.qd));
+      p.smem_bytes = KmeansResidentBytes(s, p.qd);
+    }
+  }
+  for (int s = kAssignMaxStages; !p.resident && s >= 2; --s) {
+    if (KmeansStreamBytes(s) <= smem_optin) {
+      p.stages = s;
+      p.smem_bytes = KmeansStreamBytes(s);
+      break;
+    }
+  }
+  if (p.stages == 0) return p;
+  const int acc = AccSize(itemsize);
+  p.off_csq = 0;
+  p.off_flags = CeilDiv(k * acc, 16) * 16;
+  p.off_split = p.off_flags + kAssignFlagsBytes;
+  p.workspace_bytes = p.off_split + (p.splits > 1 ? p.splits * n * 8 : 0);
+  p.ok = true;
+  return p;
+}
+
+// ---------------------------------------------------------------- sums
+
+constexpr int kSumsThreads = 256;
+constexpr int kSumsLabelsPerThread = 4;
+constexpr int kSumsTileRows = kSumsThreads * kSumsLabelsPerThread;  // rows per scan of labels
+constexpr int kSumsMaxGroups = 32;
+constexpr int kSumsPrefetch = 8;  // rows a thread has in flight
+// The row list of a tile (row, local cluster), the warps' counts per round of
+// labels, and the warps' inertia.
+constexpr int64_t kSumsStaticSmem =
+    int64_t{kSumsTileRows} * 8 + kSumsLabelsPerThread * (kSumsThreads / 32) * 4 + 64;
+// Blocks per SM the chunks aim for.
+constexpr int kSumsTargetPerSm = 2;
+
+// Accumulators per 16-byte chunk of a row (4 f32, 2 f64), and chunks per row.
+constexpr int KmeansSumsVec(int acc_size) { return 16 / acc_size; }
+constexpr int64_t KmeansSumsChunks(int acc_size, int64_t d) {
+  return CeilDiv(d, KmeansSumsVec(acc_size));
+}
+// Groups of threads that each add every G-th row of a tile's list into their
+// own copy of the sums (one thread per 16-byte chunk of a row): enough rows
+// in flight for narrow rows, one copy for rows of 256 chunks or more.
+constexpr int KmeansSumsGroups(int acc_size, int64_t d) {
+  const int64_t q = KmeansSumsChunks(acc_size, d);
+  if (q >= kSumsThreads) return 1;
+  const int64_t g = kSumsThreads / q;
+  return static_cast<int>(g < kSumsMaxGroups ? g : kSumsMaxGroups);
+}
+
+// Shared memory of a block holding `bucket` clusters' sums (G copies).
+constexpr int64_t KmeansSumsSmem(int acc_size, int64_t d, int64_t bucket) {
+  const int64_t row = KmeansSumsChunks(acc_size, d) * 16;
+  return kSumsStaticSmem + KmeansSumsGroups(acc_size, d) * bucket * (row + acc_size);
+}
+
+struct KmeansSumsPlan {
+  bool ok = false;
+  int64_t n = 0, d = 0, k = 0;
+  int acc_size = 0;
+  int64_t bucket = 0;   // clusters per block
+  int64_t buckets = 0;  // ceil(k / bucket)
+  int64_t chunks = 0;   // row ranges; > 1 writes partials that a second pass adds in order
+  int groups = 0;       // KmeansSumsGroups
+  int64_t smem_bytes = 0;
+  int64_t partial_elems = 0;  // bucket * d + bucket + 1 (sums, counts, inertia)
+  int64_t workspace_bytes = 0;
+};
+
+// Rows [KmeansChunkBegin(c), KmeansChunkBegin(c + 1)) of chunk c.
+constexpr int64_t KmeansChunkBegin(int64_t n, int64_t chunks, int64_t c) { return c * n / chunks; }
+
+// The sums plan with explicit bucket and chunks (the FFI attributes), or not
+// ok where they are out of range.
+constexpr KmeansSumsPlan KmeansSumsPlanWith(int acc_size, int64_t n, int64_t d, int64_t k,
+                                            int64_t bucket, int64_t chunks) {
+  KmeansSumsPlan p;
+  if ((acc_size != 4 && acc_size != 8) || n < 0 || d < 1 || k < 1 || bucket < 1 || chunks < 1) {
+    return p;
+  }
+  p.n = n;
+  p.d = d;
+  p.k = k;
+  p.acc_size = acc_size;
+  p.bucket = bucket < k ? bucket : k;
+  p.buckets = CeilDiv(k, p.bucket);
+  p.chunks = chunks;
+  p.groups = KmeansSumsGroups(acc_size, d);
+  p.smem_bytes = KmeansSumsSmem(acc_size, d, p.bucket);
+  p.partial_elems = p.bucket * d + p.bucket + 1;
+  p.workspace_bytes = chunks > 1 ? p.buckets * chunks * p.partial_elems * acc_size : 0;
+  p.ok = true;
+  return p;
+}
+
+// The sums plan for a GPU with `sms` SMs and `smem_optin` bytes of shared
+// memory per block: the largest bucket that fits, and enough chunks for
+// kSumsTargetPerSm blocks per SM (each chunk at least a tile of rows).
+constexpr KmeansSumsPlan KmeansSumsPlanOf(int acc_size, int64_t n, int64_t d, int64_t k, int sms,
+                                          int64_t smem_optin) {
+  if ((acc_size != 4 && acc_size != 8) || d < 1 || k < 1 || sms < 1) return KmeansSumsPlan{};
+  const int64_t per = KmeansSumsSmem(acc_size, d, 1) - kSumsStaticSmem;
+  int64_t bucket = (smem_optin - kSumsStaticSmem) / per;
+  if (bucket < 1) return KmeansSumsPlan{};
+  if (bucket > k) bucket = k;
+  const int64_t buckets = CeilDiv(k, bucket);
+  const int64_t target = int64_t{kSumsTargetPerSm} * sms;
+  int64_t chunks = buckets >= target ? 1 : CeilDiv(target, buckets);
+  const int64_t most = CeilDiv(n, kSumsTileRows);
+  if (chunks > most) chunks = most;
+  if (chunks < 1) chunks = 1;
+  return KmeansSumsPlanWith(acc_size, n, d, k, bucket, chunks);
+}
+
+}  // namespace tsm2

@@ -1,0 +1,244 @@
+"""GPU numerics of the k-means step for any k (ffi/kmeans/kernels/kmeans_assign.cuh and
+kmeans_sums.cuh) against a float64 reference and against the CPU references.
+
+Skipped without a CUDA device and a CUDA build (conftest.py). The assignment on odd
+sizes (d = 1 to past a step of 128 bytes, k = 1 to past a centroid tile, n past a row
+tile) for f32 (split products and TF32), bf16 and f16, in each of its modes (X resident,
+streamed, loaded element by element, centroid tiles split over blocks); ties, NaN and
+Inf ranked as the CPU reference ranks them. The sums bit for bit equal to the CPU
+reference's under the same plan (the order of every addition is the plan's), for every
+dtype, and reproducible; k-means through both against the jnp path.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _kmeans_reference import TF32_REL, check_step, data
+
+import jax_tsm2
+from jax_tsm2 import _ffi
+from jax_tsm2.clustering import fused, kmeans, tiled
+
+pytestmark = pytest.mark.gpu
+dtype_ids = lambda d: jnp.dtype(d).name
+HALF_AND_F32 = [jnp.float32, jnp.bfloat16, jnp.float16]
+
+
+def _x_sq(x):
+    xa = x.astype(fused.acc_dtype(x.dtype))
+    return jnp.sum(xa * xa, axis=1)
+
+
+@functools.partial(jax.jit, static_argnames=("precision",))
+def _step(x, c, w, precision="float32"):
+    return tiled.ffi_step(x, _x_sq(x), c, w, precision=precision)
+
+
+def _cpu(*arrays):
+    cpu = jax.devices("cpu")[0]
+    return [jax.device_put(a, cpu) for a in arrays]
+
+
+@functools.partial(jax.jit, static_argnames=("precision",))
+def _cpu_step(x, c, w, precision="float32"):
+    return tiled.ffi_step(x, _x_sq(x), c, w, precision=precision, check=False)
+
+
+def _on_cpu(fn, *arrays, **kw):
+    with jax.default_device(jax.devices("cpu")[0]):
+        return fn(*_cpu(*arrays), **kw)
+
+
+@pytest.mark.parametrize("d", (1, 3, 64, 130, 257, 1000))
+@pytest.mark.parametrize("k", (1, 33, 129, 1031))
+@pytest.mark.parametrize("dtype", HALF_AND_F32, ids=dtype_ids)
+def test_step_matches_float64_reference(dtype, d, k):
+    rng = np.random.default_rng(d * 7919 + k)
+    x, c, w = data(rng, 1031, d, k, dtype)
+    check_step(_step(x, c, w), x, c, w)
+
+
+@pytest.mark.parametrize(("d", "k"), [(3, 40), (64, 129), (256, 1031), (520, 300)])
+def test_tf32_mode_within_its_bound(d, k):
+    rng = np.random.default_rng(d + k)
+    x, c, w = data(rng, 2053, d, k, jnp.float32)
+    x, c = 7.3 * x, 7.3 * c
+    check_step(_step(x, c, w, precision="tensorfloat32"), x, c, w, extra_rel=TF32_REL)
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "k", "dtype"),
+    [
+        (40_009, 256, 300, jnp.float32),  # X resident: three centroid tiles, eight steps
+        (30_011, 520, 300, jnp.float32),  # streamed: 17 sub-tiles do not fit
+        (30_011, 64, 1031, jnp.float32),  # resident with two copies (two steps a tile)
+        (20_011, 257, 300, jnp.float32),  # rows not in 16-byte chunks: element loads
+        (20_011, 129, 300, jnp.bfloat16),  # the same for 2-byte elements
+        (1_000, 64, 20_000, jnp.float32),  # 8 row tiles: centroid tiles split over blocks
+        (129, 40, 5_000, jnp.float16),  # 2 row tiles, split
+        (5_003, 4100, 130, jnp.bfloat16),  # wide rows, two centroid tiles
+    ],
+)
+def test_each_mode_of_the_assignment(n, d, k, dtype):
+    rng = np.random.default_rng(n + d)
+    x, c, w = data(rng, n, d, k, dtype)
+    check_step(_step(x, c, w), x, c, w)
+
+
+@pytest.mark.parametrize("precision", tiled.PRECISIONS)
+def test_ties_nan_and_inf_as_the_cpu_reference(precision):
+    rng = np.random.default_rng(3)
+    x, c, w = data(rng, 3001, 40, 200, jnp.float32)
+    c = c.at[150].set(c[10])  # exact ties: the lower index
+    x = x.at[3, 1].set(np.nan).at[7, 0].set(np.inf).at[9, 5].set(-np.inf).at[11].set(1e20)
+    w = w.at[20].set(np.nan)
+    for cc in (c, c.at[130, 2].set(np.inf).at[140, 0].set(np.nan)):
+        got = _step(x, cc, w, precision=precision)
+        ref = _on_cpu(_cpu_step, x, cc, w, precision=precision)
+        bad = np.zeros(3001, bool)
+        bad[[3, 7, 9, 11]] = True
+        if not np.isfinite(np.asarray(cc)).all():
+            bad[:] = True  # every row is ranked with exact products against such centroids
+        np.testing.assert_array_equal(np.asarray(got.labels)[bad], np.asarray(ref.labels)[bad])
+        for f in ("mind", "sums", "counts", "inertia"):
+            a, b = np.asarray(getattr(got, f)), np.asarray(getattr(ref, f))
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=f)
+            np.testing.assert_array_equal(np.isinf(a), np.isinf(b), err_msg=f)
+    assert 150 not in np.asarray(_step(x, c, w).labels).tolist()
+
+
+def _sums_call(x, w, labels, mind, k, bucket, chunks, workspace):
+    d = x.shape[1]
+    acc = fused.acc_dtype(x.dtype)
+    call = jax.ffi.ffi_call(
+        _ffi.KMEANS_SUMS_TARGET,
+        (
+            jax.ShapeDtypeStruct((k, d), acc),
+            jax.ShapeDtypeStruct((k,), acc),
+            jax.ShapeDtypeStruct((), acc),
+            jax.ShapeDtypeStruct((workspace,), jnp.uint8),
+        ),
+    )
+    return call(x, w, labels, mind, bucket=np.int64(bucket), chunks=np.int64(chunks))[:3]
+
+
+_sums_jit = jax.jit(_sums_call, static_argnames=("k", "bucket", "chunks", "workspace"))
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "k", "bucket", "chunks"),
+    [
+        (1, 1, 1, 1, 1),
+        (20_011, 5, 37, 10, 1),
+        (20_011, 5, 37, 10, 13),
+        (100_003, 64, 300, 52, 9),
+        (20_011, 257, 300, 31, 4),
+        (8_009, 1030, 40, 20, 3),
+        (5_003, 4100, 7, 3, 2),
+        (3_000, 3, 7, 3, 3_000),
+    ],
+)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16],
+                         ids=dtype_ids)  # fmt: skip
+def test_sums_equal_the_cpu_reference_bit_for_bit(dtype, n, d, k, bucket, chunks):
+    rng = np.random.default_rng(n + d + k)
+    acc = fused.acc_dtype(dtype)
+    x = jnp.asarray(rng.normal(size=(n, d)) + 1, dtype)
+    w = jnp.asarray(rng.uniform(0, 2, n), acc)
+    labels = jnp.asarray(rng.integers(-1, k + 1, n), jnp.int32)  # a few outside [0, k)
+    mind = jnp.asarray(rng.uniform(0, 5, n), acc)
+    per = bucket * d + bucket + 1
+    workspace = -(-k // bucket) * chunks * per * jnp.dtype(acc).itemsize if chunks > 1 else 0
+    plan = {"k": k, "bucket": bucket, "chunks": chunks, "workspace": workspace}
+    got = _sums_jit(x, w, labels, mind, **plan)
+    ref = _on_cpu(_sums_jit, x, w, labels, mind, **plan)
+    for a, b, name in zip(got, ref, ("sums", "counts", "inertia"), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+
+
+def test_sums_of_this_gpus_plan_equal_the_cpu_reference():
+    rng = np.random.default_rng(8)
+    x, c, w = data(rng, 200_003, 96, 700, jnp.float32)
+    labels, mind = jax.jit(tiled.ffi_assign)(x, _x_sq(x), c)
+    got = jax.jit(tiled.ffi_sums, static_argnums=4)(x, w, labels, mind, 700)
+    plan = _ffi.kmeans_tiled_plan("float32", 200_003, 96, 700)
+    assert plan["chunks"] > 1  # partials, then their sum in order
+    ref = _on_cpu(
+        _sums_jit,
+        x,
+        w,
+        labels,
+        mind,
+        k=700,
+        bucket=plan["bucket"],
+        chunks=plan["chunks"],
+        workspace=0,
+    )
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_plan_this_gpu_cannot_hold_is_replanned():
+    # A bucket whose sums need more shared memory than any GPU has, and a workspace too
+    # small for the partials: the launcher plans for itself (the same sums, in another order).
+    rng = np.random.default_rng(9)
+    n, d, k = 10_007, 512, 400
+    x = jnp.asarray(rng.normal(size=(n, d)), jnp.float32)
+    w = jnp.ones(n, jnp.float32)
+    labels = jnp.asarray(rng.integers(0, k, n), jnp.int32)
+    mind = jnp.ones(n, jnp.float32)
+    sums, counts, inertia = _sums_jit(x, w, labels, mind, k=k, bucket=400, chunks=4, workspace=0)
+    onehot = (np.asarray(labels)[:, None] == np.arange(k)).astype(np.float64)
+    np.testing.assert_allclose(np.asarray(sums), onehot.T @ np.asarray(x, np.float64),
+                               rtol=1e-4, atol=1e-3)  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(counts), onehot.sum(0))
+    assert float(inertia) == n
+
+
+def test_a_small_workspace_means_fewer_splits():
+    rng = np.random.default_rng(10)
+    x, c, w = data(rng, 700, 33, 9_000, jnp.float32)
+    full = _ffi.kmeans_tiled_plan("float32", 700, 33, 9_000)
+    assert full["splits"] > 1
+    for workspace in (full["assign_workspace_bytes"] - 8 * 700, 9_000 * 4 + 16):
+        call = jax.ffi.ffi_call(
+            _ffi.KMEANS_ASSIGN_TARGET,
+            (
+                jax.ShapeDtypeStruct((700,), jnp.int32),
+                jax.ShapeDtypeStruct((700,), jnp.float32),
+                jax.ShapeDtypeStruct((workspace,), jnp.uint8),
+            ),
+        )
+        labels, mind, _ = jax.jit(functools.partial(call, precision=np.int32(0)))(x, _x_sq(x), c)
+        sums, counts, inertia = jax.jit(tiled.ffi_sums, static_argnums=4)(x, w, labels, mind, 9_000)
+        check_step(fused.LloydStep(labels, mind, sums, counts, inertia), x, c, w)
+
+
+def test_bitwise_reproducible():
+    rng = np.random.default_rng(11)
+    x, c, w = data(rng, 150_001, 128, 1500, jnp.float32)
+    a, b = _step(x, c, w), _step(x, c, w)
+    for f in a._fields:
+        np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)))
+
+
+@pytest.mark.parametrize("precision", tiled.PRECISIONS)
+def test_kmeans_through_the_tiled_step_matches_the_jnp_path(precision):
+    rng = np.random.default_rng(12)
+    centres = rng.normal(scale=6.0, size=(100, 48))
+    x = jnp.asarray(centres[rng.integers(0, 100, 60_013)] + rng.normal(size=(60_013, 48)),
+                    jnp.float32)  # fmt: skip
+    init = x[:100]
+    text = jax.jit(lambda x: kmeans(jax.random.key(0), x, 100, init=init, max_iter=2)).lower(x)
+    assert "tsm2_kmeans_assign" in text.as_text()
+    with jax_tsm2.custom_call_mode("never"):
+        ref = kmeans(jax.random.key(0), x, 100, init=init, max_iter=30, precision=precision)
+    got = kmeans(jax.random.key(0), x, 100, init=init, max_iter=30, precision=precision)
+    agree = float(np.mean(np.asarray(got.labels) == np.asarray(ref.labels)))
+    assert agree >= (1.0 if precision == "float32" else 0.999), agree
+    np.testing.assert_allclose(float(got.inertia), float(ref.inertia), rtol=1e-4)
