@@ -285,11 +285,18 @@ def test_gpu_this_gpu_is_served():
         assert _ffi.served_by(cc, info["cuda_sass"], info["cuda_ptx"])
 
 
+def _skip_without_sm80_code():
+    info = jax_tsm2.build_info()
+    if not _ffi.served_by((8, 0), info["cuda_sass"], info["cuda_ptx"]):
+        pytest.skip(f"this build carries no code an A100 runs: sass {info['cuda_sass']}")
+
+
 @pytest.mark.gpu
 def test_gpu_plans_as_an_a100_would_and_stay_correct():
     """JAX_TSM2_PRETEND_CC=8.0: the S products that take the tensor-map and cluster kernels
     on sm_90 run on the sm_80 kernels instead, through the custom call, within bf16/f16/f32
     accuracy of a float64 reference."""
+    _skip_without_sm80_code()
     out, stderr = _run_pretending("8.0")
     assert out["served"] is True and all(tuple(cc) <= (8, 0) for cc in out["cc"])
     assert "cannot run its kernels" not in stderr
@@ -308,7 +315,8 @@ def test_gpu_an_unserved_gpu_runs_on_xla_with_one_warning():
     assert stderr.count("cannot run its kernels") == 1, stderr[-3000:]
     for c in out["checks"]:
         assert not c["custom_call"], c
-        tol = 1e-5 if c["shape"][0] == "float32" else 2e-2
+        # XLA's dot at default precision multiplies f32 in TF32 on a GPU (10-bit mantissas).
+        tol = 2e-3 if c["shape"][0] == "float32" else 2e-2
         assert c["err"] < tol, c
 
 
@@ -316,6 +324,7 @@ def test_gpu_an_unserved_gpu_runs_on_xla_with_one_warning():
 def test_gpu_kmeans_plans_as_an_a100_would():
     """f32 rows of 512, k = 16 take the cluster step on sm_90; as an A100 the fused step
     is not planned for them, and k-means gives what the jnp path gives either way."""
+    _skip_without_sm80_code()
     code = """
 import json, numpy as np, jax, jax.numpy as jnp, jax_tsm2
 from jax_tsm2 import _ffi
