@@ -67,7 +67,8 @@ def test_a_custom_call_needs_the_disabled_checks_to_export():
         )(a, b)
     assert "stablehlo.custom_call @tsm2_matmul" in exp.mlir_module()
     names = {str(c) for c in jax_tsm2.disabled_safety_checks()}
-    assert len(names) == 6 and any("tsm2_abft_judge" in n for n in names)
+    assert len(names) == 8 and any("tsm2_abft_judge" in n for n in names)
+    assert any("tsm2_kmeans_assign" in n for n in names)
 
 
 @pytest.mark.parametrize("mode", ["always", "auto"])
