@@ -139,10 +139,15 @@ def run_detection(a, b, i, j, rel, dtype):
 @pytest.mark.parametrize("kind", DETECT_KINDS)
 @pytest.mark.parametrize("name", list(DTYPES))
 def test_single_errors_above_the_bar_are_detected_located_and_corrected(name, kind):
+    check_detection(name, kind, shapes=4)
+
+
+def check_detection(name: str, kind: str, shapes: int) -> None:
+    """``shapes`` random shapes of ``kind`` within the bar's reach, 64 faults each."""
     dtype = DTYPES[name]
     smallest, max_rows = DETECT[name]
-    rng = np.random.default_rng(30 + list(DTYPES).index(name))
-    for _ in range(4):  # four shapes per (dtype, kind), 64 faults each
+    rng = np.random.default_rng(30 + list(DTYPES).index(name) + 7 * DETECT_KINDS.index(kind))
+    for _ in range(shapes):
         m, k, n = (
             int(rng.integers(1, max_rows + 1)),
             int(rng.integers(1, 301)),
