@@ -84,17 +84,34 @@ def _point(text: str) -> tuple[int, int, int]:
 # ------------------------------------------------------------------ data and methods
 
 
+def _divisor_at_most(n: int, most: int) -> int:
+    """The largest divisor of n that is at most ``most`` (1 at worst)."""
+    return next(c for c in range(min(n, most), 0, -1) if n % c == 0)
+
+
 def make_data(n: int, d: int, k: int, seed: int = 0) -> tuple[jax.Array, jax.Array]:
     """Blobs around k centres, f32 on the device, and the initial centroids: the first k
     points, one in each blob (so clusters stay filled and the iterations time Lloyd's steps,
-    not the empty-cluster rule)."""
+    not the empty-cluster rule). Made a block of rows at a time (``lax.map``), so that the
+    device holds X and one block, not X three times over."""
+    most = max(1, (1 << 28) // (4 * d))
+    rows = _divisor_at_most(n, most)
+    if rows < most // 64:  # n with no divisor near a block: one block
+        rows = n
 
     @jax.jit
     def gen(key):
-        kc, kl, kn = jax.random.split(key, 3)
+        kc, kb = jax.random.split(key)
         centres = 4.0 * jax.random.normal(kc, (k, d), F32)
-        labels = jax.random.randint(kl, (n,), 0, k).at[: min(n, k)].set(jnp.arange(min(n, k)))
-        return centres[labels] + jax.random.normal(kn, (n, d), F32)
+
+        def block(i):
+            kl, kn = jax.random.split(jax.random.fold_in(kb, i))
+            row = i * rows + jnp.arange(rows)
+            # Point i < k belongs to blob i: x[:k] starts one centroid in each blob.
+            lab = jnp.where(row < k, row % k, jax.random.randint(kl, (rows,), 0, k))
+            return centres[lab] + jax.random.normal(kn, (rows, d), F32)
+
+        return lax.map(block, jnp.arange(n // rows)).reshape(n, d)
 
     x = gen(jax.random.key(seed))
     return x, x[:k]
