@@ -38,7 +38,7 @@ Example:
     >>> step.target, step.layer, update.target
     ('fused', 'measured', 'kernel')
     >>> [d.target for d in jax_tsm2.explain.abft(a, b, platform="cpu", show=False)]
-    ['xla', 'xla']
+    ['kernels', 'xla']
 """
 
 from __future__ import annotations
