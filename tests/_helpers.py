@@ -9,6 +9,7 @@ floating-point dot products actually err.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pathlib
 import subprocess
@@ -18,15 +19,32 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jax_tsm2
 
 FLOAT_DTYPES = (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16)
 HALF_DTYPES = (jnp.bfloat16, jnp.float16)
 
+# ``with enable_x64(flag):`` float64 on or off in a block (jax.enable_x64 from jax 0.8).
+if hasattr(jax, "enable_x64"):
+    enable_x64 = jax.enable_x64
+else:
+    enable_x64 = importlib.import_module("jax.experimental").enable_x64
+
 # Sizes that matter: empty, one, small primes, powers of two and just past
 # them (tile boundaries of the kernels).
 EDGE_SIZES = (0, 1, 2, 3, 5, 7, 8, 13, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257)
+
+
+def slow(*values: Any, id: str | None = None) -> Any:
+    """A parameter set that only the slow run takes (``--run-slow``, CI).
+
+    Parameter matrices keep a representative slice in the default run (every code path,
+    the hardest sizes) and the rest behind this mark, e.g.
+    ``@pytest.mark.parametrize("dtype", [jnp.float32, slow(jnp.float64)])``.
+    """
+    return pytest.param(*values, marks=pytest.mark.slow, id=id)
 
 
 def rand(rng: np.random.Generator, shape, dtype) -> jax.Array:

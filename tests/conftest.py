@@ -1,12 +1,17 @@
-"""Shared pytest setup: float64 on, a deterministic hypothesis profile, the `gpu` marker.
+"""Shared pytest setup: float64 on, deterministic hypothesis profiles, which tests run.
 
 - x64 is enabled for the whole suite so that float64 is a real dtype under test
   (and the reference for the others).
-- Hypothesis runs the "ci" profile by default: derandomized (the same examples
-  every run, so CI is deterministic) and modest in size. Set
-  HYPOTHESIS_PROFILE=dev locally for more, randomized examples.
-- Tests marked `gpu` are skipped unless this process has a CUDA device and the
-  extension was built with the CUDA targets.
+- Tests marked `gpu` are deselected (not collected as skips) unless this process
+  has a CUDA device and the extension was built with the CUDA targets; one line
+  of the summary says how many and why.
+- Tests marked `slow` (the rest of the parameter matrices whose representative
+  slice runs by default, scikit-learn's conformance suite, end-to-end command
+  lines) are deselected unless `--run-slow` is given or a `-m` expression picks
+  the tests itself (`-m gpu` on a GPU machine runs every GPU test). CI runs them.
+- Hypothesis is derandomized: the same examples every run. The default run
+  uses profile "quick" (fewer examples), `--run-slow` profile "ci";
+  HYPOTHESIS_PROFILE=dev gives more, randomized examples.
 - The autotuner's cache directory points at an empty temporary directory, so
   that routing in mode "auto" never depends on the machine's own tune cache.
 """
@@ -24,16 +29,34 @@ jax.config.update("jax_enable_x64", True)
 import jax_tsm2  # noqa: E402  (after x64: importing registers the FFI targets)
 from jax_tsm2 import _ffi  # noqa: E402
 
-settings.register_profile(
-    "ci",
-    max_examples=12,
-    derandomize=True,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+_DETERMINISTIC = {
+    "derandomize": True,
+    "deadline": None,
+    "print_blob": True,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
+}
+settings.register_profile("ci", max_examples=12, **_DETERMINISTIC)
+settings.register_profile("quick", max_examples=4, **_DETERMINISTIC)
 settings.register_profile("dev", max_examples=200, deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+_DESELECTED = pytest.StashKey[dict[str, str]]()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--run-slow",
+        action="store_true",
+        help="also run the tests marked slow (CI does; so does any -m expression)",
+    )
+
+
+def _runs_slow(config) -> bool:
+    return bool(config.getoption("--run-slow") or config.getoption("markexpr"))
+
+
+def pytest_configure(config):
+    default = "ci" if _runs_slow(config) else "quick"
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", default))
 
 
 def gpu_unavailable_reason() -> str | None:
@@ -44,14 +67,40 @@ def gpu_unavailable_reason() -> str | None:
     return None
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k: count only what they left
 def pytest_collection_modifyitems(config, items):
+    """Deselects what this run leaves out; a skip per test would flood the summary."""
+    rules = []
     reason = gpu_unavailable_reason()
-    if reason is None:
-        return
-    skip = pytest.mark.skip(reason=reason)
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    if reason is not None:
+        rules.append(("gpu", reason))
+    if not _runs_slow(config):
+        rules.append(("slow", "run them with --run-slow"))
+    notes, dropped = {}, set()
+    for marker, why in rules:
+        hit = [item for item in items if marker in item.keywords and item not in dropped]
+        if hit:
+            dropped.update(hit)
+            notes[marker] = f"deselected {len(hit)} {marker} tests: {why}"
+    if dropped:
+        config.hook.pytest_deselected(items=[item for item in items if item in dropped])
+        items[:] = [item for item in items if item not in dropped]
+    config.stash[_DESELECTED] = notes
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: tell the controller
+        config.workeroutput["tsm2_deselected"] = notes
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller collects nothing: it takes the notes of its workers."""
+    notes = getattr(node, "workeroutput", {}).get("tsm2_deselected")
+    if notes is not None:
+        node.config.stash[_DESELECTED] = notes
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    for note in config.stash.get(_DESELECTED, {}).values():
+        terminalreporter.write_line(note)
 
 
 @pytest.fixture(autouse=True)

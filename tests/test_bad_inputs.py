@@ -161,7 +161,7 @@ def test_explain_answers_exactly_when_its_arguments_are_valid(
     assert e.predicted.seconds >= 0 and str(e)
 
 
-@settings(max_examples=8)
+@pytest.mark.slow  # op-by-op compilation per example; test_abft.py covers the range by default
 @given(
     rows=st.sampled_from([1, 7, 37]),
     k=st.sampled_from([1, 5, 64]),

@@ -402,6 +402,7 @@ def test_app_products():
         suite.select_cases(["APP"], ["f16"])
 
 
+@pytest.mark.slow
 def test_app_end_to_end_cpu(tmp_path, capsys):
     argv = ["--tiny", "--family", "APP", "--dtype", "f32", "--repeats", "1"]
     assert cli.main([*argv, "--out", str(tmp_path)]) == 0

@@ -101,6 +101,7 @@ def test_forced_kernel_call_checks_operands():
 # -- the grid end to end on CPU ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_grid_end_to_end_cpu(tmp_path, capsys):
     argv = ["--tiny", "--grid", "6", "--grid-seed", "2", "--model", "--out", str(tmp_path)]
     assert cli.main(argv) == 0

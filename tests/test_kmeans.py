@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import package_env, run_python
+from _helpers import package_env, run_python, slow
 
 from jax_tsm2.clustering import KMeans, assign, kmeans, kmeans_plusplus, sq_distances
 from jax_tsm2.clustering import core as kcore
@@ -52,7 +52,7 @@ def _sklearn_fit(x, init, **kw):
 # ------------------------------------------------------------ scikit-learn agreement
 
 
-@pytest.mark.parametrize("name", ["iris", "wine", "digits", "blobs"])
+@pytest.mark.parametrize("name", ["iris", slow("wine"), "digits", slow("blobs")])
 def test_agrees_with_sklearn_from_same_init(name):
     x, k = _dataset(name)
     init = _init_from(x, k)
@@ -163,7 +163,7 @@ def test_distances_nonnegative_and_exact_on_points():
     np.testing.assert_allclose(np.asarray(jnp.diagonal(d[:5])), 0, atol=1e-4)
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, slow(jnp.float16)])
 def test_low_precision_accumulates_in_f32(dtype):
     x, _ = _blobs(n=1000, d=16, k=4, seed=10, spread=6.0)
     init = _init_from(x, 4, seed=4)
@@ -227,7 +227,8 @@ def test_argument_errors():
         kmeans(KEY, np.zeros(5), 2)
 
 
-MODES = ("auto", "always", "never")
+# Argument checks come before the mode matters: the default run takes two of the three.
+MODES = ("auto", "always", slow("never"))
 
 
 def _with_nan_inf(x, value):
@@ -379,6 +380,7 @@ _SHARDED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a second interpreter with 4 devices; sharded_cases.py covers the step
 def test_sharded_equals_one_device():
     env = package_env()
     env["XLA_FLAGS"] = (

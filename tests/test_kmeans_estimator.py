@@ -35,6 +35,7 @@ def _sq_dist64(x, c):
     return ((x[:, None, :] - c[None, :, :]) ** 2).sum(-1)
 
 
+@pytest.mark.slow  # scikit-learn's whole conformance suite
 def test_check_estimator_passes():
     from sklearn.utils.estimator_checks import check_estimator
 
@@ -117,6 +118,7 @@ def test_pipeline_with_standard_scaler():
     assert adjusted_rand_score(y, np.asarray(raw.labels_)) < adjusted_rand_score(y, labels)
 
 
+@pytest.mark.slow  # 15 fits of a pipeline
 def test_grid_search_over_n_clusters():
     x, y = _blobs(n=300, k=4)  # equal folds: one compilation per n_clusters
     pipe = make_pipeline(StandardScaler(), KMeans(random_state=0, n_init=3))

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import package_env, run_python
+from _helpers import package_env, run_python, slow
 from _kmeans_reference import check_step, data
 
 import jax_tsm2
@@ -24,8 +24,8 @@ from jax_tsm2 import _ffi
 from jax_tsm2.clustering import fused, kmeans, lloyd_step
 
 dtype_ids = lambda d: jnp.dtype(d).name
-D_SIZES = (1, 3, 17, 256, 1000)
-K_SIZES = (1, 2, 5, 16, 32)
+D_SIZES = (1, slow(3), 17, 256, slow(1000))
+K_SIZES = (1, slow(2), 5, slow(16), 32)
 
 _ffi_step = jax.jit(
     functools.partial(fused.ffi_step, check=False)
@@ -272,8 +272,11 @@ def _blobs(n, d, k, seed):
     return centres[rng.integers(0, k, n)] + rng.normal(size=(n, d))
 
 
-@pytest.mark.parametrize("kw", [{}, {"weights": True}, {"n_init": 2}, {"init": "k-means++"}],
-                         ids=["array", "weights", "n_init", "k-means++"])  # fmt: skip
+@pytest.mark.parametrize(
+    "kw",
+    [slow({}), {"weights": True}, slow({"n_init": 2}), slow({"init": "k-means++"})],
+    ids=["array", "weights", "n_init", "k-means++"],
+)
 def test_kmeans_through_the_fused_step_matches_the_jnp_path(kw):
     x = _blobs(1201, 9, 6, seed=7)
     rng = np.random.default_rng(8)

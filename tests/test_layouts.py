@@ -23,12 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _helpers import (
-    FLOAT_DTYPES,
     as_f64,
     assert_close_to_reference,
     has_custom_call,
     lowered_text,
     rand,
+    slow,
 )
 from jax import lax
 from jax.test_util import check_grads
@@ -78,8 +78,13 @@ SIZES = [
 BATCHES = [(None, None), (3, 3), (3, None), (None, 3), (1, 3), (3, 1)]
 
 
+# Every dtype runs in test_numerics.py; here the default run takes f32.
 @pytest.mark.parametrize("mode", ["always", "never"])
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize(
+    "dtype",
+    [jnp.float32, slow(jnp.float64), slow(jnp.bfloat16), slow(jnp.float16)],
+    ids=lambda d: jnp.dtype(d).name,
+)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_layout_matches_float64_reference(layout, dtype, mode):
     rng = np.random.default_rng(LAYOUTS.index(layout))
@@ -352,10 +357,18 @@ def test_folding_on_cuda_follows_routing():
 # ---------------------------------------------------------------------------
 # autodiff
 
-GRAD_BATCHES = [(None, None), (2, 2), (2, None), (None, 2), (1, 2), (2, 1)]
+# The default run: a batch-1 operand broadcast against a batch of 2.
+GRAD_BATCHES = [
+    slow((None, None)),
+    slow((2, 2)),
+    slow((2, None)),
+    slow((None, 2)),
+    (1, 2),
+    slow((2, 1)),
+]
 
 
-@pytest.mark.parametrize("mode", ["never", "always"])
+@pytest.mark.parametrize("mode", [slow("never"), "always"])
 @pytest.mark.parametrize("batches", GRAD_BATCHES, ids=str)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_check_grads_in_each_layout(layout, batches, mode):
@@ -446,7 +459,7 @@ def test_vmap_with_both_operands_batched_is_one_batched_call(layout):
     assert "stablehlo.while" not in text
 
 
-@pytest.mark.parametrize("mode", ["never", "always"])
+@pytest.mark.parametrize("mode", [slow("never"), "always"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_vmap_in_each_layout_matches_reference(layout, mode):
     rng = np.random.default_rng(50)

@@ -13,17 +13,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import rand
+from _helpers import rand, slow
 from jax.test_util import check_grads
 
 import jax_tsm2
 from jax_tsm2.primitive import tsm2_matmul
 
-MODES = ("never", "always")
 V = 3  # vmapped size
 
 
-@pytest.fixture(params=MODES)
+# The transformations act on the primitive whatever the mode; the mode picks the lowering
+# of the transformed program. The default run takes the custom call's, the slow run both.
+@pytest.fixture(params=[slow("never"), "always"])
 def mode(request):
     with jax_tsm2.custom_call_mode(request.param):
         yield request.param
@@ -42,14 +43,16 @@ def _in_axes(rank):
     return sorted({None, 0, rank, -1, -2}, key=str)
 
 
+# Each case runs every in_axes pair (up to 24 compiled programs): the default run takes
+# the broadcast batch.
 VMAP_CASES = [
-    ((5, 3), (3, 4)),  # 2-D @ 2-D
-    ((2, 5, 3), (3, 4)),  # N-D @ 2-D
-    ((5, 3), (2, 3, 4)),  # 2-D @ N-D
-    ((2, 5, 3), (2, 3, 4)),  # N-D @ N-D
+    slow((5, 3), (3, 4)),  # 2-D @ 2-D
+    slow((2, 5, 3), (3, 4)),  # N-D @ 2-D
+    slow((5, 3), (2, 3, 4)),  # 2-D @ N-D
+    slow((2, 5, 3), (2, 3, 4)),  # N-D @ N-D
     ((1, 5, 3), (2, 3, 4)),  # broadcast batch
-    ((3,), (3, 4)),  # vector @ matrix
-    ((5, 3), (3,)),  # matrix @ vector
+    slow((3,), (3, 4)),  # vector @ matrix
+    slow((5, 3), (3,)),  # matrix @ vector
 ]
 
 
@@ -67,12 +70,12 @@ def test_vmap_in_axes_matrix(mode, a_shape, b_shape):
 
 
 PRIMITIVE_CASES = [
-    ((5, 3), (3, 4)),
-    ((2, 5, 3), (3, 4)),
-    ((5, 3), (2, 3, 4)),
-    ((2, 5, 3), (2, 3, 4)),
+    slow((5, 3), (3, 4)),
+    slow((2, 5, 3), (3, 4)),
+    slow((5, 3), (2, 3, 4)),
+    slow((2, 5, 3), (2, 3, 4)),
     ((1, 5, 3), (2, 3, 4)),  # batch-1 operand shared across the batch
-    ((2, 5, 3), (1, 3, 4)),
+    slow((2, 5, 3), (1, 3, 4)),
 ]
 
 
@@ -118,14 +121,14 @@ def test_vmap_out_axes_and_sizes(mode):
 
 
 GRAD_CASES = [
-    ((5, 3), (3, 4)),
-    ((2, 5, 3), (3, 4)),  # b shared across the batch: its cotangent sums over it
-    ((5, 3), (2, 3, 4)),  # a shared
-    ((2, 5, 3), (2, 3, 4)),
-    ((1, 5, 3), (2, 3, 4)),
+    slow((5, 3), (3, 4)),
+    slow((2, 5, 3), (3, 4)),  # b shared across the batch: its cotangent sums over it
+    slow((5, 3), (2, 3, 4)),  # a shared
+    slow((2, 5, 3), (2, 3, 4)),
+    slow((1, 5, 3), (2, 3, 4)),
     ((2, 1, 5, 3), (3, 3, 4)),
-    ((3,), (3, 4)),
-    ((2, 4, 3), (3,)),
+    slow((3,), (3, 4)),
+    slow((2, 4, 3), (3,)),
 ]
 
 
@@ -163,7 +166,7 @@ def test_grads_use_the_custom_call_when_forced():
     assert "dot_general" not in text
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, slow(jnp.float16)])
 def test_half_precision_grads_with_f32_output(mode, dtype):
     rng = np.random.default_rng(7)
     a, b = rand(rng, (6, 33), dtype), rand(rng, (33, 5), dtype)
