@@ -6,11 +6,12 @@ wrappers with stable names, so that supporting a new JAX version means editing
 this file and nothing else. The semi-public interpreter modules
 (``jax.interpreters.*``) are re-exported from here too, for the same reason.
 
-Tested with jax 0.10.x (CPU) and 0.11.x (CUDA).
+Tested with jax 0.7.2 to 0.12 (CPU) and 0.11.x (CUDA).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "canonicalize_user_dtype",
     "ensure_arraylike",
     "enum_config_state",
+    "hlo_print_options",
     "is_dot_algorithm",
     "match_varying",
     "mlir",
@@ -49,6 +51,21 @@ __all__ = [
 ]
 
 
+# jax 0.8 added ``include_in_trace_context``; before it, a state joins the trace
+# context through the callbacks that ``jax.make_user_context`` registers.
+_HAS_TRACE_CONTEXT_ARG = "include_in_trace_context" in (
+    inspect.signature(_config.enum_state).parameters
+)
+
+
+def _in_trace_context(make: Any, *args: Any, **kwargs: Any) -> Any:
+    if _HAS_TRACE_CONTEXT_ARG:
+        return make(*args, include_in_trace_context=True, **kwargs)
+    state = make(*args, **kwargs)
+    _config.register_trace_context_callback.append(lambda: state.value)
+    return state
+
+
 def enum_config_state(name: str, values: Sequence[str], default: str, help: str) -> Any:
     """A JAX config option (``jax.config.update(name, ...)``, env var ``NAME``).
 
@@ -57,13 +74,8 @@ def enum_config_state(name: str, values: Sequence[str], default: str, help: str)
     caches; both are needed for a switch that is read at lowering time, or a
     function compiled under one value is silently reused under another.
     """
-    return _config.enum_state(
-        name,
-        list(values),
-        default,
-        help=help,
-        include_in_jit_key=True,
-        include_in_trace_context=True,
+    return _in_trace_context(
+        _config.enum_state, name, list(values), default, help=help, include_in_jit_key=True
     )
 
 
@@ -73,9 +85,7 @@ def bool_config_state(name: str, default: bool, help: str) -> Any:
     Its env var ``NAME`` takes jax's truth values (``1``/``0``, ``true``/``false``,
     ``on``/``off``, ``yes``/``no``, ``y``/``n``, ``t``/``f``, any case).
     """
-    return _config.bool_state(
-        name, default, help=help, include_in_jit_key=True, include_in_trace_context=True
-    )
+    return _in_trace_context(_config.bool_state, name, default, help=help, include_in_jit_key=True)
 
 
 def apply_primitive(prim: Any, *args: Any, **params: Any) -> Any:
@@ -168,18 +178,31 @@ def shape_dtype_struct(shape: Sequence[int], dtype: Any, like: Any) -> Any:
     """A ``jax.ShapeDtypeStruct`` for an FFI call's result that varies like the operand ``like``.
 
     Under ``shard_map`` the result of a per-device computation varies over the
-    operands' manual axes; jax 0.10 wants those on the struct together with a
-    sharding on the same (abstract) mesh, earlier releases as ``vma``.
+    operands' manual axes; jax wants those on the struct together with a
+    sharding on the same (abstract) mesh: as ``manual_axis_type`` from jax 0.10,
+    as ``vma`` before.
     """
     aval = jax.typeof(like)
     varying = varying_axes(aval)
     if not varying:
         return jax.ShapeDtypeStruct(shape, dtype)
+    sharding = aval.sharding.update(spec=P(*([None] * len(shape))))
     if hasattr(_core, "ManualAxisType"):
         mat = _core.ManualAxisType(varying=varying)
-        sharding = aval.sharding.update(spec=P(*([None] * len(shape))))
         return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding, manual_axis_type=mat)
-    return jax.ShapeDtypeStruct(shape, dtype, vma=varying)
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding, vma=varying)
+
+
+def hlo_print_options() -> Any:
+    """jaxlib's ``HloPrintOptions`` class (``jaxlib._hlo`` from jax 0.10, ``_jax`` before)."""
+    try:
+        from jaxlib import _hlo
+
+        return _hlo.HloPrintOptions
+    except ImportError:
+        from jax._src.lib import _jax
+
+        return _jax.HloPrintOptions
 
 
 def axis_context_kind(ctx: Any) -> str:

@@ -9,7 +9,10 @@ import pathlib
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "jax_tsm2"
+import jax_tsm2
+
+# The package under test: the source tree of an editable install, or an installed wheel's.
+PACKAGE = pathlib.Path(jax_tsm2.__file__).resolve().parent
 
 
 def _modules() -> dict[str, pathlib.Path]:

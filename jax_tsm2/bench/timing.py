@@ -50,6 +50,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jax_tsm2 import _compat
 from jax_tsm2.tune.timing import (  # the timing core, shared with the autotuner
     CLOCK_TARGET,
     Copies,
@@ -91,9 +92,7 @@ def program_digest(compiled: Any) -> str | None:
     locations) with backend configs kept, so that two GEMMs autotuned to different
     algorithms differ. None where the compiled object does not expose its HLO."""
     try:
-        from jaxlib import _hlo
-
-        opts = _hlo.HloPrintOptions.fingerprint()
+        opts = _compat.hlo_print_options().fingerprint()
         opts.print_backend_config = True
         executable = getattr(compiled, "executable", compiled)
         modules = executable.runtime_executable().hlo_modules()
