@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import run_python
 
 sklearn = pytest.importorskip("sklearn")
 
@@ -181,9 +182,6 @@ def test_notebook_display():
 
 
 def test_without_scikit_learn_the_estimator_still_fits_and_predicts():
-    import subprocess
-    import sys
-
     code = """
 import sys
 sys.modules["sklearn"] = None  # as if scikit-learn were not installed
@@ -203,5 +201,5 @@ assert sorted(np.bincount(np.asarray(km.predict(x))).tolist()) == [50, 51]
 assert repr(km).startswith("KMeans(n_clusters=2, init='k-means++'")
 print("ok")
 """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    r = run_python(["-c", code])  # the jax_tsm2 this process imported, wherever it is
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

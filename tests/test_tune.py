@@ -12,6 +12,7 @@ import warnings
 
 import platformdirs
 import pytest
+from _helpers import PACKAGE_ROOT, package_env
 
 from jax_tsm2 import model
 from jax_tsm2.routing import Problem
@@ -76,9 +77,13 @@ for i in range(count):
 def test_two_processes_storing_at_once_both_land(tmp_path):
     count = 40
     start = tmp_path / "go"
-    env = dict(os.environ, **{cache.ENV_DIR: str(tmp_path / "cache")})
+    env = package_env(**{cache.ENV_DIR: str(tmp_path / "cache")})
     procs = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, who, str(count), str(start), KEY], env=env)
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, who, str(count), str(start), KEY],
+            env=env,
+            cwd=PACKAGE_ROOT,
+        )
         for who in ("a", "b")
     ]
     try:
@@ -295,7 +300,6 @@ def test_a_file_the_parser_chokes_on_is_ignored_everywhere(text, why):
 
 def test_a_fifo_in_place_of_the_file_does_not_block(tmp_path):
     """Opening a FIFO for reading waits for a writer: the cache must not open it at all."""
-    import os
     import threading
 
     path = cache.cache_path(KEY)
