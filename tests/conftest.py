@@ -36,7 +36,7 @@ _DETERMINISTIC = {
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
 }
 settings.register_profile("ci", max_examples=12, **_DETERMINISTIC)
-settings.register_profile("quick", max_examples=4, **_DETERMINISTIC)
+settings.register_profile("quick", max_examples=3, **_DETERMINISTIC)
 settings.register_profile("dev", max_examples=200, deadline=None)
 
 _DESELECTED = pytest.StashKey[dict[str, str]]()

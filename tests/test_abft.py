@@ -471,6 +471,7 @@ def test_each_matrix_is_read_by_one_fused_pass(dtype, repair, monkeypatch):
     assert kinds.count("reduce") == 1 and set(kinds) <= {"reduce", "slice"}, kinds
 
 
+@pytest.mark.slow  # the benchmark's alternative formulation
 def test_select_repair_gives_the_cond_results(monkeypatch):
     """The benchmark's alternative to the cond (always recompute, then select) is equivalent."""
     rng = np.random.default_rng(12)

@@ -413,6 +413,7 @@ def test_estimator_api():
         KMeans(2).predict(x)
 
 
+@pytest.mark.slow  # the estimator's own tests: test_kmeans_estimator.py
 def test_estimator_inits_and_weights():
     x, _ = _blobs(n=500, d=3, k=3, seed=14)
     init = _init_from(x, 3)
@@ -473,6 +474,7 @@ def test_cli_generated(capsys):
     assert "ms per iteration" in out and "labels equal on 100.000%" in out
 
 
+@pytest.mark.slow  # test_agrees_with_sklearn_from_same_init compares by default
 def test_cli_compare_sklearn(capsys):
     pytest.importorskip("sklearn")
     from jax_tsm2.clustering.__main__ import main

@@ -138,6 +138,7 @@ def test_grid_search_over_n_clusters():
     assert own.best_estimator_[-1].cluster_centers_.shape == (6, 5)
 
 
+@pytest.mark.slow  # model selection: with the grid search
 def test_cross_val_score_is_the_held_out_negative_inertia():
     x, y = _blobs(n=250)
     km = KMeans(4, random_state=0)

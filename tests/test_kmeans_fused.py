@@ -50,7 +50,7 @@ def test_cpu_target_matches_float64_reference(dtype, d, k):
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=dtype_ids)
-@pytest.mark.parametrize(("d", "k"), [(3, 5), (17, 32), (256, 16)])
+@pytest.mark.parametrize(("d", "k"), [slow(3, 5), (17, 32), slow(256, 16)])
 def test_cpu_target_half_inputs_accumulate_in_f32(dtype, d, k):
     rng = np.random.default_rng(d + k)
     x, c, w = data(rng, 211, d, k, dtype)
