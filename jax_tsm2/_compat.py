@@ -6,12 +6,11 @@ wrappers with stable names, so that supporting a new JAX version means editing
 this file and nothing else. The semi-public interpreter modules
 (``jax.interpreters.*``) are re-exported from here too, for the same reason.
 
-Tested with jax 0.7.2 to 0.12 (CPU) and 0.11.x (CUDA).
+Tested with jax 0.9.1 to 0.12 (CPU) and 0.11.x (CUDA).
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,21 +50,6 @@ __all__ = [
 ]
 
 
-# jax 0.8 added ``include_in_trace_context``; before it, a state joins the trace
-# context through the callbacks that ``jax.make_user_context`` registers.
-_HAS_TRACE_CONTEXT_ARG = "include_in_trace_context" in (
-    inspect.signature(_config.enum_state).parameters
-)
-
-
-def _in_trace_context(make: Any, *args: Any, **kwargs: Any) -> Any:
-    if _HAS_TRACE_CONTEXT_ARG:
-        return make(*args, include_in_trace_context=True, **kwargs)
-    state = make(*args, **kwargs)
-    _config.register_trace_context_callback.append(lambda: state.value)
-    return state
-
-
 def enum_config_state(name: str, values: Sequence[str], default: str, help: str) -> Any:
     """A JAX config option (``jax.config.update(name, ...)``, env var ``NAME``).
 
@@ -74,8 +58,13 @@ def enum_config_state(name: str, values: Sequence[str], default: str, help: str)
     caches; both are needed for a switch that is read at lowering time, or a
     function compiled under one value is silently reused under another.
     """
-    return _in_trace_context(
-        _config.enum_state, name, list(values), default, help=help, include_in_jit_key=True
+    return _config.enum_state(
+        name,
+        list(values),
+        default,
+        help=help,
+        include_in_jit_key=True,
+        include_in_trace_context=True,
     )
 
 
@@ -85,7 +74,9 @@ def bool_config_state(name: str, default: bool, help: str) -> Any:
     Its env var ``NAME`` takes jax's truth values (``1``/``0``, ``true``/``false``,
     ``on``/``off``, ``yes``/``no``, ``y``/``n``, ``t``/``f``, any case).
     """
-    return _in_trace_context(_config.bool_state, name, default, help=help, include_in_jit_key=True)
+    return _config.bool_state(
+        name, default, help=help, include_in_jit_key=True, include_in_trace_context=True
+    )
 
 
 def apply_primitive(prim: Any, *args: Any, **params: Any) -> Any:

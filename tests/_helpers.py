@@ -9,7 +9,6 @@ floating-point dot products actually err.
 
 from __future__ import annotations
 
-import importlib
 import os
 import pathlib
 import subprocess
@@ -25,12 +24,6 @@ import jax_tsm2
 
 FLOAT_DTYPES = (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16)
 HALF_DTYPES = (jnp.bfloat16, jnp.float16)
-
-# ``with enable_x64(flag):`` float64 on or off in a block (jax.enable_x64 from jax 0.8).
-if hasattr(jax, "enable_x64"):
-    enable_x64 = jax.enable_x64
-else:
-    enable_x64 = importlib.import_module("jax.experimental").enable_x64
 
 # Sizes that matter: empty, one, small primes, powers of two and just past
 # them (tile boundaries of the kernels).
