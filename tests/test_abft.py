@@ -17,12 +17,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _abft_reference import edge_operands
+from _helpers import slow
 
 import jax_tsm2
 from jax_tsm2 import _hlo, abft, abft_model
 
 DTYPES = {"f32": jnp.float32, "f64": jnp.float64, "bf16": jnp.bfloat16, "f16": jnp.float16}
-CASES = [("f32", True), ("f32", False), ("f64", True), ("bf16", True), ("f16", True)]
+# (dtype, x64): all five in the slow run. By default, f32 and bf16 (the fewest mantissa
+# bits, the widest thresholds); at the edges of the range, f16 (the narrowest range).
+CASES = [("f32", True), slow("f32", False), slow("f64", True), ("bf16", True), slow("f16", True)]
+RANGE_CASES = [
+    slow("f32", True),
+    slow("f32", False),
+    slow("f64", True),
+    slow("bf16", True),
+    ("f16", True),
+]
 
 
 def operands(rng, batch, m, k, n, dtype, kind="signed"):
@@ -78,7 +88,9 @@ def assert_only_column_changed(fixed, clean, j):
     np.testing.assert_array_equal(jnp.where(other, fixed, 0), jnp.where(other, clean, 0))
 
 
-@pytest.fixture(params=["xla", "kernels"])
+# The default run forces XLA's formulations; the FFI targets' run by default in
+# test_abft_detection.py (on CPU "auto" takes their references) and test_abft_calls.py.
+@pytest.fixture(params=["xla", slow("kernels")])
 def impl(request, monkeypatch):
     """The numerics tests run twice: with XLA's formulations forced (a variadic reduce per pass,
     summing in the accumulation dtype, and a lax.cond repair) and with the FFI targets forced
@@ -339,7 +351,9 @@ FP_CASES = {
 
 
 @pytest.mark.usefixtures("impl")
-@pytest.mark.parametrize("case", list(FP_CASES))
+@pytest.mark.parametrize(
+    "case", [slow("f32"), slow("f32_no_x64"), slow("f64"), "bf16", slow("f16")]
+)
 def test_no_false_positive_over_1000_clean_products(case):
     """Under vmap the repair's cond is a select: the recomputation runs and must be discarded."""
     dtype = DTYPES[case.split("_")[0]]
@@ -359,7 +373,7 @@ def test_no_false_positive_over_1000_clean_products(case):
 
 @pytest.mark.usefixtures("impl")
 @pytest.mark.parametrize("kind", ["underflow", "overflow", "mixed"])
-@pytest.mark.parametrize(("name", "x64"), CASES)
+@pytest.mark.parametrize(("name", "x64"), RANGE_CASES)
 def test_clean_products_at_the_edges_of_the_range_are_never_flagged(kind, name, x64):
     """Terms flushed to zero, column sums past the largest number, operands of every scale:
     a clean, finite product passes; an error of 3 thresholds in it is still found."""
@@ -419,7 +433,7 @@ def test_detection_limit_behaviour():
 
 @pytest.mark.parametrize(
     ("impl", "name", "growth"),
-    [("kernels", "f32", (1.3, 1.5)), ("kernels", "f64", (1.3, 1.5)),
+    [slow("kernels", "f32", (1.3, 1.5)), slow("kernels", "f64", (1.3, 1.5)),
      ("xla", "f32", (1.3, 1.5)), ("xla", "f64", (1.9, 4.0))],
     indirect=["impl"],
 )  # fmt: skip
@@ -445,7 +459,7 @@ def compiled(f, *args) -> str:
     return jax.jit(f).lower(*args).compile().as_text()
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+@pytest.mark.parametrize("dtype", [jnp.float32, slow(jnp.float64)])
 @pytest.mark.parametrize("repair", ["cond", "select"])
 def test_each_matrix_is_read_by_one_fused_pass(dtype, repair, monkeypatch):
     """encode reads A once and B once, verify reads C once; in abft_matmul A and B are also
@@ -544,7 +558,7 @@ def test_auto_lowers_the_passes_to_the_targets_and_the_judge_for_cuda_only():
         assert compiled(abft.abft_matmul, a, b).count(" conditional(") == 1
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.bfloat16])
+@pytest.mark.parametrize("dtype", [jnp.float32, slow(jnp.float64), slow(jnp.bfloat16)])
 def test_judge_target_gives_the_xla_verdict(monkeypatch, dtype):
     """tsm2_abft_judge (here its CPU reference) against the XLA formulation of ``correct`` on
     clean and faulty products: one fault, two in one column, two columns, a NaN."""

@@ -12,6 +12,7 @@ from _helpers import (
     has_custom_call,
     lowered_text,
     rand,
+    slow,
     special_operands,
 )
 from jax import lax
@@ -20,6 +21,8 @@ import jax_tsm2
 
 MODES = ("never", "always")
 dtype_ids = lambda d: jnp.dtype(d).name
+# The shape and sign cases below run for every dtype in the slow run, f32 and bf16 by default.
+SOME_DTYPES = [jnp.float32, slow(jnp.float64), jnp.bfloat16, slow(jnp.float16)]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -52,7 +55,7 @@ def test_zero_times_inf_is_nan(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize("dtype", SOME_DTYPES, ids=dtype_ids)
 @pytest.mark.parametrize(
     ("a_shape", "b_shape"),
     [
@@ -135,7 +138,7 @@ def test_the_reported_outer_product():
 
 @pytest.mark.parametrize("k", [2, 3, 17])
 @pytest.mark.parametrize("layout", list(DIMS))
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize("dtype", SOME_DTYPES, ids=dtype_ids)
 def test_zero_sums_are_signed_as_jnp_signs_them(dtype, layout, k):
     """Rows of signed zeros against columns of one sign: a zero sum of two or more terms is
     +0 even where every term is -0 (XLA's GEMMs start from +0), bit for bit as jnp's; NaN
