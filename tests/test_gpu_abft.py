@@ -337,8 +337,8 @@ def test_encode_kernels_count_subnormal_inputs_in_the_flush_row():
     from _abft_reference import assert_stats_close
 
     rng = np.random.default_rng(11)
-    a = np.asarray(rand(rng, (2000, 6), jnp.float32))
-    b = np.asarray(rand(rng, (6, 3), jnp.float32))
+    a = np.array(rand(rng, (2000, 6), jnp.float32))  # a writable copy
+    b = np.array(rand(rng, (6, 3), jnp.float32))
     a[3, 2], a[700, 0], b[4, 1] = 1e-40, -3e-39, 2e-41
     a, b = jnp.asarray(a), jnp.asarray(b)
     stats = _encode(a, b, acc=jnp.float64)
@@ -358,7 +358,10 @@ def test_verify_kernels_give_the_reference_residuals_and_thresholds(dtype, m, k,
     eps = float(jnp.finfo(acc).eps)
     abs1 = as_f64(stats[4]) / abft.checksum_scale(m)
     assert (np.abs(as_f64(resid) - as_f64(resid_ref)) <= 4 * eps * abs1 + 1e-300).all()
-    np.testing.assert_allclose(as_f64(t), as_f64(t_ref), rtol=16 * eps)
+    # The threshold reads sums of |C| and C^2 over the m rows, added in a tree on the GPU and
+    # in a loop on the CPU: the orders differ by up to ~log2(m) roundings.
+    rtol = 4 * eps * max(1.0, np.log2(m))
+    np.testing.assert_allclose(as_f64(t), as_f64(t_ref), rtol=rtol)
     assert (np.abs(as_f64(resid)) <= as_f64(t)).all()
 
 
