@@ -77,6 +77,7 @@ __all__ = [
     "decide",
     "encode",
     "inject_error",
+    "product",
     "verify",
 ]
 
@@ -781,8 +782,28 @@ def abft_matmul(
     if inject is not None:
         inject = _check_injection(inject, (a.shape[0], b.shape[1]), dtype)
     checksums = encode(a, b, precision=precision)
-    c = matmul(a, b, precision=precision)
+    c = product(a, b, precision=precision)
     return _check(c, checksums, a=a, b=b, inject=inject)
+
+
+def product(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -> jax.Array:
+    """``jax_tsm2.matmul(a, b)`` computed as the thresholds assume: f16/bf16 inputs summed in f32.
+
+    XLA's GPU products with one row or one column (``m == 1`` or ``n == 1``, batched or not)
+    sum half-precision inputs in their own precision, with errors of hundreds of ulps that
+    no f32-accumulation threshold allows for; those are computed here in f32 and rounded once.
+    ``check`` and ``correct`` assume a ``C`` made this way (or by any product summing in f32).
+
+    >>> a = jnp.ones((1, 300), jnp.bfloat16); b = jnp.full((300, 2), 1.01, jnp.bfloat16)
+    >>> product(a, b).dtype, float(product(a, b)[0, 0])
+    (dtype(bfloat16), 302.0)
+    """
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    out = jnp.result_type(a, b)
+    vector = a.shape[-2] == 1 or b.shape[-1] == 1
+    if vector and jnp.dtype(out).itemsize == 2:
+        return matmul(a, b, precision=precision, preferred_element_type=jnp.float32).astype(out)
+    return matmul(a, b, precision=precision)
 
 
 def inject_error(c: ArrayLike, row: ArrayLike, col: ArrayLike, delta: ArrayLike) -> jax.Array:

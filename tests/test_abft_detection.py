@@ -26,7 +26,7 @@ import pytest
 from _abft_reference import CLEAN_KINDS, DETECT_KINDS, random_operands
 from _helpers import as_f64, slow
 
-from jax_tsm2 import abft, matmul
+from jax_tsm2 import abft
 
 DTYPES = {"f32": jnp.float32, "f64": jnp.float64, "bf16": jnp.bfloat16, "f16": jnp.float16}
 # (m, k, n) of the false-positive runs: mostly small, a prime past a tile, a long column, a
@@ -126,7 +126,7 @@ def run_detection(a, b, i, j, rel, dtype):
 
     def case(a, b, i, j, rel):
         cs = abft.encode(a, b, precision=prec)
-        clean = matmul(a, b, precision=prec)
+        clean = abft.product(a, b, precision=prec)
         acc = cs.stats.dtype
         col_max = jnp.max(jnp.abs(clean.astype(acc)), axis=0)[j]
         bad = abft.inject_error(clean, i, j, rel.astype(acc) * col_max)
@@ -203,7 +203,7 @@ def test_a_bit_flipped_inside_the_pass_over_c_is_caught(name):
     a, b = random_operands(rng, "normal", 1, m, k, n, dtype)
     a, b = a[0], b[0]
     prec = precision_for(dtype)
-    clean = matmul(a, b, precision=prec)
+    clean = abft.product(a, b, precision=prec)
     t = abft.verify(clean, abft.encode(a, b, precision=prec)).col_threshold
     for bit in (bits - 2, bits - 3, mant - 1, mant - 2):  # exponent's top two, mantissa's
         row, col = int(rng.integers(0, m)), int(rng.integers(0, n))
