@@ -322,7 +322,7 @@ def test_gpu_an_unserved_gpu_runs_on_xla_with_one_warning():
 
 @pytest.mark.gpu
 def test_gpu_kmeans_plans_as_an_a100_would():
-    """f32 rows of 512, k = 16 take the cluster step on sm_90; as an A100 the fused step
+    """f32 rows of 512, k = 16 take the cluster step on sm_90; as an A100 the cluster step
     is not planned for them, and k-means gives what the jnp path gives either way."""
     _skip_without_sm80_code()
     code = """
@@ -342,7 +342,9 @@ print("RESULT " + json.dumps({"plan": _ffi.kmeans_plan("float32", 5000, 512, 16)
         assert proc.returncode == 0, proc.stderr[-3000:]
         line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
         out = json.loads(line.removeprefix("RESULT "))
-        assert out["plan"]["supported"] is wide, out
+        # The cap is on the compute capability only: shared memory stays this GPU's, so the
+        # CUDA-core step (one block per row) may still fit as an A100; the cluster step may not.
+        assert out["plan"]["supported"] or not wide, out
         assert (out["plan"].get("step") == "tensor_cores_cluster") is wide, out
         fused_run, jnp_run = out["inertia"]["always"], out["inertia"]["never"]
         assert abs(fused_run - jnp_run) <= 1e-4 * abs(jnp_run), out
