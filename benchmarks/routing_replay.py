@@ -1,0 +1,147 @@
+"""Calibrated routing replayed against measured harness runs, without a GPU.
+
+A harness run (``python -m jax_tsm2.bench --grid ...`` or ``--family APP``) times every
+implementation of each product: XLA's dot (``jnp``) and each kernel forced. This script asks
+calibrated routing (``jax_tsm2.tune.calibrate.decide``, from a calibration file) which it would
+pick for every product of those runs, and scores the picks against the measured times: a
+*miss* is a pick at least 1.10x slower than the fastest implementation measured, a *loss* a
+pick more than 5% slower than ``jnp.matmul``. Routing rules can so be compared on the same
+measurements offline; a rule changed this way is then judged on a grid seed it was not
+compared on.
+
+    python benchmarks/routing_replay.py \\
+        jax_tsm2/calibrations/calibration-NVIDIA-H200-sm90-132sm.json \\
+        grid/bench.json app/bench.json --verbose
+
+The device is the one each run recorded (name, SMs, L2); the bandwidth is the calibration's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import pathlib
+import sys
+from typing import Any
+
+from jax_tsm2 import model, routing
+from jax_tsm2.problem import problem_of
+from jax_tsm2.tune import calibrate
+
+LAYOUTS = {"R": "nn", "L": "nn", "S": "nn", "NT": "nt", "TN": "tn"}
+DTYPES = {"f32": "float32", "f64": "float64", "bf16": "bfloat16", "f16": "float16"}
+MISS_FACTOR = 1.10  # a pick this much slower than the fastest measured is a miss
+LOSS_FACTOR = 1.05  # a pick this much slower than jnp.matmul is a loss
+
+
+@dataclasses.dataclass
+class Case:
+    """One product of a run: its operands and every implementation's measured seconds."""
+
+    name: str
+    family: str
+    dtype: str
+    shapes: tuple[list[int], list[int]]
+    seconds: dict[str, float]
+
+    def kernel_seconds(self, kernel: str) -> float:
+        # Family APP records the forced kernel as "tsm2_kernel": the one kernel routing
+        # would weigh for the product.
+        return self.seconds.get(kernel, self.seconds.get("tsm2_kernel", math.nan))
+
+
+def read_cases(path: pathlib.Path) -> tuple[list[Case], dict[str, Any]]:
+    doc = json.loads(path.read_text())
+    cases: dict[tuple[str, str], Case] = {}
+    for r in doc["records"]:
+        if r["family"] not in LAYOUTS or r.get("status") != "ok" or r.get("seconds") is None:
+            continue
+        key = (r["case"], r["dtype"])
+        case = cases.setdefault(
+            key,
+            Case(r["case"], r["family"], r["dtype"], tuple(r["operand_shapes"]), {}),
+        )
+        case.seconds[r["impl"]] = float(r["seconds"])
+    return [c for c in cases.values() if "jnp" in c.seconds], doc["device"]
+
+
+def device_of(recorded: dict[str, Any]) -> model.Device:
+    """The run's GPU as the model sees it: the H100 preset's per-SM resources (Hopper's, as
+    an H200's) with the run's name, SM count and L2; bandwidth comes from the calibration."""
+    return dataclasses.replace(
+        model.H100_SXM,
+        name=recorded.get("name", model.H100_SXM.name),
+        sm_count=int(recorded.get("sm_count", model.H100_SXM.sm_count)),
+        l2_bytes=int(recorded.get("l2_bytes") or model.H100_SXM.l2_bytes),
+        measured_bandwidth=None,
+        source="driver",
+    )
+
+
+def replay(cases: list[Case], corrections: calibrate.Corrections, verbose: bool) -> dict:
+    misses, losses, speedups = [], [], []
+    for case in cases:
+        layout = LAYOUTS[case.family]
+        dtype = DTYPES[case.dtype]
+        p = problem_of(*case.shapes, layout)
+        names, why = routing.candidates(p, layout)
+        names, _ = routing._fitting(p, dtype, names, why, corrections.device)
+        pick = "xla"
+        if names:
+            pick = calibrate.decide(p, dtype, layout, names, corrections).target
+        jnp_s = case.seconds["jnp"]
+        got = jnp_s if pick == "xla" else case.kernel_seconds(pick)
+        measured = [jnp_s] + [case.kernel_seconds(k) for k in names]
+        best = min(s for s in measured if math.isfinite(s))
+        speedups.append(jnp_s / got)
+        line = (
+            f"{case.name:26s} {case.dtype:5s} picks {pick:6s} {got * 1e6:9.1f} us, "
+            f"jnp {jnp_s * 1e6:9.1f} us, fastest measured {best * 1e6:9.1f} us"
+        )
+        if got > MISS_FACTOR * best:
+            misses.append(line)
+        if got > LOSS_FACTOR * jnp_s:
+            losses.append(line)
+    geomean = math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else math.nan
+    if verbose:
+        for title, lines in (("misses", misses), ("losses", losses)):
+            print(f"{title}:")
+            print("\n".join(f"  {x}" for x in lines) or "  none")
+    return {"cases": len(cases), "geomean_over_jnp": geomean, "misses": len(misses),
+            "losses": len(losses)}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("calibration", type=pathlib.Path, help="a calibration-<GPU>.json file")
+    ap.add_argument("runs", type=pathlib.Path, nargs="+", help="harness bench.json files")
+    ap.add_argument("--verbose", action="store_true", help="list every miss and loss")
+    args = ap.parse_args(argv)
+    for path in [args.calibration, *args.runs]:
+        if not path.is_file():
+            ap.error(f"no such file: {path}")
+    try:
+        data = calibrate.CalibrationData.from_json(json.loads(args.calibration.read_text()))
+    except (ValueError, KeyError, TypeError) as e:
+        ap.error(f"{args.calibration} is not a calibration file this version reads: {e}")
+    cases, recorded = [], None
+    for path in args.runs:
+        try:
+            found, recorded = read_cases(path)
+        except (ValueError, KeyError, TypeError) as e:
+            ap.error(f"{path} is not a harness run (bench.json): {e!r}")
+        cases += found
+    device = device_of(recorded or {})
+    summary = replay(cases, calibrate.Corrections(data, device), args.verbose)
+    print(
+        f"{summary['cases']} products: routed {summary['geomean_over_jnp']:.3f}x jnp.matmul "
+        f"(geomean); {summary['misses']} misses (a pick >= {MISS_FACTOR:.2f}x the fastest "
+        f"measured), {summary['losses']} losses (> {LOSS_FACTOR:.2f}x jnp.matmul)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
