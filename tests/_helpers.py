@@ -95,6 +95,8 @@ def ffi_product(a, b, kernel: int, layout: int, out_dtype=None):
 # source tree, without the compiled extension of a regular install: children run here,
 # with this directory first on PYTHONPATH too (for scripts run by path).
 PACKAGE_ROOT = str(pathlib.Path(jax_tsm2.__file__).resolve().parent.parent)
+# The scripts of benchmarks/ sit beside tests/ in the repository (a wheel does not carry them).
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def package_env(**overrides: str) -> dict[str, str]:

@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from _helpers import PACKAGE_ROOT, package_env, run_python
+from _helpers import BENCHMARKS, package_env, run_python
 
-BENCHMARKS = Path(PACKAGE_ROOT) / "benchmarks"
 SCRIPT = str(BENCHMARKS / "multi_gpu.py")
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _helpers import PACKAGE_ROOT, package_env, run_python
+from _helpers import BENCHMARKS, package_env, run_python
 
-SCRIPT = str(Path(PACKAGE_ROOT) / "benchmarks" / "routing_replay.py")
+SCRIPT = str(BENCHMARKS / "routing_replay.py")
 GPU = {"key": "NVIDIA-H200-sm90-132sm", "name": "NVIDIA H200", "cc": [9, 0], "sm_count": 132}
 
 
