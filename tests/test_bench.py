@@ -322,6 +322,7 @@ def _expected_bytes(rec) -> int:
     return (m * k + k * n + m * n) * size  # every layout: the same three matrices
 
 
+@pytest.mark.slow
 def test_layout_families_and_grad_end_to_end_cpu(tmp_path, capsys, ensure_matmul):
     cases = "NT:300x96x16,S:8x320x96,TN:20000x8x8,GRAD:513x32x3"
     argv = ["--tiny", "--case", cases, "--dtype", "f32,f64,bf16", "--repeats", "2"]

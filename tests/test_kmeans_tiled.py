@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import slow
 from _kmeans_reference import TF32_REL, check_step, data
 
 import jax_tsm2
@@ -67,9 +68,9 @@ def _sums_call(x, w, labels, mind, k, bucket, chunks):
 # ------------------------------------------------------------ the step against float64
 
 
-@pytest.mark.parametrize("d", (1, 3, 17, 130))
-@pytest.mark.parametrize("k", (1, 2, 33, 129, 300))
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16], ids=dtype_ids)
+@pytest.mark.parametrize("d", (1, slow(3), 17, slow(130)))
+@pytest.mark.parametrize("k", (1, slow(2), 33, slow(129), 300))
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, slow(jnp.float16)], ids=dtype_ids)
 def test_reference_step_matches_float64(dtype, d, k):
     rng = np.random.default_rng(d * 1000 + k)
     x, c, w = data(rng, 389, d, k, dtype)
@@ -339,7 +340,9 @@ def _blobs(n, d, k, seed):
     return np.asarray(centres[rng.integers(0, k, n)] + rng.normal(size=(n, d)), np.float32)
 
 
-@pytest.mark.parametrize("kw", [{}, {"weights": True}, {"n_init": 2}], ids=str)
+@pytest.mark.parametrize(
+    "kw", [{}, slow({"weights": True}, id="weights"), slow({"n_init": 2}, id="n_init")], ids=str
+)
 def test_kmeans_through_the_tiled_step_matches_the_jnp_path(kw):
     x = _blobs(1500, 7, 40, seed=4)
     rng = np.random.default_rng(5)

@@ -51,6 +51,7 @@ def _timed(doc: dict) -> dict:
     return {(r["bench"], r["n_devices"]): r for r in doc["records"] if r.get("kind") == "time"}
 
 
+@pytest.mark.slow
 def test_quick_run_on_4_cpu_devices_writes_its_files(tmp_path):
     argv = [SCRIPT, "--quick", "--gpus", "1,4", "--scaling", "strong", "--dtypes", "f32"]
     r = run_python([*argv, "--out", str(tmp_path)], env=_env(4), timeout=240)
@@ -75,6 +76,7 @@ def test_quick_run_on_4_cpu_devices_writes_its_files(tmp_path):
     assert "No all-gather in any row-sharded program" in md and "| PASS |" in md
 
 
+@pytest.mark.slow
 def test_two_processes_one_device_each_match_one_device(tmp_path):
     """The multi-process path: sharded k-means across two processes (gloo) equals process 0's
     one-device run on the same data and initial centroids."""

@@ -101,6 +101,7 @@ def test_sharded_cases_on_4_cpu_devices():
 # ------------------------------------------------------------ two processes, jax.distributed
 
 
+@pytest.mark.slow
 def test_two_processes_jax_distributed():
     """Two processes x 2 CPU devices started by ``python -m jax_tsm2.launch``: a row-sharded
     matmul (XLA's dot and the custom call per shard) and k-means with ``axis_name`` across
