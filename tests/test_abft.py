@@ -657,3 +657,24 @@ def test_docstring_examples():
         for module in (abft, abft_model, _hlo):
             result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
             assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize(("m", "n"), [(1, 5), (7, 1), (1, 1)])
+def test_half_precision_vector_products_sum_in_f32(dtype, m, n):
+    """abft.product: one rounding of the f32 sum, whatever the platform's dot does with a
+    single row or column; other shapes are jax_tsm2.matmul's product itself."""
+    rng = np.random.default_rng(m * 10 + n)
+    a, b = (x[0] for x in operands(rng, 1, m, 301, n, dtype))
+    got = abft.product(a, b)
+    assert got.dtype == dtype and got.shape == (m, n)
+    exact = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    scale = np.abs(np.asarray(a, np.float64)) @ np.abs(np.asarray(b, np.float64))
+    u_out, u_acc = float(jnp.finfo(dtype).eps) / 2, float(jnp.finfo(jnp.float32).eps) / 2
+    err = np.abs(np.asarray(got, np.float64) - exact)
+    assert (err <= u_out * np.abs(exact) + 1.01 * 302 * u_acc * scale).all()
+    wide = jnp.concatenate([a] * 2) if m == 1 else a
+    if n > 1:
+        np.testing.assert_array_equal(abft.product(wide, b), jax_tsm2.matmul(wide, b))
+    with pytest.raises(ValueError, match="2-D"):
+        abft.product(a[0], b)
