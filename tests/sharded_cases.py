@@ -239,6 +239,14 @@ def test_gspmd_propagation_without_shardy(mesh):
     _check_custom_call(hlo, "always", [f"f64[{ROWS},{K}]", f"f64[{K},{N}]"])
 
 
+# jax 0.12.0.1's CPU backend rejects the gradient's psum over the rows: XLA's reduction body
+# carries Sharding custom calls ("Unsupported reduction computation"), as jax 0.9.0 and older
+# did. The forward product passes; docs/sharding.md lists the limitation.
+@pytest.mark.xfail(
+    tuple(int(x) for x in jax.__version__.split(".")[:2]) >= (0, 12),
+    reason="XLA rejects a psum reduction body with sharding annotations (jax 0.12)",
+    strict=False,
+)
 def test_explicit_axes_sharding_in_types():
     mesh = jax.make_mesh((4,), ("x",), axis_types=(AxisType.Explicit,))
     a, b = _rand(21, 4 * ROWS, K), _rand(22, K, N)
