@@ -42,7 +42,6 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 from _abft_reference import CLEAN_KINDS, DETECT_KINDS, random_operands  # noqa: E402
 
-import jax_tsm2  # noqa: E402
 from jax_tsm2 import abft  # noqa: E402
 
 DTYPES = {"f32": jnp.float32, "f64": jnp.float64, "bf16": jnp.bfloat16, "f16": jnp.float16}
@@ -63,7 +62,7 @@ def clean_run(name: str, products: int, prec, rng) -> dict:
 
     def case(a, b):
         cs = abft.encode(a, b, precision=prec)
-        c = jax_tsm2.matmul(a, b, precision=prec)
+        c = abft.product(a, b, precision=prec)
         r = abft.verify(c, cs)
         ratio = jnp.max(jnp.abs(r.col) / r.col_threshold)
         return jnp.any(r.col_flags), ratio, jnp.all(jnp.isfinite(c))
@@ -95,7 +94,7 @@ def fault_run(name: str, faults: int, prec, rng) -> list[dict]:
 
     def case(a, b, i, j, rel):
         cs = abft.encode(a, b, precision=prec)
-        clean = jax_tsm2.matmul(a, b, precision=prec)
+        clean = abft.product(a, b, precision=prec)
         acc = cs.stats.dtype
         col_max = jnp.max(jnp.abs(clean.astype(acc)), axis=0)[j]
         bad = abft.inject_error(clean, i, j, rel.astype(acc) * col_max)
@@ -144,7 +143,7 @@ def flip_run(name: str, flips: int, prec, rng, per_key: int = 16) -> list[dict]:
         row, col, bit = int(rng.integers(m)), int(rng.integers(n)), int(rng.integers(bits))
 
         def case(a, b, key=(row, col, bit)):
-            clean = jax_tsm2.matmul(a, b, precision=prec)
+            clean = abft.product(a, b, precision=prec)
             t = abft.verify(clean, abft.encode(a, b, precision=prec)).col_threshold[key[1]]
             _, v = abft.abft_matmul(a, b, precision=prec, inject=key)
             return clean[key[0], key[1]], t, v
