@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
+import time
 import warnings
 
 import filelock
@@ -252,3 +254,82 @@ def test_far_from_the_probes_the_measured_bounds_decide():
     outside = Problem(None, 8 * max(ms), 20 * max(ks), 8 * max(ns))
     assert corr.extreme("xla", outside, "float32", "tn") is None
     assert calibrate.decide(outside, "float32", "tn", ["tsm2t"], corr).target == "xla"
+
+
+class Batched:
+    """A timer with ``prepare`` and ``run``, as ``tuner.GpuTimer`` has: it records which
+    threads prepared and that nothing is prepared while a probe is timed."""
+
+    def __init__(self, fail_prepare=(), fail_run=()):
+        self.threads, self.ran, self.preparing = set(), [], 0
+        self.fail_prepare, self.fail_run = fail_prepare, fail_run
+        self.lock = threading.Lock()
+
+    def prepare(self, targets, p, dtype, layout):
+        with self.lock:
+            self.preparing += 1
+        self.threads.add(threading.get_ident())
+        time.sleep(0.01)
+        with self.lock:
+            self.preparing -= 1
+        if p in self.fail_prepare:
+            raise RuntimeError("compile failed")
+        return (tuple(targets), p, dtype, layout)
+
+    def run(self, prep):
+        targets, p, dtype, layout = prep
+        assert self.preparing == 0, "a probe was timed while another compiled"
+        self.ran.append(p)
+        if p in self.fail_run:
+            raise RuntimeError("out of memory")
+        return {
+            t: RuntimeError("not built") if t == "tsm2r" else fake_timer({})(t, p, dtype, layout)
+            for t in targets
+        }
+
+
+def test_batched_timer_compiles_in_threads_and_times_in_order():
+    probes = calibrate.design(per_cell=2, families=("R", "L"), dtypes=("float32",))
+    bad_prep, bad_run = probes[1].problem, probes[2].problem
+    timer = Batched(fail_prepare={bad_prep}, fail_run={bad_run})
+    data = calibrate.measure(
+        probes, timer, DEV, read_bytes_per_s=3e12, launch_seconds=5e-6, log=None, workers=2
+    )
+    assert len(timer.threads) == 2
+    assert timer.ran == [q.problem for q in probes if q.problem != bad_prep]
+    # Targets that failed are left out; probes where every target failed are dropped.
+    assert [r.problem for r in data.records] == [
+        q.problem for q in probes if q.problem not in (bad_prep, bad_run)
+    ]
+    assert all("tsm2r" not in r.seconds and "xla" in r.seconds for r in data.records)
+    # The same probes through the one-by-one path measure the same.
+    alone = calibrate.measure(
+        probes[3:], fake_timer({}), DEV, read_bytes_per_s=3e12, launch_seconds=5e-6, log=None
+    )
+    assert [r.seconds["xla"] for r in alone.records] == [r.seconds["xla"] for r in data.records[1:]]
+
+
+def test_batched_timer_stops_at_the_budget():
+    probes = calibrate.design(per_cell=3)
+    timer = Batched()
+    data = calibrate.measure(
+        probes, timer, DEV, read_bytes_per_s=3e12, launch_seconds=5e-6, budget_s=0.0,
+        log=None, workers=2,
+    )  # fmt: skip
+    assert len(data.records) == 1 and len(timer.ran) == 1
+
+
+def test_gpu_timer_prepares_and_runs_on_any_backend():
+    """``tuner.GpuTimer`` compiles a probe's operand generator and programs, then times them
+    (on CPU through the FFI targets' reference loops)."""
+    from jax_tsm2.tune import tuner
+
+    timer = tuner.GpuTimer(samples=1, max_reps=2, target_call_s=1e-5, target_sample_s=1e-5)
+    p = Problem(None, 37, 29, 5)
+    prep = timer.prepare(["tsm2r", "xla"], p, "float32", "nn")
+    assert set(prep.programs) == {"tsm2r", "xla"} and not prep.failed
+    got = timer.run(prep)
+    assert list(got) == ["tsm2r", "xla"]
+    assert all(isinstance(v, float) and 0 < v < 1 for v in got.values())
+    bad = timer.prepare(["nonsense"], p, "float32", "nn")
+    assert isinstance(timer.run(bad)["nonsense"], ValueError)

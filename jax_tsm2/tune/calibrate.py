@@ -48,9 +48,10 @@ import dataclasses
 import datetime
 import json
 import math
+import os
 import pathlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -309,31 +310,34 @@ def measure(
     launch_seconds: float,
     budget_s: float | None = None,
     log: Callable[[str], None] | None = print,
-    progress: Callable[[Iterable[Probe]], Iterable[Probe]] | None = None,
+    progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None,
+    workers: int | None = None,
 ) -> CalibrationData:
     """Times every target of every probe with ``timer`` (``tune.tuner.GpuTimer`` on a GPU).
 
     Stops starting new probes once ``budget_s`` seconds have passed (the
     probes' round-robin order keeps the cells even). A target whose timing
     fails is left out of its record; a probe where every target failed is
-    dropped. ``progress`` wraps the iteration (e.g. ``tqdm``).
+    dropped. ``progress`` wraps the iteration over the timed probes (e.g.
+    ``tqdm``). A timer with ``prepare`` and ``run`` (``GpuTimer``) has a batch
+    of probes compiled at once on ``workers`` threads (default: the host's
+    cores, at most 8) before it times them one by one: compiling, not timing,
+    is what a probe costs, and no compilation runs while a probe is timed.
     """
     import jax
 
     dev = device.with_bandwidth(read_bytes_per_s)
     start = time.monotonic()
+    spent = lambda: budget_s is not None and time.monotonic() - start > budget_s
     records: list[Record] = []
     probes = list(probes)
-    for q in progress(probes) if progress else probes:
-        if budget_s is not None and records and time.monotonic() - start > budget_s:
-            if log:
-                log(f"time budget of {budget_s:.0f} s spent: {len(records)} probes measured")
-            break
-        targets = tuner.candidates(q.problem, q.dtype, q.layout, dev)
-        got = {
-            t: v if isinstance(v, str) else _finite(v)
-            for t, v in tuner.time_candidates(timer, targets, q.problem, q.dtype, q.layout).items()
-        }
+    timed = (
+        _timed_in_batches(probes, timer, dev, spent, workers)
+        if hasattr(timer, "prepare") and hasattr(timer, "run")
+        else _timed_one_by_one(probes, timer, dev, spent)
+    )
+    for q, got in progress(timed) if progress else timed:
+        got = {t: v if isinstance(v, str) else _finite(v) for t, v in got.items()}
         secs = {t: s for t, s in got.items() if isinstance(s, float)}
         if secs:
             records.append(Record(q.dtype, q.layout, q.problem, secs))
@@ -344,6 +348,8 @@ def measure(
             )
             p = q.problem
             log(f"{q.family} {q.dtype} {p.m}x{p.k}x{p.n}: {cells}")
+    if log and len(records) < len(probes) and spent():
+        log(f"time budget of {budget_s:.0f} s spent: {len(records)} probes measured")
     if not records:
         raise RuntimeError("calibration measured nothing: every probe failed")
     from jax_tsm2 import __version__
@@ -358,6 +364,58 @@ def measure(
     }
     info = {"key": dev.key, "name": dev.name, "cc": list(dev.cc), "sm_count": dev.sm_count}
     return CalibrationData(info, read_bytes_per_s, launch_seconds, tuple(records), made)
+
+
+Timed = Iterator[tuple[Probe, dict[str, "float | str"]]]
+
+
+def _timed_one_by_one(
+    probes: Sequence[Probe], timer: Timer, dev: model.Device, spent: Callable[[], bool]
+) -> Timed:
+    for i, q in enumerate(probes):
+        if i and spent():
+            return
+        targets = tuner.candidates(q.problem, q.dtype, q.layout, dev)
+        yield q, tuner.time_candidates(timer, targets, q.problem, q.dtype, q.layout)
+
+
+def _timed_in_batches(
+    probes: Sequence[Probe],
+    timer: Any,
+    dev: model.Device,
+    spent: Callable[[], bool],
+    workers: int | None,
+) -> Timed:
+    import concurrent.futures
+
+    workers = max(1, min(8, os.cpu_count() or 1) if workers is None else workers)
+    why = lambda err: f"{type(err).__name__}: {err}"
+    batch = 2 * workers  # enough to keep every worker busy through uneven compile times
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for lo in range(0, len(probes), batch):
+            if lo and spent():
+                return
+            chunk = probes[lo : lo + batch]
+            preps = [
+                pool.submit(
+                    timer.prepare,
+                    tuner.candidates(q.problem, q.dtype, q.layout, dev),
+                    q.problem,
+                    q.dtype,
+                    q.layout,
+                )
+                for q in chunk
+            ]
+            concurrent.futures.wait(preps)
+            for i, (q, prep) in enumerate(zip(chunk, preps, strict=True)):
+                if (lo or i) and spent():
+                    return
+                try:
+                    got = timer.run(prep.result())
+                except Exception as err:  # a probe that cannot be timed at all
+                    targets = tuner.candidates(q.problem, q.dtype, q.layout, dev)
+                    got = {t: err for t in targets}
+                yield q, {t: why(v) if isinstance(v, Exception) else v for t, v in got.items()}
 
 
 def _finite(v: Any) -> float | str:
@@ -626,7 +684,7 @@ def corrections_for(device: model.Device) -> tuple[Corrections, pathlib.Path] | 
 def run(
     *,
     budget_s: float = 150.0,
-    per_cell: int = 6,
+    per_cell: int = 10,
     write: bool = True,
     path: pathlib.Path | None = None,
     log: Callable[[str], None] | None = print,
@@ -635,8 +693,9 @@ def run(
     """Calibrates the current GPU: measures its ceilings and the probes, stores the result.
 
     Needs a CUDA GPU and a CUDA build of jax_tsm2 (RuntimeError otherwise).
-    The probes stop after ``budget_s`` seconds of measuring; the whole run,
-    compilation included, takes about a minute more. The same as
+    New probes stop starting after ``budget_s`` seconds of compiling and timing
+    them (on an H200, about one probe per second: 150 s measure ~150 of the
+    design's ``20 * per_cell``); the ceilings add about ten seconds. The same as
     ``python -m jax_tsm2.tune --calibrate``; routing uses the stored file from
     the next lowering on.
 
@@ -690,11 +749,12 @@ def _run(
     if progress:
         from tqdm.auto import tqdm
 
-        wrap = lambda xs: tqdm(xs, desc="calibrating", unit="probe", leave=False)
+        wrap = lambda xs: tqdm(xs, total=len(probes), desc="calibrating", unit="probe")
+    probes = design(per_cell)
     data = measure(
-        design(per_cell),
+        probes,
         # Few products per timed call: each probe compiles its own programs, and
-        # compilation, not timing, is what a probe costs.
+        # compiling, not timing, is what a probe costs (measure compiles in threads).
         tuner.GpuTimer(samples=3, max_reps=8),
         device,
         read_bytes_per_s=read,

@@ -16,6 +16,7 @@ seconds``), so it runs on a machine without a GPU with a fake one (tests/test_tu
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import statistics
 import time
@@ -171,14 +172,19 @@ class GpuTimer:
         self.target_call_s, self.target_sample_s = target_call_s, target_sample_s
         self.budget_bytes = budget_bytes
 
-    def _operands(self, p: Problem, dtype: str, layout: str, reps: int) -> list[list[Any]]:
+    def _generator(self, p: Problem, dtype: str, layout: str, reps: int) -> Callable:
+        """A function of a PRNG key making ``reps`` operand buffers per operand."""
         a_shape, b_shape = kernel_call.stored_shapes(p, layout)
-        keys = jax.random.split(jax.random.key(self.seed), 2 * reps)
-        normal = lambda key, shape: jax.random.normal(key, shape, jnp.dtype(dtype))
-        return [
-            [normal(keys[2 * i], a_shape) for i in range(reps)],
-            [normal(keys[2 * i + 1], b_shape) for i in range(reps)],
-        ]
+        dt = jnp.dtype(dtype)
+
+        def make(key: Any) -> list[list[Any]]:
+            keys = jax.random.split(key, 2 * reps)
+            return [
+                [jax.random.normal(keys[2 * i], a_shape, dt) for i in range(reps)],
+                [jax.random.normal(keys[2 * i + 1], b_shape, dt) for i in range(reps)],
+            ]
+
+        return make
 
     def _product(self, target: str, p: Problem, dtype: str, layout: str) -> Callable:
         if target == "xla":
@@ -197,6 +203,13 @@ class GpuTimer:
         """Every target on the same buffers, taking turns sample by sample (as the harness's
         implementations do), so that a drift of the clocks lands on all of them alike; a
         target that fails to compile or run maps to its exception."""
+        return self.run(self.prepare(targets, p, dtype, layout))
+
+    def prepare(self, targets: Sequence[str], p: Problem, dtype: str, layout: str) -> Prepared:
+        """Compiles what timing ``targets`` on ``p`` needs, without touching the device's
+        memory: the operand generator and one program per target. Compiling is most of what
+        a probe costs and runs on the host, so ``calibrate.measure`` prepares several probes
+        at once in threads; ``run`` then times them one at a time."""
         itemsize = jnp.dtype(DTYPES.get(dtype, dtype)).itemsize
         batch = p.batch or 1
         in_bytes = batch * (p.m + p.n) * p.k * itemsize
@@ -213,28 +226,61 @@ class GpuTimer:
             target_sample_s=self.target_sample_s,
             max_calls=self.max_reps,
         )
+        prep = Prepared(tuple(targets), plan, guess)
         if plan.calls < 1:
-            return {t: MemoryError(plan.reason) for t in targets}
-        copies = self._operands(p, dtype, layout, plan.calls)
-        out: dict[str, float | Exception] = {}
-        compiled: dict[str, Any] = {}
-        samples: dict[str, list[float]] = {}
+            prep.failed.update({t: MemoryError(plan.reason) for t in targets})
+            return prep
+        key = jax.random.key(self.seed)
+        try:
+            gen = jax.jit(self._generator(p, dtype, layout, plan.calls))
+            prep.make_operands = gen.lower(key).compile()
+        except Exception as err:
+            prep.failed.update({t: err for t in targets})
+            return prep
+        shapes = jax.eval_shape(self._generator(p, dtype, layout, plan.calls), key)
         for t in targets:
             try:
-                compiled[t], _ = timing.compile_jax(self._product(t, p, dtype, layout), copies)
-                timing.run_jax(compiled[t], copies)  # warm up
+                prep.programs[t], _ = timing.compile_jax(self._product(t, p, dtype, layout), shapes)
+            except Exception as err:
+                prep.failed[t] = err
+        return prep
+
+    def run(self, prep: Prepared) -> dict[str, float | Exception]:
+        """Times a prepared probe's programs on fresh operands (see ``time_all``)."""
+        out: dict[str, float | Exception] = dict(prep.failed)
+        if prep.make_operands is None:
+            return {t: out[t] for t in prep.targets}
+        copies = prep.make_operands(jax.random.key(self.seed))
+        samples: dict[str, list[float]] = {}
+        for t, program in prep.programs.items():
+            try:
+                timing.run_jax(program, copies)  # warm up
                 samples[t] = []
             except Exception as err:
                 out[t] = err
-                compiled.pop(t, None)
         # Below ~20 us a product's samples jump between two levels (8.5 or 14 us for every
         # implementation of one 2.3 MB product on an H100): three times the samples.
-        rounds = self.samples * (3 if guess < 20e-6 else 1)
+        rounds = self.samples * (3 if prep.guess < 20e-6 else 1)
         for _ in range(rounds):
-            for t, c in compiled.items():
-                samples[t] += timing.time_jax(c, copies, per_sample=plan.per_sample, repeats=1)
+            for t in samples:
+                samples[t] += timing.time_jax(
+                    prep.programs[t], copies, per_sample=prep.plan.per_sample, repeats=1
+                )
         out.update({t: statistics.median(v) for t, v in samples.items()})
-        return {t: out[t] for t in targets}
+        return {t: out[t] for t in prep.targets}
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A probe compiled and ready to time (``GpuTimer.prepare``): its operand generator,
+    one program per target, and the targets that failed to compile."""
+
+    targets: tuple[str, ...]
+    plan: timing.Plan
+    guess: float
+    make_operands: Any = None
+    programs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    failed: dict[str, Exception] = dataclasses.field(default_factory=dict)
 
 
 def measure_read_bandwidth(nbytes: int = 1 << 30, samples: int = 5) -> float:
