@@ -16,7 +16,7 @@ import pytest
 
 import jax_tsm2
 from jax_tsm2 import kernel_call, model
-from jax_tsm2.bench import case, cli, grid, grid_report, predict, report, suite, timing
+from jax_tsm2.bench import case, cli, grid, grid_report, impls, predict, report, suite, timing
 from jax_tsm2.bench.runner import Options, run_suite
 from jax_tsm2.routing import Problem
 
@@ -217,6 +217,41 @@ def test_model_fields_on_a_tiny_cpu_run(tmp_path, capsys):
     assert "`model us`" in (tmp_path / "bench.md").read_text()
 
 
+def test_a_calibrated_gpu_gets_the_calibrated_prediction(monkeypatch):
+    """On a GPU the driver describes and that has a calibration, the prediction is the
+    model at the calibration's read ceiling times the probes' correction near the shape;
+    XLA's dot at highest precision (never probed) keeps the model."""
+    import dataclasses
+
+    from jax_tsm2.tune import calibrate
+
+    dev = dataclasses.replace(model.H100_SXM, source="driver")
+    probe = {"dtype": "float32", "layout": "nn", "batch": None, "m": 10**6, "k": 8, "n": 8,
+             "seconds": {"tsm2l": 9e-5, "xla": 4e-5}}  # fmt: skip
+    gpu = {"key": dev.key, "name": dev.name, "cc": [9, 0], "sm_count": 132}
+    doc = {"schema": calibrate.SCHEMA, "version": calibrate.VERSION, "read_bytes_per_s": 4e12,
+           "launch_seconds": 2e-6, "device": gpu, "made": {}, "records": [probe]}  # fmt: skip
+    data = calibrate.CalibrationData.from_json(doc)
+    corr = calibrate.Corrections(data, dev)
+    monkeypatch.setattr(calibrate, "corrections_for", lambda d: (corr, None))
+    rec = {"family": "L", "dtype": "f32", "operand_shapes": [[10**6, 8], [8, 8]],
+           "status": "ok", "seconds": 5e-5}  # fmt: skip
+    jnp_impl = next(i for i in impls.jax_impls() if i.name == "jnp")
+    got = predict.fields(rec, jnp_impl, dev, {}, "gpu")
+    p = model.problem_from(((10**6, 8), (8, 8)), "nn")
+    raw = model.predict(p, "float32", "nn", "xla", device=corr.device).seconds
+    factor, support = corr.factor("xla", p, "float32", "nn")
+    assert support == pytest.approx(1.0) and factor != pytest.approx(1.0)
+    assert got["predicted_source"] == "calibration"
+    assert got["predicted_seconds"] == pytest.approx(raw * factor)
+    assert got["model_error"] == pytest.approx((raw * factor - 5e-5) / 5e-5)
+    highest = next(i for i in impls.jax_impls() if i.name == "jnp_highest")
+    assert predict.fields(rec, highest, dev, {}, "gpu")["predicted_source"] == "model"
+    # Without a calibration, or on the preset: the model.
+    monkeypatch.setattr(calibrate, "corrections_for", lambda d: None)
+    assert predict.fields(rec, jnp_impl, dev, {}, "gpu")["predicted_source"] == "model"
+
+
 def test_model_off_adds_nothing():
     opts = Options(mode="tiny", cases=["L:1000x8x8"], dtypes=["f32"], impls=["jnp"])
     opts.repeats, opts.warmup, opts.max_calls = 1, 0, 2
@@ -391,3 +426,32 @@ def test_program_digest_tells_programs_apart():
     assert plain and plain == digest(lambda x, y: jax_tsm2.matmul(x, y))
     assert plain != digest(lambda x, y: 2 * jnp.matmul(x, y))
     assert plain != digest(lambda x, y: jnp.matmul(x, y, precision="highest"))
+
+
+def test_gpus_splits_the_grid_over_child_processes_and_merges(tmp_path, capsys):
+    """``--gpus 2`` runs two children on disjoint slices of the same draw and merges them
+    into the document a single run of the grid gives (the same shapes, in order)."""
+    argv = ["--tiny", "--grid", "5", "--grid-seed", "3", "--dtype", "f32", "--impl", "jnp"]
+    assert cli.main([*argv, "--gpus", "2", "--out", str(tmp_path / "two")]) == 0
+    log = capsys.readouterr().err
+    assert "[gpu 0]" in log and "[gpu 1]" in log
+    doc = json.loads((tmp_path / "two" / "bench.json").read_text())
+    assert [r["case"] for r in doc["records"]] == [
+        c.label for c in grid.draw(5, 3, grid.TINY, dtypes=["f32"])
+    ]
+    assert len(doc["merged_from"]) == 2 and doc["grid"]["shapes"] == 5
+    assert "--gpus 2" in doc["command_line"]
+
+
+def test_gpus_answers_bad_requests_with_usage(capsys, monkeypatch):
+    for argv, why in [
+        (["--tiny", "--gpus", "2"], "needs --grid"),
+        (["--tiny", "--grid", "4", "--gpus", "0"], "an integer >= 1"),
+    ]:
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv)
+        assert exc.value.code == 2 and why in capsys.readouterr().err
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    with pytest.raises(SystemExit):
+        cli.main(["--tiny", "--grid", "4", "--gpus", "2"])
+    assert "names 1" in capsys.readouterr().err

@@ -29,7 +29,9 @@ MODULES = [
     "jax_tsm2.decision",
     "jax_tsm2.kernel_call",
     "jax_tsm2.bench.grid",
+    "jax_tsm2.bench.parallel",
     "jax_tsm2.tune.cache",
+    "jax_tsm2.tune.calibrate",
     "jax_tsm2.tune.cli",
     "jax_tsm2.tune.tuner",
 ]

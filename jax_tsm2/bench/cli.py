@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from jax_tsm2 import _cli, routing
-from jax_tsm2.bench import grid, report
+from jax_tsm2.bench import grid, parallel, report
 from jax_tsm2.bench.impls import KERNEL_MODES
 from jax_tsm2.bench.runner import SCHEMA_VERSION, Options, run_suite, stderr_log
 from jax_tsm2.bench.suite import DEFAULT_DTYPES, DEFAULT_FAMILIES, parse_int, select_cases
@@ -115,6 +116,14 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         metavar="I",
         help="run the grid's shapes I..N-1 only (split a grid over two runs, then --merge)",
+    )
+    sel.add_argument(
+        "--gpus",
+        type=_cli.positive_int,
+        default=1,
+        metavar="G",
+        help="split the grid's shapes over G GPUs of this host, a process per GPU (the first "
+        "G of CUDA_VISIBLE_DEVICES, else 0..G-1), and merge their results",
     )
     sel.add_argument(
         "--model",
@@ -267,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.plot and not args.out:
         p.error("--plot needs --out DIR")
+    gpus: list[str] = []
     try:
         opts = options(args, argv)
         if args.grid and not args.merge:  # the same for a bad grid
@@ -275,10 +285,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             if not 0 <= opts.grid_start < opts.grid:
                 raise ValueError(f"--grid-start {opts.grid_start}: between 0 and {opts.grid - 1}")
+            if args.gpus > 1:
+                gpus = parallel.gpu_ids(args.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
         elif not args.merge:  # a bad or empty selection is a usage error, not a traceback
             select_cases(opts.families, opts.dtypes, opts.mode, opts.m, opts.k, opts.n, opts.cases)
     except ValueError as err:
         p.error(str(err))
+    if args.gpus > 1 and (args.merge or not args.grid):
+        p.error("--gpus splits a grid: it needs --grid and not --merge")
     if args.merge:
         docs = []
         for path in args.merge:
@@ -292,6 +306,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"--merge: these files do not merge ({type(err).__name__}: {err})")
         doc["command_line"] = opts.command_line
         doc["schema_version"] = SCHEMA_VERSION  # the summary was recomputed
+    elif args.gpus > 1:
+        try:
+            doc = parallel.run(
+                argv, start=opts.grid_start, stop=opts.grid, gpus=gpus, log=stderr_log
+            )
+        except RuntimeError as err:
+            stderr_log(str(err))
+            return 1
+        doc["command_line"] = opts.command_line
     else:
         partial = (lambda d: report.write_partial(d, args.out)) if args.out else None
         doc = run_suite(opts, stderr_log, checkpoint=partial)

@@ -12,6 +12,11 @@ Each JAX record gets the prediction of ``jax_tsm2.model`` for what that implemen
 - ``jnp``: XLA's dot at default precision; ``jnp_highest``: at highest.
 - torch and family GRAD (a gradient, two products and an elementwise pass): none (null).
 
+On a GPU with a calibration (``jax_tsm2.tune.calibrate``), a prediction at default precision
+is the calibrated model routing decides with: the model at the calibration's read ceiling times
+the correction of the probes near the shape (``predicted_source``: ``"calibration"``, else
+``"model"``).
+
 The model's device is ``model.current_device()``: the driver's description of this GPU (with
 the streaming bandwidth of ``python -m jax_tsm2.tune --measure-bandwidth`` where cached), or
 the H100 preset without a GPU.
@@ -30,6 +35,7 @@ from jax_tsm2.bench.impls import Impl
 from jax_tsm2.bench.suite import DTYPES
 from jax_tsm2.kernel_call import stored_shapes
 from jax_tsm2.routing import KERNEL_LAYOUTS
+from jax_tsm2.tune import calibrate
 
 #: The model-error check: median |predicted - measured| / measured over the suite at most this.
 MAX_ERROR = 0.20
@@ -100,6 +106,15 @@ def _target(rec: dict[str, Any], impl: Impl, modes: dict[str, str], platform: st
     return target, layout, "default"
 
 
+def _corrections(device: Any) -> Any:
+    """This GPU's calibration corrections (``calibrate.Corrections``), or None: a device
+    the driver did not describe (the H100 preset without a GPU) has none."""
+    if getattr(device, "source", None) != "driver":
+        return None
+    found = calibrate.corrections_for(device)
+    return None if found is None else found[0]
+
+
 def _takes(target: str, layout: str) -> bool:
     return target == "xla" or layout in KERNEL_LAYOUTS[target]
 
@@ -127,10 +142,21 @@ def fields(
     if not pred.supported:
         out["predicted_target"] = f"{target} (unsupported: {pred.reason})"
         return out
-    out["predicted_seconds"] = pred.seconds
+    seconds, source = pred.seconds, "model"
+    corrections = _corrections(device) if precision == "default" else None
+    if corrections is not None:
+        # The model as routing uses it on a calibrated GPU: at the calibration's read
+        # ceiling, times the correction its probes make near this shape.
+        dtype = DTYPES[rec["dtype"]].name
+        raw = model.predict(p, dtype, layout, target, device=corrections.device)
+        if raw.supported:
+            seconds = raw.seconds * corrections.factor(target, p, dtype, layout)[0]
+            source = "calibration"
+    out["predicted_seconds"] = seconds
+    out["predicted_source"] = source
     out["predicted_target"] = target + ("" if precision == "default" else f" ({precision})")
     if rec.get("status") == "ok" and rec.get("seconds"):
-        out["model_error"] = (pred.seconds - rec["seconds"]) / rec["seconds"]
+        out["model_error"] = (seconds - rec["seconds"]) / rec["seconds"]
     return out
 
 
