@@ -7,6 +7,7 @@ they lead to can be checked exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -108,8 +109,40 @@ def test_margin_grows_where_no_probe_is_near():
     corr = calibrate.Corrections(data, DEV)
     near = data.records[0]
     d_near = calibrate.decide(near.problem, "float32", "nn", ["tsm2l", "tsm2r"], corr)
-    d_far = calibrate.decide(Problem(None, 10**7, 3, 61), "float32", "nn", ["tsm2l"], corr)
+    # An octave fewer rows, rows of the same kind (rows_aligned: probes of the other kind
+    # never count), still inside the sizes probed.
+    far = Problem(None, near.problem.m // 2, near.problem.k, near.problem.n)
+    d_far = calibrate.decide(far, "float32", "nn", ["tsm2l"], corr)
     assert d_near.margin < d_far.margin <= calibrate.FAR_MARGIN
+
+
+def test_probes_correct_only_shapes_of_their_own_kind_of_rows():
+    """XLA's dot and the kernels run rows of whole 16-byte vectors differently: a probe
+    with such rows says nothing of a shape whose rows are not, and the other way round."""
+    data = measured({"xla": 2.0}, per_cell=4, families=("R",), dtypes=("float32",))
+    kinds = {calibrate.rows_aligned(r.problem, r.dtype, r.layout) for r in data.records}
+    assert kinds == {True, False}  # the design draws both kinds
+    corr = calibrate.Corrections(data, DEV)
+    for r in data.records:
+        p = r.problem
+        f, support = corr.factor("xla", p, "float32", "nn")
+        assert support >= 1.0 and f > 1.5
+        # One element more per row flips the kind (f32: 4 elements per vector).
+        other = Problem(None, p.m, p.k + 1 if p.k % 4 == 0 else p.k + (4 - p.k % 4), p.n)
+        assert calibrate.rows_aligned(other, "float32", "nn") != calibrate.rows_aligned(
+            p, "float32", "nn"
+        )
+        # The other kind's probes change nothing: the correction is that of its own kind.
+        kind = calibrate.rows_aligned(other, "float32", "nn")
+        same = [
+            q for q in data.records if calibrate.rows_aligned(q.problem, q.dtype, q.layout) == kind
+        ]
+        only = calibrate.Corrections(dataclasses.replace(data, records=tuple(same)), DEV)
+        got, want = (
+            corr.factor("xla", other, "float32", "nn"),
+            only.factor("xla", other, "float32", "nn"),
+        )
+        assert got == pytest.approx(want)
 
 
 def test_a_failing_target_is_left_out_and_an_all_failing_run_raises():

@@ -156,7 +156,10 @@ def design(
             cell: list[Probe] = []
             for i in range(per_cell):
                 want = (lo + (hi - lo) * i / per_cell, lo + (hi - lo) * (i + 1) / per_cell)
-                cell.append(_draw(rng, fam, dtype, want, {q.problem for q in cell}))
+                # Every other stratum has rows of whole vectors (rows_aligned), which
+                # XLA's dot and the kernels run differently from rows of any length.
+                seen = {q.problem for q in cell}
+                cell.append(_draw(rng, fam, dtype, want, seen, aligned=i % 2 == 1))
             cells.append(cell)
     return [cell[i] for i in _spread(per_cell) for cell in cells]
 
@@ -184,14 +187,22 @@ def _spread(n: int) -> list[int]:
 
 
 def _draw(
-    rng: np.random.Generator, fam: str, dtype: str, want: tuple[float, float], seen: set
+    rng: np.random.Generator,
+    fam: str,
+    dtype: str,
+    want: tuple[float, float],
+    seen: set,
+    aligned: bool = False,
 ) -> Probe:
     regions = REGIONS[fam]
+    layout = FAMILY_LAYOUT[fam]
     best: Probe | None = None
     for _ in range(20_000):
         region = regions[rng.integers(len(regions))]
         m, k, n = (round(math.exp(rng.uniform(math.log(a), math.log(b)))) for a, b in region)
         p = Problem(None, max(m, 1), max(k, 1), max(n, 1))
+        if rows_aligned(p, dtype, layout) != aligned:
+            continue
         size = math.log(_bytes(p, dtype))
         if p in seen:
             continue
@@ -423,6 +434,34 @@ def _finite(v: Any) -> float | str:
     return v if math.isfinite(v) and v > 0 else f"timer returned {v!r}"
 
 
+def rows_aligned(p: Problem, dtype: str, layout: str) -> bool:
+    """Whether the rows of the largest operand, as stored, are whole 16-byte vectors.
+
+    XLA's dot and our kernels both run differently on such rows (vector loads, other
+    GEMM algorithms): on one H200 grid, XLA's dot read an f32 R product with rows of
+    10384 elements once (82% of the floor) while its probes of odd row lengths nearby
+    read theirs three to four times over. Probes therefore correct only shapes of their
+    own kind.
+
+    Example:
+        >>> rows_aligned(Problem(None, 12141, 10384, 14), "float32", "nn")
+        True
+        >>> rows_aligned(Problem(None, 12141, 10383, 14), "float32", "nn")
+        False
+        >>> rows_aligned(Problem(None, 5, 5005, 16102), "float64", "nn")  # B is the largest
+        True
+    """
+    batch = p.batch or 1
+    isz = _itemsize(dtype)
+    if layout == "tn":  # A stored k x m, B stored k x n
+        row = p.m if p.m >= p.n else p.n
+    elif layout == "nt":  # A stored m x k, B stored n x k
+        row = p.k
+    else:  # A stored m x k, B stored k x n
+        row = p.k if batch * p.m * p.k >= p.k * p.n else p.n
+    return row * isz % 16 == 0
+
+
 def _coords(p: Problem) -> np.ndarray:
     return np.log2([float((p.batch or 1) * p.m), float(p.k), float(p.n)])
 
@@ -444,16 +483,17 @@ class Corrections:
         self.data = data
         self.device = device.with_bandwidth(data.read_bytes_per_s)
         self.calibration = calibration or model.CALIBRATION
-        self._points: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._points: dict[tuple[str, str, str, bool], tuple[np.ndarray, np.ndarray]] = {}
         dev = self.device
-        grouped: dict[tuple[str, str, str], list[tuple[np.ndarray, float]]] = {}
+        grouped: dict[tuple[str, str, str, bool], list[tuple[np.ndarray, float]]] = {}
         for r in data.records:
             for target, secs in r.seconds.items():
                 pred = model.predict(r.problem, r.dtype, r.layout, target, dev, self.calibration)
                 if not (pred.supported and math.isfinite(pred.seconds) and pred.seconds > 0):
                     continue
                 resid = math.log(secs / pred.seconds)
-                grouped.setdefault((target, r.layout, r.dtype), []).append(
+                key = (target, r.layout, r.dtype, rows_aligned(r.problem, r.dtype, r.layout))
+                grouped.setdefault(key, []).append(
                     (_coords(r.problem), resid)
                 )
         for key, pts in grouped.items():
@@ -480,7 +520,7 @@ class Corrections:
             >>> corr.extreme("tsm2l", Problem(None, 10**3, 8, 8), "float32", "nn") is None
             True
         """
-        pts = self._points.get((target, layout, dtype))
+        pts = self._points.get((target, layout, dtype, rows_aligned(p, dtype, layout)))
         if pts is None:
             return None
         coords, resid = pts
@@ -495,7 +535,7 @@ class Corrections:
 
     def factor(self, target: str, p: Problem, dtype: str, layout: str) -> tuple[float, float]:
         """(correction factor, support) for ``target`` on ``p``."""
-        pts = self._points.get((target, layout, dtype))
+        pts = self._points.get((target, layout, dtype, rows_aligned(p, dtype, layout)))
         if pts is None:
             return 1.0, 0.0
         coords, resid = pts
