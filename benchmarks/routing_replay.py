@@ -86,13 +86,10 @@ def replay(cases: list[Case], corrections: calibrate.Corrections, verbose: bool)
         layout = LAYOUTS[case.family]
         dtype = DTYPES[case.dtype]
         p = problem_of(*case.shapes, layout)
-        names, why = routing.candidates(p, layout)
-        names, _ = routing._fitting(p, dtype, names, why, corrections.device)
-        pick = "xla"
-        if names:
-            pick = calibrate.decide(p, dtype, layout, names, corrections).target
+        pick = routing.calibrated_decision(p, dtype, layout, corrections).target
         jnp_s = case.seconds["jnp"]
         got = jnp_s if pick == "xla" else case.kernel_seconds(pick)
+        names = routing.candidates(p, layout)[0]
         measured = [jnp_s] + [case.kernel_seconds(k) for k in names]
         best = min(s for s in measured if math.isfinite(s))
         speedups.append(jnp_s / got)

@@ -95,6 +95,7 @@ __all__ = [  # the names of problem.py are routing's vocabulary too
     "LAYOUT_IDS",
     "Problem",
     "Route",
+    "calibrated_decision",
     "candidates",
     "check_layout",
     "problem_of",
@@ -307,6 +308,38 @@ def _tuned(
     return Route(target=target, reason=reason, problem=p, layout=layout, layer=layer)
 
 
+def calibrated_decision(
+    p: Problem,
+    dtype: str,
+    layout: str,
+    corrections: calibrate.Corrections,
+    xla_precision: str = "default",
+) -> calibrate.Decision:
+    """What the calibration layer of mode "auto" decides for the canonical problem ``p``:
+    the kernels eligible for its sizes (``candidates``) whose tiles fit the calibration's
+    GPU, weighed against XLA's dot by ``calibrate.decide``. The tune cache and autotuning,
+    which come first in ``route``, are not consulted. ``benchmarks/routing_replay.py``
+    replays measured runs through it.
+
+    Example:
+        >>> from jax_tsm2 import model
+        >>> probe = {"dtype": "float32", "layout": "nn", "batch": None, "m": 10**6,
+        ...          "k": 8, "n": 8, "seconds": {"tsm2l": 1e-4, "xla": 2e-5}}
+        >>> data = calibrate.CalibrationData.from_json(
+        ...     {"schema": calibrate.SCHEMA, "version": calibrate.VERSION, "made": {},
+        ...      "read_bytes_per_s": 4e12, "launch_seconds": 2e-6, "records": [probe],
+        ...      "device": {"key": "GPU", "name": "GPU", "cc": [9, 0], "sm_count": 132}})
+        >>> corr = calibrate.Corrections(data, model.H100_SXM)
+        >>> calibrated_decision(Problem(None, 10**6, 8, 8), "float32", "nn", corr).target
+        'xla'
+    """
+    names, why = candidates(p, layout)
+    names, why = _fitting(p, dtype, names, why, corrections.device)
+    if not names:
+        return calibrate.Decision("xla", {}, 0.0, f"{why}: no kernel takes this problem")
+    return _calibrated_choice(p, dtype, layout, names, xla_precision, corrections)
+
+
 @functools.lru_cache(maxsize=4096)
 def _calibrated_choice(
     p: Problem,
@@ -368,7 +401,12 @@ def _auto(
                 f"{calibrate.UNCALIBRATED_MARGIN:.0%} margin of {c.best.kernel}'s predicted "
                 f"{c.best.seconds * 1e6:.1f} us"
             )
-        reason += " [this GPU is not calibrated: `python -m jax_tsm2.tune --calibrate` measures it]"
+        if calibrate.enabled():
+            reason += (
+                " [this GPU is not calibrated: `python -m jax_tsm2.tune --calibrate` measures it]"
+            )
+        else:
+            reason += f" [calibrations turned off by {calibrate.ENV_VAR}]"
     elif device.source.startswith("H100 preset"):
         reason += f" [device: {device.source}]"
     return Route(

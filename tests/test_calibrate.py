@@ -188,6 +188,24 @@ def test_file_round_trip_and_lookup(tmp_path, monkeypatch):
     assert calibrate.load("some-other-gpu") is None
 
 
+def test_calibrations_can_be_turned_off(tmp_path, monkeypatch):
+    """JAX_TSM2_CALIBRATION=off hides the user's and the shipped calibrations alike, and
+    routing on the GPU then says so; an unknown value warns and leaves them on."""
+    monkeypatch.setenv("JAX_TSM2_CACHE_DIR", str(tmp_path))
+    data = measured({"xla": 1.2}, per_cell=1, families=("TN",), dtypes=("float64",))
+    calibrate.store(data)
+    shipped = next(iter(sorted(calibrate.SHIPPED_DIR.glob("calibration-*.json"))))
+    shipped_key = calibrate.CalibrationData.from_json(json.loads(shipped.read_text())).key
+    for value in ("off", "0", "False", " no "):
+        monkeypatch.setenv(calibrate.ENV_VAR, value)
+        assert calibrate.load(data.key) is None and calibrate.load(shipped_key) is None
+    monkeypatch.setenv(calibrate.ENV_VAR, "maybe")
+    with pytest.warns(RuntimeWarning, match="neither on nor off"):
+        assert calibrate.load(data.key) is not None
+    monkeypatch.setenv(calibrate.ENV_VAR, "on")
+    assert calibrate.load(shipped_key)[1] == shipped
+
+
 def test_store_waits_for_the_lock_beside_the_file(tmp_path, monkeypatch):
     monkeypatch.setenv("JAX_TSM2_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cache, "LOCK_TIMEOUT_S", 0.2)

@@ -610,3 +610,7 @@ def test_an_uncalibrated_gpu_keeps_xla_unless_a_kernel_beats_its_best_case(tmp_p
     # the same tn product on the preset (no GPU in the process) keeps the model's choice
     assert route((1_000_000, 512), (1_000_000, 8), mode="auto", layout="tn").target == "tsm2t"
     assert preset.layer == "model"
+    # With calibrations turned off, the reason says that rather than asking to calibrate.
+    monkeypatch.setenv("JAX_TSM2_CALIBRATION", "off")
+    r = route((20000, 20000), (20000, 8), mode="auto", device=gpu)
+    assert r.layer == "model" and "turned off by JAX_TSM2_CALIBRATION" in r.reason

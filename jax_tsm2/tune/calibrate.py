@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import os
@@ -493,9 +494,7 @@ class Corrections:
                     continue
                 resid = math.log(secs / pred.seconds)
                 key = (target, r.layout, r.dtype, rows_aligned(r.problem, r.dtype, r.layout))
-                grouped.setdefault(key, []).append(
-                    (_coords(r.problem), resid)
-                )
+                grouped.setdefault(key, []).append((_coords(r.problem), resid))
         for key, pts in grouped.items():
             self._points[key] = (np.stack([c for c, _ in pts]), np.array([v for _, v in pts]))
 
@@ -696,9 +695,52 @@ def _read(path: pathlib.Path, device_key: str) -> CalibrationData | None:
     return data
 
 
+#: ``JAX_TSM2_CALIBRATION=off`` (or 0, false, no) makes routing ignore every calibration,
+#: the user's and the shipped ones, as on a GPU never calibrated: to see what the
+#: uncalibrated model does, or to rule a calibration out. Read at every lookup.
+ENV_VAR = "JAX_TSM2_CALIBRATION"
+_OFF, _ON = ("0", "off", "false", "no"), ("", "1", "on", "true", "yes")
+
+
+def enabled() -> bool:
+    """Whether routing reads calibrations (``ENV_VAR``); an unknown value warns once and
+    leaves them on.
+
+    Example:
+        >>> import os
+        >>> os.environ[ENV_VAR] = "off"
+        >>> enabled()
+        False
+        >>> del os.environ[ENV_VAR]
+        >>> enabled()
+        True
+    """
+    value = os.environ.get(ENV_VAR, "").strip().lower()
+    if value in _OFF:
+        return False
+    if value not in _ON:
+        _warn_value(value)
+    return True
+
+
+@functools.lru_cache(maxsize=8)
+def _warn_value(value: str) -> None:
+    import warnings
+
+    warnings.warn(
+        f"jax_tsm2: {ENV_VAR}={value!r} is neither on nor off; calibrations stay on "
+        f"(set {ENV_VAR}=off to route without them)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+
+
 def load(device_key: str) -> tuple[CalibrationData, pathlib.Path] | None:
     """This GPU's calibration and where it came from: the user's (``user_path``), else the
-    one shipped with the package for this GPU model, else None."""
+    one shipped with the package for this GPU model, else None (also where ``ENV_VAR``
+    turns calibrations off)."""
+    if not enabled():
+        return None
     for path in (user_path(device_key), shipped_path(device_key)):
         data = _read(path, device_key)
         if data is not None:
