@@ -33,6 +33,13 @@
 #     (CUDA_VISIBLE_DEVICES), for machines with several GPUs; the harness and
 #     the calibration run on whatever GPUs the script itself was given.
 #   INSTALL=0 skips the build (another run of this script made it).
+#   EXTENSION_FROM=WHEEL skips the build too: the compiled extension is taken from
+#     a jax_tsm2 wheel (.ci/build-wheel) and the tree's own Python runs with it,
+#     uninstalled (1-2 s instead of a 90 s build). Only where ffi/ and
+#     CMakeLists.txt are those of the wheel's commit (build_info() names it).
+#     Uninstalled, `python -m` imports the package from the current directory,
+#     whatever PYTHONPATH says: to route without calibrations, set
+#     JAX_TSM2_CALIBRATION=off rather than pointing at another copy.
 #   PACK=1 leaves $OUT as one out.tgz, even after a failure (for runners that
 #     bring back only a few files).
 #   Wheels in .whl/ (dependencies a machine without network lacks, e.g.
@@ -55,7 +62,13 @@ if compgen -G ".whl/*.whl" > /dev/null; then
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-if [ "${INSTALL:-1}" = 1 ]; then
+if [ -n "${EXTENSION_FROM:-}" ]; then
+  rm -rf /tmp/extension_wheel
+  python3 -m zipfile -e "$EXTENSION_FROM" /tmp/extension_wheel || exit 1
+  cp /tmp/extension_wheel/jax_tsm2/_tsm2_ext*.so jax_tsm2/ || exit 1
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+  echo "extension from $(basename "$EXTENSION_FROM")"
+elif [ "${INSTALL:-1}" = 1 ]; then
   t0=$SECONDS
   python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/install.log" 2>&1 ||
     { tail -40 "$OUT/install.log"; exit 1; }
