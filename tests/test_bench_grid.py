@@ -454,4 +454,4 @@ def test_gpus_answers_bad_requests_with_usage(capsys, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     with pytest.raises(SystemExit):
         cli.main(["--tiny", "--grid", "4", "--gpus", "2"])
-    assert "names 1" in capsys.readouterr().err
+    assert "lists 1 GPUs for 2" in capsys.readouterr().err

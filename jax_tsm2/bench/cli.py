@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jax_tsm2 import _cli, routing
+from jax_tsm2 import _cli, launch, routing
 from jax_tsm2.bench import grid, parallel, report
 from jax_tsm2.bench.impls import KERNEL_MODES
 from jax_tsm2.bench.runner import SCHEMA_VERSION, Options, run_suite, stderr_log
@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not 0 <= opts.grid_start < opts.grid:
                 raise ValueError(f"--grid-start {opts.grid_start}: between 0 and {opts.grid - 1}")
             if args.gpus > 1:
-                gpus = parallel.gpu_ids(args.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+                gpus = launch.gpu_ids(args.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
         elif not args.merge:  # a bad or empty selection is a usage error, not a traceback
             select_cases(opts.families, opts.dtypes, opts.mode, opts.m, opts.k, opts.n, opts.cases)
     except ValueError as err:

@@ -13,6 +13,9 @@ Example (the slices of a 120-shape grid over four GPUs):
     [(0, 30), (30, 60), (60, 90), (90, 120)]
     >>> slices(100, 103, 4)  # never an empty slice
     [(100, 101), (101, 102), (102, 103)]
+
+The GPUs are the first G of ``CUDA_VISIBLE_DEVICES``, else ``0..G-1``, as
+``python -m jax_tsm2.launch`` picks them (``launch.gpu_ids``).
 """
 
 from __future__ import annotations
@@ -40,22 +43,6 @@ def slices(start: int, stop: int, parts: int) -> list[tuple[int, int]]:
     parts = max(1, min(parts, n))
     bounds = [start + n * i // parts for i in range(parts + 1)]
     return list(itertools.pairwise(bounds))
-
-
-def gpu_ids(count: int, visible: str | None) -> list[str]:
-    """The devices the children run on: the first ``count`` of ``CUDA_VISIBLE_DEVICES``
-    (``visible``) where it is set, else ``0 .. count-1``. ValueError if too few are visible.
-
-    Example:
-        >>> gpu_ids(2, None), gpu_ids(2, "3,1,2")
-        (['0', '1'], ['3', '1'])
-    """
-    if visible is None or not visible.strip():
-        return [str(i) for i in range(count)]
-    ids = [v.strip() for v in visible.split(",") if v.strip()]
-    if len(ids) < count:
-        raise ValueError(f"--gpus {count}: CUDA_VISIBLE_DEVICES={visible!r} names {len(ids)}")
-    return ids[:count]
 
 
 def _relay(stream: Any, prefix: str, log: Log) -> None:
