@@ -133,9 +133,12 @@ def fields(
             return out
         target, layout, precision = what
         p = model.problem_from(tuple(tuple(s) for s in rec["operand_shapes"][:2]), layout)
-        pred = model.predict(
-            p, DTYPES[rec["dtype"]].name, layout, target, device=device, xla_precision=precision
-        )
+        # On a calibrated GPU, at default precision, the model as routing uses it: at the
+        # calibration's read ceiling, times the correction its probes make near this shape.
+        corrections = _corrections(device) if precision == "default" else None
+        dtype = DTYPES[rec["dtype"]].name
+        dev = device if corrections is None else corrections.device
+        pred = model.predict(p, dtype, layout, target, device=dev, xla_precision=precision)
     except Exception as err:  # the model must never cost a run its measurements
         out["predicted_target"] = f"error: {type(err).__name__}: {err}"
         return out
@@ -143,15 +146,9 @@ def fields(
         out["predicted_target"] = f"{target} (unsupported: {pred.reason})"
         return out
     seconds, source = pred.seconds, "model"
-    corrections = _corrections(device) if precision == "default" else None
     if corrections is not None:
-        # The model as routing uses it on a calibrated GPU: at the calibration's read
-        # ceiling, times the correction its probes make near this shape.
-        dtype = DTYPES[rec["dtype"]].name
-        raw = model.predict(p, dtype, layout, target, device=corrections.device)
-        if raw.supported:
-            seconds = raw.seconds * corrections.factor(target, p, dtype, layout)[0]
-            source = "calibration"
+        seconds *= corrections.factor(target, p, dtype, layout)[0]
+        source = "calibration"
     out["predicted_seconds"] = seconds
     out["predicted_source"] = source
     out["predicted_target"] = target + ("" if precision == "default" else f" ({precision})")

@@ -408,25 +408,19 @@ def _timed_in_batches(
             if lo and spent():
                 return
             chunk = probes[lo : lo + batch]
+            targets = [tuner.candidates(q.problem, q.dtype, q.layout, dev) for q in chunk]
             preps = [
-                pool.submit(
-                    timer.prepare,
-                    tuner.candidates(q.problem, q.dtype, q.layout, dev),
-                    q.problem,
-                    q.dtype,
-                    q.layout,
-                )
-                for q in chunk
+                pool.submit(timer.prepare, ts, q.problem, q.dtype, q.layout)
+                for q, ts in zip(chunk, targets, strict=True)
             ]
             concurrent.futures.wait(preps)
-            for i, (q, prep) in enumerate(zip(chunk, preps, strict=True)):
+            for i, (q, ts, prep) in enumerate(zip(chunk, targets, preps, strict=True)):
                 if (lo or i) and spent():
                     return
                 try:
                     got = timer.run(prep.result())
                 except Exception as err:  # a probe that cannot be timed at all
-                    targets = tuner.candidates(q.problem, q.dtype, q.layout, dev)
-                    got = {t: err for t in targets}
+                    got = {t: err for t in ts}
                 yield q, {t: why(v) if isinstance(v, Exception) else v for t, v in got.items()}
 
 

@@ -232,12 +232,12 @@ class GpuTimer:
             return prep
         key = jax.random.key(self.seed)
         try:
-            gen = jax.jit(self._generator(p, dtype, layout, plan.calls))
-            prep.make_operands = gen.lower(key).compile()
+            lowered = jax.jit(self._generator(p, dtype, layout, plan.calls)).lower(key)
+            prep.make_operands = lowered.compile()
         except Exception as err:
             prep.failed.update({t: err for t in targets})
             return prep
-        shapes = jax.eval_shape(self._generator(p, dtype, layout, plan.calls), key)
+        shapes = lowered.out_info  # the operands' shapes and dtypes, for the programs
         for t in targets:
             try:
                 prep.programs[t], _ = timing.compile_jax(self._product(t, p, dtype, layout), shapes)
