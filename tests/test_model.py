@@ -65,10 +65,17 @@ def test_tile_parameters_come_from_the_extension():
             if t["row_kernel"]:  # 16/32-byte rows: the row-per-thread kernel, no tile
                 assert p.params["tile"] == "row" and p.bound in ("memory", "launch")
                 continue
+            # bf16/f16 R past n = 4 runs the tensor-core tile on an H100.
+            assert t["mma"] == (dtype in ("bfloat16", "float16") and kernel == "tsm2r" and n > 4)
+            assert p.params["tensor_cores"] == t["mma"]
+            if t["mma"]:
+                t = {**t, **t["mma_tile"]}
+                assert t["n_tile"] % 8 == 0 and t["threads"] % 32 == 0
             assert p.params["t1 (chunk_k)"] == t["chunk_k"]
             assert p.params["t2 (n_tile)"] == t["n_tile"]
             assert p.params["t3 (vec_per_thr)"] == t["vec_per_thr"]
             assert p.params["smem_bytes"] == t["smem_bytes"]
+            assert t["smem_bytes"] + H100.smem_reserved_per_block <= H100.smem_per_sm
         for name, t in _tsm2_ext.tile_configs(dtype).items():
             assert t["smem_bytes"] + H100.smem_reserved_per_block <= H100.smem_per_sm, name
             assert t["threads"] % 32 == 0
