@@ -179,9 +179,10 @@ def test_model_error_per_family_on_committed_h100_results():
     mc, rows = _committed_rows()
     fams = mc.by_family(rows)
     kernel_rows = [r for r in rows if r["group"] == "kernel"]
-    # R 21, L 36 (calibration-r-l); NT 8 + 12, GRAD 3 + 3 (calibration-layouts, suite-layouts);
-    # S 30 (f32, bf16, f16) and TN 6 (suite-layouts)
-    assert len(kernel_rows) >= 119
+    # R 17, L 36 (calibration-r-l); NT 4 + 4, GRAD 2 + 2 (calibration-layouts, suite-layouts);
+    # S 30 (f32, bf16, f16) and TN 6 (suite-layouts). bf16/f16 TSM2R past n = 4 is left out:
+    # those records timed the CUDA-core tile (model_check.BEFORE_R_TENSOR_CORES).
+    assert len(kernel_rows) >= 101
     seen = {(s["family"], s["group"]) for s in fams}
     for fam in ("R", "L", "NT", "S", "TN", "GRAD"):
         assert {(fam, "kernel"), (fam, "xla")} <= seen, fam
