@@ -118,6 +118,8 @@ nb::dict BuildInfo() {
   info["xla_ffi_api_version"] =
       std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
   info["jax_version"] = std::string(TSM2_JAX_VERSION);
+  // Of the kernels' sources (CMakeLists.txt): a calibration records it.
+  info["kernels_digest"] = std::string(TSM2_KERNELS_DIGEST);
 #if defined(__clang__)
   info["compiler"] = std::string("clang ") + __clang_version__;
 #elif defined(__GNUC__)
