@@ -83,10 +83,31 @@ REPEATS: dict[str, frozenset[str]] = {
 }
 
 
+# Files made before bf16/f16 TSM2R past n = 4 moved to tensor cores
+# (ffi/matmul/kernels/tsm2_mma.cuh): their records of it timed the CUDA-core tile.
+BEFORE_R_TENSOR_CORES = frozenset(
+    {
+        "h100/calibration-r-l",
+        "h100/calibration-layouts",
+        "h100/suite-layouts",
+        "h100/grid-seed0",
+        "h100/grid-seed1",
+    }
+)
+
+
 def superseded(label: str, rec: dict[str, Any]) -> bool:
     """Whether ``rec``'s kernel was rewritten since file ``label`` measured it."""
     old = SUPERSEDED.get(label, frozenset())
-    return rec.get("family") in old or f"{rec.get('family')}:{rec.get('dtype')}" in old
+    if rec.get("family") in old or f"{rec.get('family')}:{rec.get('dtype')}" in old:
+        return True
+    kernels = {rec.get("impl"), *str(rec.get("route") or "").split(",")}
+    return (
+        label in BEFORE_R_TENSOR_CORES
+        and "tsm2r" in kernels
+        and rec.get("dtype") in ("bf16", "f16")
+        and int(rec.get("n") or 0) > 4
+    )
 
 
 def file_label(path: str | pathlib.Path) -> str:

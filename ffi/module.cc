@@ -118,6 +118,8 @@ nb::dict BuildInfo() {
   info["xla_ffi_api_version"] =
       std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
   info["jax_version"] = std::string(TSM2_JAX_VERSION);
+  // Of the kernels' sources (CMakeLists.txt): a calibration records it.
+  info["kernels_digest"] = std::string(TSM2_KERNELS_DIGEST);
 #if defined(__clang__)
   info["compiler"] = std::string("clang ") + __clang_version__;
 #elif defined(__GNUC__)
@@ -160,9 +162,15 @@ int64_t WorkspaceBytes(const std::string& dtype, int32_t kernel, int64_t batch, 
   const tsm2::Kernel family = KernelOf(kernel);
   switch (family) {
     case tsm2::Kernel::kTsm2r:
-    case tsm2::Kernel::kTsm2l:
-      return tsm2::PartialBytesPerBlock(itemsize, k, n, family == tsm2::Kernel::kTsm2l) *
-             kMaxRLBlocksPerSm * sm_count;
+    case tsm2::Kernel::kTsm2l: {
+      const bool family_l = family == tsm2::Kernel::kTsm2l;
+      const int64_t partials =
+          tsm2::PartialBytesPerBlock(itemsize, k, n, family_l, cc) * kMaxRLBlocksPerSm * sm_count;
+      // The tensor-core R tile reads B rearranged, one image per batch entry.
+      return partials + (tsm2::UsesRMma(family_l, k, n, itemsize, cc)
+                             ? tsm2::RMmaBImageBytes(batch, k, n)
+                             : 0);
+    }
     case tsm2::Kernel::kTsm2s:
       return tsm2::SplitWorkspaceBytes(
           tsm2::SPlan(itemsize, batch, m, k, n, sm_count, cc, smem_optin), itemsize, batch, m, n);
@@ -209,6 +217,28 @@ nb::dict TileConfigFor(const std::string& dtype, int32_t kernel, int64_t k, int6
       TileDict(tsm2::TileFor(family_l, k, n, itemsize), itemsize, tsm2::NTileFor(n), l_tile);
   // Shapes the row-per-thread kernel takes (when B is shared across a batch).
   d["row_kernel"] = tsm2::UsesRowKernel(family_l, k, n, itemsize);
+  // Shapes the tensor-core R tile takes on GPUs with mma.sync (sm_80 and
+  // later): its n-tile, k per stage and on-chip footprint at two stages.
+  const bool mma = tsm2::UsesRMma(family_l, k, n, itemsize, 80);
+  d["mma"] = mma;
+  if (mma) {
+    const int nt = tsm2::RMmaNTile(tsm2::NTileFor(n));
+    const int a_stage =
+        tsm2::RStageBytes(tsm2::kRMmaRows, tsm2::RStageRowBytes(2 * tsm2::kRMmaChunkK, true, 0));
+    const int b_stage = nt * tsm2::kRMmaBStride * 2;
+    const int red = tsm2::RReduceBytes(tsm2::kRMmaRows, nt, itemsize);
+    nb::dict t;
+    t["n_tile"] = nt;
+    t["rows"] = tsm2::kRMmaRows;
+    t["threads"] = tsm2::kRMmaRows / 16 * 32;
+    t["chunk_k"] = tsm2::kRMmaChunkK;
+    t["a_stage_bytes"] = a_stage;
+    t["b_stage_bytes"] = b_stage;
+    t["red_bytes"] = red;
+    t["smem_bytes"] = 2 * (a_stage + b_stage) + red;
+    t["min_blocks"] = nt <= 40 ? 2 : 1;
+    d["mma_tile"] = t;
+  }
   return d;
 }
 

@@ -47,7 +47,9 @@ layer that answers decides (``Route.layer``):
    directory; the package ships those of the GPUs it was measured on): the
    model's predictions corrected by what the probes measured near the shape,
    and a kernel only where it is predicted faster than XLA's dot by a margin
-   that grows where no probe was near;
+   that grows where no probe was near. A calibration that timed another
+   build's kernels (``calibrate.kernels_note``) still decides, and the reason
+   says so;
 3. ``"model"``: on a GPU without a calibration, or without a GPU in the
    process, ``model.choose`` with a wide margin
    (``calibrate.UNCALIBRATED_MARGIN``): the model's constants were fitted to
@@ -379,9 +381,13 @@ def _auto(
     if found is not None:
         corrections, path = found
         d = _calibrated_choice(p, dtype.name, layout, names, xp, corrections)
+        reason = f"{why}; {d.reason} ({path})"
+        note = calibrate.kernels_note(corrections.data)
+        if note is not None:
+            reason += f" [{note}: `python -m jax_tsm2.tune --calibrate` measures this build's]"
         return Route(
             target=d.target,
-            reason=f"{why}; {d.reason} ({path})",
+            reason=reason,
             problem=p,
             layout=layout,
             layer="calibration",

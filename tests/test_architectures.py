@@ -214,6 +214,36 @@ def test_kmeans_plans_follow_the_gpu(cc, smem, steps):
             assert plan["step"] == step and plan["smem_bytes"] <= smem
 
 
+@pytest.mark.parametrize(
+    ("dtype", "k", "n", "tensor_cores"),
+    [
+        ("bfloat16", 31, 7, True),  # one chunk: the images alone
+        ("float16", 1000, 51, True),  # chunks split between blocks: images and partial sums
+        ("bfloat16", 1000, 4, False),  # n <= 4 stays on the CUDA cores
+        ("bfloat16", 1, 9, False),  # k = 1 too (a single product's signed zero)
+        ("float32", 1000, 51, False),
+    ],
+)
+def test_r_workspace_holds_b_images_where_the_tensor_cores_run(dtype, k, n, tensor_cores):
+    """The tensor-core R tile (sm_80 and later) reads B rearranged into the workspace, ahead
+    of the partial sums: a multiple of 256 bytes per (n-tile, chunk) image, per batch entry;
+    below sm_80, and off its shapes, the workspace is the CUDA-core tile's."""
+    sms = 132
+    ws = {
+        cc: _tsm2_ext.workspace_bytes(dtype, R, 3, 700, k, n, sms, cc, H100_SMEM) for cc in (75, 90)
+    }
+    images = ws[90] - ws[75] if tensor_cores else 0
+    nt = -(-max(n, 1) // 8) * 8 if n > 4 else n
+    per_batch = -(-k // 128) * -(-n // nt) * nt * (128 + 8) * 2
+    if tensor_cores:
+        partials = 0 if k <= 128 else 2 * 128 * nt * 4 * 4 * sms
+        assert ws[90] == partials + -(-3 * per_batch // 256) * 256
+        assert images > 0
+    else:
+        assert ws[90] == ws[75]
+    assert _tsm2_ext.tile_config(dtype, R, k, n)["mma"] is tensor_cores
+
+
 def test_tiles_that_do_not_fit_the_gpu_route_elsewhere():
     """f32 n = 32: the R tile needs more shared memory than an L4's 99 KB."""
     p, dt = Problem(None, 1_000_000, 256, 32), jnp.float32

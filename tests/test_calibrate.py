@@ -275,6 +275,7 @@ def test_shipped_calibrations_are_valid_and_found(tmp_path, monkeypatch):
         data = calibrate.CalibrationData.from_json(json.loads(path.read_text()))
         assert path.name == calibrate.file_name(data.key)
         assert data.made.get("command", "").startswith("python -m jax_tsm2.tune --calibrate")
+        assert len(data.made.get("kernels", "")) == 12  # the digest of the kernels it timed
         assert len(data.records) >= 20 and data.read_bytes_per_s > 1e12
         found = calibrate.load(data.key)
         assert found is not None and found[1] == path

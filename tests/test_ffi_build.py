@@ -33,6 +33,19 @@ def test_build_info_keys():
         assert info["cuda_version"] and info["cuda_architectures"]
 
 
+def test_kernels_digest_is_the_digest_of_the_sources():
+    """build_info's kernels_digest (CMakeLists.txt), which calibrations record, is what
+    ``calibrate.kernels_digest`` computes of the source tree the package was built from."""
+    from jax_tsm2.tune import calibrate
+
+    digest = jax_tsm2.build_info()["kernels_digest"]
+    assert len(digest) == 12 and int(digest, 16) >= 0
+    root = pathlib.Path(PACKAGE_ROOT)
+    if not (root / "ffi" / "module.cc").is_file():
+        pytest.skip("an installed package: no source tree beside it")
+    assert digest == calibrate.kernels_digest(root), "the extension was built from other sources"
+
+
 def test_version():
     assert isinstance(jax_tsm2.__version__, str) and jax_tsm2.__version__
 

@@ -65,10 +65,17 @@ def test_tile_parameters_come_from_the_extension():
             if t["row_kernel"]:  # 16/32-byte rows: the row-per-thread kernel, no tile
                 assert p.params["tile"] == "row" and p.bound in ("memory", "launch")
                 continue
+            # bf16/f16 R past n = 4 runs the tensor-core tile on an H100.
+            assert t["mma"] == (dtype in ("bfloat16", "float16") and kernel == "tsm2r" and n > 4)
+            assert p.params["tensor_cores"] == t["mma"]
+            if t["mma"]:
+                t = {**t, **t["mma_tile"]}
+                assert t["n_tile"] % 8 == 0 and t["threads"] % 32 == 0
             assert p.params["t1 (chunk_k)"] == t["chunk_k"]
             assert p.params["t2 (n_tile)"] == t["n_tile"]
             assert p.params["t3 (vec_per_thr)"] == t["vec_per_thr"]
             assert p.params["smem_bytes"] == t["smem_bytes"]
+            assert t["smem_bytes"] + H100.smem_reserved_per_block <= H100.smem_per_sm
         for name, t in _tsm2_ext.tile_configs(dtype).items():
             assert t["smem_bytes"] + H100.smem_reserved_per_block <= H100.smem_per_sm, name
             assert t["threads"] % 32 == 0
@@ -172,9 +179,10 @@ def test_model_error_per_family_on_committed_h100_results():
     mc, rows = _committed_rows()
     fams = mc.by_family(rows)
     kernel_rows = [r for r in rows if r["group"] == "kernel"]
-    # R 21, L 36 (calibration-r-l); NT 8 + 12, GRAD 3 + 3 (calibration-layouts, suite-layouts);
-    # S 30 (f32, bf16, f16) and TN 6 (suite-layouts)
-    assert len(kernel_rows) >= 119
+    # R 17, L 36 (calibration-r-l); NT 4 + 4, GRAD 2 + 2 (calibration-layouts, suite-layouts);
+    # S 30 (f32, bf16, f16) and TN 6 (suite-layouts). bf16/f16 TSM2R past n = 4 is left out:
+    # those records timed the CUDA-core tile (model_check.BEFORE_R_TENSOR_CORES).
+    assert len(kernel_rows) >= 101
     seen = {(s["family"], s["group"]) for s in fams}
     for fam in ("R", "L", "NT", "S", "TN", "GRAD"):
         assert {(fam, "kernel"), (fam, "xla")} <= seen, fam

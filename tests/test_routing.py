@@ -8,6 +8,7 @@ machine can produce: `jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))`
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import jax
@@ -230,6 +231,15 @@ def test_auto_takes_this_gpus_calibration(tmp_path, monkeypatch):
     r = route(*shape, mode="auto", device=dev)
     assert (r.target, r.layer) == ("tsm2l", "calibration"), r
     assert str(path) in r.reason and "calibration" in r.reason
+    assert "other kernels" not in r.reason  # it timed this build's
+    # A calibration that timed another build's kernels still decides, and says so.
+    doc = json.loads(path.read_text())
+    doc["made"]["kernels"] = "0" * 12
+    path.write_text(json.dumps(doc))
+    r = route((999_999, 8), (8, 8), mode="auto", device=dev)
+    assert (r.target, r.layer) == ("tsm2l", "calibration"), r
+    assert "timed other kernels (digest 000000000000)" in r.reason
+    assert "python -m jax_tsm2.tune --calibrate" in r.reason
     dev, path = _calibrated(tmp_path, monkeypatch, {"tsm2l": 3.0, "tsm2r": 3.0, "xla": 0.5})
     r = route(*shape, mode="auto", device=dev)
     assert (r.target, r.layer) == ("xla", "calibration"), r

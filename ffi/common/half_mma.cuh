@@ -1,6 +1,6 @@
 // bf16 and f16 tensor-core helpers (sm_80 and later): ldmatrix loads of 8 x 8
 // matrices of 16-bit elements from shared memory, and the m16n8k16 mma.sync
-// with f32 accumulators. Shared by the half-precision S and T kernels.
+// with f32 accumulators. Shared by the half-precision R, S and T kernels.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -39,6 +39,18 @@ __device__ __forceinline__ void LdMatrixX2Trans(const void* row, uint32_t (&r)[2
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+#else
+  __trap();
+#endif
+}
+
+// Two of them, not transposed (lanes 0-15 give the addresses).
+__device__ __forceinline__ void LdMatrixX2(const void* row, uint32_t (&r)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
                : "r"(addr));
 #else

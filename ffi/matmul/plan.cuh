@@ -6,6 +6,8 @@
 // runs as it is. Every branch below names the kernel it picks:
 //
 //   TSM2R, TSM2L  PlanTiles: the n-tile t2 = NTileFor(n), then
+//                   R tile on tensor cores (bf16/f16, n > 4, k > 1; sm_80+)
+//                                          kernels/tsm2_mma.cuh (Tsm2MmaKernel)
 //                   R tile                 kernels/tsm2.cuh (Tsm2Kernel)
 //                   L tile (TSM2L, k <= 64) kernels/tsm2l.cuh (Tsm2LKernel)
 //                   L row-per-thread (rows of 16 or 32 bytes, n <= 8),
@@ -60,6 +62,15 @@ struct MatmulTuning {
 template <typename T, int NT>
 Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
   const bool vec_rows = VecRowsOf<T>(p);
+  if constexpr (sizeof(T) == 2) {
+    int cc = 0;
+    TSM2_CUDA_RETURN_IF_ERROR(ComputeCapability(&cc));
+    if (UsesRMma(f == Kernel::kTsm2l, p.k, p.n, sizeof(T), cc)) {
+      constexpr int kMmaNT = RMmaNTile(NT);
+      return vec_rows ? Tsm2MmaVariant<T, kMmaNT, true>::Plan(p, plan)
+                      : Tsm2MmaVariant<T, kMmaNT, false>::Plan(p, plan);
+    }
+  }
   if (!UsesLTile(f == Kernel::kTsm2l, p.k, sizeof(T))) {
     return vec_rows ? Tsm2Variant<T, NT, true>::Plan(p, plan)
                     : Tsm2Variant<T, NT, false>::Plan(p, plan);

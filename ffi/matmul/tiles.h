@@ -225,10 +225,39 @@ inline TileConfig TileFor(bool family_l, int64_t k, int64_t n, int itemsize) {
                                           : RTile(itemsize, nt);
 }
 
+// TSM2R on tensor cores (kernels/tsm2_mma.cuh): bf16 and f16 past n = 4,
+// where a CUDA-core thread's FMAs per byte of A outrun the memory, on GPUs
+// with mma.sync (compute capability 8.0 and later). k = 1 stays on the CUDA
+// cores, whose sums keep a single product's signed zero. A block's tile is
+// kRMmaRows rows (a warp per 16) by kRMmaChunkK of k per stage; its n-tile
+// is t2 rounded up to a multiple of 8 (the MMA's n).
+constexpr int kRMmaRows = 128;
+constexpr int kRMmaChunkK = 128;
+// Elements of one column of a B stage: the chunk and 16 bytes, an odd number
+// of 16-byte vectors, so ldmatrix's eight columns hit distinct bank groups.
+constexpr int kRMmaBStride = kRMmaChunkK + 8;
+inline bool UsesRMma(bool family_l, int64_t k, int64_t n, int itemsize, int cc) {
+  return !UsesLTile(family_l, k, itemsize) && itemsize == 2 && cc >= 80 && k > 1 && n > 4;
+}
+constexpr int RMmaNTile(int nt) { return (nt + 7) / 8 * 8; }
+// B rearranged for the tensor-core tile (one pass before it): for each batch
+// entry of B, n-tile and k-chunk, a stage image of n-tile x kRMmaBStride
+// elements, zero past k and n. Rounded up to 256 bytes: the workspace's
+// partial sums follow the images.
+inline int64_t RMmaBImageBytes(int64_t b_batches, int64_t k, int64_t n) {
+  const int nt = RMmaNTile(NTileFor(n));
+  const int64_t chunks = (k + kRMmaChunkK - 1) / kRMmaChunkK;
+  const int64_t bytes = b_batches * ((n + nt - 1) / nt) * chunks * nt * kRMmaBStride * 2;
+  return (bytes + 255) / 256 * 256;
+}
+
 // Bytes of partial sums one block may leave for the fix-up pass (a head and
 // a tail tile), or 0 when every tile is one chunk and nothing is ever split.
-inline int64_t PartialBytesPerBlock(int itemsize, int64_t k, int64_t n, bool family_l) {
+inline int64_t PartialBytesPerBlock(int itemsize, int64_t k, int64_t n, bool family_l, int cc) {
   if (UsesLTile(family_l, k, itemsize)) return 0;
+  if (UsesRMma(family_l, k, n, itemsize, cc)) {
+    return k <= kRMmaChunkK ? 0 : int64_t{2} * kRMmaRows * RMmaNTile(NTileFor(n)) * 4;
+  }
   const int nt = NTileFor(n);
   const TileConfig t = RTile(itemsize, nt);
   if (k <= ChunkK(t, itemsize)) return 0;

@@ -39,6 +39,11 @@ from jax_tsm2.model.prediction import (
 )
 from jax_tsm2.problem import Problem
 
+#: Multiply-adds per clock of the tensor-core R tile (m16n8k16 bf16/f16 mma.sync
+#: with f32 sums) over the SM's f32 FMA lanes: a low estimate of what the tile
+#: sustains, so that it stays memory-bound in the model where it is on the GPU.
+MMA_R_FACTOR = 4
+
 
 def tile_prediction(
     p: Problem, dtype: str, layout: str, kernel: str, dev: Device, cal: Calibration
@@ -52,6 +57,11 @@ def tile_prediction(
     # a Problem does not say, so a batched problem keeps the tile's prediction.
     if kernel == "tsm2l" and t.get("row_kernel") and p.batch is None:
         return _row_prediction(p, dtype, layout, dev, cal)
+    # bf16/f16 R tiles past n = 4 run on tensor cores where the GPU has
+    # mma.sync (kernels/tsm2_mma.cuh): a warp per 16 rows and no k-groups.
+    mma = bool(t.get("mma")) and tuple(dev.cc) >= (8, 0)
+    if mma:
+        t = {**t, **t["mma_tile"], "rows_per_thread": 16, "k_groups": 1, "stages": 2}
     nt, rows, rpt, kg = t["n_tile"], t["rows"], t["rows_per_thread"], t["k_groups"]
     batch = p.batch or 1
     n_tiles = -(-p.n // nt)
@@ -60,7 +70,7 @@ def tile_prediction(
     units = batch * n_tiles * row_tiles * chunks
     # Registers: accumulators and one B row per thread, A vectors, ~40 for
     # addresses and loop state; __launch_bounds__ caps them at min_blocks.
-    regs = 40 + (rpt * nt + nt) * (acc_b // 4) + rpt * 4
+    regs = 128 if mma else 40 + (rpt * nt + nt) * (acc_b // 4) + rpt * 4
     if t["min_blocks"] > 1:
         regs = min(regs, dev.regs_per_sm // (t["threads"] * t["min_blocks"]))
     occ = occupancy(dev, t["threads"], t["smem_bytes"], regs, t["min_blocks"])
@@ -97,13 +107,15 @@ def tile_prediction(
 
     fma_lanes = dev.fma_lanes(acc)
     smem_bound = cal.smem_bytes_per_clk * rpt**cal.rpt_exponent / acc_b
-    kind = "L" if kg == 1 else "R"
+    kind = "L" if t["l_tile"] else "R"
     dclass = "half" if isz == 2 else acc
     rate = (
         min(fma_lanes, smem_bound)
         * min(1.0, warps / cal.warps_to_hide)
         * cal.eta(f"{dclass}/{kind}")
     )
+    if mma:
+        rate = MMA_R_FACTOR * fma_lanes * min(1.0, warps / cal.warps_to_hide)
     k_pad = chunks * t["chunk_k"]
     # Threads whose rows all lie past m skip the FMAs: the last tile computes its rows
     # rounded up to whole threads (a thread holds rows_per_thread rows).
@@ -140,6 +152,7 @@ def tile_prediction(
         "split_tiles": split,
         "inflight_bytes_per_sm": inflight // max(active_sms, 1),
         "fma_per_clk_per_sm": round(rate, 1),
+        "tensor_cores": mma,
         "a_vec_ok": a_vec,
     }
     ratio = per_row_ratio(p)

@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import hashlib
 import json
 import math
 import os
@@ -313,6 +314,53 @@ class CalibrationData:
         return cls(dev, float(read), float(launch), tuple(Record.from_json(r) for r in recs), made)
 
 
+def kernels_digest(root: str | os.PathLike[str]) -> str:
+    """The digest of the kernels' sources in a source tree, as CMakeLists.txt computes it
+    for ``build_info()["kernels_digest"]``: SHA-256 over ``"path sha256\\n"`` for every
+    file under ``root/ffi`` in sorted order, its first 12 hex digits.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> (root / "ffi").mkdir()
+        >>> _ = (root / "ffi" / "k.cu").write_text("__global__ void k() {}")
+        >>> len(kernels_digest(root))
+        12
+    """
+    base = pathlib.Path(root)
+    files = sorted(f.relative_to(base).as_posix() for f in (base / "ffi").rglob("*") if f.is_file())
+    text = "".join(f"{f} {hashlib.sha256((base / f).read_bytes()).hexdigest()}\n" for f in files)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@functools.cache
+def build_kernels_digest() -> str | None:
+    """This build's ``kernels_digest`` (None from a build that does not report one)."""
+    from jax_tsm2._ffi import _tsm2_ext
+
+    digest = _tsm2_ext.build_info().get("kernels_digest")
+    return str(digest) if digest else None
+
+
+def kernels_note(data: CalibrationData) -> str | None:
+    """Why ``data`` may not describe this build's kernels, or None where it timed them: a
+    calibration records the digest of the kernels it measured (``made["kernels"]``), and
+    routing keeps using one that timed other kernels (near its probes it then assumes
+    their times), saying so.
+
+    Example:
+        >>> data = CalibrationData({"key": "GPU"}, 4e12, 2e-6, (), {"kernels": "0" * 12})
+        >>> kernels_note(data).startswith("timed other kernels")
+        True
+    """
+    ours, theirs = build_kernels_digest(), data.made.get("kernels")
+    if ours is None or theirs == ours:
+        return None
+    if not theirs:
+        return "the calibration does not record which kernels it timed"
+    return f"timed other kernels (digest {theirs}) than this build's ({ours})"
+
+
 def measure(
     probes: Iterable[Probe],
     timer: Timer,
@@ -370,6 +418,7 @@ def measure(
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "jax": jax.__version__,
         "jax_tsm2": __version__,
+        "kernels": build_kernels_digest(),
         "design_seed": DESIGN_SEED,
         "command": "python -m jax_tsm2.tune --calibrate",
         "seconds": round(time.monotonic() - start, 1),

@@ -52,7 +52,8 @@ struct Tsm2Args {
   const void* a;
   const void* b;
   void* c;
-  void* partials;  // [blocks][2][kRows][NT] accumulators; see Tsm2FixupKernel
+  void* partials;       // [blocks][2][kRows][NT] accumulators; see Tsm2FixupKernel
+  const void* b_image;  // the tensor-core tile's B stages (kernels/tsm2_mma.cuh)
   int64_t m, k, n;
   int64_t a_batch_stride, b_batch_stride;  // elements; 0 = shared
   int64_t row_tiles, chunks, n_tiles;      // tiles per (batch, n-tile); chunks per tile

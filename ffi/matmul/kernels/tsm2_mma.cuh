@@ -1,0 +1,291 @@
+// TSM2R on tensor cores, for bf16 and f16 with f32 sums: the R tile of
+// kernels/tsm2.cuh with its arithmetic moved from CUDA-core FMAs to
+// mma.sync m16n8k16. On the CUDA cores a thread spends t2 FMAs on every
+// element of A it reads, so past t2 of about 8 the FMAs, not the memory, set
+// the pace for 2-byte types; an MMA does 16 x 8 x 16 of them at once.
+//
+// What stays from the CUDA-core tile: the persistent grid over (row tile,
+// k-chunk) units split evenly among blocks, the cp.async ring of A stages
+// (LoadATile, rows of any byte length at the same address modulo 16 as in
+// memory), the fixed-order fix-up of tiles split between blocks, and the
+// output staged in shared memory and written as 16-byte vectors.
+//
+// What changes:
+// - A warp owns 16 rows of the tile and all of a stage's k (no k-groups to
+//   reduce). Rows of whole 16-byte vectors give their A fragments to
+//   ldmatrix; other rows, and the chunk that ends inside k, are read element
+//   by element, with elements past k set to zero (the stage holds bytes of
+//   the neighbouring rows there, which must never be a term).
+// - B is rearranged once per call (Tsm2MmaImageKernel) into the stage image
+//   the MMA reads: per (batch entry, n-tile, k-chunk) a column-major block,
+//   zero past k and n, so that the ring copies it with 16-byte cp.async and
+//   ldmatrix hands each lane its fragment. B of the CUDA-core tile is widened
+//   element by element in every stage, which costs more instructions than the
+//   MMAs themselves.
+// - Sums start at +0: k = 1 (a single product's signed zero) stays on the
+//   CUDA cores (tiles.h UsesRMma).
+#pragma once
+
+#include <cstdint>
+
+#include "ffi/common/half_mma.cuh"
+#include "ffi/common/kernel_utils.cuh"
+#include "ffi/matmul/kernels/tile_io.cuh"
+#include "ffi/matmul/kernels/tsm2.cuh"
+#include "ffi/matmul/tiles.h"
+
+namespace tsm2 {
+
+template <typename T, int NT, bool VecRows>
+struct Tsm2MmaConfig {
+  static_assert(sizeof(T) == 2, "bf16 and f16 only");
+  static_assert(NT % 8 == 0, "the n-tile is whole MMA columns");
+  using Acc = float;
+  static constexpr int kRows = kRMmaRows;
+  static constexpr int kWarps = kRows / 16;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kChunkK = kRMmaChunkK;  // t1
+  static constexpr int kSegBytes = kChunkK * 2;
+  static constexpr bool kVecRows = VecRows;
+  // Vectors copied per row and stage: one more where rows start mid-vector.
+  static constexpr int kVecsPerRow = kSegBytes / 16 + (VecRows ? 0 : 1);
+  static constexpr int kCopies = (kRows * kVecsPerRow + kThreads - 1) / kThreads;
+  static constexpr int kBStride = kRMmaBStride;
+  static constexpr int kBStageBytes = NT * kBStride * 2;
+  static constexpr int kBVecs = kBStageBytes / 16;
+  static constexpr int kBCopies = (kBVecs + kThreads - 1) / kThreads;
+  static constexpr int kNTiles8 = NT / 8;
+  static constexpr int kRedStride = NT | 1;
+  static constexpr int kRedBytes = RReduceBytes(kRows, NT, 2);
+  // Two blocks per SM (128 registers a thread) where two rings fit; the
+  // widest tiles' output staging leaves room for one.
+  static constexpr int kMinBlocks = NT <= 40 ? 2 : 1;
+  static_assert(kBStageBytes % 16 == 0, "B stages keep 16-byte alignment");
+  static_assert(kRows * kRedStride * 4 <= kRedBytes, "the fragments fit the output staging");
+};
+
+// B rearranged: block (batch entry, n-tile, chunk) writes its stage image,
+// out[j][kk] = B[chunk * kChunkK + kk, n-tile * NT + j], zero past k and n.
+// Reads are coalesced in either layout through a transposing shared tile.
+template <typename T, int NT>
+__global__ void __launch_bounds__(256) Tsm2MmaImageKernel(const __grid_constant__ Tsm2Args p) {
+  constexpr int kChunkK = kRMmaChunkK, kStride = kRMmaBStride;
+  // Bits moved as they are: the image is B's own elements, rearranged.
+  __shared__ uint16_t tile[NT][kChunkK + 2];
+  const int64_t chunk = blockIdx.x % p.chunks;
+  const int64_t rest = blockIdx.x / p.chunks;
+  const int64_t n_tile = rest % p.n_tiles;
+  const int64_t batch = rest / p.n_tiles;
+  const uint16_t* b = static_cast<const uint16_t*>(p.b) + batch * p.b_batch_stride;
+  const int64_t k0 = chunk * kChunkK, n0 = n_tile * NT;
+  for (int e = threadIdx.x; e < NT * kChunkK; e += blockDim.x) {
+    // NT: consecutive threads take consecutive k of a column of B (n x k);
+    // NN: consecutive columns of a row of B (k x n).
+    const int kk = p.b_trans ? e % kChunkK : e / NT;
+    const int j = p.b_trans ? e / kChunkK : e % NT;
+    const int64_t gk = k0 + kk, gj = n0 + j;
+    tile[j][kk] = gk < p.k && gj < p.n ? b[p.b_trans ? gj * p.k + gk : gk * p.n + gj] : 0;
+  }
+  __syncthreads();
+  uint16_t* out =
+      static_cast<uint16_t*>(const_cast<void*>(p.b_image)) + blockIdx.x * int64_t{NT} * kStride;
+  for (int e = threadIdx.x; e < NT * kStride; e += blockDim.x) {
+    const int j = e / kStride, kk = e % kStride;
+    out[e] = kk < kChunkK ? tile[j][kk] : 0;
+  }
+}
+
+// The stage image of unit uc's B into `stage`, as 16-byte cp.async copies.
+template <typename Cfg, int NT>
+__device__ __forceinline__ void CopyBImage(const Tsm2Args& p, const Cursor& uc, char* stage) {
+  const int64_t batch = p.b_batch_stride == 0 ? 0 : uc.batch;
+  const char* src = static_cast<const char*>(p.b_image) +
+                    ((batch * p.n_tiles + uc.n_tile) * p.chunks + uc.chunk) * Cfg::kBStageBytes;
+#pragma unroll
+  for (int i = 0; i < Cfg::kBCopies; ++i) {
+    const int q = threadIdx.x + i * Cfg::kThreads;
+    if (Cfg::kBVecs % Cfg::kThreads == 0 || q < Cfg::kBVecs) {
+      CpAsync16(stage + q * 16, src + q * 16, true);
+    }
+  }
+}
+
+// Two elements of a stage row as one 32-bit MMA operand register: the low
+// half is element kk. Elements at or past `limit` are zero.
+template <typename T>
+__device__ __forceinline__ uint32_t PairAt(const char* row, int kk, int limit) {
+  const uint16_t* e = reinterpret_cast<const uint16_t*>(row) + kk;
+  const uint32_t lo = kk < limit ? e[0] : 0u;
+  const uint32_t hi = kk + 1 < limit ? e[1] : 0u;
+  return lo | (hi << 16);
+}
+
+// acc += A[warp's 16 rows, first `limit` k of the stage] * B stage.
+// a_w: the stage byte of (the warp's first row, the chunk's first k);
+// Whole: every k of the chunk is in A and rows are whole vectors (ldmatrix).
+template <typename T, typename Cfg, bool Whole>
+__device__ __forceinline__ void MmaStage(const char* a_w, int row_bytes, const char* b_st,
+                                         int limit, float (&acc)[Cfg::kNTiles8][4]) {
+  const int lane = threadIdx.x % 32;
+  const int steps = Whole ? Cfg::kChunkK / 16 : (limit + 15) / 16;
+  // ldmatrix addresses: A rows lane % 16 at k offset (lane / 16) * 8; B
+  // columns (lane / 16) * 8 + lane % 8 of an n-tile pair, k offset
+  // ((lane / 8) % 2) * 8.
+  const char* a_ld = a_w + (lane % 16) * row_bytes + (lane / 16) * 16;
+  const char* b_ld =
+      b_st + ((lane / 16) * 8 + lane % 8) * (Cfg::kBStride * 2) + ((lane / 8) % 2) * 16;
+  // Element reads: the lane's rows lane / 4 and lane / 4 + 8, k pair 2 * (lane % 4).
+  const char* a_r0 = a_w + (lane / 4) * row_bytes;
+  const char* a_r1 = a_r0 + 8 * row_bytes;
+  const int kp = 2 * (lane % 4);
+#pragma unroll 2
+  for (int s = 0; s < steps; ++s) {
+    uint32_t a[4];
+    if constexpr (Whole) {
+      LdMatrixX4(a_ld + s * 32, a);
+    } else {
+      const int k0 = s * 16 + kp;
+      a[0] = PairAt<T>(a_r0, k0, limit);
+      a[1] = PairAt<T>(a_r1, k0, limit);
+      a[2] = PairAt<T>(a_r0, k0 + 8, limit);
+      a[3] = PairAt<T>(a_r1, k0 + 8, limit);
+    }
+#pragma unroll
+    for (int t = 0; t + 1 < Cfg::kNTiles8; t += 2) {
+      uint32_t b[4];
+      LdMatrixX4(b_ld + t * 8 * (Cfg::kBStride * 2) + s * 32, b);
+      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      MmaHalf<T>(acc[t], a, b0);
+      MmaHalf<T>(acc[t + 1], a, b1);
+    }
+    if constexpr (Cfg::kNTiles8 % 2 == 1) {
+      constexpr int t = Cfg::kNTiles8 - 1;
+      uint32_t b[2];
+      LdMatrixX2(
+          b_ld - (lane / 16) * 8 * (Cfg::kBStride * 2) + t * 8 * (Cfg::kBStride * 2) + s * 32, b);
+      MmaHalf<T>(acc[t], a, b);
+    }
+  }
+}
+
+template <typename T, int NT, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    Tsm2MmaKernel(const __grid_constant__ Tsm2Args p) {
+  constexpr int kRows = Cfg::kRows, kN8 = Cfg::kNTiles8;
+  extern __shared__ __align__(16) char smem[];
+  const int stages = p.stages;
+  char* a_stages = smem;
+  char* b_stages = smem + stages * p.a_stage_bytes;
+  char* red_bytes = b_stages + stages * Cfg::kBStageBytes;
+  float* red = reinterpret_cast<float*>(red_bytes);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t u_begin = UnitBegin(blockIdx.x, p.units, p.blocks);
+  const int64_t u_end = UnitBegin(blockIdx.x + 1, p.units, p.blocks);
+  const int64_t count = u_end - u_begin;
+
+  Cursor load_at = DecodeUnit(p, u_begin);
+  Cursor comp_at = load_at;
+  for (int s = 0; s < stages - 1; ++s) {
+    if (s < count) {
+      LoadATile<T, Cfg>(p, load_at, a_stages + s * p.a_stage_bytes);
+      CopyBImage<Cfg, NT>(p, load_at, b_stages + s * Cfg::kBStageBytes);
+      Advance(p, load_at);
+    }
+    CpAsyncCommit();
+  }
+
+  float acc[kN8][4];
+#pragma unroll
+  for (int t = 0; t < kN8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+
+  for (int64_t it = 0; it < count; ++it) {
+    CpAsyncWaitAtMost(stages - 2);
+    __syncthreads();
+
+    const int64_t ip = it + stages - 1;
+    const int slot_next = static_cast<int>(ip % stages);
+    if (ip < count) {
+      LoadATile<T, Cfg>(p, load_at, a_stages + slot_next * p.a_stage_bytes);
+      CopyBImage<Cfg, NT>(p, load_at, b_stages + slot_next * Cfg::kBStageBytes);
+      Advance(p, load_at);
+    }
+    CpAsyncCommit();
+
+    const Cursor uc = comp_at;
+    Advance(p, comp_at);
+    const int slot = static_cast<int>(it % stages);
+    const char* a_w = a_stages + slot * p.a_stage_bytes + Low4(TileStart<T, Cfg>(p, uc)) +
+                      warp * 16 * p.a_row_bytes;
+    const char* b_st = b_stages + slot * Cfg::kBStageBytes;
+    const int64_t k_left = p.k - static_cast<int64_t>(uc.chunk) * Cfg::kChunkK;
+    // Warps whose rows are all past m (the last row tile) have nothing to add.
+    if (static_cast<int64_t>(uc.row_tile) * kRows + warp * 16 < p.m) {
+      if (Cfg::kVecRows && k_left >= Cfg::kChunkK) {
+        MmaStage<T, Cfg, true>(a_w, p.a_row_bytes, b_st, Cfg::kChunkK, acc);
+      } else {
+        const int limit = static_cast<int>(k_left < Cfg::kChunkK ? k_left : Cfg::kChunkK);
+        MmaStage<T, Cfg, false>(a_w, p.a_row_bytes, b_st, limit, acc);
+      }
+    }
+
+    if (uc.chunk == p.chunks - 1 || it == count - 1) {
+      const bool begun_here = it >= uc.chunk;
+      const bool whole = begun_here && uc.chunk == p.chunks - 1;
+      const int64_t row0 = static_cast<int64_t>(uc.row_tile) * kRows;
+      const int64_t n0 = static_cast<int64_t>(uc.n_tile) * NT;
+      // This lane's sums: rows r and r + 8 of its warp's 16, columns c, c + 1
+      // of each 8-column n-tile.
+      const int r = warp * 16 + lane / 4, c = 2 * (lane % 4);
+      if (!whole) {
+        float* part = static_cast<float*>(p.partials) +
+                      (static_cast<int64_t>(blockIdx.x) * 2 + (begun_here ? 1 : 0)) * kRows * NT;
+#pragma unroll
+        for (int t = 0; t < kN8; ++t) {
+          part[r * NT + t * 8 + c] = acc[t][0];
+          part[r * NT + t * 8 + c + 1] = acc[t][1];
+          part[(r + 8) * NT + t * 8 + c] = acc[t][2];
+          part[(r + 8) * NT + t * 8 + c + 1] = acc[t][3];
+        }
+      } else {
+        // Fragments to rows in shared memory, then a thread per row puts its
+        // row into the output staging (the same buffer) and the block writes
+        // the tile out.
+        // (The previous tile's staging was last read before this iteration's
+        // first barrier.)
+#pragma unroll
+        for (int t = 0; t < kN8; ++t) {
+          red[r * Cfg::kRedStride + t * 8 + c] = acc[t][0];
+          red[r * Cfg::kRedStride + t * 8 + c + 1] = acc[t][1];
+          red[(r + 8) * Cfg::kRedStride + t * 8 + c] = acc[t][2];
+          red[(r + 8) * Cfg::kRedStride + t * 8 + c + 1] = acc[t][3];
+        }
+        __syncthreads();
+        const OutLayout& o = p.n_tiles == 1 ? p.out : p.out_wide;
+        const int rows = static_cast<int>(p.m - row0 < kRows ? p.m - row0 : kRows);
+        char* c_tile = static_cast<char*>(p.c) + ((uc.batch * p.m + row0) * p.n + n0) * p.out.osize;
+        const int offc = static_cast<int>(Low4(c_tile));
+        float row[NT];
+        const int own = threadIdx.x;
+        if (own < rows) {
+#pragma unroll
+          for (int j = 0; j < NT; ++j) row[j] = red[own * Cfg::kRedStride + j];
+        }
+        __syncthreads();
+        if (own < rows) PutRow<T, NT>(o, p.out_f32, red_bytes, own, offc, row);
+        __syncthreads();
+        if (p.n_tiles == 1) {
+          WriteTile(o, red_bytes, c_tile, rows);
+        } else {
+          const int cols = static_cast<int>(p.n - n0 < NT ? p.n - n0 : NT);
+          WriteTileColumns<NT>(o, red_bytes, c_tile, p.n * p.out.osize, rows, cols);
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kN8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    }
+  }
+  CpAsyncWait<0>();
+}
+
+}  // namespace tsm2
