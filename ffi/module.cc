@@ -168,7 +168,7 @@ int64_t WorkspaceBytes(const std::string& dtype, int32_t kernel, int64_t batch, 
           tsm2::PartialBytesPerBlock(itemsize, k, n, family_l, cc) * kMaxRLBlocksPerSm * sm_count;
       // The tensor-core R tile reads B rearranged, one image per batch entry.
       return partials + (tsm2::UsesRMma(family_l, k, n, itemsize, cc)
-                             ? tsm2::RMmaBImageBytes(batch, k, n)
+                             ? tsm2::RMmaBImageBytes(batch, k, n, itemsize)
                              : 0);
     }
     case tsm2::Kernel::kTsm2s:
@@ -224,19 +224,19 @@ nb::dict TileConfigFor(const std::string& dtype, int32_t kernel, int64_t k, int6
   if (mma) {
     const int nt = tsm2::RMmaNTile(tsm2::NTileFor(n));
     const int a_stage =
-        tsm2::RStageBytes(tsm2::kRMmaRows, tsm2::RStageRowBytes(2 * tsm2::kRMmaChunkK, true, 0));
-    const int b_stage = nt * tsm2::kRMmaBStride * 2;
+        tsm2::RStageBytes(tsm2::kRMmaRows, tsm2::RStageRowBytes(tsm2::kRMmaSegBytes, true, 0));
+    const int b_stage = tsm2::RMmaBStageBytes(itemsize, nt);
     const int red = tsm2::RReduceBytes(tsm2::kRMmaRows, nt, itemsize);
     nb::dict t;
     t["n_tile"] = nt;
     t["rows"] = tsm2::kRMmaRows;
     t["threads"] = tsm2::kRMmaRows / 16 * 32;
-    t["chunk_k"] = tsm2::kRMmaChunkK;
+    t["chunk_k"] = tsm2::RMmaChunkK(itemsize);
     t["a_stage_bytes"] = a_stage;
     t["b_stage_bytes"] = b_stage;
     t["red_bytes"] = red;
     t["smem_bytes"] = 2 * (a_stage + b_stage) + red;
-    t["min_blocks"] = nt <= 40 ? 2 : 1;
+    t["min_blocks"] = tsm2::RMmaMinBlocks(itemsize, nt);
     d["mma_tile"] = t;
   }
   return d;

@@ -221,22 +221,27 @@ def test_kmeans_plans_follow_the_gpu(cc, smem, steps):
         ("float16", 1000, 51, True),  # chunks split between blocks: images and partial sums
         ("bfloat16", 1000, 4, False),  # n <= 4 stays on the CUDA cores
         ("bfloat16", 1, 9, False),  # k = 1 too (a single product's signed zero)
-        ("float32", 1000, 51, False),
+        ("float32", 1000, 51, True),  # three TF32 products, B in two planes
+        ("float32", 1000, 8, False),  # f32 up to n = 8 stays on the CUDA cores
+        ("float64", 1000, 51, False),
     ],
 )
 def test_r_workspace_holds_b_images_where_the_tensor_cores_run(dtype, k, n, tensor_cores):
     """The tensor-core R tile (sm_80 and later) reads B rearranged into the workspace, ahead
-    of the partial sums: a multiple of 256 bytes per (n-tile, chunk) image, per batch entry;
-    below sm_80, and off its shapes, the workspace is the CUDA-core tile's."""
+    of the partial sums: per batch entry an image per (n-tile, chunk of 256 bytes of each row),
+    rounded up to 256 bytes; below sm_80, and off its shapes, the workspace is the CUDA-core
+    tile's."""
     sms = 132
     ws = {
         cc: _tsm2_ext.workspace_bytes(dtype, R, 3, 700, k, n, sms, cc, H100_SMEM) for cc in (75, 90)
     }
     images = ws[90] - ws[75] if tensor_cores else 0
     nt = -(-max(n, 1) // 8) * 8 if n > 4 else n
-    per_batch = -(-k // 128) * -(-n // nt) * nt * (128 + 8) * 2
+    isz = jnp.dtype(dtype).itemsize
+    chunk, planes = 256 // isz, 2 if isz == 4 else 1
+    per_batch = -(-k // chunk) * -(-n // nt) * planes * nt * (chunk + 16 // isz) * isz
     if tensor_cores:
-        partials = 0 if k <= 128 else 2 * 128 * nt * 4 * 4 * sms
+        partials = 0 if k <= chunk else 2 * 128 * nt * 4 * 4 * sms
         assert ws[90] == partials + -(-3 * per_batch // 256) * 256
         assert images > 0
     else:

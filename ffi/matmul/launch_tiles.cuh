@@ -159,16 +159,30 @@ inline int OutSize(const DeviceMatmul& p, int itemsize) { return p.out_f32 ? 4 :
 
 // --- TSM2R -------------------------------------------------------------------
 
-template <typename T, int NT, bool VecRows>
-struct Tsm2Variant {
-  static constexpr TileConfig kT = RTile(sizeof(T), NT);
-  using Cfg = Tsm2Config<T, NT, kT.rows, kT.rows_per_thread, kT.k_groups, kT.vec_per_thr, VecRows>;
+// An R tile: the CUDA-core tile (kernels/tsm2.cuh) or, with kMma, the
+// tensor-core one (kernels/tsm2_mma.cuh) for bf16 and f16. The tensor-core
+// tile's workspace holds B's stage images first (Tsm2MmaImageKernel writes
+// them before the tile runs); the partial sums of split tiles follow.
+template <typename T, int NT, typename Cfg, bool kMma>
+struct RTileVariant {
   static constexpr int kRows = Cfg::kRows;
 
-  static const void* Kernel() { return reinterpret_cast<const void*>(&Tsm2Kernel<T, NT, Cfg>); }
+  static const void* Kernel() {
+    if constexpr (kMma) {
+      return reinterpret_cast<const void*>(&Tsm2MmaKernel<T, NT, Cfg>);
+    } else {
+      return reinterpret_cast<const void*>(&Tsm2Kernel<T, NT, Cfg>);
+    }
+  }
 
   static int RowBytes(const DeviceMatmul& p) {
-    return RStageRowBytes(Cfg::kSegBytes, VecRows, p.k * static_cast<int64_t>(sizeof(T)) % 16);
+    return RStageRowBytes(Cfg::kSegBytes, Cfg::kVecRows,
+                          p.k * static_cast<int64_t>(sizeof(T)) % 16);
+  }
+  static int64_t BBatches(const DeviceMatmul& p) { return p.b_batch_stride == 0 ? 1 : p.batch; }
+  // Workspace bytes ahead of the partial sums (a multiple of 256).
+  static int64_t PartialsOffset(const DeviceMatmul& p) {
+    return kMma ? RMmaBImageBytes(BBatches(p), p.k, p.n, sizeof(T)) : 0;
   }
 
   static Tsm2Args Args(const DeviceMatmul& p, int64_t blocks_hint, int stages) {
@@ -198,6 +212,12 @@ struct Tsm2Variant {
 
   static Status Plan(const DeviceMatmul& p, MatmulPlan* plan) {
     TSM2_RETURN_IF_ERROR(CheckAligned(p));
+    const int64_t offset = PartialsOffset(p);
+    if (static_cast<int64_t>(p.workspace_bytes) < offset) {
+      return TSM2_FAIL(cudaErrorInvalidValue,
+                       "the workspace is smaller than B's images for the tensor-core R tile "
+                       "(size it with workspace_bytes)");
+    }
     const int per_stage = RStageBytes(kRows, RowBytes(p)) + Cfg::kBStageBytes;
     const int64_t data =
         kRows * std::min<int64_t>(Cfg::kSegBytes, p.k * static_cast<int64_t>(sizeof(T)));
@@ -215,106 +235,7 @@ struct Tsm2Variant {
     if (Args(p, blocks, s.stages).chunks > 1) {
       // Split tiles need workspace; use no more blocks than it can serve (one
       // block never splits a tile, so this is always correct, only slower).
-      blocks = std::min<int64_t>(blocks, std::max<int64_t>(1, p.workspace_bytes / per_block));
-    }
-    const Tsm2Args a = Args(p, blocks, s.stages);
-    plan->n_tile = NT;
-    plan->blocks = a.blocks;
-    plan->units = a.units;
-    plan->threads = Cfg::kThreads;
-    plan->stages = s.stages;
-    plan->smem_bytes = s.smem_bytes;
-    plan->workspace_bytes = a.chunks > 1 && a.blocks > 1 ? a.blocks * per_block : 0;
-    plan->launch = &Launch;
-    plan->kernel_name = "Tsm2Kernel";
-    return Status{};
-  }
-
-  // The tile kernel, then the fix-up pass over tiles split between blocks.
-  static Status Launch(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
-    Tsm2Args a = Args(p, plan.blocks, plan.stages);
-    a.partials = p.workspace;
-    if (a.units != plan.units || a.blocks != plan.blocks) {
-      return TSM2_FAIL(cudaErrorInvalidValue, "the problem is not the one the plan was made for");
-    }
-    Tsm2Kernel<T, NT, Cfg><<<a.blocks, Cfg::kThreads, plan.smem_bytes, stream>>>(a);
-    TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2Kernel");
-    if (plan.workspace_bytes > 0) {
-      Tsm2FixupKernel<T, NT, kRows><<<a.blocks - 1, 256, 0, stream>>>(a);
-      TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2FixupKernel");
-    }
-    return Status{};
-  }
-};
-
-// TSM2R on tensor cores (bf16, f16): the workspace holds B's stage images
-// first (Tsm2MmaImageKernel writes them before the tile runs), then the
-// partial sums of split tiles.
-template <typename T, int NT, bool VecRows>
-struct Tsm2MmaVariant {
-  using Cfg = Tsm2MmaConfig<T, NT, VecRows>;
-  static constexpr int kRows = Cfg::kRows;
-
-  static const void* Kernel() { return reinterpret_cast<const void*>(&Tsm2MmaKernel<T, NT, Cfg>); }
-
-  static int RowBytes(const DeviceMatmul& p) {
-    return RStageRowBytes(Cfg::kSegBytes, VecRows, p.k * static_cast<int64_t>(sizeof(T)) % 16);
-  }
-  static int64_t BBatches(const DeviceMatmul& p) { return p.b_batch_stride == 0 ? 1 : p.batch; }
-  // Where the partial sums start: past the images (a multiple of 256 bytes).
-  static int64_t PartialsOffset(const DeviceMatmul& p) {
-    return RMmaBImageBytes(BBatches(p), p.k, p.n);
-  }
-
-  static Tsm2Args Args(const DeviceMatmul& p, int64_t blocks_hint, int stages) {
-    Tsm2Args a{};
-    a.a = p.a;
-    a.b = p.b;
-    a.c = p.c;
-    a.m = p.m;
-    a.k = p.k;
-    a.n = p.n;
-    a.a_batch_stride = p.a_batch_stride;
-    a.b_batch_stride = p.b_batch_stride;
-    a.row_tiles = (p.m + kRows - 1) / kRows;
-    a.chunks = (p.k + Cfg::kChunkK - 1) / Cfg::kChunkK;
-    a.n_tiles = (p.n + NT - 1) / NT;
-    a.units = p.batch * a.n_tiles * a.row_tiles * a.chunks;
-    a.blocks = static_cast<int>(std::min<int64_t>(a.units, blocks_hint));
-    a.stages = stages;
-    a.a_row_bytes = RowBytes(p);
-    a.a_stage_bytes = RStageBytes(kRows, a.a_row_bytes);
-    a.out = MakeOutLayout(p.n, OutSize(p, sizeof(T)), p.c);
-    a.out_wide = MakeOutLayout(NT, OutSize(p, sizeof(T)), nullptr);
-    a.out_f32 = p.out_f32;
-    a.b_trans = p.layout == Layout::kNT;
-    return a;
-  }
-
-  static Status Plan(const DeviceMatmul& p, MatmulPlan* plan) {
-    TSM2_RETURN_IF_ERROR(CheckAligned(p));
-    const int64_t image = PartialsOffset(p);
-    if (static_cast<int64_t>(p.workspace_bytes) < image) {
-      return TSM2_FAIL(cudaErrorInvalidValue,
-                       "the workspace is smaller than B's images for the tensor-core R tile "
-                       "(size it with workspace_bytes)");
-    }
-    const int per_stage = RStageBytes(kRows, RowBytes(p)) + Cfg::kBStageBytes;
-    const int64_t data =
-        kRows * std::min<int64_t>(Cfg::kSegBytes, p.k * static_cast<int64_t>(sizeof(T)));
-    StreamDevice dev;
-    TSM2_CUDA_RETURN_IF_ERROR(GetStreamDevice(&dev));
-    StageChoice s;
-    TSM2_RETURN_IF_ERROR(
-        PlanStages(Kernel(), Cfg::kThreads, Cfg::kRedBytes, per_stage, data, dev, &s));
-    if (s.stages == 0) {
-      return TSM2_FAIL(cudaErrorInvalidConfiguration, "two stages of the R MMA tile do not fit");
-    }
-    plan->sm_count = dev.sm_count;
-    int64_t blocks = static_cast<int64_t>(s.blocks_per_sm) * dev.sm_count;
-    const size_t per_block = static_cast<size_t>(2) * kRows * NT * sizeof(float);
-    if (Args(p, blocks, s.stages).chunks > 1) {
-      const int64_t room = static_cast<int64_t>(p.workspace_bytes) - image;
+      const int64_t room = static_cast<int64_t>(p.workspace_bytes) - offset;
       blocks = std::min<int64_t>(blocks, std::max<int64_t>(1, room / per_block));
     }
     const Tsm2Args a = Args(p, blocks, s.stages);
@@ -324,26 +245,30 @@ struct Tsm2MmaVariant {
     plan->threads = Cfg::kThreads;
     plan->stages = s.stages;
     plan->smem_bytes = s.smem_bytes;
-    plan->workspace_bytes = image + (a.chunks > 1 && a.blocks > 1 ? a.blocks * per_block : 0);
+    plan->workspace_bytes = offset + (a.chunks > 1 && a.blocks > 1 ? a.blocks * per_block : 0);
     plan->launch = &Launch;
-    plan->kernel_name = "Tsm2MmaKernel";
+    plan->kernel_name = kMma ? "Tsm2MmaKernel" : "Tsm2Kernel";
     return Status{};
   }
 
-  // B's images, the tile kernel, then the fix-up pass over split tiles.
+  // (B's images,) the tile kernel, then the fix-up pass over split tiles.
   static Status Launch(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
     Tsm2Args a = Args(p, plan.blocks, plan.stages);
-    const int64_t image = PartialsOffset(p);
     a.b_image = p.workspace;
-    a.partials = static_cast<char*>(p.workspace) + image;
+    a.partials = static_cast<char*>(p.workspace) + PartialsOffset(p);
     if (a.units != plan.units || a.blocks != plan.blocks) {
       return TSM2_FAIL(cudaErrorInvalidValue, "the problem is not the one the plan was made for");
     }
-    const int64_t images = BBatches(p) * a.n_tiles * a.chunks;
-    Tsm2MmaImageKernel<T, NT><<<static_cast<unsigned>(images), 256, 0, stream>>>(a);
-    TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2MmaImageKernel");
-    Tsm2MmaKernel<T, NT, Cfg><<<a.blocks, Cfg::kThreads, plan.smem_bytes, stream>>>(a);
-    TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2MmaKernel");
+    if constexpr (kMma) {
+      const int64_t images = BBatches(p) * a.n_tiles * a.chunks;
+      Tsm2MmaImageKernel<T, NT><<<static_cast<unsigned>(images), 256, 0, stream>>>(a);
+      TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2MmaImageKernel");
+      Tsm2MmaKernel<T, NT, Cfg><<<a.blocks, Cfg::kThreads, plan.smem_bytes, stream>>>(a);
+      TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2MmaKernel");
+    } else {
+      Tsm2Kernel<T, NT, Cfg><<<a.blocks, Cfg::kThreads, plan.smem_bytes, stream>>>(a);
+      TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2Kernel");
+    }
     if (a.chunks > 1 && a.blocks > 1) {
       Tsm2FixupKernel<T, NT, kRows><<<a.blocks - 1, 256, 0, stream>>>(a);
       TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2FixupKernel");
@@ -351,6 +276,17 @@ struct Tsm2MmaVariant {
     return Status{};
   }
 };
+
+// The CUDA-core R tile of tiles.h RTile.
+template <typename T, int NT, bool VecRows>
+struct CoreRConfig {
+  static constexpr TileConfig kT = RTile(sizeof(T), NT);
+  using type = Tsm2Config<T, NT, kT.rows, kT.rows_per_thread, kT.k_groups, kT.vec_per_thr, VecRows>;
+};
+template <typename T, int NT, bool VecRows>
+using Tsm2Variant = RTileVariant<T, NT, typename CoreRConfig<T, NT, VecRows>::type, false>;
+template <typename T, int NT, bool VecRows>
+using Tsm2MmaVariant = RTileVariant<T, NT, Tsm2MmaConfig<T, NT, VecRows>, true>;
 
 // --- TSM2L -------------------------------------------------------------------
 

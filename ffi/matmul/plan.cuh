@@ -6,7 +6,8 @@
 // runs as it is. Every branch below names the kernel it picks:
 //
 //   TSM2R, TSM2L  PlanTiles: the n-tile t2 = NTileFor(n), then
-//                   R tile on tensor cores (bf16/f16, n > 4, k > 1; sm_80+)
+//                   R tile on tensor cores (bf16/f16 n > 4, f32 n > 8; k > 1;
+//                                          sm_80+)
 //                                          kernels/tsm2_mma.cuh (Tsm2MmaKernel)
 //                   R tile                 kernels/tsm2.cuh (Tsm2Kernel)
 //                   L tile (TSM2L, k <= 64) kernels/tsm2l.cuh (Tsm2LKernel)
@@ -62,7 +63,8 @@ struct MatmulTuning {
 template <typename T, int NT>
 Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
   const bool vec_rows = VecRowsOf<T>(p);
-  if constexpr (sizeof(T) == 2) {
+  // Only the n-tiles UsesRMma can take are instantiated on tensor cores.
+  if constexpr (sizeof(T) == 2 || (std::is_same_v<T, float> && NT > 8)) {
     int cc = 0;
     TSM2_CUDA_RETURN_IF_ERROR(ComputeCapability(&cc));
     if (UsesRMma(f == Kernel::kTsm2l, p.k, p.n, sizeof(T), cc)) {

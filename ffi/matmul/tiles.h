@@ -225,29 +225,42 @@ inline TileConfig TileFor(bool family_l, int64_t k, int64_t n, int itemsize) {
                                           : RTile(itemsize, nt);
 }
 
-// TSM2R on tensor cores (kernels/tsm2_mma.cuh): bf16 and f16 past n = 4,
-// where a CUDA-core thread's FMAs per byte of A outrun the memory, on GPUs
-// with mma.sync (compute capability 8.0 and later). k = 1 stays on the CUDA
-// cores, whose sums keep a single product's signed zero. A block's tile is
-// kRMmaRows rows (a warp per 16) by kRMmaChunkK of k per stage; its n-tile
-// is t2 rounded up to a multiple of 8 (the MMA's n).
+// TSM2R on tensor cores (kernels/tsm2_mma.cuh), on GPUs with mma.sync
+// (compute capability 8.0 and later): bf16 and f16 past n = 4, where a
+// CUDA-core thread's FMAs per byte of A outrun the memory, and f32 past
+// n = 8 as three TF32 products of split operands (f32 accuracy). k = 1 stays
+// on the CUDA cores, whose sums keep a single product's signed zero. A
+// block's tile is kRMmaRows rows (a warp per 16) by kRMmaSegBytes of each
+// row per stage; its n-tile is t2 rounded up to a multiple of 8 (the MMA's n).
 constexpr int kRMmaRows = 128;
-constexpr int kRMmaChunkK = 128;
+constexpr int kRMmaSegBytes = 256;
+constexpr int RMmaChunkK(int itemsize) { return kRMmaSegBytes / itemsize; }
 // Elements of one column of a B stage: the chunk and 16 bytes, an odd number
-// of 16-byte vectors, so ldmatrix's eight columns hit distinct bank groups.
-constexpr int kRMmaBStride = kRMmaChunkK + 8;
+// of 16-byte vectors, so that eight columns read at once hit distinct banks.
+constexpr int RMmaBStride(int itemsize) { return RMmaChunkK(itemsize) + 16 / itemsize; }
+// f32 B is staged as two TF32 planes, its high and low parts.
+constexpr int RMmaBPlanes(int itemsize) { return itemsize == 4 ? 2 : 1; }
 inline bool UsesRMma(bool family_l, int64_t k, int64_t n, int itemsize, int cc) {
-  return !UsesLTile(family_l, k, itemsize) && itemsize == 2 && cc >= 80 && k > 1 && n > 4;
+  const bool wide = itemsize == 2 ? n > 4 : itemsize == 4 && n > 8;
+  return !UsesLTile(family_l, k, itemsize) && wide && cc >= 80 && k > 1;
 }
 constexpr int RMmaNTile(int nt) { return (nt + 7) / 8 * 8; }
+// Two blocks per SM (128 registers a thread) where two rings fit beside the
+// sums; f32 keeps three sets of sums (tsm2_mma.cuh), so fewer columns do.
+constexpr int RMmaMinBlocks(int itemsize, int nt) {
+  return nt <= (itemsize == 4 ? 16 : 40) ? 2 : 1;
+}
+// Bytes of one stage image of B (all planes) for an n-tile of nt.
+constexpr int RMmaBStageBytes(int itemsize, int nt) {
+  return RMmaBPlanes(itemsize) * nt * RMmaBStride(itemsize) * itemsize;
+}
 // B rearranged for the tensor-core tile (one pass before it): for each batch
-// entry of B, n-tile and k-chunk, a stage image of n-tile x kRMmaBStride
-// elements, zero past k and n. Rounded up to 256 bytes: the workspace's
-// partial sums follow the images.
-inline int64_t RMmaBImageBytes(int64_t b_batches, int64_t k, int64_t n) {
+// entry of B, n-tile and k-chunk, a stage image, zero past k and n. Rounded
+// up to 256 bytes: the workspace's partial sums follow the images.
+inline int64_t RMmaBImageBytes(int64_t b_batches, int64_t k, int64_t n, int itemsize) {
   const int nt = RMmaNTile(NTileFor(n));
-  const int64_t chunks = (k + kRMmaChunkK - 1) / kRMmaChunkK;
-  const int64_t bytes = b_batches * ((n + nt - 1) / nt) * chunks * nt * kRMmaBStride * 2;
+  const int64_t chunks = (k + RMmaChunkK(itemsize) - 1) / RMmaChunkK(itemsize);
+  const int64_t bytes = b_batches * ((n + nt - 1) / nt) * chunks * RMmaBStageBytes(itemsize, nt);
   return (bytes + 255) / 256 * 256;
 }
 
@@ -256,7 +269,7 @@ inline int64_t RMmaBImageBytes(int64_t b_batches, int64_t k, int64_t n) {
 inline int64_t PartialBytesPerBlock(int itemsize, int64_t k, int64_t n, bool family_l, int cc) {
   if (UsesLTile(family_l, k, itemsize)) return 0;
   if (UsesRMma(family_l, k, n, itemsize, cc)) {
-    return k <= kRMmaChunkK ? 0 : int64_t{2} * kRMmaRows * RMmaNTile(NTileFor(n)) * 4;
+    return k <= RMmaChunkK(itemsize) ? 0 : int64_t{2} * kRMmaRows * RMmaNTile(NTileFor(n)) * 4;
   }
   const int nt = NTileFor(n);
   const TileConfig t = RTile(itemsize, nt);

@@ -312,6 +312,28 @@ __device__ __forceinline__ void StoreOut(const Tsm2Args& p, int64_t idx, AccType
   }
 }
 
+// A finished tile's output through shared memory `buf`: one run of C
+// (n <= t2), or NT-column row segments of it. Every thread calls `put(o,
+// offc, rows)`, which stages its rows of the tile (PutRow); the block then
+// copies the staging out as 16-byte vectors.
+template <int NT, int kRows, typename Put>
+__device__ __forceinline__ void WriteRTile(const Tsm2Args& p, const Cursor& uc, char* buf,
+                                           Put&& put) {
+  const int64_t row0 = static_cast<int64_t>(uc.row_tile) * kRows;
+  const int64_t n0 = static_cast<int64_t>(uc.n_tile) * NT;
+  const OutLayout& o = p.n_tiles == 1 ? p.out : p.out_wide;
+  const int rows = static_cast<int>(p.m - row0 < kRows ? p.m - row0 : kRows);
+  char* c_tile = static_cast<char*>(p.c) + ((uc.batch * p.m + row0) * p.n + n0) * p.out.osize;
+  put(o, static_cast<int>(Low4(c_tile)), rows);
+  __syncthreads();
+  if (p.n_tiles == 1) {
+    WriteTile(o, buf, c_tile, rows);
+  } else {
+    const int cols = static_cast<int>(p.n - n0 < NT ? p.n - n0 : NT);
+    WriteTileColumns<NT>(o, buf, c_tile, p.n * p.out.osize, rows, cols);
+  }
+}
+
 template <typename T, int NT, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     Tsm2Kernel(const __grid_constant__ Tsm2Args p) {
@@ -395,8 +417,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       // This block processed the tile's chunk 0 iff it did not start mid-tile.
       const bool begun_here = it >= uc.chunk;
       const bool whole = begun_here && uc.chunk == p.chunks - 1;
-      const int64_t row0 = static_cast<int64_t>(uc.row_tile) * kRows;
-      const int64_t n0 = static_cast<int64_t>(uc.n_tile) * NT;
       if constexpr (kKG > 1) {
         // Groups 0 .. kKG - 2 add into `red` in turn; the last adds it to its
         // own sums: ((g0 + g1) + ...) + g_last, the same order every run.
@@ -436,26 +456,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           }
         }
       } else {
-        // The tile's output through shared memory: one run of C (n <= t2),
-        // or NT-column row segments of it.
-        const OutLayout& o = p.n_tiles == 1 ? p.out : p.out_wide;
-        const int rows = static_cast<int>(p.m - row0 < kRows ? p.m - row0 : kRows);
-        char* c_tile = static_cast<char*>(p.c) + ((uc.batch * p.m + row0) * p.n + n0) * p.out.osize;
-        const int offc = static_cast<int>(Low4(c_tile));
-        if (owner) {
+        WriteRTile<NT, kRows>(p, uc, red_bytes, [&](const OutLayout& o, int offc, int rows) {
+          if (!owner) return;
 #pragma unroll
           for (int i = 0; i < kRpt; ++i) {
             const int row = rt + i * kRowThreads;
             if (row < rows) PutRow<T, NT>(o, p.out_f32, red_bytes, row, offc, acc[i]);
           }
-        }
-        __syncthreads();
-        if (p.n_tiles == 1) {
-          WriteTile(o, red_bytes, c_tile, rows);
-        } else {
-          const int cols = static_cast<int>(p.n - n0 < NT ? p.n - n0 : NT);
-          WriteTileColumns<NT>(o, red_bytes, c_tile, p.n * p.out.osize, rows, cols);
-        }
+        });
         // The buffer is next written after the next iteration's __syncthreads.
       }
       InitSums(acc, p.k);

@@ -1,8 +1,9 @@
-// TSM2R on tensor cores, for bf16 and f16 with f32 sums: the R tile of
-// kernels/tsm2.cuh with its arithmetic moved from CUDA-core FMAs to
-// mma.sync m16n8k16. On the CUDA cores a thread spends t2 FMAs on every
-// element of A it reads, so past t2 of about 8 the FMAs, not the memory, set
-// the pace for 2-byte types; an MMA does 16 x 8 x 16 of them at once.
+// TSM2R on tensor cores: the R tile of kernels/tsm2.cuh with its arithmetic
+// moved from CUDA-core FMAs to mma.sync, for bf16 and f16 (m16n8k16, f32
+// sums) and for f32 (m16n8k8 TF32, three products of split operands, which
+// keeps f32 accuracy: tf32.cuh). On the CUDA cores a thread spends t2 FMAs on
+// every element of A it reads, so past t2 of about 8 (2-byte types) or 16-30
+// (f32) the FMAs, not the memory, set the pace.
 //
 // What stays from the CUDA-core tile: the persistent grid over (row tile,
 // k-chunk) units split evenly among blocks, the cp.async ring of A stages
@@ -12,24 +13,33 @@
 //
 // What changes:
 // - A warp owns 16 rows of the tile and all of a stage's k (no k-groups to
-//   reduce). Rows of whole 16-byte vectors give their A fragments to
-//   ldmatrix; other rows, and the chunk that ends inside k, are read element
-//   by element, with elements past k set to zero (the stage holds bytes of
-//   the neighbouring rows there, which must never be a term).
+//   reduce). bf16/f16 rows of whole 16-byte vectors give their A fragments
+//   to ldmatrix; other rows, f32, and the chunk that ends inside k are read
+//   element by element, with elements past k set to zero (the stage holds
+//   bytes of the neighbouring rows there, which must never be a term).
 // - B is rearranged once per call (Tsm2MmaImageKernel) into the stage image
 //   the MMA reads: per (batch entry, n-tile, k-chunk) a column-major block,
-//   zero past k and n, so that the ring copies it with 16-byte cp.async and
-//   ldmatrix hands each lane its fragment. B of the CUDA-core tile is widened
-//   element by element in every stage, which costs more instructions than the
-//   MMAs themselves.
+//   zero past k and n (f32: two planes, B's high and low TF32 parts), so that
+//   the ring copies it with 16-byte cp.async and no stage splits or widens
+//   B again. B of the CUDA-core tile is widened element by element in every
+//   stage, which costs more instructions than the MMAs themselves.
 // - Sums start at +0: k = 1 (a single product's signed zero) stays on the
 //   CUDA cores (tiles.h UsesRMma).
+// - f32: the tensor cores truncate as they accumulate, so each stage's
+//   hi*hi products are summed from zero and added to the tile's sums with an
+//   f32 add (a chain of kChunkK / 8 MMAs), the small cross terms in sums of
+//   their own. Inf splits into hi = Inf and lo = NaN, so a block whose
+//   cross sums hold a NaN recomputes its part of the tile with plain f32
+//   FMAs from global memory (IEEE results for NaN and Inf, slow, and only
+//   there), as tn_tf32.cuh does.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ffi/common/half_mma.cuh"
 #include "ffi/common/kernel_utils.cuh"
+#include "ffi/common/tf32.cuh"
 #include "ffi/matmul/kernels/tile_io.cuh"
 #include "ffi/matmul/kernels/tsm2.cuh"
 #include "ffi/matmul/tiles.h"
@@ -38,45 +48,50 @@ namespace tsm2 {
 
 template <typename T, int NT, bool VecRows>
 struct Tsm2MmaConfig {
-  static_assert(sizeof(T) == 2, "bf16 and f16 only");
+  static constexpr bool kTf32 = std::is_same_v<T, float>;
+  static_assert(sizeof(T) == 2 || kTf32, "bf16, f16 and f32");
   static_assert(NT % 8 == 0, "the n-tile is whole MMA columns");
   using Acc = float;
   static constexpr int kRows = kRMmaRows;
   static constexpr int kWarps = kRows / 16;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kChunkK = kRMmaChunkK;  // t1
-  static constexpr int kSegBytes = kChunkK * 2;
+  static constexpr int kChunkK = RMmaChunkK(sizeof(T));  // t1
+  static constexpr int kSegBytes = kRMmaSegBytes;
   static constexpr bool kVecRows = VecRows;
   // Vectors copied per row and stage: one more where rows start mid-vector.
   static constexpr int kVecsPerRow = kSegBytes / 16 + (VecRows ? 0 : 1);
   static constexpr int kCopies = (kRows * kVecsPerRow + kThreads - 1) / kThreads;
-  static constexpr int kBStride = kRMmaBStride;
-  static constexpr int kBStageBytes = NT * kBStride * 2;
+  static constexpr int kBStride = RMmaBStride(sizeof(T));  // elements of a column of a plane
+  static constexpr int kBColBytes = kBStride * static_cast<int>(sizeof(T));
+  static constexpr int kBPlaneBytes = NT * kBColBytes;
+  static constexpr int kBStageBytes = RMmaBStageBytes(sizeof(T), NT);
   static constexpr int kBVecs = kBStageBytes / 16;
   static constexpr int kBCopies = (kBVecs + kThreads - 1) / kThreads;
   static constexpr int kNTiles8 = NT / 8;
   static constexpr int kRedStride = NT | 1;
-  static constexpr int kRedBytes = RReduceBytes(kRows, NT, 2);
-  // Two blocks per SM (128 registers a thread) where two rings fit; the
-  // widest tiles' output staging leaves room for one.
-  static constexpr int kMinBlocks = NT <= 40 ? 2 : 1;
+  static constexpr int kRedBytes = RReduceBytes(kRows, NT, sizeof(T));
+  static constexpr int kMinBlocks = RMmaMinBlocks(sizeof(T), NT);
   static_assert(kBStageBytes % 16 == 0, "B stages keep 16-byte alignment");
   static_assert(kRows * kRedStride * 4 <= kRedBytes, "the fragments fit the output staging");
 };
 
 // B rearranged: block (batch entry, n-tile, chunk) writes its stage image,
-// out[j][kk] = B[chunk * kChunkK + kk, n-tile * NT + j], zero past k and n.
-// Reads are coalesced in either layout through a transposing shared tile.
+// out[j][kk] = B[chunk * kChunkK + kk, n-tile * NT + j], zero past k and n;
+// for f32 a plane of the high TF32 parts, then one of the low parts
+// (tf32.cuh SplitTf32). Reads are coalesced in either layout through a
+// transposing shared tile.
 template <typename T, int NT>
 __global__ void __launch_bounds__(256) Tsm2MmaImageKernel(const __grid_constant__ Tsm2Args p) {
-  constexpr int kChunkK = kRMmaChunkK, kStride = kRMmaBStride;
+  constexpr int kChunkK = RMmaChunkK(sizeof(T)), kStride = RMmaBStride(sizeof(T));
+  constexpr bool kTf32 = std::is_same_v<T, float>;
   // Bits moved as they are: the image is B's own elements, rearranged.
-  __shared__ uint16_t tile[NT][kChunkK + 2];
+  using Bits = std::conditional_t<kTf32, uint32_t, uint16_t>;
+  __shared__ Bits tile[NT][kChunkK + 2];
   const int64_t chunk = blockIdx.x % p.chunks;
   const int64_t rest = blockIdx.x / p.chunks;
   const int64_t n_tile = rest % p.n_tiles;
   const int64_t batch = rest / p.n_tiles;
-  const uint16_t* b = static_cast<const uint16_t*>(p.b) + batch * p.b_batch_stride;
+  const Bits* b = static_cast<const Bits*>(p.b) + batch * p.b_batch_stride;
   const int64_t k0 = chunk * kChunkK, n0 = n_tile * NT;
   for (int e = threadIdx.x; e < NT * kChunkK; e += blockDim.x) {
     // NT: consecutive threads take consecutive k of a column of B (n x k);
@@ -84,14 +99,23 @@ __global__ void __launch_bounds__(256) Tsm2MmaImageKernel(const __grid_constant_
     const int kk = p.b_trans ? e % kChunkK : e / NT;
     const int j = p.b_trans ? e / kChunkK : e % NT;
     const int64_t gk = k0 + kk, gj = n0 + j;
-    tile[j][kk] = gk < p.k && gj < p.n ? b[p.b_trans ? gj * p.k + gk : gk * p.n + gj] : 0;
+    tile[j][kk] = gk < p.k && gj < p.n ? b[p.b_trans ? gj * p.k + gk : gk * p.n + gj] : Bits{0};
   }
   __syncthreads();
-  uint16_t* out =
-      static_cast<uint16_t*>(const_cast<void*>(p.b_image)) + blockIdx.x * int64_t{NT} * kStride;
+  constexpr int kPlanes = RMmaBPlanes(sizeof(T));
+  Bits* out = static_cast<Bits*>(const_cast<void*>(p.b_image)) +
+              blockIdx.x * int64_t{kPlanes} * NT * kStride;
   for (int e = threadIdx.x; e < NT * kStride; e += blockDim.x) {
     const int j = e / kStride, kk = e % kStride;
-    out[e] = kk < kChunkK ? tile[j][kk] : 0;
+    const Bits v = kk < kChunkK ? tile[j][kk] : Bits{0};
+    if constexpr (kTf32) {
+      uint32_t hi = 0, lo = 0;  // padding stays zero in both planes
+      if (kk < kChunkK) SplitTf32(__uint_as_float(v), hi, lo);
+      out[e] = hi;
+      out[NT * kStride + e] = lo;
+    } else {
+      out[e] = v;
+    }
   }
 }
 
@@ -153,7 +177,7 @@ __device__ __forceinline__ void MmaStage(const char* a_w, int row_bytes, const c
 #pragma unroll
     for (int t = 0; t + 1 < Cfg::kNTiles8; t += 2) {
       uint32_t b[4];
-      LdMatrixX4(b_ld + t * 8 * (Cfg::kBStride * 2) + s * 32, b);
+      LdMatrixX4(b_ld + t * 8 * Cfg::kBColBytes + s * 32, b);
       const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
       MmaHalf<T>(acc[t], a, b0);
       MmaHalf<T>(acc[t + 1], a, b1);
@@ -161,9 +185,98 @@ __device__ __forceinline__ void MmaStage(const char* a_w, int row_bytes, const c
     if constexpr (Cfg::kNTiles8 % 2 == 1) {
       constexpr int t = Cfg::kNTiles8 - 1;
       uint32_t b[2];
-      LdMatrixX2(
-          b_ld - (lane / 16) * 8 * (Cfg::kBStride * 2) + t * 8 * (Cfg::kBStride * 2) + s * 32, b);
+      LdMatrixX2(b_ld - (lane / 16) * 8 * Cfg::kBColBytes + t * 8 * Cfg::kBColBytes + s * 32, b);
       MmaHalf<T>(acc[t], a, b);
+    }
+  }
+}
+
+// f32: acc += A[warp's 16 rows, first `limit` k of the stage] * B stage in
+// three TF32 products. This stage's hi*hi products are summed from zero and
+// added to `acc` with f32 adds; hi*lo and lo*hi go into `cross`. Lane (g, t)
+// reads A rows g and g + 8 at k t and t + 4, and B column g of each n-tile
+// (both planes) at the same k: with stage rows and columns 68 words apart the
+// 32 lanes hit 32 banks. Whole: every k of the chunk is in A.
+template <typename Cfg, bool Whole>
+__device__ __forceinline__ void MmaStageTf32(const char* a_w, int row_bytes, const char* b_st,
+                                             int limit, float (&acc)[Cfg::kNTiles8][4],
+                                             float (&cross)[Cfg::kNTiles8][4]) {
+  constexpr int kN8 = Cfg::kNTiles8;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int steps = Whole ? Cfg::kChunkK / 8 : (limit + 7) / 8;
+  const float* a_r0 = reinterpret_cast<const float*>(a_w + g * row_bytes);
+  const float* a_r1 = reinterpret_cast<const float*>(a_w + (g + 8) * row_bytes);
+  const uint32_t* b_hi = reinterpret_cast<const uint32_t*>(b_st + g * Cfg::kBColBytes);
+  const uint32_t* b_lo =
+      reinterpret_cast<const uint32_t*>(b_st + Cfg::kBPlaneBytes + g * Cfg::kBColBytes);
+  constexpr int kColWords = 8 * Cfg::kBStride;  // from one n-tile's column g to the next's
+  float part[kN8][4];
+#pragma unroll
+  for (int j = 0; j < kN8; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.0f;
+#pragma unroll 2
+  for (int s = 0; s < steps; ++s) {
+    const int k0 = s * 8 + t;
+    float a[4];
+    if constexpr (Whole) {
+      a[0] = a_r0[k0], a[1] = a_r1[k0], a[2] = a_r0[k0 + 4], a[3] = a_r1[k0 + 4];
+    } else {
+      a[0] = k0 < limit ? a_r0[k0] : 0.0f;
+      a[1] = k0 < limit ? a_r1[k0] : 0.0f;
+      a[2] = k0 + 4 < limit ? a_r0[k0 + 4] : 0.0f;
+      a[3] = k0 + 4 < limit ? a_r1[k0 + 4] : 0.0f;
+    }
+    uint32_t ah[4], al[4], bh[kN8][2], bl[kN8][2];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) SplitTf32Trunc(a[e], ah[e], al[e]);
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) {
+      bh[j][0] = b_hi[j * kColWords + k0];
+      bh[j][1] = b_hi[j * kColWords + k0 + 4];
+      bl[j][0] = b_lo[j * kColWords + k0];
+      bl[j][1] = b_lo[j * kColWords + k0 + 4];
+    }
+    // Three passes over the n-tiles, so that the two MMAs into one cross sum
+    // are 2 kN8 MMAs apart instead of back to back.
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) MmaTf32(cross[j], al, bh[j][0], bh[j][1]);
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) MmaTf32(part[j], ah, bh[j][0], bh[j][1]);
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) MmaTf32(cross[j], ah, bl[j][0], bl[j][1]);
+  }
+#pragma unroll
+  for (int j = 0; j < kN8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] += part[j][e];
+  }
+}
+
+// f32 with a NaN in a block's cross sums (an Inf or NaN among the inputs):
+// this lane's sums of the tile, over k in [k_begin, k_end), again with
+// plain f32 FMAs from global memory, so that NaN and Inf come out as IEEE
+// arithmetic gives them. (The loops over the sums are unrolled: indexed at
+// run time, the sums would live in local memory everywhere.)
+template <typename Cfg>
+__device__ __forceinline__ void ExactSums(const Tsm2Args& p, const Cursor& uc, int64_t k_begin,
+                                          int64_t k_end, float (&acc)[Cfg::kNTiles8][4]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float* a = static_cast<const float*>(p.a) + uc.batch * p.a_batch_stride;
+  const float* b =
+      static_cast<const float*>(p.b) + (p.b_batch_stride == 0 ? 0 : uc.batch) * p.b_batch_stride;
+#pragma unroll
+  for (int j = 0; j < Cfg::kNTiles8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t row =
+          static_cast<int64_t>(uc.row_tile) * Cfg::kRows + warp * 16 + lane / 4 + 8 * (e / 2);
+      const int64_t col =
+          static_cast<int64_t>(uc.n_tile) * (8 * Cfg::kNTiles8) + j * 8 + 2 * (lane % 4) + e % 2;
+      if (row >= p.m || col >= p.n) continue;
+      float v = 0.0f;
+      for (int64_t kk = k_begin; kk < k_end; ++kk) {
+        v = fmaf(a[row * p.k + kk], b[p.b_trans ? col * p.k + kk : kk * p.n + col], v);
+      }
+      acc[j][e] = v;
     }
   }
 }
@@ -195,9 +308,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     CpAsyncCommit();
   }
 
-  float acc[kN8][4];
+  float acc[kN8][4], cross[kN8][4];  // cross: f32's hi*lo + lo*hi
 #pragma unroll
-  for (int t = 0; t < kN8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+  for (int t = 0; t < kN8; ++t) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[t][e] = cross[t][e] = 0.0f;
+  }
 
   for (int64_t it = 0; it < count; ++it) {
     CpAsyncWaitAtMost(stages - 2);
@@ -221,10 +337,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int64_t k_left = p.k - static_cast<int64_t>(uc.chunk) * Cfg::kChunkK;
     // Warps whose rows are all past m (the last row tile) have nothing to add.
     if (static_cast<int64_t>(uc.row_tile) * kRows + warp * 16 < p.m) {
-      if (Cfg::kVecRows && k_left >= Cfg::kChunkK) {
-        MmaStage<T, Cfg, true>(a_w, p.a_row_bytes, b_st, Cfg::kChunkK, acc);
+      const int limit = static_cast<int>(k_left < Cfg::kChunkK ? k_left : Cfg::kChunkK);
+      if constexpr (Cfg::kTf32) {
+        if (k_left >= Cfg::kChunkK) {
+          MmaStageTf32<Cfg, true>(a_w, p.a_row_bytes, b_st, limit, acc, cross);
+        } else {
+          MmaStageTf32<Cfg, false>(a_w, p.a_row_bytes, b_st, limit, acc, cross);
+        }
+      } else if (Cfg::kVecRows && k_left >= Cfg::kChunkK) {
+        MmaStage<T, Cfg, true>(a_w, p.a_row_bytes, b_st, limit, acc);
       } else {
-        const int limit = static_cast<int>(k_left < Cfg::kChunkK ? k_left : Cfg::kChunkK);
         MmaStage<T, Cfg, false>(a_w, p.a_row_bytes, b_st, limit, acc);
       }
     }
@@ -232,11 +354,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (uc.chunk == p.chunks - 1 || it == count - 1) {
       const bool begun_here = it >= uc.chunk;
       const bool whole = begun_here && uc.chunk == p.chunks - 1;
-      const int64_t row0 = static_cast<int64_t>(uc.row_tile) * kRows;
-      const int64_t n0 = static_cast<int64_t>(uc.n_tile) * NT;
       // This lane's sums: rows r and r + 8 of its warp's 16, columns c, c + 1
       // of each 8-column n-tile.
       const int r = warp * 16 + lane / 4, c = 2 * (lane % 4);
+      if constexpr (Cfg::kTf32) {
+        // A NaN in the cross sums of rows below m: an Inf or NaN among the
+        // inputs, which the split turned into NaN (see the top).
+        bool poisoned = false;
+#pragma unroll
+        for (int t = 0; t < kN8; ++t) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t row = static_cast<int64_t>(uc.row_tile) * kRows + r + 8 * (e / 2);
+            poisoned |= row < p.m && isnan(cross[t][e]);
+            acc[t][e] += cross[t][e];
+            cross[t][e] = 0.0f;
+          }
+        }
+        if (__syncthreads_or(poisoned)) {
+          // This block's part of the tile: from its first chunk of it to this one.
+          const int64_t first = begun_here ? 0 : uc.chunk - it;
+          const int64_t end = (static_cast<int64_t>(uc.chunk) + 1) * Cfg::kChunkK;
+          ExactSums<Cfg>(p, uc, first * Cfg::kChunkK, end < p.k ? end : p.k, acc);
+        }
+      }
       if (!whole) {
         float* part = static_cast<float*>(p.partials) +
                       (static_cast<int64_t>(blockIdx.x) * 2 + (begun_here ? 1 : 0)) * kRows * NT;
@@ -261,25 +402,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           red[(r + 8) * Cfg::kRedStride + t * 8 + c + 1] = acc[t][3];
         }
         __syncthreads();
-        const OutLayout& o = p.n_tiles == 1 ? p.out : p.out_wide;
-        const int rows = static_cast<int>(p.m - row0 < kRows ? p.m - row0 : kRows);
-        char* c_tile = static_cast<char*>(p.c) + ((uc.batch * p.m + row0) * p.n + n0) * p.out.osize;
-        const int offc = static_cast<int>(Low4(c_tile));
-        float row[NT];
-        const int own = threadIdx.x;
-        if (own < rows) {
+        WriteRTile<NT, kRows>(p, uc, red_bytes, [&](const OutLayout& o, int offc, int rows) {
+          float row[NT];
+          const int own = threadIdx.x;
+          if (own < rows) {
 #pragma unroll
-          for (int j = 0; j < NT; ++j) row[j] = red[own * Cfg::kRedStride + j];
-        }
-        __syncthreads();
-        if (own < rows) PutRow<T, NT>(o, p.out_f32, red_bytes, own, offc, row);
-        __syncthreads();
-        if (p.n_tiles == 1) {
-          WriteTile(o, red_bytes, c_tile, rows);
-        } else {
-          const int cols = static_cast<int>(p.n - n0 < NT ? p.n - n0 : NT);
-          WriteTileColumns<NT>(o, red_bytes, c_tile, p.n * p.out.osize, rows, cols);
-        }
+            for (int j = 0; j < NT; ++j) row[j] = red[own * Cfg::kRedStride + j];
+          }
+          __syncthreads();  // every row is read before the staging overwrites it
+          if (own < rows) PutRow<T, NT>(o, p.out_f32, red_bytes, own, offc, row);
+        });
       }
 #pragma unroll
       for (int t = 0; t < kN8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
