@@ -500,9 +500,11 @@ def test_auto_never_picks_a_kernel_that_measured_slower_than_xla():
     XLA's dot even without a calibration."""
     mc = _model_check()
     routes = _committed_routes(mc)
-    assert len(routes) >= 115
+    # Records of bf16/f16 TSM2R past n = 4 timed the CUDA-core tile and do not count
+    # (model_check.BEFORE_R_TENSOR_CORES).
+    assert len(routes) >= 101
     slower = [r for r in routes if r["kernel_over_xla"] > 1.10]
-    assert len(slower) >= 60  # most of the R, L, NT and S suites
+    assert len(slower) >= 50  # most of the R, L, NT and S suites
     bad = [r for r in routes if r["target"] in r["slow_kernels"]]
     assert not bad, [(r["file"], r["case"], r["dtype"], r["target"]) for r in bad]
     faster = [r for r in routes if r["kernel_over_xla"] < 1 / 2.0]
@@ -518,7 +520,7 @@ def test_the_safety_check_can_fail(monkeypatch):
     monkeypatch.setattr(routing, "route", lambda *a, **kw: real(*a, **dict(kw, mode="prefer")))
     routes = _committed_routes(mc)
     slow = [r for r in routes if r["slowdown"] is not None and r["slowdown"] > 0.10]
-    assert len(slow) >= 60
+    assert len(slow) >= 45
 
 
 @pytest.mark.gpu
