@@ -249,6 +249,20 @@ def test_r_workspace_holds_b_images_where_the_tensor_cores_run(dtype, k, n, tens
     assert _tsm2_ext.tile_config(dtype, R, k, n)["mma"] is tensor_cores
 
 
+def test_the_tensor_core_r_tile_is_modelled_only_where_it_fits():
+    """Where two stages of the tensor-core R tile do not fit the GPU's shared memory (the
+    wide n-tiles on 99 KB parts), the plan runs the CUDA-core tile, and the model says so."""
+    p = Problem(None, 20_000, 4096, 64)
+    tile = _tsm2_ext.tile_config("bfloat16", R, p.k, p.n)["mma_tile"]
+    assert L4_SMEM < tile["smem_bytes"] <= H100_SMEM
+    for smem, tensor_cores in ((H100_SMEM, True), (L4_SMEM, False)):
+        dev = dataclasses.replace(model.H100_SXM, cc=(8, 9), smem_per_block_optin=smem)
+        pred = model.predict(p, "bfloat16", "nn", "tsm2r", device=dev)
+        assert pred.params["tensor_cores"] is tensor_cores
+    old = dataclasses.replace(model.H100_SXM, cc=(7, 5))
+    assert model.predict(p, "bfloat16", "nn", "tsm2r", device=old).params["tensor_cores"] is False
+
+
 def test_tiles_that_do_not_fit_the_gpu_route_elsewhere():
     """f32 n = 32: the R tile needs more shared memory than an L4's 99 KB."""
     p, dt = Problem(None, 1_000_000, 256, 32), jnp.float32

@@ -69,8 +69,11 @@ Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
     TSM2_CUDA_RETURN_IF_ERROR(ComputeCapability(&cc));
     if (UsesRMma(f == Kernel::kTsm2l, p.k, p.n, sizeof(T), cc)) {
       constexpr int kMmaNT = RMmaNTile(NT);
-      return vec_rows ? Tsm2MmaVariant<T, kMmaNT, true>::Plan(p, plan)
-                      : Tsm2MmaVariant<T, kMmaNT, false>::Plan(p, plan);
+      const Status s = vec_rows ? Tsm2MmaVariant<T, kMmaNT, true>::Plan(p, plan)
+                                : Tsm2MmaVariant<T, kMmaNT, false>::Plan(p, plan);
+      // Where two of its stages do not fit the GPU's shared memory (the wide
+      // n-tiles on 99 KB parts), the CUDA-core tile runs instead.
+      if (s.ok() || s.error != cudaErrorInvalidConfiguration) return s;
     }
   }
   if (!UsesLTile(f == Kernel::kTsm2l, p.k, sizeof(T))) {

@@ -58,11 +58,18 @@ def tile_prediction(
     if kernel == "tsm2l" and t.get("row_kernel") and p.batch is None:
         return _row_prediction(p, dtype, layout, dev, cal)
     # bf16/f16 R tiles past n = 4 run on tensor cores where the GPU has
-    # mma.sync (kernels/tsm2_mma.cuh): a warp per 16 rows and no k-groups.
-    # f32 past n = 8 runs there too (three TF32 products per product), but is
-    # modelled as the CUDA-core tile until its time has been measured, so that
-    # an uncalibrated GPU does not route to it on the model's word alone.
-    mma = bool(t.get("mma")) and tuple(dev.cc) >= (8, 0) and isz == 2
+    # mma.sync and room for two of their stages (kernels/tsm2_mma.cuh; the
+    # plan falls back to the CUDA-core tile otherwise): a warp per 16 rows and
+    # no k-groups. f32 past n = 8 runs there too (three TF32 products per
+    # product), but is modelled as the CUDA-core tile until its time has been
+    # measured, so that an uncalibrated GPU does not route to it on the
+    # model's word alone.
+    mma = (
+        bool(t.get("mma"))
+        and isz == 2
+        and tuple(dev.cc) >= (8, 0)
+        and t["mma_tile"]["smem_bytes"] <= dev.smem_per_block_optin
+    )
     if mma:
         t = {**t, **t["mma_tile"], "rows_per_thread": 16, "k_groups": 1, "stages": 2}
     nt, rows, rpt, kg = t["n_tile"], t["rows"], t["rows_per_thread"], t["k_groups"]
