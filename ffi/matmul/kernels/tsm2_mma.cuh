@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(256) Tsm2MmaImageKernel(const __grid_constant_
 }
 
 // The stage image of unit uc's B into `stage`, as 16-byte cp.async copies.
-template <typename Cfg, int NT>
+template <typename Cfg>
 __device__ __forceinline__ void CopyBImage(const Tsm2Args& p, const Cursor& uc, char* stage) {
   const int64_t batch = p.b_batch_stride == 0 ? 0 : uc.batch;
   const char* src = static_cast<const char*>(p.b_image) +
@@ -136,7 +136,6 @@ __device__ __forceinline__ void CopyBImage(const Tsm2Args& p, const Cursor& uc, 
 
 // Two elements of a stage row as one 32-bit MMA operand register: the low
 // half is element kk. Elements at or past `limit` are zero.
-template <typename T>
 __device__ __forceinline__ uint32_t PairAt(const char* row, int kk, int limit) {
   const uint16_t* e = reinterpret_cast<const uint16_t*>(row) + kk;
   const uint32_t lo = kk < limit ? e[0] : 0u;
@@ -169,10 +168,10 @@ __device__ __forceinline__ void MmaStage(const char* a_w, int row_bytes, const c
       LdMatrixX4(a_ld + s * 32, a);
     } else {
       const int k0 = s * 16 + kp;
-      a[0] = PairAt<T>(a_r0, k0, limit);
-      a[1] = PairAt<T>(a_r1, k0, limit);
-      a[2] = PairAt<T>(a_r0, k0 + 8, limit);
-      a[3] = PairAt<T>(a_r1, k0 + 8, limit);
+      a[0] = PairAt(a_r0, k0, limit);
+      a[1] = PairAt(a_r1, k0, limit);
+      a[2] = PairAt(a_r0, k0 + 8, limit);
+      a[3] = PairAt(a_r1, k0 + 8, limit);
     }
 #pragma unroll
     for (int t = 0; t + 1 < Cfg::kNTiles8; t += 2) {
@@ -302,7 +301,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   for (int s = 0; s < stages - 1; ++s) {
     if (s < count) {
       LoadATile<T, Cfg>(p, load_at, a_stages + s * p.a_stage_bytes);
-      CopyBImage<Cfg, NT>(p, load_at, b_stages + s * Cfg::kBStageBytes);
+      CopyBImage<Cfg>(p, load_at, b_stages + s * Cfg::kBStageBytes);
       Advance(p, load_at);
     }
     CpAsyncCommit();
@@ -323,7 +322,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int slot_next = static_cast<int>(ip % stages);
     if (ip < count) {
       LoadATile<T, Cfg>(p, load_at, a_stages + slot_next * p.a_stage_bytes);
-      CopyBImage<Cfg, NT>(p, load_at, b_stages + slot_next * Cfg::kBStageBytes);
+      CopyBImage<Cfg>(p, load_at, b_stages + slot_next * Cfg::kBStageBytes);
       Advance(p, load_at);
     }
     CpAsyncCommit();
