@@ -1,6 +1,6 @@
-"""The streaming tiles forced, beside XLA's dot, as fractions of each product's floor.
+"""The kernels forced, beside XLA's dot, as fractions of each product's floor.
 
-For each shape: the TSM2R or TSM2L kernel forced through the ``tsm2_matmul`` target
+For each shape: a TSM2 kernel (R, L, T or S) forced through the ``tsm2_matmul`` target
 (``jax_tsm2.kernel_call.kernel_product``: routing never sees the product), and XLA's dot
 at default precision and, for f32, at ``"highest"`` (the same f32 arithmetic as the
 kernels), timed as the autotuner and the harness time (``jax_tsm2.tune.timing``: a buffer
@@ -13,8 +13,10 @@ Each forced result is checked against XLA's dot at highest precision before it i
     python benchmarks/stream_kernels.py --shape r:f32:nn:7460x24553x51 \\
         --shape l:bf16:nt:5684707x4x9 --json out.json
 
-A shape is ``KERNEL:DTYPE:LAYOUT:MxKxN`` with KERNEL ``r`` (tsm2r) or ``l`` (tsm2l; k <=
-64), DTYPE f32/f64/bf16/f16, LAYOUT ``nn`` (B stored k x n) or ``nt`` (B stored n x k).
+A shape is ``KERNEL:DTYPE:LAYOUT:MxKxN`` with KERNEL ``r`` (tsm2r), ``l`` (tsm2l; k <= 64),
+``t`` (tsm2t) or ``s`` (tsm2s), DTYPE f32/f64/bf16/f16, and LAYOUT ``nn`` (A stored m x k,
+B k x n), ``nt`` (B stored n x k) or ``tn`` (A stored k x m: ``A.T @ B``); each kernel takes
+the layouts ``jax_tsm2.problem.KERNEL_LAYOUTS`` gives it. ``C`` is always m x n.
 Needs a GPU and a CUDA build of jax_tsm2. With the install, about 3 minutes for the
 default shapes on an H200.
 """
@@ -35,11 +37,13 @@ import jax
 import jax.numpy as jnp
 
 from jax_tsm2 import kernel_call
-from jax_tsm2.problem import Problem
+from jax_tsm2.model.prediction import S_MAX_M
+from jax_tsm2.problem import KERNEL_LAYOUTS, Problem
 from jax_tsm2.tune import ceilings, timing
 
 DTYPES = {"f32": jnp.float32, "f64": jnp.float64, "bf16": jnp.bfloat16, "f16": jnp.float16}
-KERNELS = {"r": "tsm2r", "l": "tsm2l"}
+KERNELS = {"r": "tsm2r", "l": "tsm2l", "t": "tsm2t", "s": "tsm2s"}
+SPECS = {"nn": "mk,kn->mn", "nt": "mk,nk->mn", "tn": "km,kn->mn"}
 #: Relative error (against |A| |B|) a forced result may have against XLA's dot at highest.
 TOLERANCE = {"f32": 1e-4, "f64": 1e-10, "bf16": 2e-2, "f16": 4e-3}
 
@@ -80,9 +84,9 @@ SHAPES = [
 
 @dataclass(frozen=True)
 class Shape:
-    kernel: str  # "tsm2r" or "tsm2l"
+    kernel: str  # "tsm2r", "tsm2l", "tsm2t" or "tsm2s"
     dtype: str  # "f32", ...
-    layout: str  # "nn" or "nt"
+    layout: str  # "nn", "nt" or "tn"
     m: int
     k: int
     n: int
@@ -111,8 +115,9 @@ def parse_shape(text: str) -> Shape:
         raise ValueError(f"{text!r}: kernel must be one of {sorted(KERNELS)}")
     if dtype not in DTYPES:
         raise ValueError(f"{text!r}: dtype must be one of {sorted(DTYPES)}")
-    if layout not in ("nn", "nt"):
-        raise ValueError(f"{text!r}: layout must be nn or nt")
+    if layout not in KERNEL_LAYOUTS[KERNELS[kernel]]:
+        takes = " or ".join(sorted(KERNEL_LAYOUTS[KERNELS[kernel]]))
+        raise ValueError(f"{text!r}: kernel {kernel} takes layout {takes}")
     try:
         m, k, n = (int(x) for x in dims.split("x"))
     except ValueError:
@@ -121,6 +126,8 @@ def parse_shape(text: str) -> Shape:
         raise ValueError(f"{text!r}: sizes must be >= 1")
     if kernel == "l" and k > 64:
         raise ValueError(f"{text!r}: tsm2l takes k <= 64")
+    if kernel == "s" and m > S_MAX_M:
+        raise ValueError(f"{text!r}: tsm2s takes m <= {S_MAX_M}")
     return Shape(KERNELS[kernel], dtype, layout, m, k, n)
 
 
@@ -150,7 +157,7 @@ def time_product(apply: Any, copies: list[list[Any]], per_sample: int, repeats: 
 def max_error(s: Shape, got: Any, a: Any, b: Any) -> float:
     """max |got - ref| / (|A| |B|) against XLA's dot at highest precision, in f32 (f64)."""
     acc = jnp.float64 if s.dtype == "f64" else jnp.float32
-    spec = "mk,nk->mn" if s.layout == "nt" else "mk,kn->mn"
+    spec = SPECS[s.layout]
     a, b = a.astype(acc), b.astype(acc)
     ref = jnp.einsum(spec, a, b, precision="highest")
     scale = jnp.einsum(spec, jnp.abs(a), jnp.abs(b), precision="highest")
@@ -183,7 +190,7 @@ def run_shape(s: Shape, ceil: dict[str, Any], args: argparse.Namespace) -> dict[
     forced = kernel_call.kernel_product(s.kernel, problem, DTYPES[s.dtype], s.layout)
     impls = {"kernel": forced, "xla": kernel_call.xla_product(s.layout)}
     if s.dtype == "f32":
-        spec = "mk,nk->mn" if s.layout == "nt" else "mk,kn->mn"
+        spec = SPECS[s.layout]
         impls["xla_highest"] = lambda a, b: jnp.einsum(spec, a, b, precision="highest")
     a0, b0 = copies[0][0], copies[1][0]
     row["max_rel_error"] = max_error(s, jax.jit(forced)(a0, b0), a0, b0)
@@ -217,7 +224,7 @@ def fmt(row: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python benchmarks/stream_kernels.py",
-        description="Forced TSM2R/TSM2L kernels and XLA's dot as % of each product's floor.",
+        description="Forced TSM2 kernels and XLA's dot as % of each product's floor.",
     )
     p.add_argument("--shape", action="append", default=[], help="KERNEL:DTYPE:LAYOUT:MxKxN")
     p.add_argument("--repeats", type=int, default=5, help="samples per timing (median)")
