@@ -261,7 +261,7 @@ struct RTileVariant {
     }
     if constexpr (kMma) {
       const int64_t images = BBatches(p) * a.n_tiles * a.chunks;
-      Tsm2MmaImageKernel<T, NT><<<static_cast<unsigned>(images), 256, 0, stream>>>(a);
+      Tsm2MmaImageKernel<T, NT><<<static_cast<unsigned>(images), kImageThreads, 0, stream>>>(a);
       TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2MmaImageKernel");
       Tsm2MmaKernel<T, NT, Cfg><<<a.blocks, Cfg::kThreads, plan.smem_bytes, stream>>>(a);
       TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2MmaKernel");
@@ -270,7 +270,8 @@ struct RTileVariant {
       TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2Kernel");
     }
     if (a.chunks > 1 && a.blocks > 1) {
-      Tsm2FixupKernel<T, NT, kRows><<<a.blocks - 1, 256, 0, stream>>>(a);
+      const dim3 grid(static_cast<unsigned>(a.blocks - 1), FixupParts(kRows, NT));
+      Tsm2FixupKernel<T, NT, kRows><<<grid, kFixupThreads, 0, stream>>>(a);
       TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2FixupKernel");
     }
     return Status{};

@@ -11,7 +11,8 @@
 // - the output tile stays in registers for the whole range: each thread owns
 //   an E x E block of it (register blocking: 2E shared-memory values feed
 //   E^2 FMAs; E = 4 or 8, split_plan.h); when the tile has fewer 4 x 4 blocks than the block has
-//   threads, groups of threads take interleaved rows and are added at the end in a fixed order;
+//   threads, groups of threads take interleaved rows and are added pairwise at the end, in an
+//   order fixed by the plan;
 // - splits are added by Tsm2SplitReduceKernel in split order, so the result
 //   is bitwise reproducible (no float atomics).
 #pragma once
@@ -71,17 +72,36 @@ __device__ __forceinline__ void LoadTSlice(const T* src, int64_t cols, int64_t c
       CpAsync4(dst + r * ld + e, valid ? src + row * cols + col : src, valid);
     }
   } else {
-    const int shift = __ffs(width) - 1;
-    for (int q = threadIdx.x; q < step * width; q += kTThreads) {
-      const int r = q >> shift, e = q & (width - 1);
-      const int64_t row = r0 + r, col = col0 + e;
-      const bool valid = row < r_end && col < cols;
-      if constexpr (sizeof(T) == 8) {
-        CpAsync8(dst + r * ld + e, valid ? src + row * cols + col : src, valid);
-      } else if constexpr (sizeof(T) == 4) {
-        CpAsync4(dst + r * ld + e, valid ? src + row * cols + col : src, valid);
-      } else {
-        dst[r * ld + e] = valid ? src[row * cols + col] : T(0.0f);
+    const int shift = __ffs(width) - 1, total = step * width;
+    if constexpr (sizeof(T) >= 4) {
+      for (int q = threadIdx.x; q < total; q += kTThreads) {
+        const int r = q >> shift, e = q & (width - 1);
+        const int64_t row = r0 + r, col = col0 + e;
+        const bool valid = row < r_end && col < cols;
+        if constexpr (sizeof(T) == 8) {
+          CpAsync8(dst + r * ld + e, valid ? src + row * cols + col : src, valid);
+        } else {
+          CpAsync4(dst + r * ld + e, valid ? src + row * cols + col : src, valid);
+        }
+      }
+    } else {
+      // kBatch loads in flight before their stores: one element at a time, a
+      // thread waited a whole memory latency per element (TN f16 9 x 94485 x
+      // 11 took 22 us, XLA's dot 11).
+      constexpr int kBatch = 8;
+      for (int q0 = threadIdx.x; q0 < total; q0 += kBatch * kTThreads) {
+        T v[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int q = q0 + u * kTThreads;
+          const int64_t row = r0 + (q >> shift), col = col0 + (q & (width - 1));
+          v[u] = q < total && row < r_end && col < cols ? src[row * cols + col] : T(0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int q = q0 + u * kTThreads;
+          if (q < total) dst[(q >> shift) * ld + (q & (width - 1))] = v[u];
+        }
       }
     }
   }
@@ -418,22 +438,34 @@ __global__ void __launch_bounds__(kTThreads, 2) Tsm2TKernel(const __grid_constan
   }
   CpAsyncWait<0>();
 
-  // Add the row groups in order (group 0 first), reusing the ring.
+  // Add the row groups pairwise, reusing the ring: each round the upper
+  // groups of those left add into the lower ones, an order fixed by the plan
+  // (bitwise reproducible). Group 0 adding all 256 groups of a 4 x 4 tile in
+  // turn, a chain of 4096 shared-memory loads, took ~20 us (TN f32 1 x 239600
+  // x 2: 28 us against XLA's 3.3).
   if (groups > 1) {
-    __syncthreads();
     Acc* red = reinterpret_cast<Acc*>(smem);
     const int t = threadIdx.x % tile_threads;
     constexpr int kE2 = E * E;
+    for (int live = groups; live > 1;) {
+      const int half = (live + 1) / 2;  // groups [half, live) add into [0, live - half)
+      __syncthreads();                  // the ring, or the last round's values, is free
+      if (g >= half && g < live) {
 #pragma unroll
-    for (int e = 0; e < kE2; ++e) red[(g * kE2 + e) * tile_threads + t] = acc[e / E][e % E];
-    __syncthreads();
-    if (g != 0) return;
+        for (int e = 0; e < kE2; ++e) {
+          red[((g - half) * kE2 + e) * tile_threads + t] = acc[e / E][e % E];
+        }
+      }
+      __syncthreads();
+      if (g < live - half) {
 #pragma unroll
-    for (int e = 0; e < kE2; ++e) {
-      Acc sum = -0.0f;
-      for (int gg = 0; gg < groups; ++gg) sum += red[(gg * kE2 + e) * tile_threads + t];
-      acc[e / E][e % E] = sum;
+        for (int e = 0; e < kE2; ++e) {
+          acc[e / E][e % E] += red[(g * kE2 + e) * tile_threads + t];
+        }
+      }
+      live = half;
     }
+    if (g != 0) return;
   }
 #pragma unroll
   for (int i = 0; i < E; ++i) {

@@ -79,9 +79,13 @@ struct Tsm2MmaConfig {
 // out[j][kk] = B[chunk * kChunkK + kk, n-tile * NT + j], zero past k and n;
 // for f32 a plane of the high TF32 parts, then one of the low parts
 // (tf32.cuh SplitTf32). Reads are coalesced in either layout through a
-// transposing shared tile.
+// transposing shared tile. The loops are unrolled so that a thread's loads
+// are in flight together: one at a time, the 11 blocks of R f16 1454 x 1371 x
+// 51 took 18 us (Nsight Compute) for 147 KB.
+constexpr int kImageThreads = 256;
 template <typename T, int NT>
-__global__ void __launch_bounds__(256) Tsm2MmaImageKernel(const __grid_constant__ Tsm2Args p) {
+__global__ void __launch_bounds__(kImageThreads)
+    Tsm2MmaImageKernel(const __grid_constant__ Tsm2Args p) {
   constexpr int kChunkK = RMmaChunkK(sizeof(T)), kStride = RMmaBStride(sizeof(T));
   constexpr bool kTf32 = std::is_same_v<T, float>;
   // Bits moved as they are: the image is B's own elements, rearranged.
@@ -93,28 +97,44 @@ __global__ void __launch_bounds__(256) Tsm2MmaImageKernel(const __grid_constant_
   const int64_t batch = rest / p.n_tiles;
   const Bits* b = static_cast<const Bits*>(p.b) + batch * p.b_batch_stride;
   const int64_t k0 = chunk * kChunkK, n0 = n_tile * NT;
-  for (int e = threadIdx.x; e < NT * kChunkK; e += blockDim.x) {
+  constexpr int kLoads = (NT * kChunkK + kImageThreads - 1) / kImageThreads;
+  Bits v[kLoads];
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
     // NT: consecutive threads take consecutive k of a column of B (n x k);
     // NN: consecutive columns of a row of B (k x n).
+    const int e = threadIdx.x + i * kImageThreads;
     const int kk = p.b_trans ? e % kChunkK : e / NT;
     const int j = p.b_trans ? e / kChunkK : e % NT;
     const int64_t gk = k0 + kk, gj = n0 + j;
-    tile[j][kk] = gk < p.k && gj < p.n ? b[p.b_trans ? gj * p.k + gk : gk * p.n + gj] : Bits{0};
+    const bool in = e < NT * kChunkK && gk < p.k && gj < p.n;
+    v[i] = in ? b[p.b_trans ? gj * p.k + gk : gk * p.n + gj] : Bits{0};
+  }
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    const int e = threadIdx.x + i * kImageThreads;
+    if (e < NT * kChunkK) {
+      tile[p.b_trans ? e / kChunkK : e % NT][p.b_trans ? e % kChunkK : e / NT] = v[i];
+    }
   }
   __syncthreads();
   constexpr int kPlanes = RMmaBPlanes(sizeof(T));
   Bits* out = static_cast<Bits*>(const_cast<void*>(p.b_image)) +
               blockIdx.x * int64_t{kPlanes} * NT * kStride;
-  for (int e = threadIdx.x; e < NT * kStride; e += blockDim.x) {
+  constexpr int kStores = (NT * kStride + kImageThreads - 1) / kImageThreads;
+#pragma unroll
+  for (int i = 0; i < kStores; ++i) {
+    const int e = threadIdx.x + i * kImageThreads;
+    if (NT * kStride % kImageThreads != 0 && e >= NT * kStride) break;
     const int j = e / kStride, kk = e % kStride;
-    const Bits v = kk < kChunkK ? tile[j][kk] : Bits{0};
+    const Bits x = kk < kChunkK ? tile[j][kk] : Bits{0};
     if constexpr (kTf32) {
       uint32_t hi = 0, lo = 0;  // padding stays zero in both planes
-      if (kk < kChunkK) SplitTf32(__uint_as_float(v), hi, lo);
+      if (kk < kChunkK) SplitTf32(__uint_as_float(x), hi, lo);
       out[e] = hi;
       out[NT * kStride + e] = lo;
     } else {
-      out[e] = v;
+      out[e] = x;
     }
   }
 }
