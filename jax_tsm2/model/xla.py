@@ -29,8 +29,7 @@ def operand_passes(p: Problem, dtype: str, layout: str, cal: Calibration) -> tup
     Bimodal on the validation grid: about once (72-101% of the read ceiling) or
     about three times (25-31%), as if it made a transposed or padded copy.
     Once in nn and nt where ``k`` is a multiple of 64 (the suites' powers of
-    two) or A is the larger operand with rows of whole 64-byte segments, where
-    A is tall (``m >= xla_tall_ratio * k``, the L shapes), or where A's few rows
+    two), where A is tall (``m >= xla_tall_ratio * k``, the L shapes), or where A's few rows
     are a multiple of 32 bytes in f64 and n >= k (S f64 with m = 4, 8: 87-95%;
     m = 2, 6: 26-30%; f32 m = 8, 16 and f64 with n < k ran slow);
     in tn only where one side of the result is a vector (m or n = 1: 91%);
@@ -60,12 +59,7 @@ def operand_passes(p: Problem, dtype: str, layout: str, cal: Calibration) -> tup
     # f64 rows of whole 32-byte sectors read once only while the result is at
     # least as wide as the contraction (seed 4: S f64 4x17666x2853 at 3.9 passes).
     aligned = isz == 8 and p.m <= 16 and p.m * isz % 32 == 0 and p.n >= p.k
-    # Where A is the larger operand, rows of whole 64-byte segments read once
-    # (H200: R f32 20000 x 20000 x 8, 12141 x 10384 x 14 and 100000 x 2000 x 32
-    # at 81-85% of the floor, f64 20000 x 20000 x 8 at 94%; rows of 13192 f32
-    # read 3.4 times over).
-    a_rows_64 = p.k * isz % 64 == 0 and (p.batch or 1) * p.m >= p.n
-    if p.k % 64 == 0 or a_rows_64 or p.m >= cal.xla_tall_ratio * p.k or aligned:
+    if p.k % 64 == 0 or p.m >= cal.xla_tall_ratio * p.k or aligned:
         return 1.0, ""
     short = layout == "nn" and p.m <= 4 and p.k <= cal.xla_short_k
     # The f64 short contraction holds where the result's long side is at least
