@@ -40,6 +40,22 @@ def measured(factors, **design):
     )
 
 
+def test_program_probes_are_the_real_programs_products():
+    from jax_tsm2.bench import suite
+
+    probes = calibrate.program_probes()
+    assert len(probes) == len({(a.shape, a.family, d) for a in suite.APP_CASES for d in a.dtypes})
+    for q in probes:
+        assert q.layout == calibrate.FAMILY_LAYOUT[q.family]
+    # A.T @ Q of a randomized SVD: 100000 rows, a 2000 x 32 result
+    assert calibrate.Probe("TN", "float32", "tn", Problem(None, 2000, 100_000, 32)) in probes
+    data = calibrate.measure(
+        probes[:3], fake_timer({}), DEV, read_bytes_per_s=3.0e12, launch_seconds=5e-6, log=None
+    )
+    assert [r.problem for r in data.records] == [q.problem for q in probes[:3]]
+    assert all("xla" in r.seconds for r in data.records)
+
+
 def test_design_is_deterministic_even_and_inside_the_window():
     probes = calibrate.design(per_cell=3)
     assert probes == calibrate.design(per_cell=3)

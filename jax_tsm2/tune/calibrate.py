@@ -166,6 +166,31 @@ def design(
     return [cell[i] for i in _spread(per_cell) for cell in cells]
 
 
+def program_probes() -> list[Probe]:
+    """The products from real programs (``jax_tsm2.bench.suite.APP_CASES``) as probes, one
+    per dtype each runs in. A calibration measures them first: XLA's dot changes its
+    algorithm between neighbouring shapes (on an H200 it read R f32 20000 x 20000 x 8 once
+    and R f32 17020 x 13192 x 12, the nearest random probe, 3.4 times over), so the random
+    design alone can misjudge the shapes users run most.
+
+    Example:
+        >>> q = program_probes()[0]
+        >>> q.family, q.dtype, q.layout, q.problem
+        ('R', 'float32', 'nn', Problem(batch=None, m=100000, k=2000, n=32))
+    """
+    from jax_tsm2.bench import grid, suite  # the harness imports this module
+
+    out: list[Probe] = []
+    for app in suite.APP_CASES:
+        for dtype in app.dtypes:
+            case = suite.Case(app.family, dtype, *app.shape)
+            name = suite.DTYPES[dtype].name
+            probe = Probe(app.family, name, FAMILY_LAYOUT[app.family], grid.problem(case))
+            if probe not in out:
+                out.append(probe)
+    return out
+
+
 def _spread(n: int) -> list[int]:
     """0..n-1 from the top, each next one in the largest gap left (a van der Corput order).
 
@@ -875,7 +900,7 @@ def _run(
         from tqdm.auto import tqdm
 
         wrap = lambda xs: tqdm(xs, total=len(probes), desc="calibrating", unit="probe")
-    probes = design(per_cell)
+    probes = program_probes() + design(per_cell)
     data = measure(
         probes,
         # Few products per timed call: each probe compiles its own programs, and
