@@ -41,12 +41,17 @@ def measured(factors, **design):
 
 
 def test_program_probes_are_the_real_programs_products():
-    from jax_tsm2.bench import suite
+    from jax_tsm2 import programs
+    from jax_tsm2.bench import grid, suite
 
     probes = calibrate.program_probes()
-    assert len(probes) == len({(a.shape, a.family, d) for a in suite.APP_CASES for d in a.dtypes})
+    apps = programs.APP_CASES
+    assert len(probes) == len({(a.shape, a.family, d) for a in apps for d in a.dtypes})
     for q in probes:
         assert q.layout == calibrate.FAMILY_LAYOUT[q.family]
+    # The harness's problem of each product is the probe's.
+    for a in apps:
+        assert a.problem()[0] == grid.problem(suite.Case(a.family, a.dtypes[0], *a.shape))
     # A.T @ Q of a randomized SVD: 100000 rows, a 2000 x 32 result
     assert calibrate.Probe("TN", "float32", "tn", Problem(None, 2000, 100_000, 32)) in probes
     data = calibrate.measure(

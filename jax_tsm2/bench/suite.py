@@ -8,7 +8,8 @@ operands (one definition serves ``jax_tsm2.matmul``, ``jnp.matmul``, ``torch.mat
 
 Families R, L, NT, TN and S are the product suite. GRAD is the gradient benchmark:
 ``jax.grad`` of a least-squares loss, timed like a product (see :class:`GradFamily`). ``APP``
-is no family of its own but a list of products taken from real programs (:data:`APP_CASES`),
+is no family of its own but a list of products taken from real programs
+(:data:`jax_tsm2.programs.APP_CASES`),
 each a case of the family of its layout that names its source. A family with another layout
 subclasses :class:`Family` (override ``operand_shapes``/``output_shape``/``apply`` and, where
 rows of the output are not rows of the first operand, ``check_rows``/``reference``) and is
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from jax_tsm2.programs import APP_CASES
 
 try:  # ml_dtypes ships with jaxlib; it is what jnp.bfloat16 is.
     from ml_dtypes import bfloat16 as _bfloat16
@@ -374,96 +377,6 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-@dataclass(frozen=True)
-class AppProduct:
-    """A product taken from a real program: its layout family, sizes and dtypes, where it
-    comes from, and a CPU-sized product of the same layout for smoke runs (``--tiny``)."""
-
-    family: str
-    shape: tuple[int, int, int]
-    dtypes: tuple[str, ...]
-    source: str
-    tiny: tuple[int, int, int]
-    quick: bool = False  # one of the ``--quick`` subset
-
-
-#: ``--family APP``: products from real programs, each timed like a suite case of its layout.
-APP_CASES: tuple[AppProduct, ...] = (
-    AppProduct(
-        "R",
-        (100_000, 2000, 32),
-        ("f32",),
-        "randomized SVD: the sketch Y = A @ Omega of a 100000 x 2000 matrix, 32 columns",
-        (1000, 200, 32),
-    ),
-    AppProduct(
-        "TN",
-        (100_000, 2000, 32),
-        ("f32",),
-        "randomized SVD: the projection A.T @ Q onto the sketch's 32-column basis",
-        (1000, 200, 32),
-        quick=True,
-    ),
-    AppProduct(
-        "TN",
-        (1_000_000, 32, 32),
-        ("f32",),
-        "Gram-type product X.T @ Y of two 1e6 x 32 blocks (normal equations, covariances)",
-        (10_000, 32, 32),
-    ),
-    AppProduct(
-        "R",
-        (20_000, 20_000, 8),
-        ("f32", "f64"),
-        "block power (subspace) iteration: A @ V, a 20000 x 20000 matrix, 8 vectors",
-        (400, 400, 8),
-        quick=True,
-    ),
-    AppProduct(
-        "R",
-        (32_768, 4096, 16),
-        ("bf16", "f32"),
-        "LoRA adapter, forward: 32768 tokens x 4096 features @ the rank-16 down-projection",
-        (512, 256, 16),
-    ),
-    AppProduct(
-        "TN",
-        (32_768, 4096, 16),
-        ("bf16", "f32"),
-        "LoRA adapter, backward: the down-projection's gradient X.T @ dZ over 32768 tokens",
-        (512, 256, 16),
-    ),
-    AppProduct(
-        "NT",
-        (1_000_000, 128, 64),
-        ("f32",),
-        "k-means distances: X @ C.T, 1e6 points of 128 features against 64 centroids",
-        (2000, 128, 64),
-    ),
-    AppProduct(
-        "L",
-        (1_000_000, 3, 3),
-        ("f32",),
-        "a tiny-k product: 1e6 3-D points times a 3 x 3 matrix "
-        "(github.com/jax-ml/jax/issues/33004)",
-        (5000, 3, 3),
-    ),
-    AppProduct(
-        "S",
-        (1, 4096, 14336),
-        ("bf16",),
-        "LLM decode, one sequence: h @ W_up of a 4096 -> 14336 MLP (Llama-3-8B, Mistral-7B)",
-        (1, 256, 448),
-        quick=True,
-    ),
-    AppProduct(
-        "S",
-        (4, 4096, 14336),
-        ("bf16",),
-        "LLM decode, a batch of 4 sequences through the same 4096 -> 14336 MLP",
-        (4, 256, 448),
-    ),
-)
 APP = "APP"
 
 #: dtypes run when ``--dtype`` is not given (f16 on request).

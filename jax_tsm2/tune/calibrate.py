@@ -25,7 +25,7 @@ grids draw their shapes with other seeds.
 
 Example (a fake timer standing in for the GPU: every kernel runs 20% slower
 than the model says, XLA's dot as predicted):
-    >>> from jax_tsm2 import model
+    >>> from jax_tsm2 import model, programs
     >>> from jax_tsm2.tune import calibrate
     >>> dev = model.H100_SXM
     >>> probes = calibrate.design(per_cell=2, dtypes=("float32",), families=("L",))
@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from jax_tsm2 import model
+from jax_tsm2 import model, programs
 from jax_tsm2.problem import Problem
 from jax_tsm2.tune import tuner
 
@@ -77,7 +77,7 @@ Timer = Callable[[str, Problem, str, str], float]
 # product is stored in. The probes' sizes are kept between MIN_BYTES and
 # MAX_PROBE_BYTES of operands and result.
 Region = tuple[tuple[float, float], tuple[float, float], tuple[float, float]]
-FAMILY_LAYOUT: dict[str, str] = {"R": "nn", "L": "nn", "S": "nn", "NT": "nt", "TN": "tn"}
+FAMILY_LAYOUT = programs.FAMILY_LAYOUT
 REGIONS: dict[str, tuple[Region, ...]] = {
     "R": (((1e3, 3e4), (1e3, 3e4), (1, 64)),),
     "L": (((1e4, 1e7), (1, 64), (1, 64)),),
@@ -167,25 +167,22 @@ def design(
 
 
 def program_probes() -> list[Probe]:
-    """The products from real programs (``jax_tsm2.bench.suite.APP_CASES``) as probes, one
-    per dtype each runs in. A calibration measures them first: XLA's dot changes its
-    algorithm between neighbouring shapes (on an H200 it read R f32 20000 x 20000 x 8 once
-    and R f32 17020 x 13192 x 12, the nearest random probe, 3.4 times over), so the random
-    design alone can misjudge the shapes users run most.
+    """The products from real programs (``jax_tsm2.programs.APP_CASES``) as probes, one per
+    dtype each runs in. A calibration measures them first: XLA's dot changes its algorithm
+    between neighbouring shapes (on an H200 it read R f32 20000 x 20000 x 8 once and R f32
+    17020 x 13192 x 12, the nearest random probe, 3.4 times over), so the random design alone
+    can misjudge the shapes users run most.
 
     Example:
         >>> q = program_probes()[0]
         >>> q.family, q.dtype, q.layout, q.problem
         ('R', 'float32', 'nn', Problem(batch=None, m=100000, k=2000, n=32))
     """
-    from jax_tsm2.bench import grid, suite  # the harness imports this module
-
     out: list[Probe] = []
-    for app in suite.APP_CASES:
+    for app in programs.APP_CASES:
+        problem, layout = app.problem()
         for dtype in app.dtypes:
-            case = suite.Case(app.family, dtype, *app.shape)
-            name = suite.DTYPES[dtype].name
-            probe = Probe(app.family, name, FAMILY_LAYOUT[app.family], grid.problem(case))
+            probe = Probe(app.family, programs.DTYPE_NAMES[dtype], layout, problem)
             if probe not in out:
                 out.append(probe)
     return out
