@@ -12,6 +12,11 @@ compared on.
     python benchmarks/routing_replay.py \\
         jax_tsm2/calibrations/calibration-NVIDIA-H200-sm90-132sm.json \\
         grid/bench.json app/bench.json --verbose
+    python benchmarks/routing_replay.py none --theoretical-tbps 4.8 grid/bench.json
+
+With ``none`` in place of the file, routing runs as on a GPU with no calibration
+(``JAX_TSM2_CALIBRATION=off``, no tune cache: ``routing.route`` in mode "auto"), on a device
+whose driver reports the given theoretical DRAM bandwidth.
 
 The device is the one each run recorded (name, SMs, L2); the bandwidth is the calibration's.
 """
@@ -22,13 +27,15 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import pathlib
 import sys
+import tempfile
 from typing import Any
 
 from jax_tsm2 import model, routing
 from jax_tsm2.problem import problem_of
-from jax_tsm2.tune import calibrate
+from jax_tsm2.tune import cache, calibrate
 
 LAYOUTS = {"R": "nn", "L": "nn", "S": "nn", "NT": "nt", "TN": "tn"}
 DTYPES = {"f32": "float32", "f64": "float64", "bf16": "bfloat16", "f16": "float16"}
@@ -80,13 +87,47 @@ def device_of(recorded: dict[str, Any]) -> model.Device:
     )
 
 
-def replay(cases: list[Case], corrections: calibrate.Corrections, verbose: bool) -> dict:
+def uncalibrated_pick(case: Case, device: model.Device) -> str:
+    """What ``routing.route`` (mode "auto") picks for the case with no calibration and no
+    tune cache: the model alone, with its wide margins."""
+    import jax
+
+    dtype = DTYPES[case.dtype]
+    a, b = (jax.ShapeDtypeStruct(tuple(s), dtype) for s in case.shapes)
+    saved = {k: os.environ.get(k) for k in (calibrate.ENV_VAR, cache.ENV_DIR)}
+    with tempfile.TemporaryDirectory() as empty:
+        os.environ[calibrate.ENV_VAR], os.environ[cache.ENV_DIR] = "off", empty
+        try:
+            r = routing.route(
+                a, b, dtype, platform="cuda", mode="auto", layout=LAYOUTS[case.family],
+                device=device,
+            )  # fmt: skip
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return r.target
+
+
+def replay(
+    cases: list[Case],
+    corrections: calibrate.Corrections | None,
+    verbose: bool,
+    device: model.Device | None = None,
+) -> dict:
+    """Scores the picks: of calibrated routing, or with ``corrections`` None of routing with
+    no calibration on ``device``."""
     misses, losses, speedups = [], [], []
     for case in cases:
         layout = LAYOUTS[case.family]
         dtype = DTYPES[case.dtype]
         p = problem_of(*case.shapes, layout)
-        pick = routing.calibrated_decision(p, dtype, layout, corrections).target
+        if corrections is None:
+            pick = uncalibrated_pick(case, device)
+        else:
+            pick = routing.calibrated_decision(p, dtype, layout, corrections).target
         jnp_s = case.seconds["jnp"]
         got = jnp_s if pick == "xla" else case.kernel_seconds(pick)
         names = routing.candidates(p, layout)[0]
@@ -112,17 +153,32 @@ def replay(cases: list[Case], corrections: calibrate.Corrections, verbose: bool)
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("calibration", type=pathlib.Path, help="a calibration-<GPU>.json file")
+    ap.add_argument(
+        "calibration",
+        type=pathlib.Path,
+        help="a calibration-<GPU>.json file, or none: route with no calibration",
+    )
     ap.add_argument("runs", type=pathlib.Path, nargs="+", help="harness bench.json files")
     ap.add_argument("--verbose", action="store_true", help="list every miss and loss")
+    ap.add_argument(
+        "--theoretical-tbps",
+        type=float,
+        default=None,
+        help="with none: the GPU's theoretical DRAM bandwidth in TB/s, as its driver reports",
+    )
     args = ap.parse_args(argv)
-    for path in [args.calibration, *args.runs]:
+    uncalibrated = str(args.calibration) == "none"
+    if uncalibrated and not (args.theoretical_tbps and args.theoretical_tbps > 0):
+        ap.error("none needs --theoretical-tbps (the GPU's DRAM bandwidth, TB/s)")
+    for path in [*([] if uncalibrated else [args.calibration]), *args.runs]:
         if not path.is_file():
             ap.error(f"no such file: {path}")
-    try:
-        data = calibrate.CalibrationData.from_json(json.loads(args.calibration.read_text()))
-    except (ValueError, KeyError, TypeError) as e:
-        ap.error(f"{args.calibration} is not a calibration file this version reads: {e}")
+    data = None
+    if not uncalibrated:
+        try:
+            data = calibrate.CalibrationData.from_json(json.loads(args.calibration.read_text()))
+        except (ValueError, KeyError, TypeError) as e:
+            ap.error(f"{args.calibration} is not a calibration file this version reads: {e}")
     cases, recorded = [], None
     for path in args.runs:
         try:
@@ -131,7 +187,16 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{path} is not a harness run (bench.json): {e!r}")
         cases += found
     device = device_of(recorded or {})
-    summary = replay(cases, calibrate.Corrections(data, device), args.verbose)
+    if data is None:
+        # The driver's bus width and memory clock: only their product, the theoretical
+        # bandwidth, enters the model.
+        bus = device.memory_bus_bits
+        device = dataclasses.replace(
+            device, memory_clock_hz=args.theoretical_tbps * 1e12 * 8 / (2 * bus)
+        )
+        summary = replay(cases, None, args.verbose, device)
+    else:
+        summary = replay(cases, calibrate.Corrections(data, device), args.verbose)
     print(
         f"{summary['cases']} products: routed {summary['geomean_over_jnp']:.3f}x jnp.matmul "
         f"(geomean); {summary['misses']} misses (a pick >= {MISS_FACTOR:.2f}x the fastest "

@@ -68,3 +68,16 @@ def test_bad_arguments_get_the_usage(tmp_path):
     _calibration(tmp_path / "cal.json")
     r = _replay(str(tmp_path / "cal.json"), str(tmp_path / "run.json"))
     assert r.returncode == 2 and "not a harness run" in r.stderr
+
+
+def test_replays_routing_without_a_calibration(tmp_path):
+    """``none``: routing as on a GPU with no calibration. TN f32 32 x 1e6 x 32: the model
+    alone predicts TSM2T slower than XLA's dot at its best (one pass), so XLA's dot is kept
+    whatever was measured; a kernel measured 3x faster is then a miss, never a loss."""
+    run = _run(tmp_path / "bench.json", {"TN:gram": (10**6, {"jnp": 1.8e-4, "tsm2t": 6.0e-5})})
+    r = _replay("none", "--theoretical-tbps", "4.8", str(run), "--verbose")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 products: routed 1.000x" in r.stdout and "1 misses" in r.stdout, r.stdout
+    assert "0 losses" in r.stdout and "picks xla" in r.stdout, r.stdout
+    r = _replay("none", str(run))
+    assert r.returncode == 2 and "usage:" in r.stderr and "--theoretical-tbps" in r.stderr
