@@ -57,12 +57,14 @@ def _precision(name: str, arg: str):
 
 
 def clean_run(name: str, products: int, prec, rng) -> dict:
-    """Clean products of every kind: flagged ones, and the largest residual / threshold."""
+    """Clean products of every kind, checked as ``abft_matmul`` checks them: flagged ones, and
+    the largest residual / threshold."""
     dtype = DTYPES[name]
+    checked = abft.checked_dtype(dtype)
 
     def case(a, b):
-        cs = abft.encode(a, b, precision=prec)
-        c = abft.product(a, b, precision=prec)
+        cs = abft.encode(a, b, precision=prec, out_dtype=checked)
+        c = jnp.matmul(a, b, precision=prec, preferred_element_type=checked)
         r = abft.verify(c, cs)
         ratio = jnp.max(jnp.abs(r.col) / r.col_threshold)
         return jnp.any(r.col_flags), ratio, jnp.all(jnp.isfinite(c))
@@ -89,12 +91,14 @@ def clean_run(name: str, products: int, prec, rng) -> dict:
 
 
 def fault_run(name: str, faults: int, prec, rng) -> list[dict]:
-    """Single faults of relative size 10^U(-7, 0) in clean products; one record per fault."""
+    """Single faults of relative size 10^U(-7, 0) in clean products, as ``abft_matmul`` checks
+    them (in ``abft.checked_dtype``: bf16/f16 as their f32 sums); one record per fault."""
     dtype = DTYPES[name]
+    checked = abft.checked_dtype(dtype)
 
     def case(a, b, i, j, rel):
-        cs = abft.encode(a, b, precision=prec)
-        clean = abft.product(a, b, precision=prec)
+        cs = abft.encode(a, b, precision=prec, out_dtype=checked)
+        clean = jnp.matmul(a, b, precision=prec, preferred_element_type=checked)
         acc = cs.stats.dtype
         col_max = jnp.max(jnp.abs(clean.astype(acc)), axis=0)[j]
         bad = abft.inject_error(clean, i, j, rel.astype(acc) * col_max)
@@ -134,7 +138,8 @@ def flip_run(name: str, flips: int, prec, rng, per_key: int = 16) -> list[dict]:
     """Bits flipped inside the pass over C: random (row, col, bit), each in ``per_key`` clean
     products (one compilation per key: the fault is a static attribute); one record per flip."""
     dtype = DTYPES[name]
-    bits = 8 * jnp.dtype(dtype).itemsize
+    checked = abft.checked_dtype(dtype)  # the value a flip hits: bf16/f16 products' f32 sums
+    bits = 8 * checked.itemsize
     m, k, n = 300, 257, 4
     records = []
     for _ in range(max(1, flips // per_key)):
@@ -143,14 +148,15 @@ def flip_run(name: str, flips: int, prec, rng, per_key: int = 16) -> list[dict]:
         row, col, bit = int(rng.integers(m)), int(rng.integers(n)), int(rng.integers(bits))
 
         def case(a, b, key=(row, col, bit)):
-            clean = abft.product(a, b, precision=prec)
-            t = abft.verify(clean, abft.encode(a, b, precision=prec)).col_threshold[key[1]]
+            clean = jnp.matmul(a, b, precision=prec, preferred_element_type=checked)
+            cs = abft.encode(a, b, precision=prec, out_dtype=checked)
+            t = abft.verify(clean, cs).col_threshold[key[1]]
             _, v = abft.abft_matmul(a, b, precision=prec, inject=key)
             return clean[key[0], key[1]], t, v
 
         entry, t, v = jax.device_get(jax.jit(jax.vmap(case))(a, b))
         for e in range(per_key):
-            x = np.asarray([entry[e]], dtype=np.dtype(dtype))
+            x = np.asarray([entry[e]], dtype=checked)
             ints = x.view(f"u{x.dtype.itemsize}").copy()
             ints ^= np.asarray(1 << bit, ints.dtype)
             flipped = float(ints.view(x.dtype)[0].astype(np.float64))

@@ -10,7 +10,10 @@ flagged. The threshold is a statistical bound on what rounding alone does to the
 capped by the worst case: ``jax_tsm2.abft_model`` derives it and states the false-positive rate
 it targets (below ``1e-9`` per check). ``abft_matmul`` then repairs a single flagged column by
 recomputing it from the operands (``c[:, j] = a @ b[:, j]``, one pass over ``A``), which also
-locates the faulty entries; a clean product does not pay for the recomputation.
+locates the faulty entries; a clean product does not pay for the recomputation. It checks a
+bf16/f16 product as its f32 sums, before rounding it (``checked_dtype``): after the rounding,
+the threshold must allow for every entry's rounding, which hides errors of a tenth of a
+column's largest entry once the column has a few dozen rows.
 
 Where the checks run: the FFI targets ``tsm2_abft_encode`` and ``tsm2_abft_verify``
 (``abft_calls``) on CUDA, where each pass is one streaming kernel and a small one adding its
@@ -57,7 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.typing import ArrayLike
+from jax.typing import ArrayLike, DTypeLike
 
 from jax_tsm2 import _ffi, abft_calls, abft_model, config
 from jax_tsm2.abft_model import accumulation_dtype, checksum_scale, checksum_weights
@@ -71,6 +74,7 @@ __all__ = [
     "abft_matmul",
     "accumulation_dtype",
     "check",
+    "checked_dtype",
     "checksum_scale",
     "checksum_weights",
     "correct",
@@ -379,22 +383,41 @@ def _flip_bit(c: jax.Array, row: int, col: int, bit: int) -> jax.Array:
     return lax.bitcast_convert_type(bits, c.dtype)
 
 
-def _model(dtype: np.dtype, m: int, k: int, precision, acc: np.dtype, *, extended: bool):
+def _model(dtype: np.dtype, m: int, k: int, precision, acc: np.dtype, out, *, extended: bool):
     return jnp.asarray(
-        abft_model.model_vector(dtype, m, k, precision, acc, extended_sums=extended), acc
+        abft_model.model_vector(dtype, m, k, precision, acc, extended_sums=extended, out=out),
+        acc,
     )
 
 
-def _entry_bound(dtype: np.dtype, k: int, precision, acc: np.dtype):
-    bound = abft_model.entry_bound(dtype, k, precision, acc)
+def _entry_bound(dtype: np.dtype, k: int, precision, acc: np.dtype, out):
+    bound = abft_model.entry_bound(dtype, k, precision, acc, out)
     return jnp.asarray(bound.factor, acc), jnp.asarray(bound.floor, acc)
+
+
+def checked_dtype(dtype: DTypeLike) -> np.dtype:
+    """The dtype ``abft_matmul`` checks a product of ``dtype`` operands in: f32 for bf16/f16
+    (their f32 sums, before the rounding to ``dtype``, whose noise would hide errors of a
+    tenth of a column's largest entry at ~1000 rows), else ``dtype`` itself.
+
+    >>> checked_dtype(jnp.bfloat16), checked_dtype(jnp.float64)
+    (dtype('float32'), dtype('float64'))
+    """
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.itemsize == 2 else dtype
 
 
 # --------------------------------------------------------------------------------------------
 # encode / verify / correct
 
 
-def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -> Checksums:
+def encode(
+    a: ArrayLike,
+    b: ArrayLike,
+    *,
+    precision: lax.PrecisionLike = None,
+    out_dtype: DTypeLike | None = None,
+) -> Checksums:
     """Reference column checksums of ``a @ b`` and the statistics of their threshold.
 
     Two passes (one ``tsm2_abft_encode`` call on CUDA and CPU, one fused XLA reduction each
@@ -407,6 +430,10 @@ def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -
       b: ``(k, n)`` operand.
       precision: the ``precision`` the product itself is (or will be) computed with; it sets how
         much input rounding (TF32 on GPUs at default precision) the threshold allows for.
+      out_dtype: the dtype of the ``C`` that will be verified: the product's dtype (the
+        default), or for bf16/f16 operands f32, their sums before rounding
+        (``checked_dtype``, as ``abft_matmul`` checks them), which the threshold then need
+        not allow the output rounding for.
 
     Returns:
       ``Checksums``. The threshold itself depends on ``C`` (its column norms) and comes with
@@ -423,18 +450,24 @@ def encode(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -
     m, k = a.shape
     n = b.shape[1]
     acc = accumulation_dtype(dtype)
+    out = dtype if out_dtype is None else np.dtype(out_dtype)
+    if out not in (dtype, checked_dtype(dtype)):
+        raise TypeError(
+            f"abft.encode: out_dtype must be the product's dtype ({dtype}) or "
+            f"{checked_dtype(dtype)}, got {out}"
+        )
     # Mixed operands promote exactly (as jnp.matmul does) to the product's dtype.
     a, b = a.astype(dtype), b.astype(dtype)
 
     def kernel(a, b):
         stats = abft_calls.encode(a, b, acc=acc)
-        return stats, _model(dtype, m, k, precision, acc, extended=True)
+        return stats, _model(dtype, m, k, precision, acc, out, extended=True)
 
     def xla(a, b):
-        return _encode_xla(a, b, acc), _model(dtype, m, k, precision, acc, extended=False)
+        return _encode_xla(a, b, acc), _model(dtype, m, k, precision, acc, out, extended=False)
 
     stats, model = _by_platform("sums", _sums_usable(dtype, m, k, n), kernel, xla, a, b)
-    factor, floor = _entry_bound(dtype, k, precision, acc)
+    factor, floor = _entry_bound(dtype, k, precision, acc, out)
     return Checksums(stats, model, factor, floor)
 
 
@@ -750,7 +783,11 @@ def abft_matmul(
 
     Encodes column checksums of the operands (one pass over ``A``, one over ``B``), computes the
     product, verifies it (one pass over ``C``) and, when exactly one column is flagged,
-    recomputes that column from ``a`` and ``b`` (see ``correct``). jit-able and vmap-able
+    recomputes that column from ``a`` and ``b`` (see ``correct``). bf16/f16 products are
+    computed and checked in f32 and rounded to the operands' dtype last (``checked_dtype``):
+    checked after rounding, an error of a tenth of a column's largest entry can hide in the
+    rounding noise of a thousand-row column. Their repair runs as XLA ops (a ``lax.cond``),
+    since the judge kernels take one dtype for ``a``, ``b`` and ``c``. jit-able and vmap-able
     (batch with ``jax.vmap``; operands are 2-D; under ``vmap`` the repair's ``lax.cond``,
     where it is one, runs for every entry). On CUDA the whole check is a ``tsm2_abft_encode``
     and a ``tsm2_abft_verify`` call (two passes and one, each a streaming kernel and a small
@@ -761,10 +798,11 @@ def abft_matmul(
       a: ``(m, k)`` f16/bf16/f32/f64 operand.
       b: ``(k, n)`` operand.
       precision: as for ``jax_tsm2.matmul``; also sets the threshold's input-rounding term.
-      inject: ``(row, col, bit)``, for tests: flips bit ``bit`` of ``C[row, col]`` inside the
-        pass over ``C`` (``tsm2_abft_verify_inject``: the kernel that reads ``C`` for its
-        checksum flips the bit in its read and writes the value back), so the whole check runs
-        on a product with a fault in it. Static ints; ``None`` (the default) compiles the
+      inject: ``(row, col, bit)``, for tests: flips bit ``bit`` of ``C[row, col]`` (for
+        bf16/f16 operands, of its f32 value: the one checked) inside the pass over ``C``
+        (``tsm2_abft_verify_inject``: the kernel that reads ``C`` for its checksum flips the
+        bit in its read and writes the value back), so the whole check runs on a product
+        with a fault in it. Static ints; ``None`` (the default) compiles the
         production target, which has no injection code.
 
     Returns:
@@ -779,11 +817,16 @@ def abft_matmul(
     (5, 2, True, 32.0)
     """
     a, b, dtype = _check_operands(a, b)
+    checked = checked_dtype(dtype)
     if inject is not None:
-        inject = _check_injection(inject, (a.shape[0], b.shape[1]), dtype)
-    checksums = encode(a, b, precision=precision)
-    c = product(a, b, precision=precision)
-    return _check(c, checksums, a=a, b=b, inject=inject)
+        inject = _check_injection(inject, (a.shape[0], b.shape[1]), checked)
+    checksums = encode(a, b, precision=precision, out_dtype=checked)
+    if checked == dtype:
+        c = product(a, b, precision=precision)
+    else:
+        c = matmul(a, b, precision=precision, preferred_element_type=checked)
+    c, verdict = _check(c, checksums, a=a, b=b, inject=inject)
+    return c.astype(dtype), verdict
 
 
 def product(a: ArrayLike, b: ArrayLike, *, precision: lax.PrecisionLike = None) -> jax.Array:

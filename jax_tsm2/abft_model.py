@@ -227,21 +227,32 @@ class EntryBound(NamedTuple):
     floor: float
 
 
-def _product_units(dtype: np.dtype) -> tuple[float, float, float, float]:
-    """(u_p, u_out, tiny_p, tiny_out) of products of ``dtype``."""
+def _narrow_output(dtype: np.dtype, out: DTypeLike | None) -> bool:
+    """Whether a product of ``dtype`` operands is checked after rounding to bf16/f16: its
+    ``C`` is ``dtype`` (``out`` None or ``dtype``), not the f32 sums before rounding."""
+    return dtype in _NARROW and (out is None or np.dtype(out) == dtype)
+
+
+def _product_units(
+    dtype: np.dtype, out: DTypeLike | None = None
+) -> tuple[float, float, float, float]:
+    """(u_p, u_out, tiny_p, tiny_out) of products of ``dtype`` checked in ``out``."""
     prod = np.dtype(np.float64 if dtype == np.float64 else np.float32)
-    narrow = dtype in _NARROW
+    narrow = _narrow_output(dtype, out)
     u_out = float(jnp.finfo(dtype).eps) / 2 if narrow else 0.0
     tiny_out = float(jnp.finfo(dtype).tiny) if narrow else 0.0
     return float(jnp.finfo(prod).eps) / 2, u_out, float(jnp.finfo(prod).tiny), tiny_out
 
 
-def entry_bound(dtype: DTypeLike, k: int, precision, acc: DTypeLike) -> EntryBound:
+def entry_bound(
+    dtype: DTypeLike, k: int, precision, acc: DTypeLike, out: DTypeLike | None = None
+) -> EntryBound:
     """The worst-case bound of one entry of a product of ``k`` terms (twice the first-order
     bracket: second-order terms and the rounding of ``|A||B|`` itself), recomputed in
-    ``acc``: what the repair compares each entry of a recomputed column against."""
+    ``acc``: what the repair compares each entry of a recomputed column against. ``out``: the
+    dtype ``C`` is checked in (None: ``dtype``; f32 for bf16/f16 sums before rounding)."""
     dtype, acc = np.dtype(dtype), np.dtype(acc)
-    u_p, u_out, tiny_p, tiny_out = _product_units(dtype)
+    u_p, u_out, tiny_p, tiny_out = _product_units(dtype, out)
     u_in = input_rounding(dtype, precision)
     u_acc, tiny_acc = float(jnp.finfo(acc).eps) / 2, float(jnp.finfo(acc).tiny)
     eta = 2 * u_in + u_in**2 + _gamma(k, u_p) + 2 * u_out
@@ -251,18 +262,27 @@ def entry_bound(dtype: DTypeLike, k: int, precision, acc: DTypeLike) -> EntryBou
 
 
 def model_vector(
-    dtype: DTypeLike, m: int, k: int, precision, acc: DTypeLike, *, extended_sums: bool
+    dtype: DTypeLike,
+    m: int,
+    k: int,
+    precision,
+    acc: DTypeLike,
+    *,
+    extended_sums: bool,
+    out: DTypeLike | None = None,
 ) -> np.ndarray:
     """The constants of the threshold (``MODEL_FIELDS``, ``AbftModel`` in checksum.h) for an
     ``(m, k)`` product of ``dtype``, as float64; ``extended_sums``: the checksums are summed in
-    f64 / double-double (the FFI targets) rather than in ``acc`` (XLA's formulation).
+    f64 / double-double (the FFI targets) rather than in ``acc`` (XLA's formulation); ``out``:
+    the dtype ``C`` is checked in (None: ``dtype``; f32 for bf16/f16 products checked on their
+    f32 sums before rounding, which leaves out the output rounding's terms).
 
     >>> v = model_vector(jnp.float32, 100, 50, None, jnp.float32, extended_sums=True)
     >>> float(dict(zip(MODEL_FIELDS, v))["lambda"]), len(v)
     (6.6, 12)
     """
     dtype, acc = np.dtype(dtype), np.dtype(acc)
-    u_p, u_out, tiny_p, tiny_out = _product_units(dtype)
+    u_p, u_out, tiny_p, tiny_out = _product_units(dtype, out)
     u_in = input_rounding(dtype, precision)
     u_acc, tiny_acc = float(jnp.finfo(acc).eps) / 2, float(jnp.finfo(acc).tiny)
     if extended_sums:  # f64 sums (f32/bf16/f16 data) or double-double (f64 data)
@@ -271,7 +291,7 @@ def model_vector(
     else:
         u_sum, tiny_sum = u_acc, tiny_acc
     s = checksum_scale(m)
-    narrow = dtype in _NARROW
+    narrow = _narrow_output(dtype, out)
     coherent_in = (2 * u_in + u_in**2) * (1 + u_out)
     floor = 2 * (s * m * (2 * k + 1) * tiny_p + s * m * tiny_out + (2 * m + 2 * k + 4) * tiny_sum)
     eta = 2 * u_in + u_in**2 + _gamma(k, u_p) + 2 * u_out

@@ -8,8 +8,9 @@ runs the same on the GPU).
   per dtype in the ``slow`` test (``pytest -m slow``).
 - Every single error of at least ``1e-3`` (f32, f64) or ``1e-1`` (bf16, f16) times the largest
   entry of its column is detected, located and corrected, in well-conditioned products
-  (``DETECT_KINDS``) of the sizes the bound reaches that far for (bf16: columns of up to 16
-  rows; see docs/abft.md for the limits).
+  (``DETECT_KINDS``) of up to 300 rows, each checked as ``abft_matmul`` checks it: bf16/f16
+  products as their f32 sums (``abft.checked_dtype``; see docs/abft.md for the limits of a
+  check after the rounding).
 - A bit flipped inside the pass over C (``abft_matmul(..., inject=...)``) is caught end to end.
 
 Products are batched through one ``jax.jit(jax.vmap(...))`` per shape.
@@ -35,9 +36,8 @@ SMALL_SHAPES = [(1, 1, 1), (7, 5, 3), (37, 90, 5), (64, 64, 8), (129, 33, 2), (3
 LARGE_SHAPES = [(4096, 64, 3), (64, 4096, 3), (1024, 1024, 4)]
 HUGE_SHAPE = (4096, 4096, 2)
 # The smallest error (relative to its column's largest entry) the bar asks to catch, and the
-# column lengths it is asked of: bf16's own rounding of a column of m entries is
-# about 2^-9 sqrt(m) times them, above 10% of the largest past a few dozen rows.
-DETECT = {"f32": (1e-3, 300), "f64": (1e-3, 300), "f16": (1e-1, 300), "bf16": (1e-1, 16)}
+# column lengths it is asked of.
+DETECT = {"f32": (1e-3, 300), "f64": (1e-3, 300), "f16": (1e-1, 300), "bf16": (1e-1, 300)}
 
 
 def precision_for(dtype):
@@ -106,27 +106,29 @@ def test_no_false_positive_over_100000_clean_products(name, request):
 def detection_case(rng, dtype, kind, batch, m, k, n, smallest):
     """Operands, fault positions and signed fault sizes (from ``smallest`` to 1000x that, a
     quarter exactly ``smallest``, relative to the largest entry of the faulty column). The
-    fault is added in C's dtype, whose rounding of the faulty entry may take up to ``u`` of
-    it off the fault: the sizes asked for allow for that, so that every fault is at least
-    ``smallest`` as injected."""
+    fault is added in the dtype C is checked in, whose rounding of the faulty entry may take
+    up to ``u`` of it off the fault: the sizes asked for allow for that, so that every fault
+    is at least ``smallest`` as injected."""
     a, b = random_operands(rng, kind, batch, m, k, n, dtype)
     i = jnp.asarray(rng.integers(0, m, batch))
     j = jnp.asarray(rng.integers(0, n, batch))
     rel = smallest * 10.0 ** rng.uniform(0, 3, batch)
     rel[: batch // 4] = smallest
-    u = float(jnp.finfo(dtype).eps) / 2
+    u = float(jnp.finfo(abft.checked_dtype(dtype)).eps) / 2
     rel = (rel + u * (1 + rel)) / (1 - u)
     sign = rng.choice([-1.0, 1.0], batch)
     return a, b, i, j, jnp.asarray(rel * sign)
 
 
 def run_detection(a, b, i, j, rel, dtype):
-    """Injects ``rel * max|C[:, j]|`` at ``(i, j)`` of each clean product and checks it."""
+    """Injects ``rel * max|C[:, j]|`` at ``(i, j)`` of each clean product, as ``abft_matmul``
+    computes it (in ``checked_dtype``), and checks it."""
     prec = precision_for(dtype)
+    checked = abft.checked_dtype(dtype)
 
     def case(a, b, i, j, rel):
-        cs = abft.encode(a, b, precision=prec)
-        clean = abft.product(a, b, precision=prec)
+        cs = abft.encode(a, b, precision=prec, out_dtype=checked)
+        clean = jnp.matmul(a, b, precision=prec, preferred_element_type=checked)
         acc = cs.stats.dtype
         col_max = jnp.max(jnp.abs(clean.astype(acc)), axis=0)[j]
         bad = abft.inject_error(clean, i, j, rel.astype(acc) * col_max)
@@ -153,6 +155,7 @@ def test_single_errors_above_the_bar_are_detected_located_and_corrected(name, ki
 def check_detection(name: str, kind: str, shapes: int) -> None:
     """``shapes`` random shapes of ``kind`` within the bar's reach, 64 faults each."""
     dtype = DTYPES[name]
+    checked = abft.checked_dtype(dtype)
     smallest, max_rows = DETECT[name]
     rng = np.random.default_rng(30 + list(DTYPES).index(name) + 7 * DETECT_KINDS.index(kind))
     for _ in range(shapes):
@@ -174,7 +177,7 @@ def check_detection(name: str, kind: str, shapes: int) -> None:
         jj = np.asarray(j)[:, None, None]
         got, want = (np.take_along_axis(as_f64(x), jj, axis=2) for x in (fixed, clean))
         scale = np.take_along_axis(np.abs(as_f64(a)) @ np.abs(as_f64(b)), jj, axis=2)
-        eps = (k + 2) * float(jnp.finfo(jnp.float32).eps) + float(jnp.finfo(dtype).eps)
+        eps = (k + 2) * float(jnp.finfo(jnp.float32).eps) + float(jnp.finfo(checked).eps)
         assert (np.abs(got - want) <= 2 * eps * scale + 1e-300).all(), where
 
 
@@ -193,27 +196,32 @@ def flipped(value: float, dtype, bit: int) -> float:
 def test_a_bit_flipped_inside_the_pass_over_c_is_caught(name):
     """Bits of the exponent and the top of the mantissa of a random entry: each changes it by
     far more than its column's threshold, and is detected, located and repaired; the
-    product returned is the clean one (up to the recomputation's rounding)."""
+    product returned is the clean one (up to the recomputation's rounding). bf16/f16
+    products are checked as their f32 sums (``checked_dtype``), so the bits are the f32
+    value's."""
     dtype = DTYPES[name]
-    bits = 8 * jnp.dtype(dtype).itemsize
-    mant = {"f32": 23, "f64": 52, "bf16": 7, "f16": 10}[name]
+    checked = abft.checked_dtype(dtype)
+    bits = 8 * checked.itemsize
+    mant = {4: 23, 8: 52}[checked.itemsize]
     rng = np.random.default_rng(40)
     m, k, n = 37, 64, 6
     a, b = random_operands(rng, "normal", 1, m, k, n, dtype)
     a, b = a[0], b[0]
     prec = precision_for(dtype)
-    clean = abft.product(a, b, precision=prec)
-    t = abft.verify(clean, abft.encode(a, b, precision=prec)).col_threshold
+    clean = jnp.matmul(a, b, precision=prec, preferred_element_type=checked)
+    cs = abft.encode(a, b, precision=prec, out_dtype=checked)
+    t = abft.verify(clean, cs).col_threshold
     for bit in (bits - 2, bits - 3, mant - 1, mant - 2):  # exponent's top two, mantissa's
         row, col = int(rng.integers(0, m)), int(rng.integers(0, n))
         old = float(as_f64(clean)[row, col])
-        change = abs(flipped(old, dtype, bit) - old)
+        change = abs(flipped(old, checked, bit) - old)
         c, v = abft.abft_matmul(a, b, precision=prec, inject=(row, col, bit))
         if not change > 2 * float(t[col]):
             continue  # a flip this small is below what the check promises to see
         assert int(v.errors_detected) >= 1 and bool(v.corrected), (bit, v)
         assert (int(v.row), int(v.col)) == (row, col), (bit, v)
-        np.testing.assert_allclose(as_f64(c), as_f64(clean), rtol=1e-2, atol=1e-2 * abs(old))
+        want = as_f64(clean.astype(dtype))
+        np.testing.assert_allclose(as_f64(c), want, rtol=1e-2, atol=1e-2 * abs(old))
     # An entry in [1, 2) has every exponent bit but the top one set: flipping that one makes
     # it infinite or NaN, which the recomputation replaces too.
     ones = np.argwhere((np.abs(as_f64(clean)) >= 1) & (np.abs(as_f64(clean)) < 2))
