@@ -297,7 +297,7 @@ def decide(a: ArrayLike, b: ArrayLike, *, platform: str = "cuda") -> tuple[Decis
     acc = accumulation_dtype(c)
     (m, k), n = a.shape, b.shape[1]
     sums = _sums_usable(c, m, k, n)
-    repair = _repair_usable(*dtypes, c, acc)
+    repair = _repair_usable(*dtypes, checked_dtype(c), acc)  # the C abft_matmul checks
     return _decide("sums", sums, platform), _decide("repair", repair, platform)
 
 
