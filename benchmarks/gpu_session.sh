@@ -29,6 +29,11 @@
 #     --calibrate --budget SECONDS) into $JAX_TSM2_CACHE_DIR (default
 #     /tmp/jax_tsm2_cache), so that the tests and harness runs after it route
 #     with it, and copies the calibration file to $OUT.
+#   STREAMS='--shape r:f32:nn:20000x20000x8 --shape t:f32:tn:1x239600x2 ...' times
+#     those kernels forced beside XLA's dot (benchmarks/stream_kernels.py) after the
+#     calibration and before the tests, alone on the GPU, into $OUT/streams.json.
+#   TEST_TIMEOUT=SECONDS interrupts pytest (SIGINT, so it still prints its summary and the
+#     failures so far) after that long: a group cut short says so instead of eating the call.
 #   GROUP_GPUS='1 2 3' puts pytest group i on GPU number i mod 3 of that list
 #     (CUDA_VISIBLE_DEVICES), for machines with several GPUs; the harness and
 #     the calibration run on whatever GPUs the script itself was given.
@@ -83,6 +88,23 @@ if [ -n "${CALIBRATE:-}" ]; then
   cp "$JAX_TSM2_CACHE_DIR"/calibration-*.json "$OUT/" 2>/dev/null
 fi
 
+if [ -n "${STREAMS:-}" ]; then
+  t0=$SECONDS
+  eval "python3 benchmarks/stream_kernels.py $STREAMS --json $OUT/streams.json" \
+    > "$OUT/streams.log" 2>&1
+  echo "streams ($((SECONDS - t0)) s):"
+  grep -v -E '^(WARNING|[IWE][0-9]{4})' "$OUT/streams.log" | tail -40
+fi
+
+# pytest with its arguments, under TEST_TIMEOUT when set.
+run_pytest() {
+  if [ -n "${TEST_TIMEOUT:-}" ]; then
+    timeout -s INT -k 20 "$TEST_TIMEOUT" python3 -m pytest -q -m gpu -rfE "$@"
+  else
+    python3 -m pytest -q -m gpu -rfE "$@"
+  fi
+}
+
 if [ "${TESTS:-1}" = 1 ]; then
   t0=$SECONDS
   if [ -n "${PYTEST_GROUPS:-}" ]; then
@@ -93,16 +115,17 @@ if [ "${TESTS:-1}" = 1 ]; then
         if [ "${#gpus[@]}" -gt 0 ]; then
           export CUDA_VISIBLE_DEVICES=${gpus[$((i % ${#gpus[@]}))]}
         fi
-        eval "python3 -m pytest -q -m gpu ${groups[$i]}" > "$OUT/pytest-gpu-$i.log" 2>&1
+        eval "run_pytest ${groups[$i]}" > "$OUT/pytest-gpu-$i.log" 2>&1
       ) &
     done
     wait
     echo "gpu tests ($((SECONDS - t0)) s, ${#groups[@]} groups side by side):"
     for i in "${!groups[@]}"; do
       echo "  pytest-gpu-$i ($(echo ${groups[$i]})): $(tail -1 "$OUT/pytest-gpu-$i.log")"
+      grep -E '^(FAILED|ERROR)' "$OUT/pytest-gpu-$i.log" | head -8
     done
   else
-    python3 -m pytest -q -m gpu ${PYTEST_ARGS:-tests/} > "$OUT/pytest-gpu.log" 2>&1
+    run_pytest ${PYTEST_ARGS:-tests/} > "$OUT/pytest-gpu.log" 2>&1
     echo "gpu tests ($((SECONDS - t0)) s): $(tail -1 "$OUT/pytest-gpu.log")"
   fi
 fi
