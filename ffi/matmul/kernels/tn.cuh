@@ -441,8 +441,8 @@ __global__ void __launch_bounds__(kTThreads, 2) Tsm2TKernel(const __grid_constan
   // Add the row groups pairwise, reusing the ring: each round the upper
   // groups of those left add into the lower ones, an order fixed by the plan
   // (bitwise reproducible). Group 0 adding all 256 groups of a 4 x 4 tile in
-  // turn, a chain of 4096 shared-memory loads, took ~20 us (TN f32 1 x 239600
-  // x 2: 28 us against XLA's 3.3).
+  // turn, a chain of 4096 shared-memory loads, held TN f32 1 x 239600 x 2 at
+  // 28.0 us; pairwise it takes 14.2 (XLA's dot 3.3).
   if (groups > 1) {
     Acc* red = reinterpret_cast<Acc*>(smem);
     const int t = threadIdx.x % tile_threads;
