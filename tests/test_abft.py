@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _abft_reference import edge_operands
-from _helpers import slow
+from _helpers import as_f64, slow
 
 import jax_tsm2
 from jax_tsm2 import _hlo, abft, abft_model
@@ -625,6 +625,28 @@ def test_abft_matmul_jit_and_shapes():
         abft.abft_matmul(jnp.ones((3, 2), jnp.int32), jnp.ones((2, 2), jnp.int32))
     with pytest.raises(TypeError, match="do not give"):
         abft.check(c, abft.encode(a, b), a=a[:10], b=b)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_half_products_are_checked_as_their_f32_sums(dtype):
+    """abft_matmul returns the f32 sums rounded once to the operands' dtype, and checks the
+    sums: an error of a tenth of a column's largest entry in a 1024-row column, which the
+    rounded product's threshold allows for, is caught there."""
+    rng = np.random.default_rng(12)
+    a, b = operands(rng, 1, 1024, 256, 3, dtype)
+    a, b = a[0], b[0]
+    c, v = jax.jit(abft.abft_matmul)(a, b)
+    sums = jnp.matmul(a, b, preferred_element_type=jnp.float32)
+    assert c.dtype == dtype and int(v.errors_detected) == 0
+    np.testing.assert_array_equal(as_f64(c), as_f64(sums.astype(dtype)))
+    assert abft.checked_dtype(dtype) == np.float32 and abft.checked_dtype(jnp.float64) == np.float64
+    delta = 0.1 * float(jnp.max(jnp.abs(sums[:, 1])))
+    cs = abft.encode(a, b, out_dtype=jnp.float32)
+    fixed, v = abft.check(abft.inject_error(sums, 700, 1, delta), cs, a=a, b=b)
+    assert int(v.row) == 700 and int(v.col) == 1 and bool(v.corrected)
+    assert float(jnp.max(jnp.abs(fixed - sums))) < 1e-3 * delta
+    with pytest.raises(TypeError, match="out_dtype"):
+        abft.encode(a, b, out_dtype=jnp.float64)
 
 
 @pytest.mark.usefixtures("impl")
