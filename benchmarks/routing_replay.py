@@ -24,6 +24,7 @@ The device is the one each run recorded (name, SMs, L2); the bandwidth is the ca
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -31,6 +32,7 @@ import os
 import pathlib
 import sys
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from jax_tsm2 import model, routing
@@ -87,28 +89,34 @@ def device_of(recorded: dict[str, Any]) -> model.Device:
     )
 
 
-def uncalibrated_pick(case: Case, device: model.Device) -> str:
-    """What ``routing.route`` (mode "auto") picks for the case with no calibration and no
-    tune cache: the model alone, with its wide margins."""
-    import jax
-
-    dtype = DTYPES[case.dtype]
-    a, b = (jax.ShapeDtypeStruct(tuple(s), dtype) for s in case.shapes)
+@contextlib.contextmanager
+def no_calibration_and_no_cache() -> Iterator[None]:
+    """Routing as on a GPU nobody has calibrated or tuned: ``JAX_TSM2_CALIBRATION=off`` and an
+    empty tune cache, for the duration."""
     saved = {k: os.environ.get(k) for k in (calibrate.ENV_VAR, cache.ENV_DIR)}
     with tempfile.TemporaryDirectory() as empty:
         os.environ[calibrate.ENV_VAR], os.environ[cache.ENV_DIR] = "off", empty
         try:
-            r = routing.route(
-                a, b, dtype, platform="cuda", mode="auto", layout=LAYOUTS[case.family],
-                device=device,
-            )  # fmt: skip
+            yield
         finally:
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-    return r.target
+
+
+def uncalibrated_pick(case: Case, device: model.Device) -> str:
+    """What ``routing.route`` (mode "auto") picks for the case; call it inside
+    ``no_calibration_and_no_cache``: the model alone, with its wide margins."""
+    import jax
+
+    dtype = DTYPES[case.dtype]
+    a, b = (jax.ShapeDtypeStruct(tuple(s), dtype) for s in case.shapes)
+    layout = LAYOUTS[case.family]
+    return routing.route(
+        a, b, dtype, platform="cuda", mode="auto", layout=layout, device=device
+    ).target
 
 
 def replay(
@@ -194,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         device = dataclasses.replace(
             device, memory_clock_hz=args.theoretical_tbps * 1e12 * 8 / (2 * bus)
         )
-        summary = replay(cases, None, args.verbose, device)
+        with no_calibration_and_no_cache():
+            summary = replay(cases, None, args.verbose, device)
     else:
         summary = replay(cases, calibrate.Corrections(data, device), args.verbose)
     print(
