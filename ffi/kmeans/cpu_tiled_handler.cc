@@ -2,8 +2,8 @@
 // same signatures and validation as the CUDA targets, so that the CPU test
 // suite runs the k-means step for any k end to end.
 //
-// The assignment uses the CUDA kernels' formulas (the distance, the ranking
-// of ties and NaN, TF32 rounding of both operands in the fast mode, exact
+// The assignment uses the CUDA kernels' formulas (the ranking key, ties and
+// NaN, TF32 rounding of both operands in the fast mode, exact
 // products for rows and centroids with a non-finite norm), not their order
 // of addition. The sums follow the plan of the attributes to the order of
 // every addition (kernels/kmeans_sums.cuh), so that the CUDA target gives
@@ -35,6 +35,19 @@ float RoundTf32(float v) {
   return v;
 }
 
+float Dot(const float* a, const float* b, int64_t d) {
+  float dot = 0.0f;
+  for (int64_t e = 0; e < d; ++e) dot = std::fma(a[e], b[e], dot);
+  return dot;
+}
+
+// The fix-up kernel's ranking key: the distance, NaN first (-1).
+float ExactKey(float xs, float dot, float csq) {
+  float dist = (xs - 2.0f * dot) + csq;
+  if (dist < 0.0f) dist = 0.0f;
+  return dist != dist ? -1.0f : dist;
+}
+
 template <ElemType E>
 void AssignReference(const KmeansAssignProblem& p, const void* x, const float* x_sq, const void* c,
                      int32_t* labels, float* mind) {
@@ -58,19 +71,38 @@ void AssignReference(const KmeansAssignProblem& p, const void* x, const float* x
     }
     float best = 0.0f;
     int32_t label = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      // The tensor cores see only finite rows and centroids.
-      const bool exact = !std::isfinite(xs) || !std::isfinite(csq[j]);
-      const float* xv = exact ? xr.data() : xt.data();
-      const float* cv = exact ? &cc[j * d] : &cr[j * d];
-      float dot = 0.0f;
-      for (int64_t e = 0; e < d; ++e) dot = std::fma(xv[e], cv[e], dot);
-      float dist = (xs - 2.0f * dot) + csq[j];
-      if (dist < 0.0f) dist = 0.0f;
-      const float key = dist != dist ? -1.0f : dist;  // distances are >= 0: -1 ranks NaN first
-      if (j == 0 || key < best) {
-        best = key;
-        label = static_cast<int32_t>(j);
+    if (!std::isfinite(xs)) {
+      // The fix-up ranks such a row against every centroid with exact products.
+      for (int64_t j = 0; j < k; ++j) {
+        const float key = ExactKey(xs, Dot(xr.data(), &cc[j * d], d), csq[j]);
+        if (j == 0 || key < best) {
+          best = key;
+          label = static_cast<int32_t>(j);
+        }
+      }
+    } else {
+      // The tensor cores rank the centroids with a finite norm by ||c||^2 - 2 x.c
+      // (lowest index on ties; none ranked: label 0, distance +Inf) ...
+      float bkey = std::numeric_limits<float>::infinity();
+      int32_t blab = -1;
+      for (int64_t j = 0; j < k; ++j) {
+        if (!std::isfinite(csq[j])) continue;
+        const float key = std::fma(-2.0f, Dot(xt.data(), &cr[j * d], d), csq[j]);
+        if (key < bkey) {
+          bkey = key;
+          blab = static_cast<int32_t>(j);
+        }
+      }
+      best = std::fmax(xs + bkey, 0.0f);
+      label = blab < 0 ? 0 : blab;
+      // ... then the fix-up takes in the others with exact products.
+      for (int64_t j = 0; j < k; ++j) {
+        if (std::isfinite(csq[j])) continue;
+        const float key = ExactKey(xs, Dot(xr.data(), &cc[j * d], d), csq[j]);
+        if (key < best || (key == best && j < label)) {
+          best = key;
+          label = static_cast<int32_t>(j);
+        }
       }
     }
     labels[i] = label;

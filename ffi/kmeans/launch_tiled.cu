@@ -151,7 +151,7 @@ Status LaunchAssign(const DeviceKmeansAssign& p, cudaStream_t stream) {
       static_cast<unsigned>(std::min<int64_t>(CeilDiv(p.n, 256), int64_t{4} * dev.sms));
   if (plan.splits > 1) {
     KmeansSplitMergeKernel<<<row_blocks, 256, 0, stream>>>(
-        split_key, split_idx, p.n, static_cast<int>(plan.splits), p.labels, p.mind);
+        split_key, split_idx, p.x_sq, p.n, static_cast<int>(plan.splits), p.labels, p.mind);
     TSM2_RETURN_IF_LAUNCH_FAILED("KmeansSplitMergeKernel");
   }
   KmeansFixupKernel<T><<<row_blocks, 256, 0, stream>>>(

@@ -8,18 +8,20 @@
 // bytes of every row: a cp.async pipeline of `stages` steps brings the
 // centroid sub-tile and, unless the item's X tile stays in shared memory
 // (resident), the X sub-tile. Eight warps, 4 x 2, each own 32 rows x 64
-// centroids: mma.sync m16n8k8 TF32 for f32 (three products of split
-// operands by default, which keeps f32 accuracy as the fused step does;
-// one product of TF32-rounded operands in the opt-in fast mode) and
-// m16n8k16 for bf16/f16 (exact products), f32 accumulators. After the last
-// step of a centroid tile each lane turns its accumulators into distances,
-//   dist = max((||x||^2 - 2 x.c) + ||c||^2, 0)   (the jnp path's formula),
-// and keeps, per row, the lowest (distance, index) it has seen: the lowest
-// index wins ties, whatever order the candidates come in. At the end of an
-// item the four lanes and the two warps that share a row agree the same way.
+// centroids, their fragments loaded by ldmatrix: mma.sync m16n8k8 TF32 for
+// f32 (three products of split operands by default, which keeps f32
+// accuracy as the fused step does; one product of operands rounded to TF32
+// where they land in shared memory in the opt-in fast mode) and m16n8k16 for bf16/f16 (exact
+// products), f32 accumulators. After the last step of a centroid tile each lane ranks its
+// candidates by key = ||c||^2 - 2 x.c (one fma: ||x||^2 is the same for a
+// row's every centroid, so it is added once, to the winner, at the end:
+//   dist = max(||x||^2 + key, 0)),
+// and keeps, per row, the lowest (key, index) it has seen: the lowest index
+// wins ties, whatever order the candidates come in. At the end of an item
+// the four lanes and the two warps that share a row agree the same way.
 //
-// Shared-memory rows are 128 bytes padded to 144, so that the fragment
-// loads (lane (g, t) reads word t of row g) hit 32 distinct banks.
+// Shared-memory rows are 128 bytes padded to 144, so that the eight 16-byte
+// rows of an ldmatrix matrix hit 32 distinct banks.
 //
 // Rows whose ||x||^2 is not finite and centroids whose ||c||^2 is not are
 // left to KmeansFixupKernel (exact products on CUDA cores, the CPU
@@ -92,18 +94,50 @@ __device__ __forceinline__ void KmeansCpAsyncWait(int pending) {
   }
 }
 
+// The cp.async copies of one operand (rows x d elements, 16-byte aligned,
+// rows of whole 16-byte chunks): each thread copies four 16-byte chunks of a
+// sub-tile, byte cb16 of rows r, r + 32, r + 64, r + 96 (eight neighbouring
+// threads cover a row's 128 bytes). Its addresses are set up once, so that a
+// step costs a few adds per chunk; a chunk past `rows` or past the row's
+// bytes is zero-filled.
+struct KmeansCopier {
+  const char* base;  // the operand (the address a zero-filled chunk names)
+  const char* src;   // chunk cb16 of row r of the operand
+  int64_t row_bytes, stride, rows;
+  int r, cb16, dst;
+
+  __device__ __forceinline__ KmeansCopier(const void* base_, int64_t rows_, int64_t row_bytes_)
+      : base(static_cast<const char*>(base_)),
+        row_bytes(row_bytes_),
+        stride(32 * row_bytes_),
+        rows(rows_) {
+    r = static_cast<int>(threadIdx.x) >> 3;
+    cb16 = (static_cast<int>(threadIdx.x) & 7) * 16;
+    dst = r * kAssignRowStride + cb16;
+    src = base + r * row_bytes + cb16;
+  }
+  // Rows row0 .. row0 + 127, bytes 128 q .. 128 q + 127, into sub-tile `out`.
+  __device__ __forceinline__ void Issue(char* out, int64_t row0, int q) const {
+    const char* p = src + row0 * row_bytes + q * kAssignStepBytes;
+    const bool col_ok = int64_t{q} * kAssignStepBytes + cb16 < row_bytes;
+    const int64_t left = rows - row0 - r;  // this thread's rows that exist: 32 i < left
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const bool ok = col_ok && 32 * i < left;
+      CpAsync16(out + dst + i * 32 * kAssignRowStride, ok ? p + i * stride : base, ok);
+    }
+  }
+};
+
 // Rows row0 .. row0 + 127 of `src` (rows x d elements of T), bytes
-// 128 q .. 128 q + 127 of each, into a sub-tile (rows 144 bytes apart);
-// what lies past `rows` or past d is zero. Each thread copies four 16-byte
-// chunks; eight neighbouring threads cover one row's 128 bytes. kAsync
-// needs rows of whole 16-byte chunks and a 16-byte aligned src (then a
-// chunk is wholly in or out); otherwise elements are loaded one by one.
-template <typename T, bool kAsync>
+// 128 q .. 128 q + 127 of each, into a sub-tile (rows 144 bytes apart),
+// element by element (rows not of whole 16-byte chunks, or src not aligned;
+// KmeansCopier otherwise); what lies past `rows` or past d is zero.
+template <typename T>
 __device__ __forceinline__ void KmeansLoadSubTile(char* dst, const void* src, int64_t rows, int d,
                                                   int64_t row0, int q) {
   using Raw = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
   constexpr int kPer = 16 / static_cast<int>(sizeof(T));
-  const int64_t row_bytes = static_cast<int64_t>(d) * sizeof(T);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int id = static_cast<int>(threadIdx.x) + i * kAssignThreads;
@@ -111,30 +145,24 @@ __device__ __forceinline__ void KmeansLoadSubTile(char* dst, const void* src, in
     const int64_t row = row0 + r;
     const int64_t byte = int64_t{q} * kAssignStepBytes + cb * 16;
     char* out = dst + r * kAssignRowStride + cb * 16;
-    if constexpr (kAsync) {
-      const bool ok = row < rows && byte < row_bytes;
-      const char* from = static_cast<const char*>(src) + (ok ? row * row_bytes + byte : 0);
-      CpAsync16(out, from, ok);
-    } else {
-      const Raw* s = static_cast<const Raw*>(src);
-      Raw v[kPer];
-      const int64_t col0 = byte / static_cast<int64_t>(sizeof(T));
+    const Raw* s = static_cast<const Raw*>(src);
+    Raw v[kPer];
+    const int64_t col0 = byte / static_cast<int64_t>(sizeof(T));
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) {
-        const int64_t col = col0 + e;
-        v[e] = row < rows && col < d ? s[row * d + col] : Raw(0);
-      }
-      memcpy(out, v, 16);
+    for (int e = 0; e < kPer; ++e) {
+      const int64_t col = col0 + e;
+      v[e] = row < rows && col < d ? s[row * d + col] : Raw(0);
     }
+    memcpy(out, v, 16);
   }
 }
 
 // Where a block is in its work: item (row tile, split), centroid tile j of
-// [j0, j1), step q of qd. `local` counts the block's items (the resident
-// copy of an item's X tile is local % res_slots).
+// [j0, j1), step q of qd. `res` is the resident copy of the item's X tile:
+// the block's items take the res_slots copies in turn.
 struct KmeansAssignCursor {
-  int64_t item, local, tile;
-  int j, j0, j1, q;
+  int64_t item, tile;
+  int j, j0, j1, q, res;
   bool valid;
 
   __device__ __forceinline__ void Enter(const KmeansAssignArgs& a) {
@@ -149,7 +177,7 @@ struct KmeansAssignCursor {
   }
   __device__ __forceinline__ void Start(const KmeansAssignArgs& a) {
     item = blockIdx.x;
-    local = 0;
+    res = 0;
     Enter(a);
   }
   __device__ __forceinline__ void Next(const KmeansAssignArgs& a) {
@@ -157,17 +185,123 @@ struct KmeansAssignCursor {
     q = 0;
     if (++j < j1) return;
     item += gridDim.x;
-    ++local;
+    res = res + 1 >= a.res_slots ? 0 : res + 1;
     Enter(a);
   }
 };
 
-// The fragments of one k-step, as 32-bit words: the same addresses serve
-// m16n8k8 TF32 (a word is an element) and m16n8k16 bf16/f16 (a word is two):
-// A row g (+8), word t (+4); B centroid g, word t (+4); k-step ks covers
-// words 8 ks .. 8 ks + 7 of the 32 a row has per step.
-__device__ __forceinline__ uint32_t KmeansLds(const char* base, int row, int word) {
-  return *reinterpret_cast<const uint32_t*>(base + row * kAssignRowStride + word * 4);
+// A k-step's fragments come from ldmatrix (four 8 x 8 matrices of 16-bit
+// elements, i.e. 8 rows x 4 words): lane (g, t) gets word t of row g of each,
+// which is the m16n8k8 TF32 layout (a word an element) and the m16n8k16
+// bf16/f16 one (a word two elements) alike. A k-step covers words
+// 8 ks .. 8 ks + 7 of the 32 a row has per pipeline step. For A (16 rows)
+// the matrices are (rows 0-7, words 0-3), (rows 8-15, words 0-3), (rows 0-7,
+// words 4-7), (rows 8-15, words 4-7); for B, two n8 tiles of centroids,
+// (tile 0, words 0-3), (tile 0, words 4-7), (tile 1, ...). Lane l gives the
+// address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ int KmeansARowOffset(int lane) {
+  return ((lane & 7) + 8 * ((lane >> 3) & 1)) * kAssignRowStride + 16 * (lane >> 4);
+}
+__device__ __forceinline__ int KmeansBRowOffset(int lane) {
+  return ((lane & 7) + 8 * (lane >> 4)) * kAssignRowStride + 16 * ((lane >> 3) & 1);
+}
+
+__device__ __forceinline__ float KmeansNaN() { return __int_as_float(0x7fc00000); }
+
+// A row's result from its best key ||c||^2 - 2 x.c: the label (0 where no
+// centroid ranked, e.g. every key overflowed, as the CPU reference does) and
+// the distance max(||x||^2 + key, 0).
+__device__ __forceinline__ void KmeansAssignWrite(float x_sq, float key, int32_t idx,
+                                                  int32_t* label, float* mind) {
+  *label = idx == kAssignNoLabel ? 0 : idx;
+  *mind = fmaxf(x_sq + key, 0.0f);
+}
+
+// The products of one pipeline step (four k-steps) into a warp's 32 x 64
+// accumulators: `live` n8 tiles of centroids, a compile-time 8 (kLive) where
+// the warp's tile is full. f32 operands of the fast mode were rounded to TF32
+// in shared memory (KmeansRoundTf32Chunks).
+template <typename T, bool kFast, int kLive>
+__device__ __forceinline__ void KmeansStepProduct(float (&acc)[2][8][4], const char* xs,
+                                                  const char* cs, int a_lane, int b_lane,
+                                                  int live) {
+  constexpr bool kF32 = std::is_same_v<T, float>;
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    uint32_t fa[2][4], fb[8][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      LdMatrixX4(xs + a_lane + mt * 16 * kAssignRowStride + 32 * ks, fa[mt]);
+    }
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      if (kLive == 0 && 2 * p >= live) break;
+      uint32_t r[4];
+      LdMatrixX4(cs + b_lane + p * 16 * kAssignRowStride + 32 * ks, r);
+      fb[2 * p][0] = r[0];
+      fb[2 * p][1] = r[1];
+      fb[2 * p + 1][0] = r[2];
+      fb[2 * p + 1][1] = r[3];
+    }
+    if constexpr (!kF32) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        if (kLive == 0 && nt >= live) break;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) MmaHalf<T>(acc[mt][nt], fa[mt], fb[nt]);
+      }
+    } else if constexpr (kFast) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        if (kLive == 0 && nt >= live) break;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) MmaTf32(acc[mt][nt], fa[mt], fb[nt][0], fb[nt][1]);
+      }
+    } else {
+      // hi*lo + lo*hi first, then hi*hi: the small terms before the large one. The
+      // centroids' low parts are rounded, the rows' truncated (one instruction less per
+      // element of X, as the fused step does).
+      uint32_t ah[2][4], al[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          SplitTf32Trunc(__uint_as_float(fa[mt][e]), ah[mt][e], al[mt][e]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        if (kLive == 0 && nt >= live) break;
+        uint32_t bh[2], bl[2];
+        SplitTf32(__uint_as_float(fb[nt][0]), bh[0], bl[0]);
+        SplitTf32(__uint_as_float(fb[nt][1]), bh[1], bl[1]);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          MmaTf32(acc[mt][nt], al[mt], bh[0], bh[1]);
+          MmaTf32(acc[mt][nt], ah[mt], bl[0], bl[1]);
+          MmaTf32(acc[mt][nt], ah[mt], bh[0], bh[1]);
+        }
+      }
+    }
+  }
+}
+
+// Rounds to nearest TF32, in place, the four 16-byte chunks of a sub-tile
+// this thread copied (KmeansCopier's, or KmeansLoadSubTile's, which map the
+// same thread to the same chunks), once they have landed: each element is
+// rounded once where it arrives rather than in every warp that reads it, and
+// with its low bits cleared whatever the tensor cores do with them matters not.
+__device__ __forceinline__ void KmeansRoundTf32Chunks(char* sub) {
+  const int r = static_cast<int>(threadIdx.x) >> 3, cb16 = (static_cast<int>(threadIdx.x) & 7) * 16;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint4* p = reinterpret_cast<uint4*>(sub + (r + 32 * i) * kAssignRowStride + cb16);
+    uint4 v = *p;
+    v.x = (v.x + 0x1000u) & 0xffffe000u;
+    v.y = (v.y + 0x1000u) & 0xffffe000u;
+    v.z = (v.z + 0x1000u) & 0xffffe000u;
+    v.w = (v.w + 0x1000u) & 0xffffe000u;
+    *p = v;
+  }
 }
 
 // The tensor-core step of KmeansAssignKernel: T the element type, kFast the
@@ -175,12 +309,13 @@ __device__ __forceinline__ uint32_t KmeansLds(const char* base, int row, int wor
 template <typename T, bool kFast, bool kAsync>
 __global__ void __launch_bounds__(kAssignThreads, 1)
     KmeansAssignKernel(const __grid_constant__ KmeansAssignArgs a) {
-  constexpr bool kF32 = std::is_same_v<T, float>;
-  static_assert(kF32 || !kFast, "the fast mode is for f32 data");
+  static_assert(std::is_same_v<T, float> || !kFast, "the fast mode is for f32 data");
   extern __shared__ __align__(16) char smem[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
   const int wr = warp / 2, wc = warp % 2;  // 32 rows x 64 centroids of the block tile
+  const int a_lane = wr * 32 * kAssignRowStride + KmeansARowOffset(lane);
+  const int b_lane = wc * 64 * kAssignRowStride + KmeansBRowOffset(lane);
   const int stage_bytes = a.resident ? kAssignSubTile : 2 * kAssignSubTile;
   char* res_base = smem + a.stages * stage_bytes;
   char* scratch = res_base + (a.resident ? a.res_slots * a.qd * kAssignSubTile : 0);
@@ -190,13 +325,20 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
   // The X sub-tile step q of item `cur` reads: its stage's, or the resident copy's.
   auto x_sub = [&](const KmeansAssignCursor& cur, int slot) -> char* {
     if (!a.resident) return smem + slot * stage_bytes + kAssignSubTile;
-    return res_base + ((cur.local % a.res_slots) * a.qd + cur.q) * kAssignSubTile;
+    return res_base + (cur.res * a.qd + cur.q) * kAssignSubTile;
   };
+  const int64_t row_bytes = int64_t{a.d} * static_cast<int64_t>(sizeof(T));
+  const KmeansCopier c_copy(a.c, a.k, row_bytes), x_copy(a.x, a.n, row_bytes);
   auto issue = [&](const KmeansAssignCursor& cur, int slot) {
     char* st = smem + slot * stage_bytes;
-    KmeansLoadSubTile<T, kAsync>(st, a.c, a.k, a.d, int64_t{cur.j} * kAssignCents, cur.q);
-    if (!a.resident || cur.j == cur.j0) {
-      KmeansLoadSubTile<T, kAsync>(x_sub(cur, slot), a.x, a.n, a.d, cur.tile * kAssignRows, cur.q);
+    const bool x_too = !a.resident || cur.j == cur.j0;
+    if constexpr (kAsync) {
+      c_copy.Issue(st, int64_t{cur.j} * kAssignCents, cur.q);
+      if (x_too) x_copy.Issue(x_sub(cur, slot), cur.tile * kAssignRows, cur.q);
+    } else {
+      KmeansLoadSubTile<T>(st, a.c, a.k, a.d, int64_t{cur.j} * kAssignCents, cur.q);
+      if (x_too)
+        KmeansLoadSubTile<T>(x_sub(cur, slot), a.x, a.n, a.d, cur.tile * kAssignRows, cur.q);
     }
   };
 
@@ -222,11 +364,15 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
     }
   }
-  float xsq[2][2], best_key[2][2], csq[8][2];
+  float best_key[2][2], csq[8][2];
   int32_t best_idx[2][2];
   int slot = 0;
   while (cons.valid) {
     KmeansCpAsyncWait(a.stages - 2);
+    if constexpr (kFast) {  // this thread's copies of the step have landed: round them
+      KmeansRoundTf32Chunks(smem + slot * stage_bytes);
+      if (!a.resident || cons.j == cons.j0) KmeansRoundTf32Chunks(x_sub(cons, slot));
+    }
     __syncthreads();  // step `slot` landed; the slot the next issue fills is free
     if (prod.valid) {
       issue(prod, prod_slot);
@@ -235,124 +381,69 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
     CpAsyncCommit();
     prod_slot = prod_slot + 1 == a.stages ? 0 : prod_slot + 1;
 
-    if (cons.j == cons.j0 && cons.q == 0) {  // a new item: its rows' norms
+    if (cons.j == cons.j0 && cons.q == 0) {  // a new item
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int64_t row = cons.tile * kAssignRows + wr * 32 + mt * 16 + g + 8 * h;
-          xsq[mt][h] = row < a.n ? a.x_sq[row] : 0.0f;
           best_key[mt][h] = KmeansPosInf();
           best_idx[mt][h] = kAssignNoLabel;
         }
       }
     }
-    if (cons.q == 0) {  // a new centroid tile: its norms (NaN past k: never chosen)
+    if (cons.q == 0) {  // a new centroid tile: its norms (NaN past k or not finite: never chosen)
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const int col = cons.j * kAssignCents + wc * 64 + nt * 8 + 2 * t + i;
-          csq[nt][i] = col < a.k ? a.csq[col] : __int_as_float(0x7fc00000);
+          const float v = col < a.k ? a.csq[col] : KmeansNaN();
+          csq[nt][i] = isfinite(v) ? v : KmeansNaN();
         }
       }
     }
 
     const char* xs = x_sub(cons, slot);
     const char* cs = smem + slot * stage_bytes;
-    // This warp's n8 tiles that hold centroids (< k): the rest are skipped (a warp past k
-    // does nothing), so that k just past a multiple of 64 costs no padding products.
+    // This warp's n8 tiles that hold centroids (< k). A warp past k skips the products;
+    // one with all eight runs them without a branch between them (which would keep the
+    // compiler from overlapping the fragment loads with the products); one with fewer
+    // (the last tile) skips the rest.
     const int live = min(8, max(0, (a.k - cons.j * kAssignCents - wc * 64 + 7) / 8));
-    if (live > 0) {
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const int w0 = 8 * ks + t;
-        uint32_t fa[2][4], fb[8][2];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          const int r = wr * 32 + mt * 16 + g;
-          fa[mt][0] = KmeansLds(xs, r, w0);
-          fa[mt][1] = KmeansLds(xs, r + 8, w0);
-          fa[mt][2] = KmeansLds(xs, r, w0 + 4);
-          fa[mt][3] = KmeansLds(xs, r + 8, w0 + 4);
-        }
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          if (nt >= live) break;
-          const int cr = wc * 64 + nt * 8 + g;
-          fb[nt][0] = KmeansLds(cs, cr, w0);
-          fb[nt][1] = KmeansLds(cs, cr, w0 + 4);
-        }
-        if constexpr (!kF32) {
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
-            if (nt >= live) break;
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) MmaHalf<T>(acc[mt][nt], fa[mt], fb[nt]);
-          }
-        } else if constexpr (kFast) {
-          // Round to nearest TF32 (the tensor cores read the top 19 bits).
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) fa[mt][e] = (fa[mt][e] + 0x1000u) & 0xffffe000u;
-          }
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
-            if (nt >= live) break;
-            fb[nt][0] = (fb[nt][0] + 0x1000u) & 0xffffe000u;
-            fb[nt][1] = (fb[nt][1] + 0x1000u) & 0xffffe000u;
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) MmaTf32(acc[mt][nt], fa[mt], fb[nt][0], fb[nt][1]);
-          }
-        } else {
-          // hi*lo + lo*hi first, then hi*hi: the small terms before the large one. The
-          // centroids' low parts are rounded, the rows' truncated (one instruction less per
-          // element of X, as the fused step does).
-          uint32_t ah[2][4], al[2][4];
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              SplitTf32Trunc(__uint_as_float(fa[mt][e]), ah[mt][e], al[mt][e]);
-          }
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
-            if (nt >= live) break;
-            uint32_t bh[2], bl[2];
-            SplitTf32(__uint_as_float(fb[nt][0]), bh[0], bl[0]);
-            SplitTf32(__uint_as_float(fb[nt][1]), bh[1], bl[1]);
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-              MmaTf32(acc[mt][nt], al[mt], bh[0], bh[1]);
-              MmaTf32(acc[mt][nt], ah[mt], bl[0], bl[1]);
-              MmaTf32(acc[mt][nt], ah[mt], bh[0], bh[1]);
-            }
-          }
-        }
-      }
+    if (live == 8) {
+      KmeansStepProduct<T, kFast, 8>(acc, xs, cs, a_lane, b_lane, 8);
+    } else if (live > 0) {
+      KmeansStepProduct<T, kFast, 0>(acc, xs, cs, a_lane, b_lane, live);
     }
 
     if (cons.q == a.qd - 1) {
-      // The centroid tile is done: distances into each row's running minimum.
-      // Accumulator e of (mt, nt) is row 16 mt + g + 8 (e / 2), column 8 nt + 2 t + e % 2.
+      // The centroid tile is done: each row's key ||c||^2 - 2 x.c (its distance less
+      // ||x||^2, which the ranking does not need) into its running minimum. A lane sees
+      // its candidates in increasing index, so a strict "<" keeps the lowest index of
+      // equal keys; the tile's best is found first with its index as a constant, then
+      // merged. Accumulator e of (mt, nt) is row 16 mt + g + 8 (e / 2), column
+      // 8 nt + 2 t + e % 2.
+      const int32_t cbase = cons.j * kAssignCents + wc * 64 + 2 * t;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
+          float tile_key = KmeansPosInf();
+          int32_t tile_at = 0;
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt) {
-            if (nt >= live) break;  // no centroid there (csq is NaN past k anyway)
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
-              const float cq = csq[nt][i];
-              float dist = __fadd_rn(__fsub_rn(xsq[mt][h], 2.0f * acc[mt][nt][2 * h + i]), cq);
-              dist = dist < 0.0f ? 0.0f : dist;
-              if (isfinite(cq)) {
-                KmeansLexMin(best_key[mt][h], best_idx[mt][h], dist,
-                             cons.j * kAssignCents + wc * 64 + nt * 8 + 2 * t + i);
+              const float key = fmaf(-2.0f, acc[mt][nt][2 * h + i], csq[nt][i]);
+              if (key < tile_key) {
+                tile_key = key;
+                tile_at = nt * 8 + i;
               }
             }
+          }
+          if (tile_key < best_key[mt][h]) {
+            best_key[mt][h] = tile_key;
+            best_idx[mt][h] = cbase + tile_at;
           }
         }
       }
@@ -391,8 +482,7 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
           const int64_t row = cons.tile * kAssignRows + tid;
           if (row < a.n) {
             if (a.splits == 1) {
-              a.labels[row] = idx;
-              a.mind[row] = key;
+              KmeansAssignWrite(a.x_sq[row], key, idx, a.labels + row, a.mind + row);
             } else {
               const int64_t at = (cons.item % a.splits) * a.n + row;
               a.split_key[at] = key;
@@ -436,15 +526,14 @@ __global__ void __launch_bounds__(256)
 // The splits' results of every row merged: labels and distances.
 __global__ void __launch_bounds__(256)
     KmeansSplitMergeKernel(const float* __restrict__ key, const int32_t* __restrict__ idx,
-                           int64_t n, int splits, int32_t* __restrict__ labels,
-                           float* __restrict__ mind) {
+                           const float* __restrict__ x_sq, int64_t n, int splits,
+                           int32_t* __restrict__ labels, float* __restrict__ mind) {
   for (int64_t row = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; row < n;
        row += int64_t{gridDim.x} * blockDim.x) {
     float bk = key[row];
     int32_t bi = idx[row];
     for (int s = 1; s < splits; ++s) KmeansLexMin(bk, bi, key[s * n + row], idx[s * n + row]);
-    labels[row] = bi;
-    mind[row] = bk;
+    KmeansAssignWrite(x_sq[row], bk, bi, labels + row, mind + row);
   }
 }
 
