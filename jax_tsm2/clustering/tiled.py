@@ -6,13 +6,13 @@ does not serve:
 * ``tsm2_kmeans_assign`` (``ffi/kmeans/kernels/kmeans_assign.cuh``): labels and squared
   distances from the product ``X C^T`` on tensor cores in tiles of 128 rows x 128
   centroids, ranked by ``||c||^2 - 2 x.c`` (the distance is ``max(||x||^2 + that, 0)``);
-  each row keeps its closest centroid in registers, and the ``n x k`` distances are never written. f32 data multiply as three
-  products of split TF32 operands, which keeps f32 accuracy (``precision="float32"``, the
-  default), or as one TF32 product (``precision="tensorfloat32"``: about 3x the
-  arithmetic rate; both operands rounded to nearest TF32, so dot products are off by up
-  to ~2^-10 of ``sum |x_i c_i|``); bf16 and f16 products are exact. Ties go to the lowest index and
-  NaN ranks first, as ``jnp.argmin``; rows and centroids with a non-finite norm are
-  ranked with exact products.
+  each row keeps its closest centroid in registers, and the ``n x k`` distances are never
+  written. f32 data multiply as three products of split TF32 operands, which keeps f32
+  accuracy (``precision="float32"``, the default), or as one TF32 product
+  (``precision="tensorfloat32"``: about 3x the arithmetic rate; both operands rounded to
+  nearest TF32, so dot products are off by up to ~2^-10 of ``sum |x_i c_i|``); bf16 and
+  f16 products are exact. Ties go to the lowest index and NaN ranks first, as
+  ``jnp.argmin``; rows and centroids with a non-finite norm are ranked with exact products.
 * ``tsm2_kmeans_sums`` (``ffi/kmeans/kernels/kmeans_sums.cuh``): the weighted sum and
   weight of each cluster and the inertia. A block owns a bucket of clusters whose sums
   fit its shared memory and a range of rows; it lists the rows of its clusters and adds
