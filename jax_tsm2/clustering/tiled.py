@@ -1,4 +1,4 @@
-"""The Lloyd step for any k: a tiled assignment and sums by buckets of clusters.
+"""The Lloyd step for any k: a tiled assignment and cluster sums (by buckets or sorted rows).
 
 Two FFI calls make the step where the fused kernel (``jax_tsm2.clustering.fused``, k <= 32)
 does not serve:
