@@ -1,7 +1,6 @@
 // Plans and launches the k-means step for any k on the current device: the
-// tiled assignment (kernels/kmeans_assign.cuh) and the sums, by buckets
-// (kernels/kmeans_sums.cuh) or sorted (launch_sums_sorted.cuh), each
-// instantiated for its element types.
+// tiled assignment (kernels/kmeans_assign.cuh) and the sums by buckets
+// (kernels/kmeans_sums.cuh), each instantiated for its element types.
 #include <cuda_runtime.h>
 
 #include <algorithm>
