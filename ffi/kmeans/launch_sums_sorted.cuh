@@ -95,7 +95,11 @@ Status LaunchSumsSorted(const DeviceKmeansSums& p, const KmeansSumsPlan& plan,
   a.out = part[0];
   a.out_units = plan.pieces;
   TSM2_RETURN_IF_ERROR(blocks_for(plan.pieces, &blocks));
-  KmeansPieceKernel<T, Acc><<<blocks, kSumsSortedThreads, 0, stream>>>(a);
+  if (a.x_vec) {
+    KmeansPieceKernel<T, Acc, true><<<blocks, kSumsSortedThreads, 0, stream>>>(a);
+  } else {
+    KmeansPieceKernel<T, Acc, false><<<blocks, kSumsSortedThreads, 0, stream>>>(a);
+  }
   TSM2_RETURN_IF_LAUNCH_FAILED("KmeansPieceKernel");
   for (int level = 1; level <= plan.levels; ++level) {
     a.sub = a.unit;

@@ -244,15 +244,27 @@ __device__ __forceinline__ bool KmeansSortedLane(const KmeansSortedArgs& a, int6
   return *q < a.q && lane / a.qb < per;
 }
 
+template <typename Acc, int kV>
+__device__ __forceinline__ uint4 KmeansBits(const Acc (&acc)[kV]) {
+  static_assert(kV * sizeof(Acc) == 16, "a 16-byte chunk of accumulators");
+  uint4 v;
+  memcpy(&v, acc, 16);
+  return v;
+}
+
 // Writes the sums of cluster c (a unit's run from `head`/`tail` of its
 // unit): the output where it is whole, else slot 0 (entered from before) or
 // slot 1 (leaves after) of the unit's partials.
 // Not inlined: a flush is rare (a cluster's end in a unit), and its copies
 // in every step of the unrolled loops cost the registers of rows in flight.
+// The sums come as their 16 bytes, by value: an array by reference would
+// put the accumulators in local memory.
 template <typename Acc, int kV>
 __device__ __noinline__ void KmeansSortedFlush(const KmeansSortedArgs& a, int64_t u, int q,
-                                               int32_t c, bool head, bool tail,
-                                               const Acc (&acc)[kV], Acc cnt) {
+                                               int32_t c, bool head, bool tail, uint4 bits,
+                                               Acc cnt) {
+  Acc acc[kV];
+  memcpy(acc, &bits, 16);
   if (!head && !tail) {
     Acc* out = static_cast<Acc*>(a.sums) + int64_t{c} * a.d;
 #pragma unroll
@@ -266,11 +278,7 @@ __device__ __noinline__ void KmeansSortedFlush(const KmeansSortedArgs& a, int64_
   const int64_t row_acc = int64_t{a.q} * kV;
   Acc* part = static_cast<Acc*>(a.out);
   Acc* at = part + slot * row_acc + q * kV;
-  if constexpr (kV * sizeof(Acc) == 16) {
-    uint4 v;
-    memcpy(&v, acc, 16);
-    *reinterpret_cast<uint4*>(at) = v;
-  }
+  *reinterpret_cast<uint4*>(at) = bits;
   if (q == 0) part[KmeansPartialWeightsOffset(a.out_units, row_acc) + slot] = cnt;
 }
 
@@ -285,13 +293,15 @@ __device__ __forceinline__ void KmeansSortedIds(const KmeansSortedArgs& a, int64
   ids[2 * u + 1] = id1;
 }
 
-// kV elements of row `row` from column q * kV as accumulators, zero past d.
-template <typename T, typename Acc, int kV>
+// kV elements of row `row` from column q * kV as accumulators: one 16-byte
+// (f32, f64) or 8-byte (bf16, f16) load where rows are whole chunks and X is
+// aligned (kVecX), else element by element, zero past d.
+template <typename T, typename Acc, int kV, bool kVecX>
 __device__ __forceinline__ void KmeansSortedLoad(const KmeansSortedArgs& a, int64_t row, int q,
                                                  Acc (&out)[kV]) {
   const T* x = static_cast<const T*>(a.x) + row * a.d;
   const int col0 = q * kV;
-  if (a.x_vec) {
+  if constexpr (kVecX) {
     T v[kV];
     if constexpr (sizeof(T) * kV == 16) {
       const uint4 raw = __ldg(reinterpret_cast<const uint4*>(x + col0));
@@ -305,22 +315,26 @@ __device__ __forceinline__ void KmeansSortedLoad(const KmeansSortedArgs& a, int6
   } else {
 #pragma unroll
     for (int e = 0; e < kV; ++e) {
-      out[e] = col0 + e < a.d ? static_cast<Acc>(ToAcc(x[col0 + e])) : Acc(0);
+      out[e] = col0 + e < a.d ? static_cast<Acc>(ToAcc(__ldg(x + col0 + e))) : Acc(0);
     }
   }
 }
 
-// Rows a lane has in flight in a piece: as many as 64 registers hold (4
-// blocks of 256 threads an SM).
-template <typename Acc>
-inline constexpr int kSumsSortedAhead = sizeof(Acc) == 8 ? 4 : 6;
+// Sorted positions a lane has in flight in a piece: the X chunks of kAhead
+// rows, and the labels and rows of the next kAhead (as many as 64 registers
+// hold: 4 blocks of 256 threads an SM).
+constexpr int kSumsSortedAhead = 4;
 
 // Level 0: the lane group of piece u adds positions [u P, min(u P + P, count))
-// in order, a cluster at a time.
-template <typename T, typename Acc>
+// in order, a cluster at a time. The loads are software-pipelined and never
+// behind a branch: a step's rows (labels and row ids, clamped to the piece's
+// last position) are loaded while the step before's X chunks are in flight,
+// so that a lane waits for one round trip a step, not one per row.
+template <typename T, typename Acc, bool kVecX>
 __global__ void __launch_bounds__(kSumsSortedThreads, 4)
     KmeansPieceKernel(const __grid_constant__ KmeansSortedArgs a) {
   constexpr int kV = 16 / static_cast<int>(sizeof(Acc));
+  constexpr int kAhead = kSumsSortedAhead;
   int64_t u;
   int q;
   if (!KmeansSortedLane(a, &u, &q)) return;
@@ -331,31 +345,38 @@ __global__ void __launch_bounds__(kSumsSortedThreads, 4)
   const int32_t before = p0 > 0 ? a.keys[p0 - 1] : -1;
   const int32_t after = p1 < m ? a.keys[p1] : -1;
   const Acc* w = static_cast<const Acc*>(a.w);
-  int32_t cur = a.keys[p0];
+  int32_t key[kAhead], row[kAhead];
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) {
+    const int64_t pos = p0 + i < p1 ? p0 + i : p1 - 1;
+    key[i] = a.keys[pos];
+    row[i] = a.rows[pos];
+  }
+  int32_t cur = key[0];
   const int32_t first = cur;
   bool head = cur == before;
   Acc acc[kV], cnt = 0;
 #pragma unroll
   for (int e = 0; e < kV; ++e) acc[e] = 0;
-  constexpr int kAhead = kSumsSortedAhead<Acc>;
   for (int64_t b = p0; b < p1; b += kAhead) {
-    int32_t key[kAhead];
     Acc wv[kAhead], xv[kAhead][kV];
 #pragma unroll
     for (int i = 0; i < kAhead; ++i) {
-      key[i] = -1;
-      if (b + i < p1) {
-        key[i] = a.keys[b + i];
-        const int64_t row = a.rows[b + i];
-        wv[i] = w[row];
-        KmeansSortedLoad<T, Acc, kV>(a, row, q, xv[i]);
-      }
+      wv[i] = w[row[i]];
+      KmeansSortedLoad<T, Acc, kV, kVecX>(a, row[i], q, xv[i]);
+    }
+    int32_t next_key[kAhead], next_row[kAhead];
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) {
+      const int64_t pos = b + kAhead + i < p1 ? b + kAhead + i : p1 - 1;
+      next_key[i] = a.keys[pos];
+      next_row[i] = a.rows[pos];
     }
 #pragma unroll
     for (int i = 0; i < kAhead; ++i) {
-      if (key[i] < 0) continue;
+      if (b + i >= p1) break;
       if (key[i] != cur) {
-        KmeansSortedFlush<Acc, kV>(a, u, q, cur, head, false, acc, cnt);
+        KmeansSortedFlush<Acc, kV>(a, u, q, cur, head, false, KmeansBits(acc), cnt);
         cur = key[i];
         head = false;
 #pragma unroll
@@ -366,9 +387,14 @@ __global__ void __launch_bounds__(kSumsSortedThreads, 4)
       for (int e = 0; e < kV; ++e) acc[e] = fma(wv[i], xv[i][e], acc[e]);
       cnt += wv[i];
     }
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) {
+      key[i] = next_key[i];
+      row[i] = next_row[i];
+    }
   }
   const bool tail = cur == after;
-  KmeansSortedFlush<Acc, kV>(a, u, q, cur, head, tail, acc, cnt);
+  KmeansSortedFlush<Acc, kV>(a, u, q, cur, head, tail, KmeansBits(acc), cnt);
   if (q == 0) {
     const bool first_head = first == before;
     KmeansSortedIds<Acc>(a, u, first_head ? first : -1,
@@ -410,20 +436,18 @@ __global__ void __launch_bounds__(kSumsSortedThreads)
     int32_t id[kAhead];
     Acc wv[kAhead], xv[kAhead][kV];
 #pragma unroll
-    for (int i = 0; i < kAhead; ++i) {
-      id[i] = -1;
-      if (s0 + i < 2 * j1) {
-        id[i] = in_ids[s0 + i];
-        wv[i] = in_w[s0 + i];
-        const uint4 raw = *reinterpret_cast<const uint4*>(in + (s0 + i) * row_acc + q * kV);
-        memcpy(xv[i], &raw, 16);
-      }
+    for (int i = 0; i < kAhead; ++i) {  // clamped to the last slot: no branch between loads
+      const int64_t sl = s0 + i < 2 * j1 ? s0 + i : 2 * j1 - 1;
+      id[i] = s0 + i < 2 * j1 ? in_ids[sl] : -1;
+      wv[i] = in_w[sl];
+      const uint4 raw = *reinterpret_cast<const uint4*>(in + sl * row_acc + q * kV);
+      memcpy(xv[i], &raw, 16);
     }
 #pragma unroll
     for (int i = 0; i < kAhead; ++i) {
       if (id[i] < 0) continue;
       if (id[i] != cur) {
-        if (cur >= 0) KmeansSortedFlush<Acc, kV>(a, u, q, cur, head, false, acc, cnt);
+        if (cur >= 0) KmeansSortedFlush<Acc, kV>(a, u, q, cur, head, false, KmeansBits(acc), cnt);
         if (first < 0) first = id[i];
         cur = id[i];
         head = cur == before;
@@ -437,7 +461,7 @@ __global__ void __launch_bounds__(kSumsSortedThreads)
     }
   }
   const bool tail = cur >= 0 && cur == after;
-  if (cur >= 0) KmeansSortedFlush<Acc, kV>(a, u, q, cur, head, tail, acc, cnt);
+  if (cur >= 0) KmeansSortedFlush<Acc, kV>(a, u, q, cur, head, tail, KmeansBits(acc), cnt);
   if (q == 0) {
     const bool first_head = first >= 0 && first == before;
     KmeansSortedIds<Acc>(a, u, first_head ? first : -1,
