@@ -223,7 +223,7 @@ def _check_sums(got, x, w, labels, mind, k):
     ],
 )
 @pytest.mark.parametrize(
-    "dtype", [jnp.float32, jnp.float64, jnp.bfloat16, slow(jnp.float16)], ids=dtype_ids
+    "dtype", [jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16], ids=dtype_ids
 )
 def test_sorted_sums_match_float64(dtype, n, d, k, piece, chunks, skew):
     rng = np.random.default_rng(n * 7 + d + k)

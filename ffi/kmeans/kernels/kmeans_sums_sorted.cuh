@@ -26,8 +26,10 @@
 //    ... of chunk c by fma, then its lanes by butterfly (KmeansSortHistKernel
 //    on the first pass); one block adds the chunks (KmeansSortedInertiaKernel).
 //
-// The CPU reference (cpu_tiled_handler.cc) follows the same order and gets
-// the same bits. Empty clusters are zeroed before the pieces run.
+// Whether a cluster crosses a unit's ends is read from the sorted labels on
+// either side of the unit, so no table of cluster starts is kept. The CPU
+// reference (cpu_tiled_handler.cc) follows the same order and gets the same
+// bits. Empty clusters are zeroed before the pieces run.
 #pragma once
 
 #include <cstdint>
