@@ -283,8 +283,9 @@ def test_sums_reject_bad_plans():
         _sums_call(*args, 3, 0, 1)
     with pytest.raises(Exception, match=r"at most 65535 buckets"):
         _sums_call(*args, 70_000, 1, 1)
-    with pytest.raises(Exception, match=r"piece must be >= 0.*piece=-1"):
-        _sums_call(*args, 3, 3, 1, -1)
+    for piece in (-1, 2**40):
+        with pytest.raises(Exception, match=rf"piece must be >= 0.*piece={piece}\)"):
+            _sums_call(*args, 3, 3, 1, piece)
     with pytest.raises(Exception, match=r"sorted path \(piece > 0\) takes 1 to 8192 chunks"):
         _sums_call(*args, 3, 3, 9000, 64)
     with pytest.raises(ValueError, match="kmeans_sums_plan: need"):

@@ -100,7 +100,9 @@ inline ffi::Error DecodeKmeansSums(std::string_view op, const ffi::AnyBuffer& x,
   if (!HasShape(inertia, p->acc, {}))
     return fail("inertia must be a scalar in the accumulator dtype");
   const int acc_size = p->acc == ffi::DataType::F64 ? 8 : 4;
-  if (piece < 0) return fail("piece must be >= 0 (0: buckets of clusters; > 0: sorted rows)");
+  if (piece < 0 || piece > kKmeansTiledMaxDim) {
+    return fail("piece must be >= 0 (0: buckets of clusters; > 0: sorted rows) and fit 31 bits");
+  }
   if (piece > 0) {
     if (chunks < 1 || chunks > kSortMaxChunks) {
       return fail("the sorted path (piece > 0) takes 1 to " + std::to_string(kSortMaxChunks) +
