@@ -342,8 +342,9 @@ nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k
 // How the k-means step for any k runs (n, d, k) on a GPU with sm_count SMs
 // and smem_optin bytes of shared memory per block (kmeans/tiled_plan.h):
 // the assignment's plan and workspace (tsm2_kmeans_assign; f32, bf16, f16)
-// and the sums' bucket, chunks and workspace (tsm2_kmeans_sums; any float
-// dtype), which Python passes as the sums' attributes.
+// and the sums' path (piece 0: one bucket of clusters; else sorted rows),
+// bucket, chunks and workspace (tsm2_kmeans_sums; any float dtype), which
+// Python passes as the sums' attributes.
 nb::dict KmeansTiledPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k, int sm_count,
                             int64_t smem_optin) {
   const int itemsize = ItemsizeOf(dtype);
@@ -368,15 +369,39 @@ nb::dict KmeansTiledPlanFor(const std::string& dtype, int64_t n, int64_t d, int6
   }
   const tsm2::KmeansSumsPlan s =
       tsm2::KmeansSumsPlanOf(tsm2::AccSize(itemsize), n, d, k, sm_count, smem_optin);
-  out["sums_supported"] = s.ok && s.buckets <= 65535;
+  out["sums_supported"] = s.ok && (s.piece > 0 || s.buckets <= 65535);
   if (s.ok) {
+    out["piece"] = s.piece;  // 0: one bucket of all k clusters; > 0: the sorted path
     out["bucket"] = s.bucket;
     out["buckets"] = s.buckets;
     out["chunks"] = s.chunks;
     out["groups"] = s.groups;
+    out["sort_passes"] = s.passes;
+    out["merge_levels"] = s.levels;
     out["sums_smem_bytes"] = s.smem_bytes;
     out["sums_workspace_bytes"] = s.workspace_bytes;
   }
+  return out;
+}
+
+// The tsm2_kmeans_sums plan of explicit attributes (bucket, chunks, piece),
+// as the targets validate and follow it: its path and workspace bytes.
+nb::dict KmeansSumsPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k,
+                           int64_t bucket, int64_t chunks, int64_t piece) {
+  const tsm2::KmeansSumsPlan s =
+      tsm2::KmeansSumsPlanWith(tsm2::AccSize(ItemsizeOf(dtype)), n, d, k, bucket, chunks, piece);
+  if (!s.ok) {
+    throw nb::value_error(
+        "kmeans_sums_plan: need n >= 0, d >= 1, k >= 1, bucket >= 1, chunks >= 1, piece >= 0");
+  }
+  nb::dict out;
+  out["piece"] = s.piece;
+  out["bucket"] = s.bucket;
+  out["buckets"] = s.buckets;
+  out["chunks"] = s.chunks;
+  out["sort_passes"] = s.passes;
+  out["merge_levels"] = s.levels;
+  out["workspace_bytes"] = s.workspace_bytes;
   return out;
 }
 
@@ -505,6 +530,9 @@ NB_MODULE(_tsm2_ext, m) {
   m.def("kmeans_tiled_plan", &KmeansTiledPlanFor, nb::arg("dtype"), nb::arg("n"), nb::arg("d"),
         nb::arg("k"), nb::arg("sm_count"), nb::arg("smem_optin"),
         "How the k-means step for any k (tsm2_kmeans_assign, tsm2_kmeans_sums) runs a shape.");
+  m.def("kmeans_sums_plan", &KmeansSumsPlanFor, nb::arg("dtype"), nb::arg("n"), nb::arg("d"),
+        nb::arg("k"), nb::arg("bucket"), nb::arg("chunks"), nb::arg("piece"),
+        "The tsm2_kmeans_sums plan of explicit attributes and its workspace bytes.");
   m.def("colsums_plan", &ColsumsPlanFor, nb::arg("dtype"), nb::arg("acc"), nb::arg("r"),
         nb::arg("rows"), nb::arg("cols"), nb::arg("sm_count"),
         "How tsm2_colsums splits a problem, and its workspace bytes (abft/plan.h).");

@@ -371,8 +371,9 @@ def kmeans_tiled_plan(dtype: Any, n: int, d: int, k: int) -> dict[str, Any]:
     without one): ``assign_supported`` (``tsm2_kmeans_assign`` takes f32, bf16, f16),
     ``assign_workspace_bytes``, the assignment's tiles (``row_tiles``,
     ``centroid_tiles``, ``splits``, ``resident``, ``stages``), and the sums'
-    (``tsm2_kmeans_sums``) ``bucket``, ``chunks`` (its attributes), ``groups`` and
-    ``sums_workspace_bytes``.
+    (``tsm2_kmeans_sums``) ``piece``, ``bucket``, ``chunks`` (its attributes: ``piece``
+    0 where one bucket holds all k clusters, else the sorted path's piece of sorted
+    rows), ``groups``, ``sort_passes``, ``merge_levels`` and ``sums_workspace_bytes``.
 
     Example:
         >>> p = kmeans_tiled_plan("float32", 10**6, 256, 1024)

@@ -6,8 +6,9 @@ sizes (d = 1 to past a step of 128 bytes, k = 1 to past a centroid tile, n past 
 tile) for f32 (split products and TF32), bf16 and f16, in each of its modes (X resident,
 streamed, loaded element by element, centroid tiles split over blocks); ties, NaN and
 Inf ranked as the CPU reference ranks them. The sums bit for bit equal to the CPU
-reference's under the same plan (the order of every addition is the plan's), for every
-dtype, and reproducible; k-means through both against the jnp path.
+reference's under the same plan (the order of every addition is the plan's), on both
+paths (one bucket of clusters; rows sorted by label, with skewed labels and k up to
+70,000), for every dtype, and reproducible; k-means through both against the jnp path.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from _kmeans_reference import TF32_REL, check_step, data
 
 import jax_tsm2
-from jax_tsm2 import _ffi
+from jax_tsm2 import _ffi, _tsm2_ext
 from jax_tsm2.clustering import fused, kmeans, tiled
 
 pytestmark = pytest.mark.gpu
@@ -112,7 +113,7 @@ def test_ties_nan_and_inf_as_the_cpu_reference(precision):
     assert 150 not in np.asarray(_step(x, c, w).labels).tolist()
 
 
-def _sums_call(x, w, labels, mind, k, bucket, chunks, workspace):
+def _sums_call(x, w, labels, mind, k, bucket, chunks, workspace, piece=0):
     d = x.shape[1]
     acc = fused.acc_dtype(x.dtype)
     call = jax.ffi.ffi_call(
@@ -124,10 +125,17 @@ def _sums_call(x, w, labels, mind, k, bucket, chunks, workspace):
             jax.ShapeDtypeStruct((workspace,), jnp.uint8),
         ),
     )
-    return call(x, w, labels, mind, bucket=np.int64(bucket), chunks=np.int64(chunks))[:3]
+    out = call(x, w, labels, mind, bucket=np.int64(bucket), chunks=np.int64(chunks),
+               piece=np.int64(piece))  # fmt: skip
+    return out[:3]
 
 
-_sums_jit = jax.jit(_sums_call, static_argnames=("k", "bucket", "chunks", "workspace"))
+_sums_jit = jax.jit(_sums_call, static_argnames=("k", "bucket", "chunks", "workspace", "piece"))
+
+
+def _equal_bits(got, ref):
+    for a, b, name in zip(got, ref, ("sums", "counts", "inertia"), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
 
 
 @pytest.mark.parametrize(
@@ -155,32 +163,81 @@ def test_sums_equal_the_cpu_reference_bit_for_bit(dtype, n, d, k, bucket, chunks
     per = bucket * d + bucket + 1
     workspace = -(-k // bucket) * chunks * per * jnp.dtype(acc).itemsize if chunks > 1 else 0
     plan = {"k": k, "bucket": bucket, "chunks": chunks, "workspace": workspace}
+    sized = _tsm2_ext.kmeans_sums_plan(jnp.dtype(dtype).name, n, d, k, bucket, chunks, 0)
+    assert sized["workspace_bytes"] == workspace
     got = _sums_jit(x, w, labels, mind, **plan)
-    ref = _on_cpu(_sums_jit, x, w, labels, mind, **plan)
-    for a, b, name in zip(got, ref, ("sums", "counts", "inertia"), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+    _equal_bits(got, _on_cpu(_sums_jit, x, w, labels, mind, **plan))
 
 
-def test_sums_of_this_gpus_plan_equal_the_cpu_reference():
+def _skewed_labels(rng, n, k, skew):
+    """Labels in [-1, k + 1) (a few outside [0, k)); with ``skew`` ~90% of rows in one
+    cluster, the rest spread."""
+    labels = rng.integers(-1, k + 1, n)
+    if skew:
+        labels[rng.uniform(size=n) < 0.9] = k // 3
+    return jnp.asarray(labels, jnp.int32)
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "k", "chunks", "piece", "skew"),
+    [
+        (1, 1, 1, 1, 64, False),
+        (20_011, 5, 37, 40, 64, False),
+        (20_011, 5, 37, 40, 64, True),  # one cluster over ~280 pieces: three merge levels
+        (100_003, 64, 4096, 196, 64, False),
+        (100_003, 64, 4096, 196, 64, True),
+        (100_003, 64, 65_536, 196, 64, False),  # two passes of the sort, most clusters small
+        (300_007, 16, 65_536, 586, 64, True),
+        (20_011, 257, 300, 40, 7, False),  # rows not of whole 16-byte chunks: element loads
+        (8_009, 1030, 40, 16, 64, True),  # rows of 258 chunks: nine column blocks
+        (5_003, 3, 70_000, 10, 1, False),  # k > n, three passes, pieces of one row
+        (3_000, 3, 7, 3_000, 5, True),  # chunks of one row
+    ],
+)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16],
+                         ids=dtype_ids)  # fmt: skip
+def test_sorted_sums_equal_the_cpu_reference_bit_for_bit(dtype, n, d, k, chunks, piece, skew):
+    rng = np.random.default_rng(n + d + k + skew)
+    acc = fused.acc_dtype(dtype)
+    x = jnp.asarray(rng.normal(size=(n, d)) + 1, dtype)
+    w = jnp.asarray(rng.uniform(0, 2, n), acc)
+    labels = _skewed_labels(rng, n, k, skew)
+    mind = jnp.asarray(rng.uniform(0, 5, n), acc)
+    ws = _tsm2_ext.kmeans_sums_plan(jnp.dtype(dtype).name, n, d, k, k, chunks, piece)
+    plan = {"k": k, "bucket": k, "chunks": chunks, "piece": piece}
+    got = _sums_jit(x, w, labels, mind, workspace=ws["workspace_bytes"], **plan)
+    _equal_bits(got, _on_cpu(_sums_jit, x, w, labels, mind, workspace=0, **plan))
+    # The sort is stable: other chunks give the same sums (the inertia in another order).
+    other = _sums_jit(x, w, labels, mind, workspace=ws["workspace_bytes"] * 2,
+                      **(plan | {"chunks": max(1, chunks // 3)}))  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(other[0]), np.asarray(got[0]))
+    np.testing.assert_array_equal(np.asarray(other[1]), np.asarray(got[1]))
+    # and reruns the same bits.
+    _equal_bits(_sums_jit(x, w, labels, mind, workspace=ws["workspace_bytes"], **plan), got)
+
+
+@pytest.mark.parametrize(("d", "k"), [(96, 700), (64, 40)])
+def test_sums_of_this_gpus_plan_equal_the_cpu_reference(d, k):
     rng = np.random.default_rng(8)
-    x, c, w = data(rng, 200_003, 96, 700, jnp.float32)
+    x, c, w = data(rng, 200_003, d, k, jnp.float32)
     labels, mind = jax.jit(tiled.ffi_assign)(x, _x_sq(x), c)
-    got = jax.jit(tiled.ffi_sums, static_argnums=4)(x, w, labels, mind, 700)
-    plan = _ffi.kmeans_tiled_plan("float32", 200_003, 96, 700)
-    assert plan["chunks"] > 1  # partials, then their sum in order
+    got = jax.jit(tiled.ffi_sums, static_argnums=4)(x, w, labels, mind, k)
+    plan = _ffi.kmeans_tiled_plan("float32", 200_003, d, k)
+    assert plan["chunks"] > 1  # partials (or the sort's chunks), then their sum in order
+    assert (plan["piece"] > 0) == (k == 700)  # the sorted path, and one bucket
     ref = _on_cpu(
         _sums_jit,
         x,
         w,
         labels,
         mind,
-        k=700,
+        k=k,
         bucket=plan["bucket"],
         chunks=plan["chunks"],
         workspace=0,
+        piece=plan["piece"],
     )
-    for a, b in zip(got, ref, strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    _equal_bits(got, ref)
 
 
 def test_a_plan_this_gpu_cannot_hold_is_replanned():
@@ -192,12 +249,14 @@ def test_a_plan_this_gpu_cannot_hold_is_replanned():
     w = jnp.ones(n, jnp.float32)
     labels = jnp.asarray(rng.integers(0, k, n), jnp.int32)
     mind = jnp.ones(n, jnp.float32)
-    sums, counts, inertia = _sums_jit(x, w, labels, mind, k=k, bucket=400, chunks=4, workspace=0)
     onehot = (np.asarray(labels)[:, None] == np.arange(k)).astype(np.float64)
-    np.testing.assert_allclose(np.asarray(sums), onehot.T @ np.asarray(x, np.float64),
-                               rtol=1e-4, atol=1e-3)  # fmt: skip
-    np.testing.assert_array_equal(np.asarray(counts), onehot.sum(0))
-    assert float(inertia) == n
+    # and a sorted plan without the workspace for its sort: a bucket plan of the device's.
+    for plan in ({"bucket": 400, "chunks": 4}, {"bucket": k, "chunks": 20, "piece": 64}):
+        sums, counts, inertia = _sums_jit(x, w, labels, mind, k=k, workspace=0, **plan)
+        np.testing.assert_allclose(np.asarray(sums), onehot.T @ np.asarray(x, np.float64),
+                                   rtol=1e-4, atol=1e-3)  # fmt: skip
+        np.testing.assert_array_equal(np.asarray(counts), onehot.sum(0))
+        assert float(inertia) == n
 
 
 def test_a_small_workspace_means_fewer_splits():

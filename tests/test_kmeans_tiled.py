@@ -45,12 +45,11 @@ def _step(x, c, w, precision="float32"):
     return tiled.ffi_step(x, _x_sq(x), c, w, precision=precision, check=False)
 
 
-def _sums_call(x, w, labels, mind, k, bucket, chunks):
-    """tsm2_kmeans_sums with an explicit plan (its attributes)."""
-    n, d = x.shape
+def _sums_call(x, w, labels, mind, k, bucket, chunks, piece=0):
+    """tsm2_kmeans_sums with an explicit plan (its attributes; the CPU ignores the
+    workspace)."""
+    d = x.shape[1]
     acc = fused.acc_dtype(x.dtype)
-    plan = _tsm2_ext.kmeans_tiled_plan(jnp.dtype(x.dtype).name, n, d, k, 1, H200_SMEM)
-    del plan  # the workspace is ignored on CPU
     call = jax.ffi.ffi_call(
         _ffi.KMEANS_SUMS_TARGET,
         (
@@ -61,7 +60,7 @@ def _sums_call(x, w, labels, mind, k, bucket, chunks):
         ),
     )
     out = call(x, w.astype(acc), labels, mind.astype(acc), bucket=np.int64(bucket),
-               chunks=np.int64(chunks))  # fmt: skip
+               chunks=np.int64(chunks), piece=np.int64(piece))  # fmt: skip
     return out[:3]
 
 
@@ -183,10 +182,95 @@ def test_sums_follow_any_plan(dtype, n, d, k, bucket, chunks):
     np.testing.assert_allclose(np.asarray(other[0]), np.asarray(sums), rtol=1e-4, atol=1e-4)
 
 
-def test_sums_skip_labels_outside_the_clusters():
+def _sums_data(rng, n, d, k, dtype, skew=False):
+    """Rows off zero, weights in (0.5, 2), a few labels outside [0, k), and with ``skew``
+    nearly all rows in cluster k // 2."""
+    acc = fused.acc_dtype(dtype)
+    x = jnp.asarray(rng.normal(size=(n, d)) + 2, dtype)
+    w = jnp.asarray(rng.uniform(0.5, 2, n), acc)
+    labels = rng.integers(-1, k + 2, n)
+    if skew:
+        labels[rng.uniform(size=n) < 0.95] = k // 2
+    mind = jnp.asarray(rng.uniform(0.1, 5, n), acc)
+    return x, w, jnp.asarray(labels, jnp.int32), mind
+
+
+def _check_sums(got, x, w, labels, mind, k):
+    """sums, counts and the inertia within the sequential bound of a float64 reference."""
+    sums, counts, inertia = got
+    n = x.shape[0]
+    ref, ref_counts, scale = _sums_reference(x, w, labels, k)
+    eps = float(jnp.finfo(sums.dtype).eps)
+    assert (np.abs(np.asarray(sums, np.float64) - ref) <= 2 * (n + 2) * eps * scale).all()
+    np.testing.assert_allclose(np.asarray(counts), ref_counts, rtol=2 * (n + 2) * eps, atol=0)
+    want = float(np.asarray(w, np.float64) @ np.asarray(mind, np.float64))
+    assert abs(float(inertia) - want) <= 2 * (n + 2) * eps * want
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "k", "piece", "chunks", "skew"),
+    [
+        (0, 3, 5, 64, 1, False),
+        (1, 1, 1, 1, 1, False),
+        (2, 3, 40, 64, 1, False),  # k > n: nearly all clusters empty
+        (97, 1, 300, 5, 3, False),  # a prime, k > n, pieces of 5
+        (1031, 3, 37, 64, 3, False),  # past a piece, three sort chunks
+        (1031, 17, 5, 7, 2, True),  # one cluster of ~95% of rows over ~140 pieces
+        (5003, 3, 9, 1, 11, True),  # pieces of one row: three merge levels
+        (4099, 130, 600, 64, 9, False),  # rows past a column block of 128 f32
+        (3001, 5, 70_000, 64, 6, False),  # three passes of the sort
+        (512, 4, 3, 64, 512, True),  # chunks of one row
+    ],
+)
+@pytest.mark.parametrize(
+    "dtype", [jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16], ids=dtype_ids
+)
+def test_sorted_sums_match_float64(dtype, n, d, k, piece, chunks, skew):
+    rng = np.random.default_rng(n * 7 + d + k)
+    x, w, labels, mind = _sums_data(rng, n, d, k, dtype, skew)
+    got = _sums_call(x, w, labels, mind, k, k, chunks, piece)
+    _check_sums(got, x, w, labels, mind, k)
+    # Other pieces and the bucket path add in other orders: the same sums up to rounding.
+    for other in (
+        _sums_call(x, w, labels, mind, k, k, chunks + 1, piece * 3 + 1),
+        _sums_call(x, w, labels, mind, k, min(k, 50), 2, 0),
+    ):
+        np.testing.assert_allclose(np.asarray(other[0]), np.asarray(got[0]), rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(np.asarray(other[1]), np.asarray(got[1]), rtol=1e-5)
+        np.testing.assert_allclose(float(other[2]), float(got[2]), rtol=1e-5)
+
+
+def test_sorted_sums_count_whole_weights_exactly():
+    # Unit weights: every count is an integer below 2^24, exact in any order of addition,
+    # so a row lost or added twice by the sort or the merges shows.
+    rng = np.random.default_rng(5)
+    n, k = 20_011, 1000
+    labels = rng.integers(0, k, n)
+    labels[: n // 2] = 17  # one cluster over half the rows: many pieces and merges
+    labels[-5:] = [-3, k, k + 9, -1, 2**31 - 1]
+    x = jnp.asarray(rng.normal(size=(n, 2)) + 1, jnp.float32)
+    for piece, chunks in ((1, 1), (3, 40), (64, 7)):
+        _, counts, _ = _sums_call(x, jnp.ones(n), jnp.asarray(labels, jnp.int32), jnp.ones(n),
+                                  k, k, chunks, piece)  # fmt: skip
+        want = np.bincount(labels[(labels >= 0) & (labels < k)], minlength=k)
+        np.testing.assert_array_equal(np.asarray(counts), want)
+
+
+def test_sorted_sums_do_not_depend_on_the_chunks():
+    # The sort is stable, so its chunks change nothing but the inertia's order.
+    rng = np.random.default_rng(6)
+    x, w, labels, mind = _sums_data(rng, 3001, 6, 300, jnp.float32, skew=True)
+    a = _sums_call(x, w, labels, mind, 300, 300, 1, 16)
+    b = _sums_call(x, w, labels, mind, 300, 300, 97, 16)
+    np.testing.assert_array_equal(np.asarray(a[0]), np.asarray(b[0]))
+    np.testing.assert_array_equal(np.asarray(a[1]), np.asarray(b[1]))
+
+
+@pytest.mark.parametrize("piece", (0, 3))
+def test_sums_skip_labels_outside_the_clusters(piece):
     x = jnp.arange(12.0, dtype=jnp.float32).reshape(4, 3)
     labels = jnp.array([0, -1, 2, 7], jnp.int32)
-    sums, counts, inertia = _sums_call(x, jnp.ones(4), labels, jnp.ones(4), 3, 2, 1)
+    sums, counts, inertia = _sums_call(x, jnp.ones(4), labels, jnp.ones(4), 3, 2, 1, piece)
     np.testing.assert_array_equal(np.asarray(sums), [[0, 1, 2], [0, 0, 0], [6, 7, 8]])
     np.testing.assert_array_equal(np.asarray(counts), [1, 0, 1])
     assert float(inertia) == 4.0  # every row's w * mind, whatever its label
@@ -194,10 +278,18 @@ def test_sums_skip_labels_outside_the_clusters():
 
 def test_sums_reject_bad_plans():
     x = jnp.ones((4, 3), jnp.float32)
+    args = (x, jnp.ones(4), jnp.zeros(4, jnp.int32), jnp.ones(4))
     with pytest.raises(Exception, match=r"bucket and chunks must be >= 1.*bucket=0"):
-        _sums_call(x, jnp.ones(4), jnp.zeros(4, jnp.int32), jnp.ones(4), 3, 0, 1)
+        _sums_call(*args, 3, 0, 1)
     with pytest.raises(Exception, match=r"at most 65535 buckets"):
-        _sums_call(x, jnp.ones(4), jnp.zeros(4, jnp.int32), jnp.ones(4), 70_000, 1, 1)
+        _sums_call(*args, 70_000, 1, 1)
+    for piece in (-1, 2**40):
+        with pytest.raises(Exception, match=rf"piece must be >= 0.*piece={piece}\)"):
+            _sums_call(*args, 3, 3, 1, piece)
+    with pytest.raises(Exception, match=r"sorted path \(piece > 0\) takes 1 to 8192 chunks"):
+        _sums_call(*args, 3, 3, 9000, 64)
+    with pytest.raises(ValueError, match="kmeans_sums_plan: need"):
+        _tsm2_ext.kmeans_sums_plan("float32", 4, 3, 3, 3, 1, -1)
 
 
 def test_assign_rejects_what_the_kernel_does_not_take():
@@ -240,10 +332,14 @@ def test_plans_fit_the_device(dtype, d, k, smem):
     # X stays on chip only where it is read against several centroid tiles.
     if p["resident"]:
         assert p["centroid_tiles"] >= 2
-    # The sums' bucket is the largest that fits.
-    if p["bucket"] < k:
-        bigger = _tsm2_ext.kmeans_tiled_plan(dtype, 10**6, d, k, 132, smem + 10**6)
-        assert bigger["bucket"] > p["bucket"]
+    # The sums sort the rows where one bucket does not hold all k clusters.
+    bigger = _tsm2_ext.kmeans_tiled_plan(dtype, 10**6, d, k, 132, 2**40)
+    assert bigger["piece"] == 0 and bigger["bucket"] == k
+    if p["piece"]:
+        assert p["sort_passes"] == (1 if k <= 256 else 2) and p["chunks"] == 1954
+        assert p["merge_levels"] == 3  # 64 * 32^3 rows cover 10^6
+    else:
+        assert p["sums_smem_bytes"] <= smem
 
 
 def test_plan_resident_tiles_where_they_fit():
@@ -264,13 +360,25 @@ def test_plan_splits_the_centroid_tiles_where_rows_are_few():
 
 
 def test_plan_chunks_fill_the_gpu_and_size_the_partials():
-    p = _plan("float32", 10**6, 64, 200)
-    assert p["buckets"] * p["chunks"] >= 264 and p["chunks"] > 1
-    per = p["bucket"] * 64 + p["bucket"] + 1
-    assert p["sums_workspace_bytes"] == p["buckets"] * p["chunks"] * per * 4
-    q = _plan("float32", 10**6, 1024, 65_536)
-    assert q["buckets"] >= 264 and q["chunks"] == 1 and q["sums_workspace_bytes"] == 0
-    assert _plan("float32", 100, 64, 200)["chunks"] == 1  # one tile of rows
+    p = _plan("float32", 10**6, 64, 40)
+    assert p["piece"] == 0 and p["buckets"] == 1 and p["chunks"] == 264
+    per = 40 * 64 + 40 + 1
+    assert p["sums_workspace_bytes"] == p["chunks"] * per * 4
+    assert _plan("float32", 100, 64, 40)["chunks"] == 1  # one tile of rows
+
+
+@pytest.mark.parametrize(("n", "d", "k"), [(10**6, 64, 4096), (10**6, 256, 64), (1000, 3, 70_000)])
+def test_plan_sorts_where_one_bucket_does_not_hold_k(n, d, k):
+    p = _plan("float32", n, d, k)
+    assert p["piece"] == 64 and p["bucket"] == k and p["sums_smem_bytes"] == 0
+    assert p["chunks"] == -(-n // 512)
+    # The order of addition is the plan's, not the device's.
+    assert _plan("float32", n, d, k, sms=16, smem=100 * 1024)["chunks"] == p["chunks"]
+    # At least the labels and rows twice over (the sort's two buffers) and a partial
+    # row of each piece's two slots.
+    assert p["sums_workspace_bytes"] >= 16 * n + 2 * -(-n // 64) * 4 * (-(-d // 4) * 4 + 1)
+    q = _tsm2_ext.kmeans_sums_plan("float32", n, d, k, k, p["chunks"], 64)
+    assert q["workspace_bytes"] == p["sums_workspace_bytes"]
 
 
 # ------------------------------------------------------------ routing

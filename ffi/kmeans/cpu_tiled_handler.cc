@@ -6,8 +6,10 @@
 // NaN, TF32 rounding of both operands in the fast mode, exact
 // products for rows and centroids with a non-finite norm), not their order
 // of addition. The sums follow the plan of the attributes to the order of
-// every addition (kernels/kmeans_sums.cuh), so that the CUDA target gives
-// the same bits: that is what the GPU tests check.
+// every addition (kernels/kmeans_sums.cuh for buckets of clusters,
+// kernels/kmeans_sums_sorted.cuh for sorted rows), so that the CUDA target
+// gives the same bits: that is what the GPU tests check.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -188,6 +190,139 @@ void SumsReference(const KmeansSumsProblem& p, const void* x, const Acc* w, cons
   *inertia = reduce(0, bucket * d + bucket);
 }
 
+// The warps' butterfly of kernels/kmeans_sums*.cuh over `lanes` (a multiple
+// of 32): every lane ends with its warp's sum, added in the same order.
+template <typename Acc>
+void Butterfly(Acc* lanes, int count) {
+  std::vector<Acc> next(count);
+  for (int off = 16; off > 0; off /= 2) {
+    for (int t = 0; t < count; ++t) next[t] = lanes[t] + lanes[t ^ off];
+    std::copy(next.begin(), next.end(), lanes);
+  }
+}
+
+// The sorted path of kernels/kmeans_sums_sorted.cuh, addition for addition:
+// the rows sorted by label (stably), then pieces of `piece` sorted positions
+// added in order a cluster at a time, the partials of clusters that cross a
+// unit's ends added by merges of kSumsMergeFan units in unit order, and the
+// inertia over the plan's chunks.
+template <ElemType E, typename Acc>
+void SortedSumsReference(const KmeansSumsProblem& p, const void* x, const Acc* w,
+                         const int32_t* labels, const Acc* mind, Acc* sums, Acc* counts,
+                         Acc* inertia) {
+  using In = HostElem<E>;
+  const int64_t n = p.n, d = p.d, k = p.k, piece = p.plan.piece, chunks = p.plan.chunks;
+  std::vector<int64_t> start(k + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (labels[i] >= 0 && labels[i] < k) ++start[labels[i] + 1];
+  }
+  for (int64_t c = 0; c < k; ++c) start[c + 1] += start[c];
+  const int64_t m = start[k];
+  std::vector<int32_t> keys(m);
+  std::vector<int64_t> rows(m);
+  for (int64_t i = 0; i < n; ++i) {
+    if (labels[i] < 0 || labels[i] >= k) continue;
+    const int64_t at = start[labels[i]]++;
+    keys[at] = labels[i];
+    rows[at] = i;
+  }
+  std::fill(sums, sums + k * d, Acc(0));
+  std::fill(counts, counts + k, Acc(0));
+
+  // A unit's two slots: the cluster entering it from before (0) and the one
+  // leaving it after, having begun inside (1).
+  struct Slot {
+    int32_t id = -1;
+    std::vector<Acc> s;
+    Acc w = 0;
+  };
+  std::vector<Slot> below, here;
+  std::vector<Acc> acc(d);
+  Acc cnt = 0;
+  auto flush = [&](int64_t u, int32_t c, bool head, bool tail) {
+    if (!head && !tail) {
+      std::copy(acc.begin(), acc.end(), sums + c * d);
+      counts[c] = cnt;
+      return;
+    }
+    Slot& slot = here[2 * u + (head ? 0 : 1)];
+    slot.id = c;
+    slot.s = acc;
+    slot.w = cnt;
+  };
+  auto reset = [&] {
+    std::fill(acc.begin(), acc.end(), Acc(0));
+    cnt = 0;
+  };
+  int64_t units = CeilDiv(m, piece);
+  here.assign(2 * units, Slot{});
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t p0 = u * piece, p1 = std::min(p0 + piece, m);
+    const int32_t before = p0 > 0 ? keys[p0 - 1] : -1, after = p1 < m ? keys[p1] : -1;
+    int32_t cur = keys[p0];
+    bool head = cur == before;
+    reset();
+    for (int64_t pos = p0; pos < p1; ++pos) {
+      if (keys[pos] != cur) {
+        flush(u, cur, head, false);
+        cur = keys[pos];
+        head = false;
+        reset();
+      }
+      const int64_t row = rows[pos];
+      for (int64_t col = 0; col < d; ++col) {
+        acc[col] = std::fma(w[row], static_cast<Acc>(In::Load(x, row * d + col)), acc[col]);
+      }
+      cnt += w[row];
+    }
+    flush(u, cur, head, cur == after);
+  }
+  for (int64_t sub = piece; sub < m; sub *= kSumsMergeFan) {
+    const int64_t unit = sub * kSumsMergeFan, subs = CeilDiv(m, sub);
+    below.swap(here);
+    units = CeilDiv(m, unit);
+    here.assign(2 * units, Slot{});
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t g0 = u * unit, g1 = std::min(g0 + unit, m);
+      const int32_t before = g0 > 0 ? keys[g0 - 1] : -1, after = g1 < m ? keys[g1] : -1;
+      int32_t cur = -1;
+      bool head = false;
+      reset();
+      const int64_t j1 = std::min(u * kSumsMergeFan + kSumsMergeFan, subs);
+      for (int64_t sl = 2 * u * kSumsMergeFan; sl < 2 * j1; ++sl) {
+        const Slot& e = below[sl];
+        if (e.id < 0) continue;
+        if (e.id != cur) {
+          if (cur >= 0) flush(u, cur, head, false);
+          cur = e.id;
+          head = cur == before;
+          reset();
+        }
+        for (int64_t col = 0; col < d; ++col) acc[col] += e.s[col];
+        cnt += e.w;
+      }
+      if (cur >= 0) flush(u, cur, head, cur == after);
+    }
+  }
+
+  // The inertia: warp c's lanes over chunk c, its butterfly; thread t over
+  // the chunks t, t + 256, ...; the block's warps' butterflies, in order.
+  std::vector<Acc> threads(kSumsSortedThreads, Acc(0));
+  Acc lanes[32];
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t r0 = KmeansChunkBegin(n, chunks, c), r1 = KmeansChunkBegin(n, chunks, c + 1);
+    std::fill(lanes, lanes + 32, Acc(0));
+    for (int64_t r = r0; r < r1; ++r)
+      lanes[(r - r0) % 32] = std::fma(w[r], mind[r], lanes[(r - r0) % 32]);
+    Butterfly(lanes, 32);
+    threads[c % kSumsSortedThreads] += lanes[0];
+  }
+  Butterfly(threads.data(), kSumsSortedThreads);
+  Acc tot = threads[0];
+  for (int v = 1; v < kSumsSortedThreads / 32; ++v) tot += threads[v * 32];
+  *inertia = tot;
+}
+
 ffi::Error KmeansAssignCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer x_sq, ffi::AnyBuffer c,
                                ffi::Result<ffi::AnyBuffer> labels, ffi::Result<ffi::AnyBuffer> mind,
                                ffi::Result<ffi::AnyBuffer> /*workspace*/, int32_t precision) {
@@ -210,19 +345,20 @@ ffi::Error KmeansSumsCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer 
                              ffi::Result<ffi::AnyBuffer> counts,
                              ffi::Result<ffi::AnyBuffer> inertia,
                              ffi::Result<ffi::AnyBuffer> /*workspace*/, int64_t bucket,
-                             int64_t chunks) {
+                             int64_t chunks, int64_t piece) {
   constexpr std::string_view kOp = "tsm2_kmeans_sums (cpu)";
   KmeansSumsProblem p;
-  TSM2_FFI_RETURN_IF_ERROR(
-      DecodeKmeansSums(kOp, x, w, labels, mind, *sums, *counts, *inertia, bucket, chunks, &p));
+  TSM2_FFI_RETURN_IF_ERROR(DecodeKmeansSums(kOp, x, w, labels, mind, *sums, *counts, *inertia,
+                                            bucket, chunks, piece, &p));
   return DispatchElemType(kOp, p.dtype, [&](auto elem) {
     constexpr ElemType kE = decltype(elem)::value;
     using Acc = std::conditional_t<kE == ElemType::kF64, double, float>;
-    SumsReference<kE, Acc>(
-        p, x.untyped_data(), static_cast<const Acc*>(w.untyped_data()),
-        static_cast<const int32_t*>(labels.untyped_data()),
-        static_cast<const Acc*>(mind.untyped_data()), static_cast<Acc*>(sums->untyped_data()),
-        static_cast<Acc*>(counts->untyped_data()), static_cast<Acc*>(inertia->untyped_data()));
+    auto reference = p.plan.piece > 0 ? &SortedSumsReference<kE, Acc> : &SumsReference<kE, Acc>;
+    reference(p, x.untyped_data(), static_cast<const Acc*>(w.untyped_data()),
+              static_cast<const int32_t*>(labels.untyped_data()),
+              static_cast<const Acc*>(mind.untyped_data()), static_cast<Acc*>(sums->untyped_data()),
+              static_cast<Acc*>(counts->untyped_data()),
+              static_cast<Acc*>(inertia->untyped_data()));
     return ffi::Error::Success();
   });
 }

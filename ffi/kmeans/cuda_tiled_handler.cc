@@ -56,13 +56,13 @@ ffi::Error KmeansSumsCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuf
                               ffi::AnyBuffer labels, ffi::AnyBuffer mind,
                               ffi::Result<ffi::AnyBuffer> sums, ffi::Result<ffi::AnyBuffer> counts,
                               ffi::Result<ffi::AnyBuffer> inertia,
-                              ffi::Result<ffi::AnyBuffer> workspace, int64_t bucket,
-                              int64_t chunks) {
+                              ffi::Result<ffi::AnyBuffer> workspace, int64_t bucket, int64_t chunks,
+                              int64_t piece) {
   constexpr std::string_view kOp = "tsm2_kmeans_sums (cuda)";
   (void)cudaGetLastError();  // never blame this launch for an earlier failure
   KmeansSumsProblem p;
-  TSM2_FFI_RETURN_IF_ERROR(
-      DecodeKmeansSums(kOp, x, w, labels, mind, *sums, *counts, *inertia, bucket, chunks, &p));
+  TSM2_FFI_RETURN_IF_ERROR(DecodeKmeansSums(kOp, x, w, labels, mind, *sums, *counts, *inertia,
+                                            bucket, chunks, piece, &p));
   DeviceKmeansSums s;
   s.x = x.untyped_data();
   s.w = w.untyped_data();
@@ -78,6 +78,7 @@ ffi::Error KmeansSumsCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuf
   s.k = p.k;
   s.bucket = bucket;
   s.chunks = chunks;
+  s.piece = piece;
   return DispatchElemType(kOp, p.dtype, [&](auto elem) -> ffi::Error {
     TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, LaunchKmeansSums<decltype(elem)::value>(s, stream),
                                      "x=" + DescribeBuffer(x) + ", sums=" + DescribeBuffer(*sums) +

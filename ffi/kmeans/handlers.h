@@ -68,20 +68,23 @@ auto KmeansAssignSignature(B binding) {
 }
 
 // tsm2_kmeans_sums: per-cluster sums and weights, and the inertia, from the
-// labels, by buckets of `bucket` clusters and `chunks` row ranges (tiled_plan.h).
+// labels: by buckets of `bucket` clusters and `chunks` row ranges where
+// `piece` is 0, else sorted by label and added over pieces of `piece` sorted
+// rows, with the sort and the inertia over `chunks` row ranges (tiled_plan.h).
 template <typename B>
 auto KmeansSumsSignature(B binding) {
   return std::move(binding)
-      .template Arg<AnyBuffer>()          // x: [n, d]
-      .template Arg<AnyBuffer>()          // w: [n] (acc)
-      .template Arg<AnyBuffer>()          // labels: s32[n]
-      .template Arg<AnyBuffer>()          // mind: [n] (acc)
-      .template Ret<AnyBuffer>()          // sums: [k, d] (acc)
-      .template Ret<AnyBuffer>()          // counts: [k] (acc)
-      .template Ret<AnyBuffer>()          // inertia: [] (acc)
-      .template Ret<AnyBuffer>()          // workspace: u8[bytes]
-      .template Attr<int64_t>("bucket")   // clusters per block
-      .template Attr<int64_t>("chunks");  // row ranges
+      .template Arg<AnyBuffer>()         // x: [n, d]
+      .template Arg<AnyBuffer>()         // w: [n] (acc)
+      .template Arg<AnyBuffer>()         // labels: s32[n]
+      .template Arg<AnyBuffer>()         // mind: [n] (acc)
+      .template Ret<AnyBuffer>()         // sums: [k, d] (acc)
+      .template Ret<AnyBuffer>()         // counts: [k] (acc)
+      .template Ret<AnyBuffer>()         // inertia: [] (acc)
+      .template Ret<AnyBuffer>()         // workspace: u8[bytes]
+      .template Attr<int64_t>("bucket")  // clusters per block (piece == 0)
+      .template Attr<int64_t>("chunks")  // row ranges
+      .template Attr<int64_t>("piece");  // sorted rows a piece adds in order; 0: buckets
 }
 
 }  // namespace tsm2

@@ -13,6 +13,7 @@
 #include "ffi/common/cuda_types.cuh"
 #include "ffi/kmeans/kernels/kmeans_assign.cuh"
 #include "ffi/kmeans/kernels/kmeans_sums.cuh"
+#include "ffi/kmeans/launch_sums_sorted.cuh"
 #include "ffi/kmeans/tiled_launcher.h"
 #include "ffi/kmeans/tiled_plan.h"
 
@@ -166,14 +167,24 @@ Status LaunchSums(const DeviceKmeansSums& p, cudaStream_t stream) {
   constexpr int kAcc = static_cast<int>(sizeof(Acc));
   TiledDevice dev;
   TSM2_RETURN_IF_ERROR(QueryDevice(&dev));
-  KmeansSumsPlan plan = KmeansSumsPlanWith(kAcc, p.n, p.d, p.k, p.bucket, p.chunks);
-  // The attributes' plan where this device holds it, else this device's own
-  // bucket in one chunk (no partials): the same sums in another order.
-  if (!plan.ok || plan.smem_bytes > dev.smem_optin ||
+  KmeansSumsPlan plan = KmeansSumsPlanWith(kAcc, p.n, p.d, p.k, p.bucket, p.chunks, p.piece);
+  if (plan.ok && plan.piece > 0 &&
+      plan.workspace_bytes <= static_cast<int64_t>(p.workspace_bytes)) {
+    return LaunchSumsSorted<T>(p, plan, stream);
+  }
+  // The attributes' bucket plan where this device holds it, else this
+  // device's largest bucket in one chunk (no partials): the same sums in
+  // another order.
+  if (!plan.ok || plan.piece > 0 || plan.smem_bytes > dev.smem_optin ||
       plan.workspace_bytes > static_cast<int64_t>(p.workspace_bytes)) {
-    const KmeansSumsPlan own = KmeansSumsPlanOf(kAcc, p.n, p.d, p.k, dev.sms, dev.smem_optin);
-    if (!own.ok) return TSM2_FAIL(cudaErrorInvalidValue, "no k-means sums plan for (d, k)");
-    plan = KmeansSumsPlanWith(kAcc, p.n, p.d, p.k, own.bucket, 1);
+    const int64_t per = KmeansSumsSmem(kAcc, p.d, 1) - kSumsStaticSmem;
+    const int64_t bucket = (dev.smem_optin - kSumsStaticSmem) / per;
+    if (bucket < 1 || CeilDiv(p.k, bucket) > 65535) {
+      return TSM2_FAIL(cudaErrorInvalidValue,
+                       "the k-means sums workspace is smaller than the plan's "
+                       "(size it by kmeans_tiled_plan's sums_workspace_bytes)");
+    }
+    plan = KmeansSumsPlanWith(kAcc, p.n, p.d, p.k, bucket, 1);
   }
   KmeansSumsArgs a{};
   a.x = p.x;

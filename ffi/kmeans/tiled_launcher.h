@@ -1,6 +1,6 @@
 // The host side of the k-means step for any k, without XLA: the tiled
 // assignment (DeviceKmeansAssign, LaunchKmeansAssign) and the sums by
-// buckets of clusters (DeviceKmeansSums, LaunchKmeansSums), planned by
+// buckets of clusters or sorted rows (DeviceKmeansSums, LaunchKmeansSums), planned by
 // tiled_plan.h for the current device. The FFI handlers
 // (cuda_tiled_handler.cc) drive the kernels through these.
 #pragma once
@@ -44,10 +44,11 @@ Status LaunchKmeansAssign<ElemType::kF16>(const DeviceKmeansAssign&, cudaStream_
 
 // sums [k, d], counts [k] and inertia [] (accumulator type) of x [n, d]
 // (element type E) with weights w [n], labels [n] (labels outside [0, k)
-// count nowhere) and distances mind [n], by the plan (bucket, chunks): the
-// FFI attributes, which the CPU reference follows too. Where this device's
-// shared memory does not hold the bucket, or the workspace the partials,
-// the launcher plans for itself (the same sums, another order of addition).
+// count nowhere) and distances mind [n], by the plan (bucket, chunks,
+// piece): the FFI attributes, which the CPU reference follows too. Where
+// this device's shared memory does not hold the bucket, or the workspace
+// the partials or the sort, the launcher falls back to a bucket plan of its
+// own (the same sums, another order of addition).
 struct DeviceKmeansSums {
   const void* x = nullptr;
   const void* w = nullptr;
@@ -60,6 +61,7 @@ struct DeviceKmeansSums {
   size_t workspace_bytes = 0;
   int64_t n = 0, d = 0, k = 0;
   int64_t bucket = 0, chunks = 0;
+  int64_t piece = 0;  // > 0: the sorted path
 };
 
 template <ElemType E>

@@ -13,11 +13,18 @@
 // memory (a "sub-tile"); the X tile stays there for all centroid tiles when
 // its sub-tiles fit ("resident"), else it is re-read with each ("stream").
 //
-// The sums partition the clusters into buckets of `bucket` centroids whose
-// sums fit one block's shared memory, and the rows into `chunks`: block
-// (bucket, chunk) scans its chunk's labels, gathers the rows of its bucket's
-// clusters and adds them in row order. No atomics, no sort: results are
-// bitwise reproducible, and the CPU reference reproduces them bit for bit.
+// The sums take one of two paths. Where one block's shared memory holds
+// the sums of all k clusters (one "bucket"), block (chunk) scans its chunk's
+// labels, gathers the rows and adds them in row order, and a second pass adds
+// the chunks' partials in order (kernels/kmeans_sums.cuh): X and the labels
+// are read once. Elsewhere the rows are sorted by label (a stable LSD radix
+// sort, 8 bits a pass) and each cluster's rows are added in sorted order over
+// "pieces" of `piece` consecutive sorted positions, whose partials a fixed
+// tree of merges adds in piece order (kernels/kmeans_sums_sorted.cuh): X is
+// still read once, the labels a few times, and a block never scans rows it
+// does not add. No floating-point atomics on either path: results are
+// bitwise reproducible on any GPU, and the CPU reference reproduces them bit
+// for bit.
 #pragma once
 
 #include <cstdint>
@@ -182,37 +189,127 @@ constexpr int64_t KmeansSumsSmem(int acc_size, int64_t d, int64_t bucket) {
   return kSumsStaticSmem + KmeansSumsGroups(acc_size, d) * bucket * (row + acc_size);
 }
 
+// ---- the sorted path (kernels/kmeans_sums_sorted.cuh)
+
+// Digits of a pass of the radix sort, and the chunks' warps per block.
+constexpr int kSortBits = 8;
+constexpr int kSortDigits = 1 << kSortBits;
+constexpr int kSortWarps = 8;  // chunks per block of the histogram and scatter kernels
+// Rows of a chunk (one warp walks it 32 rows at a time) the plan aims for,
+// and the most chunks (their histograms are 256 x chunks counters).
+constexpr int64_t kSortChunkRows = 512;
+constexpr int64_t kSortMaxChunks = 8192;
+constexpr int kSortScanTile = 2048;  // counters a block of the scan adds
+// Sorted positions a piece adds in order, and the units of one level that a
+// merge of the next level adds in order (the fan-in of the merge tree).
+// Constants, not device properties: the order of every addition, hence the
+// bits of the sums, is the same on any GPU.
+constexpr int64_t kSumsPiece = 64;
+constexpr int kSumsMergeFan = 32;
+constexpr int kSumsSortedThreads = 256;
+
+// Passes of the radix sort for labels in [0, k): ceil(bits(k - 1) / 8), at least 1.
+constexpr int KmeansSortPasses(int64_t k) {
+  int bits = 0;
+  while (bits < 62 && (int64_t{1} << bits) < k) ++bits;
+  return bits <= kSortBits ? 1 : static_cast<int>(CeilDiv(bits, kSortBits));
+}
+
+// Merge levels after the pieces: level L adds kSumsMergeFan units of level
+// L - 1 (units of piece * fan^(L-1) positions), until one unit holds all n rows.
+constexpr int KmeansMergeLevels(int64_t n, int64_t piece) {
+  int levels = 0;
+  for (int64_t u = piece; u < n; u *= kSumsMergeFan) ++levels;
+  return levels;
+}
+
 struct KmeansSumsPlan {
   bool ok = false;
   int64_t n = 0, d = 0, k = 0;
   int acc_size = 0;
-  int64_t bucket = 0;   // clusters per block
+  // Sorted path (piece > 0): pieces of `piece` sorted positions, the sort and
+  // the inertia over `chunks` row ranges. Bucket path (piece == 0): below.
+  int64_t piece = 0;
+  int64_t bucket = 0;   // clusters per block (bucket path; k on the sorted path)
   int64_t buckets = 0;  // ceil(k / bucket)
   int64_t chunks = 0;   // row ranges; > 1 writes partials that a second pass adds in order
-  int groups = 0;       // KmeansSumsGroups
+  int groups = 0;       // KmeansSumsGroups (bucket path)
   int64_t smem_bytes = 0;
-  int64_t partial_elems = 0;  // bucket * d + bucket + 1 (sums, counts, inertia)
+  int64_t partial_elems = 0;  // bucket * d + bucket + 1 (bucket path: sums, counts, inertia)
+  // Sorted path: passes of the sort, merge levels, the padded row of a
+  // partial (row_acc accumulators) and the workspace's parts (byte offsets).
+  int passes = 0, levels = 0;
+  int64_t row_acc = 0;
+  int64_t pieces = 0, level1_units = 0;
+  int64_t hist_elems = 0, scan_tiles = 0;
+  int64_t off_hist = 0, off_tiles = 0, off_count = 0, off_keys = 0, off_rows = 0, off_inertia = 0,
+          off_part0 = 0, off_part1 = 0;
   int64_t workspace_bytes = 0;
 };
 
 // Rows [KmeansChunkBegin(c), KmeansChunkBegin(c + 1)) of chunk c.
 constexpr int64_t KmeansChunkBegin(int64_t n, int64_t chunks, int64_t c) { return c * n / chunks; }
 
-// The sums plan with explicit bucket and chunks (the FFI attributes), or not
-// ok where they are out of range.
+constexpr int64_t Align16(int64_t b) { return CeilDiv(b, 16) * 16; }
+
+// The partials of `units` units of a level, two slots each (slot 0: the
+// cluster that enters the unit from before; slot 1: the one that leaves it
+// after, having begun inside): sums [units][2][row_acc], then weights
+// [units][2], then the slots' clusters [units][2] (int32, -1 where empty).
+constexpr int64_t KmeansPartialWeightsOffset(int64_t units, int64_t row_acc) {
+  return 2 * units * row_acc;  // in accumulators
+}
+constexpr int64_t KmeansPartialIdsOffset(int64_t units, int64_t row_acc, int acc_size) {
+  return 2 * units * (row_acc + 1) * acc_size;  // in bytes
+}
+constexpr int64_t KmeansPartialBytes(int64_t units, int64_t row_acc, int acc_size) {
+  return Align16(KmeansPartialIdsOffset(units, row_acc, acc_size) + 2 * units * 4);
+}
+
+// The sums plan with explicit attributes (bucket, chunks, piece), or not ok
+// where they are out of range. piece > 0 takes the sorted path (bucket is
+// then unused and taken as k).
 constexpr KmeansSumsPlan KmeansSumsPlanWith(int acc_size, int64_t n, int64_t d, int64_t k,
-                                            int64_t bucket, int64_t chunks) {
+                                            int64_t bucket, int64_t chunks, int64_t piece = 0) {
   KmeansSumsPlan p;
-  if ((acc_size != 4 && acc_size != 8) || n < 0 || d < 1 || k < 1 || bucket < 1 || chunks < 1) {
+  if ((acc_size != 4 && acc_size != 8) || n < 0 || d < 1 || k < 1 || bucket < 1 || chunks < 1 ||
+      piece < 0) {
     return p;
   }
   p.n = n;
   p.d = d;
   p.k = k;
   p.acc_size = acc_size;
+  p.chunks = chunks;
+  p.piece = piece;
+  if (piece > 0) {
+    p.bucket = k;
+    p.buckets = 1;
+    p.passes = KmeansSortPasses(k);
+    p.levels = KmeansMergeLevels(n, piece);
+    p.row_acc = KmeansSumsChunks(acc_size, d) * KmeansSumsVec(acc_size);
+    p.pieces = CeilDiv(n, piece);
+    p.level1_units = CeilDiv(p.pieces, kSumsMergeFan);
+    p.hist_elems = int64_t{kSortDigits} * chunks;
+    p.scan_tiles = CeilDiv(p.hist_elems, kSortScanTile);
+    // The sort's counters, their tiles' sums and the count of rows with a
+    // label in [0, k); two buffers of (label, row) the passes alternate
+    // between; the chunks' inertia; the partials of levels 0, 2, 4, ...
+    // (part0) and 1, 3, ... (part1): a level reads the other's.
+    p.off_hist = 0;
+    p.off_tiles = Align16(p.hist_elems * 4);
+    p.off_count = p.off_tiles + Align16(p.scan_tiles * 4);
+    p.off_keys = p.off_count + 16;
+    p.off_rows = p.off_keys + 2 * Align16(n * 4);
+    p.off_inertia = p.off_rows + 2 * Align16(n * 4);
+    p.off_part0 = p.off_inertia + Align16(chunks * acc_size);
+    p.off_part1 = p.off_part0 + KmeansPartialBytes(p.pieces, p.row_acc, acc_size);
+    p.workspace_bytes = p.off_part1 + KmeansPartialBytes(p.level1_units, p.row_acc, acc_size);
+    p.ok = true;
+    return p;
+  }
   p.bucket = bucket < k ? bucket : k;
   p.buckets = CeilDiv(k, p.bucket);
-  p.chunks = chunks;
   p.groups = KmeansSumsGroups(acc_size, d);
   p.smem_bytes = KmeansSumsSmem(acc_size, d, p.bucket);
   p.partial_elems = p.bucket * d + p.bucket + 1;
@@ -221,23 +318,36 @@ constexpr KmeansSumsPlan KmeansSumsPlanWith(int acc_size, int64_t n, int64_t d, 
   return p;
 }
 
+// Chunks of the sorted path's sort and inertia: about kSortChunkRows rows
+// each, from the rows alone (the inertia's order of addition follows them).
+constexpr int64_t KmeansSortChunks(int64_t n) {
+  const int64_t c = CeilDiv(n, kSortChunkRows);
+  return c < 1 ? 1 : (c > kSortMaxChunks ? kSortMaxChunks : c);
+}
+
 // The sums plan for a GPU with `sms` SMs and `smem_optin` bytes of shared
-// memory per block: the largest bucket that fits, and enough chunks for
-// kSumsTargetPerSm blocks per SM (each chunk at least a tile of rows).
+// memory per block: the bucket path where one bucket holds all k clusters
+// (each row's label and bytes read once, in row order), with enough chunks
+// for kSumsTargetPerSm blocks per SM (each chunk at least a tile of rows);
+// else the sorted path, whose pieces and chunks depend on n alone.
+//
+// Why keep the bucket path at all: where it applies (k d of at most ~50,000
+// accumulators) it reads labels and X once with no sort, and its one launch
+// and reduction beat the sorted path's dozen small launches.
 constexpr KmeansSumsPlan KmeansSumsPlanOf(int acc_size, int64_t n, int64_t d, int64_t k, int sms,
                                           int64_t smem_optin) {
   if ((acc_size != 4 && acc_size != 8) || d < 1 || k < 1 || sms < 1) return KmeansSumsPlan{};
   const int64_t per = KmeansSumsSmem(acc_size, d, 1) - kSumsStaticSmem;
-  int64_t bucket = (smem_optin - kSumsStaticSmem) / per;
-  if (bucket < 1) return KmeansSumsPlan{};
-  if (bucket > k) bucket = k;
-  const int64_t buckets = CeilDiv(k, bucket);
+  const int64_t bucket = (smem_optin - kSumsStaticSmem) / per;
+  if (bucket < k) {
+    return KmeansSumsPlanWith(acc_size, n, d, k, k, KmeansSortChunks(n), kSumsPiece);
+  }
   const int64_t target = int64_t{kSumsTargetPerSm} * sms;
-  int64_t chunks = buckets >= target ? 1 : CeilDiv(target, buckets);
+  int64_t chunks = target;
   const int64_t most = CeilDiv(n, kSumsTileRows);
   if (chunks > most) chunks = most;
   if (chunks < 1) chunks = 1;
-  return KmeansSumsPlanWith(acc_size, n, d, k, bucket, chunks);
+  return KmeansSumsPlanWith(acc_size, n, d, k, k, chunks);
 }
 
 }  // namespace tsm2

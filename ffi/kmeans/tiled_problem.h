@@ -70,14 +70,15 @@ inline ffi::Error DecodeKmeansSums(std::string_view op, const ffi::AnyBuffer& x,
                                    const ffi::AnyBuffer& w, const ffi::AnyBuffer& labels,
                                    const ffi::AnyBuffer& mind, const ffi::AnyBuffer& sums,
                                    const ffi::AnyBuffer& counts, const ffi::AnyBuffer& inertia,
-                                   int64_t bucket, int64_t chunks, KmeansSumsProblem* p) {
+                                   int64_t bucket, int64_t chunks, int64_t piece,
+                                   KmeansSumsProblem* p) {
   auto fail = [&](const std::string& why) {
     return ffi::Error::InvalidArgument(
         std::string(op) + ": " + why + " (x=" + DescribeBuffer(x) + ", w=" + DescribeBuffer(w) +
         ", labels=" + DescribeBuffer(labels) + ", mind=" + DescribeBuffer(mind) +
         ", sums=" + DescribeBuffer(sums) + ", counts=" + DescribeBuffer(counts) +
         ", inertia=" + DescribeBuffer(inertia) + ", bucket=" + std::to_string(bucket) +
-        ", chunks=" + std::to_string(chunks) + ")");
+        ", chunks=" + std::to_string(chunks) + ", piece=" + std::to_string(piece) + ")");
   };
   auto xd = x.dimensions();
   auto sd = sums.dimensions();
@@ -99,6 +100,17 @@ inline ffi::Error DecodeKmeansSums(std::string_view op, const ffi::AnyBuffer& x,
   if (!HasShape(inertia, p->acc, {}))
     return fail("inertia must be a scalar in the accumulator dtype");
   const int acc_size = p->acc == ffi::DataType::F64 ? 8 : 4;
+  if (piece < 0 || piece > kKmeansTiledMaxDim) {
+    return fail("piece must be >= 0 (0: buckets of clusters; > 0: sorted rows) and fit 31 bits");
+  }
+  if (piece > 0) {
+    if (chunks < 1 || chunks > kSortMaxChunks) {
+      return fail("the sorted path (piece > 0) takes 1 to " + std::to_string(kSortMaxChunks) +
+                  " chunks");
+    }
+    p->plan = KmeansSumsPlanWith(acc_size, p->n, p->d, p->k, p->k, chunks, piece);
+    return ffi::Error::Success();
+  }
   p->plan = KmeansSumsPlanWith(acc_size, p->n, p->d, p->k, bucket, chunks);
   if (!p->plan.ok || p->plan.buckets > 65535 || chunks > kKmeansTiledMaxDim) {
     return fail("bucket and chunks must be >= 1, with at most 65535 buckets");

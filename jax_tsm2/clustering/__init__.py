@@ -12,8 +12,8 @@ generated dataset and can compare against scikit-learn.
 
 Each iteration is one pass over the data (``lloyd_step``): on CUDA a fused
 kernel computes labels, distances and cluster sums reading the data once for
-``k <= 32`` (``jax_tsm2.clustering.fused``), and a tiled assignment and sums by
-buckets of clusters read it twice for any other ``k`` (``jax_tsm2.clustering.tiled``);
+``k <= 32`` (``jax_tsm2.clustering.fused``), and a tiled assignment and cluster
+sums read it twice for any other ``k`` (``jax_tsm2.clustering.tiled``);
 elsewhere the distance and update products are tall-and-skinny products through
 ``jax_tsm2.matmul``.
 

@@ -9,7 +9,7 @@ An iteration needs, from one pass over the data, labels, distances, the
 weighted sum and total weight of each cluster and the inertia
 (:func:`lloyd_step`). On CUDA, for k <= 32 (d <= 4096), one fused kernel computes
 them reading ``x`` once (``jax_tsm2.clustering.fused``); for any other k and d, a
-tiled assignment and a pass of sums by buckets of clusters read it twice
+tiled assignment and a pass of cluster sums read it twice
 (``jax_tsm2.clustering.tiled``). Otherwise (CPU, f64 at large k, custom-call mode
 ``"never"``) the two heavy products are tall-and-skinny and both go through
 ``jax_tsm2.matmul``:

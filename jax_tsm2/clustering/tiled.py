@@ -1,4 +1,4 @@
-"""The Lloyd step for any k: a tiled assignment and sums by buckets of clusters.
+"""The Lloyd step for any k: a tiled assignment and cluster sums (by buckets or sorted rows).
 
 Two FFI calls make the step where the fused kernel (``jax_tsm2.clustering.fused``, k <= 32)
 does not serve:
@@ -13,12 +13,15 @@ does not serve:
   nearest TF32, so dot products are off by up to ~2^-10 of ``sum |x_i c_i|``); bf16 and
   f16 products are exact. Ties go to the lowest index and NaN ranks first, as
   ``jnp.argmin``; rows and centroids with a non-finite norm are ranked with exact products.
-* ``tsm2_kmeans_sums`` (``ffi/kmeans/kernels/kmeans_sums.cuh``): the weighted sum and
-  weight of each cluster and the inertia. A block owns a bucket of clusters whose sums
-  fit its shared memory and a range of rows; it lists the rows of its clusters and adds
-  them in row order, without atomics or a sort, and a second pass adds the blocks'
-  partials in a fixed order: bitwise reproducible, the same bits as the CPU reference
-  (``bucket`` and ``chunks`` are attributes, so both follow one plan).
+* ``tsm2_kmeans_sums``: the weighted sum and weight of each cluster and the inertia.
+  Where one block's shared memory holds the sums of all ``k`` clusters
+  (``ffi/kmeans/kernels/kmeans_sums.cuh``), blocks own ranges of rows and add them in
+  row order, and a second pass adds the blocks' partials in order. Elsewhere
+  (``kmeans_sums_sorted.cuh``) the rows are sorted by label (a stable radix sort) and
+  added over pieces of ``piece`` sorted rows, whose partials a fixed tree of merges adds
+  in order, so a cluster of nearly all rows is still added by many warps. No
+  floating-point atomics: bitwise reproducible, the same bits as the CPU reference
+  (``bucket``, ``chunks`` and ``piece`` are attributes, so both follow one plan).
 
 ``x`` is read once by each call where its tile stays on chip (``kmeans_tiled_plan``'s
 ``resident``) or ``k`` is at most 128: two reads per iteration.
@@ -182,7 +185,13 @@ def ffi_sums(
         vmap_method="sequential",
     )
     sums, counts, inertia, _ = call(
-        x, w, labels, mind, bucket=np.int64(plan["bucket"]), chunks=np.int64(plan["chunks"])
+        x,
+        w,
+        labels,
+        mind,
+        bucket=np.int64(plan["bucket"]),
+        chunks=np.int64(plan["chunks"]),
+        piece=np.int64(plan["piece"]),
     )
     return sums, counts, inertia
 

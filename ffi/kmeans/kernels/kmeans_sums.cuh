@@ -1,5 +1,6 @@
 // Per-cluster sums of w * x, total weights and the inertia for any k, from
-// the labels, without atomics or a sort (tiled_plan.h for the plan).
+// the labels, by buckets of clusters, without atomics or a sort (tiled_plan.h
+// for the plan).
 //
 // Block (chunk, bucket) owns clusters [bucket * B, bucket * B + B) and rows
 // [KmeansChunkBegin(chunk), KmeansChunkBegin(chunk + 1)). It reads its rows'
@@ -12,11 +13,11 @@
 // adds the blocks' partials in chunk order. The CPU reference
 // (cpu_tiled_handler.cc) follows the same order and gets the same bits.
 //
-// Why labels are scanned by every bucket rather than rows sorted by cluster:
-// a bucket holds ~200 KB of sums, so there are k d / 50,000 buckets, and
-// the scans cost 4 bytes per row per bucket, a small fraction of the rows'
-// own bytes until k reaches several thousands, where the assignment's
-// product costs far more than both.
+// The plans take this path only where one bucket holds all k clusters (X
+// and the labels read once, one launch); with more buckets every bucket
+// would scan every label, so the plans sort the rows instead
+// (kmeans_sums_sorted.cuh). Explicit attributes, and a launcher's fallback
+// where a sorted plan's workspace is missing, may still ask for several.
 //
 // The inertia, sum of w * mind, is added by the blocks of bucket 0 over all
 // their chunk's rows: thread t takes rows t, t + 256, ... of each tile in
