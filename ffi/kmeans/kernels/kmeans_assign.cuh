@@ -206,8 +206,6 @@ __device__ __forceinline__ int KmeansBRowOffset(int lane) {
   return ((lane & 7) + 8 * (lane >> 4)) * kAssignRowStride + 16 * ((lane >> 3) & 1);
 }
 
-__device__ __forceinline__ float KmeansNaN() { return __int_as_float(0x7fc00000); }
-
 // A row's result from its best key ||c||^2 - 2 x.c: the label (0 where no
 // centroid ranked, e.g. every key overflowed, as the CPU reference does) and
 // the distance max(||x||^2 + key, 0).
@@ -391,14 +389,14 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
         }
       }
     }
-    if (cons.q == 0) {  // a new centroid tile: its norms (NaN past k or not finite: never chosen)
+    if (cons.q == 0) {  // a new centroid tile: its norms (+Inf past k or not finite: never chosen)
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const int col = cons.j * kAssignCents + wc * 64 + nt * 8 + 2 * t + i;
-          const float v = col < a.k ? a.csq[col] : KmeansNaN();
-          csq[nt][i] = isfinite(v) ? v : KmeansNaN();
+          const float v = col < a.k ? a.csq[col] : KmeansPosInf();
+          csq[nt][i] = isfinite(v) ? v : KmeansPosInf();
         }
       }
     }
@@ -419,28 +417,40 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
     if (cons.q == a.qd - 1) {
       // The centroid tile is done: each row's key ||c||^2 - 2 x.c (its distance less
       // ||x||^2, which the ranking does not need) into its running minimum. A lane sees
-      // its candidates in increasing index, so a strict "<" keeps the lowest index of
-      // equal keys; the tile's best is found first with its index as a constant, then
-      // merged. Accumulator e of (mt, nt) is row 16 mt + g + 8 (e / 2), column
+      // its tiles in increasing index, so a strict "<" keeps the lowest index of equal
+      // keys; a centroid past k or with a non-finite norm has key +Inf, never below the
+      // running minimum (+Inf at first). The tile's best is found first with its index
+      // as a constant, then merged. Accumulator e of (mt, nt) is row 16 mt + g + 8 (e / 2), column
       // 8 nt + 2 t + e % 2.
       const int32_t cbase = cons.j * kAssignCents + wc * 64 + 2 * t;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          float tile_key = KmeansPosInf();
-          int32_t tile_at = 0;
+          // The tile's 16 candidates of the row as a tree of pairwise minima (depth 4,
+          // not a chain of 16 dependent compares); the left, lower index, wins ties.
+          float key[16];
+          int32_t at[16];
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
-              const float key = fmaf(-2.0f, acc[mt][nt][2 * h + i], csq[nt][i]);
-              if (key < tile_key) {
-                tile_key = key;
-                tile_at = nt * 8 + i;
+              key[2 * nt + i] = fmaf(-2.0f, acc[mt][nt][2 * h + i], csq[nt][i]);
+              at[2 * nt + i] = nt * 8 + i;
+            }
+          }
+#pragma unroll
+          for (int w = 1; w < 16; w *= 2) {
+#pragma unroll
+            for (int p = 0; p < 16; p += 2 * w) {
+              if (key[p + w] < key[p]) {
+                key[p] = key[p + w];
+                at[p] = at[p + w];
               }
             }
           }
+          const float tile_key = key[0];
+          const int32_t tile_at = at[0];
           if (tile_key < best_key[mt][h]) {
             best_key[mt][h] = tile_key;
             best_idx[mt][h] = cbase + tile_at;
