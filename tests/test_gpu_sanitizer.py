@@ -2,10 +2,11 @@
 
 Runs a child Python process under `compute-sanitizer --tool memcheck`,
 instrumenting only our kernels (names containing "Tsm2"), and requires its
-summary to report 0 errors; the fused k-means step and centroid update
-(kernels named "Kmeans") also run under racecheck and synccheck, since the
-step's phases share shared-memory buffers between barriers, and so do the ABFT
-kernels (named "Abft..."). Skipped without a GPU or without compute-sanitizer.
+summary to report 0 errors; the k-means kernels (named "Kmeans": the fused
+step and centroid update, the tiled assignment and both paths of its sums)
+also run under racecheck and synccheck, since they share shared-memory
+buffers between barriers, and so do the ABFT kernels (named "Abft...").
+Skipped without a GPU or without compute-sanitizer.
 """
 
 from __future__ import annotations
@@ -127,6 +128,43 @@ def test_kmeans_step_sanitizers_report_no_errors(tmp_path, tool):
     # memcheck and synccheck cover them.
     skip = tool == "racecheck"
     _assert_sanitizer_clean(tmp_path, KMEANS_SWEEP, tool, "Kmeans", skip_cluster_step=skip)
+
+
+TILED_SWEEP = """
+import itertools, sys
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, {tests!r})
+from _kmeans_reference import TF32_REL, check_step, data
+from jax_tsm2 import _ffi
+from jax_tsm2.clustering import tiled
+
+rng = np.random.default_rng(0)
+count = 0
+# The assignment in each of its modes (one centroid tile; resident X over several;
+# streamed; rows not of whole 16-byte chunks, loaded element by element; centroid tiles
+# split over blocks) and the sums on both paths (one bucket; rows sorted by label).
+cases = [(1, 1, 1), (67, 3, 40), (301, 17, 129), (1031, 64, 300), (257, 257, 70),
+         (130, 520, 300), (1000, 64, 5000)]
+for (n, d, k), dtype in itertools.product(cases, [jnp.float32, jnp.bfloat16]):
+    x, c, w = data(rng, n, d, k, dtype)
+    x_sq = jnp.sum(x.astype(jnp.float32) ** 2, axis=1)
+    for precision in tiled.PRECISIONS if dtype == jnp.float32 else ("float32",):
+        s = jax.block_until_ready(tiled.ffi_step(x, x_sq, c, w, precision=precision))
+        check_step(s, x, c, w, extra_rel=TF32_REL if precision == "tensorfloat32" else 0.0)
+        count += 1
+    # Nine in ten rows in one cluster: a segment over many pieces of the sorted path.
+    labels = jnp.asarray(np.where(rng.random(n) < 0.9, k // 2, rng.integers(0, k, n)), jnp.int32)
+    jax.block_until_ready(tiled.ffi_sums(x, w, labels, x_sq, k))
+    count += 1
+print("sweep calls:", count)
+"""
+
+
+@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+def test_tiled_kmeans_sanitizers_report_no_errors(tmp_path, tool):
+    _assert_sanitizer_clean(tmp_path, TILED_SWEEP, tool, "Kmeans")
 
 
 ABFT_SWEEP = """
