@@ -10,14 +10,14 @@
 // (resident), the X sub-tile. Eight warps, 4 x 2, each own 32 rows x 64
 // centroids, their fragments loaded by ldmatrix: mma.sync m16n8k8 TF32 for
 // f32 (three products of split operands by default, which keeps f32
-// accuracy as the fused step does; one product of operands rounded to TF32
-// where they land in shared memory in the opt-in fast mode) and m16n8k16 for bf16/f16 (exact
-// products), f32 accumulators. After the last step of a centroid tile each lane ranks its
-// candidates by key = ||c||^2 - 2 x.c (one fma: ||x||^2 is the same for a
-// row's every centroid, so it is added once, to the winner, at the end:
-//   dist = max(||x||^2 + key, 0)),
-// and keeps, per row, the lowest (key, index) it has seen: the lowest index
-// wins ties, whatever order the candidates come in. At the end of an item
+// accuracy as the fused step does; in the opt-in fast mode one product of
+// operands rounded to TF32 where they land in shared memory) and m16n8k16
+// for bf16/f16 (exact products), f32 accumulators. After the last step of a
+// centroid tile each lane ranks its candidates by key = ||c||^2 - 2 x.c (one
+// fma: ||x||^2 is the same for all of a row's centroids, so it is added
+// once, to the winner, at the end: dist = max(||x||^2 + key, 0)), and keeps,
+// per row, the lowest (key, index) it has seen: the lowest index wins ties,
+// whatever order the candidates come in. At the end of an item
 // the four lanes and the two warps that share a row agree the same way.
 //
 // Shared-memory rows are 128 bytes padded to 144, so that the eight 16-byte
