@@ -339,6 +339,16 @@ nb::dict KmeansPlanFor(const std::string& dtype, int64_t n, int64_t d, int64_t k
   return out;
 }
 
+// The keys of a k-means sums plan both plan bindings report.
+void PutSumsPlan(const tsm2::KmeansSumsPlan& s, nb::dict& out) {
+  out["piece"] = s.piece;  // 0: one bucket of all k clusters; > 0: the sorted path
+  out["bucket"] = s.bucket;
+  out["buckets"] = s.buckets;
+  out["chunks"] = s.chunks;
+  out["sort_passes"] = s.passes;
+  out["merge_levels"] = s.levels;
+}
+
 // How the k-means step for any k runs (n, d, k) on a GPU with sm_count SMs
 // and smem_optin bytes of shared memory per block (kmeans/tiled_plan.h):
 // the assignment's plan and workspace (tsm2_kmeans_assign; f32, bf16, f16)
@@ -371,13 +381,8 @@ nb::dict KmeansTiledPlanFor(const std::string& dtype, int64_t n, int64_t d, int6
       tsm2::KmeansSumsPlanOf(tsm2::AccSize(itemsize), n, d, k, sm_count, smem_optin);
   out["sums_supported"] = s.ok && (s.piece > 0 || s.buckets <= 65535);
   if (s.ok) {
-    out["piece"] = s.piece;  // 0: one bucket of all k clusters; > 0: the sorted path
-    out["bucket"] = s.bucket;
-    out["buckets"] = s.buckets;
-    out["chunks"] = s.chunks;
+    PutSumsPlan(s, out);
     out["groups"] = s.groups;
-    out["sort_passes"] = s.passes;
-    out["merge_levels"] = s.levels;
     out["sums_smem_bytes"] = s.smem_bytes;
     out["sums_workspace_bytes"] = s.workspace_bytes;
   }
@@ -395,12 +400,7 @@ nb::dict KmeansSumsPlanFor(const std::string& dtype, int64_t n, int64_t d, int64
         "kmeans_sums_plan: need n >= 0, d >= 1, k >= 1, bucket >= 1, chunks >= 1, piece >= 0");
   }
   nb::dict out;
-  out["piece"] = s.piece;
-  out["bucket"] = s.bucket;
-  out["buckets"] = s.buckets;
-  out["chunks"] = s.chunks;
-  out["sort_passes"] = s.passes;
-  out["merge_levels"] = s.levels;
+  PutSumsPlan(s, out);
   out["workspace_bytes"] = s.workspace_bytes;
   return out;
 }
