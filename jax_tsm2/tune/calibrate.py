@@ -336,21 +336,33 @@ class CalibrationData:
         return cls(dev, float(read), float(launch), tuple(Record.from_json(r) for r in recs), made)
 
 
+#: The folders under ``ffi/`` whose sources ``kernels_digest`` covers: the matmul kernels
+#: a calibration times, the harness that measures the ceilings, and what both include.
+DIGESTED = ("matmul", "common", "harness")
+
+
 def kernels_digest(root: str | os.PathLike[str]) -> str:
-    """The digest of the kernels' sources in a source tree, as CMakeLists.txt computes it
-    for ``build_info()["kernels_digest"]``: SHA-256 over ``"path sha256\\n"`` for every
-    file under ``root/ffi`` in sorted order, its first 12 hex digits.
+    """The digest of the timed kernels' sources in a source tree, as CMakeLists.txt
+    computes it for ``build_info()["kernels_digest"]``: SHA-256 over ``"path sha256\\n"``
+    for every file under ``root/ffi/{matmul,common,harness}`` (:data:`DIGESTED`) in sorted
+    order, its first 12 hex digits. k-means and ABFT sources are left out: a calibration
+    does not time them.
 
     Example:
         >>> import pathlib, tempfile
         >>> root = pathlib.Path(tempfile.mkdtemp())
-        >>> (root / "ffi").mkdir()
-        >>> _ = (root / "ffi" / "k.cu").write_text("__global__ void k() {}")
+        >>> (root / "ffi" / "matmul").mkdir(parents=True)
+        >>> _ = (root / "ffi" / "matmul" / "k.cu").write_text("__global__ void k() {}")
         >>> len(kernels_digest(root))
         12
     """
     base = pathlib.Path(root)
-    files = sorted(f.relative_to(base).as_posix() for f in (base / "ffi").rglob("*") if f.is_file())
+    files = sorted(
+        f.relative_to(base).as_posix()
+        for folder in DIGESTED
+        for f in (base / "ffi" / folder).rglob("*")
+        if f.is_file()
+    )
     text = "".join(f"{f} {hashlib.sha256((base / f).read_bytes()).hexdigest()}\n" for f in files)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
