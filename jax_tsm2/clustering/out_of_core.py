@@ -75,32 +75,44 @@ def plan_chunks(n: int, d: int, k: int, dtype: Any, budget_bytes: int) -> Stream
 
 
 def _chunk(x: np.ndarray, w: np.ndarray | None, i: int, rows: int):
-    """Chunk ``i`` as device arrays, padded to ``rows`` with rows of weight zero."""
+    """Chunk ``i`` on the device, padded to ``rows`` with rows of weight zero: ``(x, w)``,
+    where without sample weights ``w`` is the count of real rows (``_weights`` makes the
+    weights on the device, so they do not cross the link)."""
     lo, hi = i * rows, min((i + 1) * rows, x.shape[0])
     xs = np.ascontiguousarray(x[lo:hi])
-    ws = np.ones(hi - lo, np.float32) if w is None else np.asarray(w[lo:hi], np.float32)
     if hi - lo < rows:
         xs = np.concatenate([xs, np.zeros((rows - (hi - lo), x.shape[1]), x.dtype)])
-        ws = np.concatenate([ws, np.zeros(rows - (hi - lo), np.float32)])
+    if w is None:
+        return jax.device_put(xs), jax.device_put(np.int32(hi - lo))
+    ws = np.zeros(rows, np.float32)
+    ws[: hi - lo] = w[lo:hi]
     return jax.device_put(xs), jax.device_put(ws)
+
+
+def _weights(w: jax.Array, rows: int, dtype: Any) -> jax.Array:
+    """A chunk's row weights: ``w`` itself, or ones on its ``w`` real rows (a count)."""
+    if w.ndim == 0:
+        return (jnp.arange(rows) < w).astype(dtype)
+    return w.astype(dtype)
 
 
 def _passes(x, w, plan: StreamPlan, fn: Callable, carry):
     """``carry, done = fn(carry, x_chunk, w_chunk, i)`` over every chunk, in order.
 
-    The copy of chunk i + 1 is issued before chunk i's work, and only once chunk i - 1's
-    work (``done``, an array its step produced) has finished, so that at most two chunks
-    hold device memory while the link and the GPU both stay busy.
+    Chunk i's work is queued before chunk i + 1 is copied, so that the GPU computes while
+    the copy runs (``jax.device_put`` from pageable host memory holds the calling thread
+    until its copy is done). The copy starts only once chunk i - 1's work (``done``, an
+    array its step produced) has finished, so that at most two chunks hold device memory.
     """
-    nxt = _chunk(x, w, 0, plan.rows)
+    cur = _chunk(x, w, 0, plan.rows)
     prev_done = None
     for i in range(plan.chunks):
-        cur = nxt
+        carry, done = fn(carry, *cur, i)
         if i + 1 < plan.chunks:
             if prev_done is not None:
                 prev_done.block_until_ready()
-            nxt = _chunk(x, w, i + 1, plan.rows)
-        carry, prev_done = fn(carry, *cur, i)
+            cur = _chunk(x, w, i + 1, plan.rows)
+        prev_done = done
     return carry
 
 
@@ -108,7 +120,7 @@ def _passes(x, w, plan: StreamPlan, fn: Callable, carry):
 def _moments(x, w):
     """Weight, weighted mean and centred sum of squares of one chunk (for Chan's merge)."""
     xa = x.astype(core._acc_dtype(x.dtype))
-    wa = w.astype(xa.dtype)
+    wa = _weights(w, x.shape[0], xa.dtype)
     total = jnp.sum(wa)
     mean = jnp.sum(wa[:, None] * xa, axis=0) / jnp.where(total > 0, total, 1)
     m2 = jnp.sum(wa[:, None] * (xa - mean) ** 2, axis=0)
@@ -138,7 +150,7 @@ def _mean_and_variance(x, w, plan):
 def _centre(x, w, mu):
     acc = core._acc_dtype(x.dtype)
     xc = (x.astype(acc) - mu).astype(x.dtype)
-    return xc, core._sq_norms(xc), w.astype(acc)
+    return xc, core._sq_norms(xc), _weights(w, x.shape[0], acc)
 
 
 @functools.partial(jax.jit, static_argnames="precision")
@@ -181,8 +193,9 @@ def _new_centroids(sums, counts, cand, c_old):
 
 
 def _keep(out: list, lab: jax.Array) -> list:
-    """``out`` with ``lab`` appended and the chunk before it moved to the host: that chunk's
-    step has finished (``_passes`` waited for it), so its device buffer can go."""
+    """``out`` with ``lab`` appended and the chunk before it moved to the host, so that its
+    device buffer can go (this waits for that chunk's step, as ``_passes`` does before the
+    next copy anyway)."""
     if out:
         out[-1] = np.asarray(out[-1])
     return [*out, lab]
