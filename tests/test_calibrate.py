@@ -125,6 +125,31 @@ def test_decide_follows_the_measurements(kernel_factor, want):
         assert d.reason
 
 
+def test_a_product_the_calibration_timed_is_decided_by_its_own_times():
+    """XLA's dot can change algorithm between neighbouring shapes: a probe of exactly the
+    product decides it, whatever its neighbours say; a neighbour is still corrected."""
+    data = measured({"tsm2r": 0.5, "xla": 1.0}, per_cell=4, families=("R",), dtypes=("float32",))
+    corr = calibrate.Corrections(data, DEV)
+    base = data.records[0]
+    names = [t for t in base.seconds if t != "xla"]
+    assert calibrate.decide(base.problem, "float32", "nn", names, corr).target != "xla"
+    # The same product timed again with XLA's dot reading its operands once, 3x faster
+    # than everything nearby says.
+    fast = {**base.seconds, "xla": min(base.seconds.values()) / 3}
+    timed = calibrate.Record("float32", "nn", base.problem, fast)
+    data2 = dataclasses.replace(data, records=(timed, *data.records[1:]))
+    corr2 = calibrate.Corrections(data2, DEV)
+    d = calibrate.decide(base.problem, "float32", "nn", names, corr2)
+    assert d.target == "xla" and "at this shape" in d.reason
+    assert d.seconds["xla"] == fast["xla"]
+    # At highest precision the probe (timed at the default) does not decide.
+    high = calibrate.decide(base.problem, "float32", "nn", names, corr2, "highest")
+    assert "at this shape" not in high.reason
+    # One row more is another product: it is corrected as before.
+    near = Problem(None, base.problem.m + 1, base.problem.k, base.problem.n)
+    assert "at this shape" not in calibrate.decide(near, "float32", "nn", names, corr2).reason
+
+
 def test_margin_grows_where_no_probe_is_near():
     data = measured({"tsm2l": 0.7}, per_cell=2, families=("L",), dtypes=("float32",))
     corr = calibrate.Corrections(data, DEV)

@@ -562,6 +562,7 @@ class Corrections:
         self.device = device.with_bandwidth(data.read_bytes_per_s)
         self.calibration = calibration or model.CALIBRATION
         self._points: dict[tuple[str, str, str, bool], tuple[np.ndarray, np.ndarray]] = {}
+        self._measured = {(r.dtype, r.layout, r.problem): r.seconds for r in data.records}
         dev = self.device
         grouped: dict[tuple[str, str, str, bool], list[tuple[np.ndarray, float]]] = {}
         for r in data.records:
@@ -608,6 +609,10 @@ class Corrections:
         ).any():
             return None
         return math.exp(float(resid.min() if target == "xla" else resid.max()))
+
+    def measured(self, p: Problem, dtype: str, layout: str) -> dict[str, float] | None:
+        """Seconds per target measured by a probe of exactly this product, or None."""
+        return self._measured.get((dtype, layout, p))
 
     def factor(self, target: str, p: Problem, dtype: str, layout: str) -> tuple[float, float]:
         """(correction factor, support) for ``target`` on ``p``."""
@@ -658,6 +663,12 @@ def decide(
     grows where the probes behind the kernel's correction are far away."""
     dev = corrections.device
     cal = corrections.calibration
+    hit = corrections.measured(p, dtype, layout)
+    if hit is not None and xla_precision == "default" and "xla" in hit:
+        # A product the calibration timed itself (the real programs' products are probed
+        # first) is decided by its own times: XLA's dot changes algorithm between
+        # neighbouring shapes, so a correction smoothed over neighbours can miss it by 3x.
+        return _decide_measured(hit, names)
 
     def corrected(target: str, model_s: float, far_s: float) -> tuple[float, float]:
         # Near probes (support >= 1) the local correction; away from them a blend towards
@@ -697,6 +708,29 @@ def decide(
         f"calibration (within the {margin:.0%} margin)" if secs[best] < xla else "calibration"
     )
     return Decision("xla", secs, margin, why)
+
+
+def _decide_measured(seconds: dict[str, float], names: Sequence[str]) -> Decision:
+    """``decide`` for a product the calibration timed: the fastest measured, with the base
+    margin against XLA's dot (the probes' timing noise)."""
+    secs = {t: s for t, s in seconds.items() if t == "xla" or t in names}
+    kernels = [k for k in secs if k != "xla"]
+    us = lambda s: f"{s * 1e6:.1f} us"
+    if not kernels:
+        return Decision("xla", secs, 0.0, "no kernel takes this problem")
+    best = min(kernels, key=secs.__getitem__)
+    xla = secs["xla"]
+    if secs[best] * (1.0 + BASE_MARGIN) < xla:
+        why = (
+            f"{best} measured {us(secs[best])} against XLA's {us(xla)} by this GPU's "
+            f"calibration at this shape ({xla / secs[best]:.2f}x, margin {BASE_MARGIN:.0%})"
+        )
+        return Decision(best, secs, BASE_MARGIN, why)
+    why = (
+        f"XLA's dot measured {us(xla)} against {best}'s {us(secs[best])} by this GPU's "
+        "calibration at this shape"
+    )
+    return Decision("xla", secs, BASE_MARGIN, why)
 
 
 # --- Files: the user's calibration, else one shipped with the package. ----------------
