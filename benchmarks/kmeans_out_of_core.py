@@ -1,9 +1,10 @@
 """k-means on data in host memory larger than a device-memory budget, against the host link.
 
-Makes ``--gb`` GB of f32 points (``--d`` features) in host memory, measures the host-to-device
-link by copying the data once in chunks of the streamed plan's size (``jax.device_put``, the
-same call the fit makes), then times ``kmeans_streamed`` at ``--k`` clusters with
-``--budget-gb`` of device memory. Per-iteration time is the difference of two run lengths
+Makes ``--gb`` GB of f32 points (``--d`` features) in host memory and measures the
+host-to-device link three ways: copying the data once as the fit copies it (the streamed
+plan's chunks and host threads, no work), from one thread, and from pinned memory (the link's
+own rate). Then it times ``kmeans_streamed`` at ``--k`` clusters with ``--budget-gb`` of device
+memory. Per-iteration time is the difference of two run lengths
 (``--iters`` and twice that, ``tol=0``, after a run of one that compiles) divided by the
 difference in iterations, so the mean-and-variance pass, the init and the final assignment
 cancel.
@@ -19,6 +20,7 @@ time to one copy of the data over the link.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import pathlib
@@ -31,16 +33,11 @@ import numpy as np
 from jax_tsm2.clustering import out_of_core
 
 
-def link_seconds(x: np.ndarray, rows: int) -> float:
-    """One copy of ``x`` to the device in chunks of ``rows`` (two in flight, as the fit)."""
+def link_seconds(x: np.ndarray, plan: out_of_core.StreamPlan) -> float:
+    """One copy of ``x`` to the device the way the fit copies it (``out_of_core._passes``:
+    ``plan.copiers`` host threads, chunks of ``plan.rows``), with no work per chunk."""
     t0 = time.perf_counter()
-    prev = None
-    for lo in range(0, x.shape[0], rows):
-        cur = jax.device_put(np.ascontiguousarray(x[lo : lo + rows]))
-        if prev is not None:
-            prev.block_until_ready()
-        prev = cur
-    prev.block_until_ready()
+    out_of_core._passes(x, None, plan, lambda carry, xc, wc, i: (xc, xc), None)
     return time.perf_counter() - t0
 
 
@@ -51,13 +48,14 @@ def pinned_link_bytes_per_s(chunk: np.ndarray, repeats: int = 8) -> float | None
     dev = jax.devices()[0]
     try:
         host = jax.sharding.SingleDeviceSharding(dev, memory_kind="pinned_host")
+        on_device = jax.sharding.SingleDeviceSharding(dev, memory_kind="device")
         pinned = jax.device_put(chunk, host)
-        jax.device_put(pinned, dev).block_until_ready()
+        jax.device_put(pinned, on_device).block_until_ready()
     except Exception as e:  # any failure means: not measurable here
         print(f"no pinned host memory through JAX: {type(e).__name__}: {e}", flush=True)
         return None
     t0 = time.perf_counter()
-    outs = [jax.device_put(pinned, dev) for _ in range(repeats)]
+    outs = [jax.device_put(pinned, on_device) for _ in range(repeats)]
     jax.block_until_ready(outs)
     return repeats * chunk.nbytes / (time.perf_counter() - t0)
 
@@ -91,15 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     plan = out_of_core.plan_chunks(n, args.d, args.k, np.float32, budget)
     print(f"{x.nbytes / 1e9:.1f} GB ({n} x {args.d}) made in {made:.0f} s; plan {plan}", flush=True)
 
-    link_seconds(x[: 2 * plan.rows], plan.rows)  # warm-up
-    link = link_seconds(x, plan.rows)
+    link_seconds(x[: 2 * plan.copiers * plan.rows], plan)  # warm-up
+    link = link_seconds(x, plan)
+    one = dataclasses.replace(plan, copiers=1)
+    single = link_seconds(x[: 16 * plan.rows], one) * x.shape[0] / min(x.shape[0], 16 * plan.rows)
     pinned = pinned_link_bytes_per_s(x[: plan.rows])
     print(
-        f"host link: {x.nbytes / link / 1e9:.1f} GB/s from pageable memory ({link:.2f} s per "
-        f"copy); from pinned memory {pinned / 1e9 if pinned else float('nan'):.1f} GB/s",
+        f"host link: {x.nbytes / link / 1e9:.1f} GB/s as the fit copies ({plan.copiers} threads, "
+        f"{link:.2f} s per copy), {x.nbytes / single / 1e9:.1f} GB/s from one thread; from "
+        f"pinned memory {pinned / 1e9 if pinned else float('nan'):.1f} GB/s",
         flush=True,
     )
-
     init = x[:: max(1, n // args.k)][: args.k].astype(np.float64)
     times = {}
     for iters in (1, args.iters, 2 * args.iters):  # the first compiles
@@ -127,12 +127,15 @@ def main(argv: list[str] | None = None) -> int:
         "chunks": plan.chunks,
         "link_seconds": link,
         "link_bytes_per_s": x.nbytes / link,
+        "copiers": plan.copiers,
+        "one_thread_link_bytes_per_s": x.nbytes / single,
         "pinned_link_bytes_per_s": pinned,
         "runs": {
             str(k): {"seconds": v[0], "iterations": v[1], "inertia": v[2]} for k, v in times.items()
         },
         "seconds_per_iteration": per_iter,
         "iteration_over_copy": per_iter / link,
+        "iteration_over_pinned_copy": per_iter * pinned / x.nbytes if pinned else None,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "kmeans_out_of_core.json").write_text(json.dumps(record, indent=1))
