@@ -201,6 +201,13 @@ class CheckResult(NamedTuple):
     distances: jax.Array
 
 
+def _ratio(residual: jax.Array, tau: jax.Array) -> jax.Array:
+    """``|residual| / tau``: 0 for an exact zero residual (even where ``tau`` is 0: a column
+    of zeros), infinite for any other residual against a zero threshold, NaN for NaN."""
+    r = jnp.abs(residual)
+    return jnp.where(r == 0, 0, r / jnp.where(tau > 0, tau, 0))
+
+
 def _gamma(m: Any, u: float) -> jax.Array:
     mu = m * u
     return jnp.where(mu < 1, mu / (1 - mu), jnp.inf)
@@ -249,7 +256,7 @@ def check(
     col = accurate_sum(sums) - inv.t
     tau_c = jnp.minimum(LAMBDA * u * sqrt_n * inv.a, _gamma(n, u) * inv.a)
     tau_c = tau_c + 2 * uc * (k * jnp.sum(jnp.abs(sums), axis=0) + inv.a)
-    r_col = jnp.abs(col) / tau_c
+    r_col = _ratio(col, tau_c)
 
     # counts
     cnt = accurate_sum(counts) - inv.total
@@ -259,7 +266,7 @@ def check(
     else:
         tau_w = jnp.minimum(LAMBDA * u * sqrt_n * inv.total, _gamma(n, u) * inv.total)
     tau_w = tau_w + 2 * uc * k * inv.total
-    r_cnt = jnp.abs(cnt) / tau_w
+    r_cnt = _ratio(cnt, tau_w)
 
     # distances
     c_sq = jnp.sum(cc * cc, axis=1)
@@ -279,7 +286,7 @@ def check(
     tau_d = jnp.minimum(LAMBDA * jnp.sqrt(v), worst)
     tau_d += _gamma(d, u) * nc + 2 * u_in * jnp.abs(cross)  # shared by a cluster's rows
     tau_d += 4 * uc * (inv.x2 + 2 * jnp.sum(jnp.abs(cc * sums)) + nc) + 2 * u * inertia
-    r_dist = jnp.abs(inertia.astype(dt) - rhs) / tau_d
+    r_dist = _ratio(inertia.astype(dt) - rhs, tau_d)
 
     r_col_max = jnp.max(r_col)
     ok = (r_col_max <= 1) & (r_cnt <= 1) & (r_dist <= 1)

@@ -609,6 +609,34 @@ def _single_run_checked(
     return c, labels, inertia, n_iter, stop & ~unresolved, hist, n_bad, unresolved
 
 
+@functools.partial(jax.jit, static_argnames=("k", "iters", "precision"))
+def _check_ratios(key, x, sample_weight=None, init_c=None, *, k, iters, precision="float32"):
+    """``(iters, 3)`` worst ``|residual| / threshold`` of the column, count and distance
+    checks (``checksums.check``) in each of ``iters`` clean Lloyd steps from k-means++
+    (or ``init_c``) seeding: the margin of the thresholds, for tests and benchmarks."""
+    xc, x_sq, w, mu, _ = _prepare(x, sample_weight, None)
+    inv = checksums.invariants(xc, x_sq, w)
+    acc = _acc_dtype(xc.dtype)
+    dt = checksums.check_dtype(acc)
+    if init_c is None:
+        c0 = _kmeans_plusplus_centered(key, xc, x_sq, w, k, None, None)
+    else:
+        c0 = jnp.asarray(init_c, acc) - mu
+
+    def body(c, _):
+        s = _step(xc, x_sq, w, c, k, precision=precision)
+        cc = c.astype(xc.dtype).astype(acc)
+        mind_sum = checksums.accurate_sum(w.astype(dt) * s.mind.astype(dt))
+        r = checksums.check(
+            inv, cc, s.sums, s.counts, mind_sum, data_dtype=xc.dtype, precision=precision,
+            unit_weights=sample_weight is None,
+        )  # fmt: skip
+        c_new = _new_centroids(s.sums, s.counts, xc, w, s.labels, s.mind, c, k, None)
+        return c_new, jnp.stack([r.columns, r.counts, r.distances]).astype(jnp.float32)
+
+    return lax.scan(body, c0, None, length=iters)[1]
+
+
 def _kmeans_impl(
     key, x, sample_weight, init_c, tol, fault_params=None,
     *, k, init_kind, n_init, max_iter, axis_name, precision,
