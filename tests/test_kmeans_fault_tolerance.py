@@ -174,23 +174,20 @@ def test_every_sum_flip_of_size_1e3_of_its_column_is_detected(dtype, weighted):
     found, size = np.asarray(found), np.asarray(size)
     colmax = np.abs(np.asarray(s.sums)).max(axis=0)[cols]
     big = ~(size < 1e-3 * colmax)  # NaN and inf sizes count as big
-    assert big.sum() > len(big) // 3
-    assert found[big].all(), list(zip(jj[big & ~found], cols[big & ~found], bb[big & ~found]))
+    assert big.sum() > len(big) // 4  # the test covers many flips
+    missed = big & ~found
+    assert not missed.any(), np.stack([jj[missed], cols[missed], bb[missed]], axis=1)
 
 
-def test_count_flips_are_detected_when_they_change_an_integer_count():
+def test_every_count_flip_is_detected_with_unit_weights():
     _, _, _, cc, s, inv, mind_sum = _clean_step(_blobs(3000, 8, 6), 6)
     for j in range(6):
         for b in range(32):
             counts = s.counts.at[j].set(flip_bit(s.counts[j], b))
             r = checksums.check(inv, cc, s.sums, counts, mind_sum, data_dtype=jnp.float32,
                                 unit_weights=True)  # fmt: skip
-            change = abs(float(counts[j]) - float(s.counts[j]))
-            # The count check is exact for unit weights; the distance identity, through
-            # counts_j ||c_j||^2, may catch smaller changes too.
-            assert bool(r.counts > 1) == (change > 0.5), (j, b, change)
-            if change > 0.5:
-                assert not bool(r.ok)
+            # Counts of unit weights are exact integers: every flip that changes one fails.
+            assert not bool(r.ok) and bool(r.counts > 1), (j, b)
 
 
 def test_weighted_count_flips_of_size_1e3_are_detected():

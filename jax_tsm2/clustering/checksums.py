@@ -33,8 +33,8 @@ sub-Gaussian with variance proxy ``u^2 sum_r s_r^2 <= u^2 m (sum |y_r|)^2``, and
 - columns: the clusters' sums are independent sums of ``n_j`` terms with
   ``sum_j n_j A_jc^2 <= n a_c^2``: ``V_c = u^2 n a_c^2``;
 - counts: ``V_w = u^2 n W^2``; with unit weights (``sample_weight=None``) counts are
-  integers, exact below ``2^p`` (``p`` the accumulation dtype's precision), and
-  ``tau_w = 0.5``;
+  integers, exact below ``2^p`` (``p`` the accumulation dtype's precision): then
+  ``tau_w = 0.5`` and a count that is not an integer fails too;
 - distances: each row's ``mind`` (a dot product of ``d`` terms, ``||x||^2``, ``||c||^2``,
   two additions) errs by at most ``(d + 3) u (x_sq + 2 |x . c| + c_sq) <=
   2 (d + 3) u (x_sq + c_sq)``; rows are independent, so ``V_a = 8 (d + 3) u^2 (Q4 +
@@ -267,6 +267,9 @@ def check(
         tau_w = jnp.minimum(LAMBDA * u * sqrt_n * inv.total, _gamma(n, u) * inv.total)
     tau_w = tau_w + 2 * uc * k * inv.total
     r_cnt = _ratio(cnt, tau_w)
+    if unit_weights:  # exact integers: a fraction anywhere is a fault, however small
+        fraction = jnp.any(counts != jnp.round(counts))
+        r_cnt = jnp.where(exact & fraction, jnp.inf, r_cnt)
 
     # distances
     c_sq = jnp.sum(cc * cc, axis=1)

@@ -529,6 +529,15 @@ def _checked_step(xc, x_sq, w, c, k, axis_name, precision, ft: _Checked, active)
     return s, sums, counts, _psum(s.inertia, axis_name), res.ok
 
 
+def _checked_iteration(xc, x_sq, w, c, k, axis_name, precision, ft: _Checked, active):
+    """One checked iteration: ``(step, global inertia, ok, new centroids)``; the caller
+    keeps ``c`` where ``ok`` is False."""
+    s, sums, counts, inertia, ok = _checked_step(xc, x_sq, w, c, k, axis_name, precision, ft,
+                                                 active)  # fmt: skip
+    c_new = _new_centroids(sums, counts, xc, w, s.labels, s.mind, c, k, axis_name)
+    return s, inertia, ok, c_new
+
+
 def _single_run_checked(
     key, xc, x_sq, w, init_c, tol_abs, ft: _Checked, *, k, init_kind, max_iter, axis_name,
     precision,
@@ -553,8 +562,9 @@ def _single_run_checked(
     def body(carry):
         i, c, labels_old, _, hist, n_bad, redos, injected, _ = carry
         active = firing(i, injected)
-        s, sums, counts, inertia, ok = step(c=c, active=active)
-        c_new = _new_centroids(sums, counts, xc, w, s.labels, s.mind, c, k, axis_name)
+        s, inertia, ok, c_new = _checked_iteration(
+            xc, x_sq, w, c, k, axis_name, precision, ft, active
+        )
         changed = _psum(jnp.sum(s.labels != labels_old), axis_name)
         shift = jnp.sum((c_new - c) ** 2)
         redos = jnp.where(ok, 0, redos + 1)
