@@ -9,11 +9,13 @@ bits of a step's sums and counts at the check (``checksums.check``) and end to e
 
 from __future__ import annotations
 
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import slow
+from _helpers import package_env, run_python, slow
 
 import jax_tsm2
 from jax_tsm2.clustering import KMeans, checksums, kmeans
@@ -315,8 +317,56 @@ def test_bad_fault_arguments():
         kmeans(KEY, X, 6, fault_tolerance=True, fault_injection=FaultSpec(0, "sum", 6))
     with pytest.raises(ValueError, match="column"):
         kmeans(KEY, X, 6, fault_tolerance=True, fault_injection=FaultSpec(0, "sum", 0, 8))
+    with pytest.raises(ValueError, match="row"):
+        kmeans(KEY, X, 6, fault_tolerance=True, fault_injection=FaultSpec(0, "distance", 3000))
+    with pytest.raises(ValueError, match="bit"):
+        kmeans(KEY, X, 6, fault_tolerance=True, fault_injection=FaultSpec(0, "sum", 0, 0, 32))
     with pytest.raises(TypeError, match="FaultSpec"):
         kmeans(KEY, X, 6, fault_tolerance=True, fault_injection=(0, "sum", 0, 0, 1))
+
+
+_SHARDED = textwrap.dedent(
+    """
+    from functools import partial
+    import jax, numpy as np
+    from jax.sharding import PartitionSpec as P
+    from jax_tsm2.clustering import KMeansState, kmeans
+    from jax_tsm2.clustering.faults import FaultSpec
+    rng = np.random.default_rng(0)
+    centers = rng.normal(scale=4, size=(6, 8))
+    xn = (centers[rng.integers(0, 6, 3000)] + rng.normal(size=(3000, 8))).astype(np.float32)
+    mesh = jax.make_mesh((2,), ("p",))
+    x = jax.device_put(xn, jax.NamedSharding(mesh, P("p")))
+    init = xn[:6]
+    one = kmeans(jax.random.key(0), xn, 6, init=init)
+    specs = KMeansState(*([P()] + [P("p")] + [P()] * 6))
+    for spec in (None, FaultSpec(1, "sum", 0, 0, 29), FaultSpec(0, "distance", 7, 2, 30),
+                 FaultSpec(1, "count", 1, 0, 3)):
+        @jax.jit
+        @partial(jax.shard_map, mesh=mesh, in_specs=P("p"), out_specs=specs)
+        def run(xs):
+            return kmeans(jax.random.key(0), xs, 6, init=init, axis_name="p",
+                          fault_tolerance=True, fault_injection=spec)
+        s = run(x)
+        assert int(s.faults_detected) == (spec is not None), (spec, s.faults_detected)
+        assert not bool(s.fault_unresolved)
+        np.testing.assert_array_equal(np.asarray(s.labels), np.asarray(one.labels))
+        np.testing.assert_allclose(np.asarray(s.centroids), np.asarray(one.centroids),
+                                   atol=1e-5)
+    print("sharded ok")
+    """
+)
+
+
+@pytest.mark.slow  # a second interpreter with 2 devices
+def test_sharded_detects_and_corrects():
+    env = package_env(JAX_PLATFORMS="cpu")
+    env["XLA_FLAGS"] = (
+        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    ).strip()
+    r = run_python(["-c", _SHARDED], env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "sharded ok" in r.stdout
 
 
 # ------------------------------------------------------------ estimator
@@ -332,3 +382,12 @@ def test_estimator_fault_tolerance():
     assert not hasattr(plain, "n_faults_detected_")
     with pytest.raises(ValueError, match="fault_tolerance"):
         KMeans(2, fault_tolerance=True, device_memory_budget=1).fit(np.asarray(X))
+
+
+@pytest.mark.parametrize("name", ["jax_tsm2.clustering.checksums", "jax_tsm2.clustering.faults"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0

@@ -611,7 +611,14 @@ def _single_run_checked(
     labels, mind, ok, _, n_bad, _ = lax.while_loop(
         final_cond,
         final_body,
-        (labels, jnp.zeros(xc.shape[0], acc), jnp.bool_(False), jnp.int32(0), n_bad, injected),
+        (
+            labels,
+            _varying(jnp.zeros(xc.shape[0], acc), axis_name),
+            jnp.bool_(False),
+            jnp.int32(0),
+            n_bad,
+            injected,
+        ),
     )
     # Each failure above was counted; the first try of a clean final step fails nothing.
     inertia = _psum(jnp.sum(w * mind), axis_name)
@@ -804,7 +811,8 @@ def kmeans(
     if fault_injection is not None:
         if not fault_tolerance:
             raise ValueError("fault_injection needs fault_tolerance=True")
-        faults.check_spec(fault_injection, k, x.shape[1])
+        bits = 8 * _acc_dtype(x.dtype).itemsize
+        faults.check_spec(fault_injection, x.shape[0], k, x.shape[1], bits)
         fault_kind, fault_persistent = fault_injection.kind, bool(fault_injection.persistent)
         f = fault_injection
         fault_params = jnp.array([f.iteration, f.index, f.column, f.bit], jnp.int32)

@@ -56,12 +56,17 @@ class FaultSpec(NamedTuple):
     persistent: bool = False
 
 
-def check_spec(spec: FaultSpec, k: int, d: int) -> None:
-    """ValueError for a spec that names no value of a ``k``-cluster, ``d``-column step."""
+def check_spec(spec: FaultSpec, n: int, k: int, d: int, bits: int) -> None:
+    """ValueError for a spec that names no value of a step over ``n`` rows (of this shard),
+    ``k`` clusters and ``d`` columns whose values have ``bits`` bits."""
     if not isinstance(spec, FaultSpec):
         raise TypeError(f"fault_injection must be a FaultSpec, got {type(spec).__name__}")
     if spec.kind not in KINDS:
         raise ValueError(f"FaultSpec.kind must be one of {KINDS}, got {spec.kind!r}")
+    if spec.kind == "distance" and not 0 <= spec.index < n:
+        raise ValueError(f"FaultSpec.index {spec.index} is not a row of {n}")
+    if not 0 <= spec.bit < bits:
+        raise ValueError(f"FaultSpec.bit {spec.bit} out of range [0, {bits})")
     if spec.kind != "distance" and not 0 <= spec.index < k:
         raise ValueError(f"FaultSpec.index {spec.index} is not a cluster of k={k}")
     col_bound = k if spec.kind == "distance" else d
