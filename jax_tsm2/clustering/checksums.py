@@ -65,9 +65,9 @@ keeps such runs short, but a dataset of a few points repeated millions of times 
 ``tau_c``. A false positive costs a redone iteration (bounded, then ``fault_unresolved``).
 
 **Invariants' own error.** Computed in f64 when ``jax_enable_x64`` is on and the
-accumulation dtype is f32; otherwise by a pairwise sum with error-free transformations
-(:func:`accurate_sum`), whose error is ``O(u^2 n)`` of the absolute sum: far below the
-step's.
+accumulation dtype is f32; otherwise by a compensated sum (:func:`accurate_sum`: a reduction
+of error-free ``TwoSum`` pairs), whose error is ``O(u^2 n)`` of the absolute sum: far below
+the step's.
 """
 
 from __future__ import annotations
@@ -121,10 +121,10 @@ def _two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
 def accurate_sum(v: jax.Array, axis: int = 0) -> jax.Array:
     """Sum of ``v`` over ``axis``, accurate to ``O(u^2 n)`` of ``sum |v|`` in ``v``'s dtype.
 
-    A pairwise sum whose every addition keeps its exact error (``TwoSum``); the errors are
-    added pairwise too and folded in at the end (``log2(n)`` levels of elementwise work).
-    In f64 where x64 is on and ``v`` is f32: then a plain f64 sum is far more accurate
-    than anything it is compared with.
+    One reduction of (sum, error) pairs: every addition keeps its exact error (``TwoSum``)
+    and carries the errors along, so the result does not depend on the order XLA adds in
+    (a pair addition is associative to ``O(u^2)``). In f64 where x64 is on and ``v`` is f32:
+    then a plain f64 sum is far more accurate than anything it is compared with.
 
     Example:
         >>> import jax.numpy as jnp
@@ -132,21 +132,16 @@ def accurate_sum(v: jax.Array, axis: int = 0) -> jax.Array:
         2.0
     """
     dt = check_dtype(v.dtype)
-    wider = dt != v.dtype
-    v = jnp.moveaxis(v.astype(dt), axis, 0)
-    if wider:
-        return jnp.sum(v, axis=0)
-    if v.shape[0] == 0:
-        return jnp.zeros(v.shape[1:], dt)
-    err = jnp.zeros_like(v)
-    while v.shape[0] > 1:
-        if v.shape[0] % 2:
-            pad = [(0, 1)] + [(0, 0)] * (v.ndim - 1)
-            v, err = jnp.pad(v, pad), jnp.pad(err, pad)
-        h = v.shape[0] // 2
-        v, e = _two_sum(v[:h], v[h:])
-        err = err[:h] + err[h:] + e
-    return v[0] + err[0]
+    if dt != v.dtype:
+        return jnp.sum(v.astype(dt), axis=axis)
+
+    def add(p, q):
+        s, e = _two_sum(p[0], q[0])
+        return s, e + (p[1] + q[1])
+
+    zero = jnp.zeros((), dt)
+    hi, lo = lax.reduce((v, jnp.zeros_like(v)), (zero, zero), add, (axis,))
+    return hi + lo
 
 
 class Invariants(NamedTuple):
