@@ -71,21 +71,26 @@ def _case(text: str) -> tuple[int, int, int]:
 
 
 def _runners(xc, x_sq, w, k: int, precision: str):
-    """Jitted ``m`` plain and checked iterations (``m`` an operand: one compile each)."""
-    ft = core._Checked(checksums.invariants(xc, x_sq, w), True, None, False, None)
+    """``m`` plain and checked iterations, each one jitted call (``m`` an operand, one
+    compile each; the data are operands, not constants folded into the program)."""
+    inv = jax.jit(checksums.invariants)(xc, x_sq, w)
 
-    def plain(c, _):
+    def plain(ops, c):
+        xc, x_sq, w, _ = ops
         return core._iteration(xc, x_sq, w, c, k, None, precision=precision)[3]
 
-    def checked(c, _):
+    def checked(ops, c):
+        xc, x_sq, w, inv = ops
+        ft = core._Checked(inv, True, None, False, None)
         _, _, ok, c_new = core._checked_iteration(
             xc, x_sq, w, c, k, None, precision, ft, jnp.bool_(False)
         )
         return jnp.where(ok, c_new, c)
 
     def loop(body):
-        run = jax.jit(lambda c0, m: lax.fori_loop(0, m, lambda i, c: body(c, i), c0))
-        return lambda c0, m: jax.block_until_ready(run(c0, jnp.int32(m)))
+        run = jax.jit(lambda ops, c0, m: lax.fori_loop(0, m, lambda _, c: body(ops, c), c0))
+        ops = (xc, x_sq, w, inv)
+        return lambda c0, m: jax.block_until_ready(run(ops, c0, jnp.int32(m)))
 
     return {"plain": loop(plain), "checked": loop(checked)}
 
@@ -274,8 +279,8 @@ def markdown(doc: dict[str, Any]) -> str:
         )
     lines += ["", "Injection campaign (single bit flips, one per run):", "",
               "| n | d | k | kind | injected | detected | corrected | masked | SDC | "
-              "largest missed | smallest detected | clean-run FP |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "largest missed | smallest detected | SDC centroid diff | clean-run FP |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in doc["cases"]:
         camp = r.get("campaign")
         if not camp:
@@ -287,10 +292,13 @@ def markdown(doc: dict[str, Any]) -> str:
                 f"| {r['n']} | {r['d']} | {r['k']} | {kind} | {s['injected']} | {s['detected']}"
                 f" | {s['corrected']} | {s['masked']} | {s['silent_data_corruption']} | "
                 f"{g(s['largest_missed_magnitude'])} | {g(s['smallest_detected_magnitude'])} | "
+                f"{g(max(s['sdc_centroid_differences'], default=None))} | "
                 f"{camp['clean_faults_detected']} |"
             )
     lines += ["", "Magnitudes: |flip| over the column's largest |sum| (sum), the largest "
-              "count (count), the mean squared distance (distance).", "",
+              "count (count), the mean squared distance (distance); SDC centroid diff: the "
+              "largest centroid difference of a silent corruption over the largest |centroid "
+              "entry|.", "",
               "Distance flips by effect (lowered until it won / winner raised / argmin "
               "unchanged), detected of each:", ""]  # fmt: skip
     for r in doc["cases"]:
