@@ -60,11 +60,13 @@ def test_faults_detected_and_corrected_through_the_kernels(k):
     key, init = jax.random.key(0), x[:k]
     ref = kmeans(key, x, k, init=init, max_iter=10, tol=0.0)
     labels = np.asarray(ref.labels)
-    first = int(kcore.assign(x, init)[0][11])  # row 11's label in the first iteration
+    # Row 1000 (not an initial centroid, whose distance 0 nothing can undercut) and its
+    # label in the first iteration.
+    first = int(kcore.assign(x, init)[0][1000])
     for spec in (
         FaultSpec(2, "sum", 3, 5, 28),
         FaultSpec(1, "count", 2, 0, 27),
-        FaultSpec(0, "distance", 11, (first + 1) % k, 30),  # lowered to (almost) zero
+        FaultSpec(0, "distance", 1000, (first + 1) % k, 30),  # lowered to (almost) zero
         FaultSpec(-1, "sum", 0, 0, 29),
     ):
         f = kmeans(key, x, k, init=init, max_iter=10, tol=0.0, fault_tolerance=True,
