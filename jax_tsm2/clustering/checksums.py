@@ -48,14 +48,15 @@ sub-Gaussian with variance proxy ``u^2 sum_r s_r^2 <= u^2 m (sum |y_r|)^2``, and
 
 ``lambda = 8`` (:data:`LAMBDA`) puts the bound at ``2.5e-14`` per check; a run of 300
 iterations at ``d = 4096`` makes about ``1.2e6`` checks, so the model's false-positive
-rate is below ``3e-8`` per run. The proxies are upper bounds (a rounding error's ``u^2``
+rate is about ``3e-8`` per run. The proxies are upper bounds (a rounding error's ``u^2``
 for a variance of at most ``u^2 / 3``; partial sums as large as the whole absolute sum),
 which leaves a margin of several times on top, measured in
 ``tests/test_kmeans_fault_tolerance.py`` and ``benchmarks/kmeans_fault_tolerance.py``.
 
 **Ceiling.** The random part of each threshold never exceeds the worst-case bound for any
 order and any data (``gamma_m = m u / (1 - m u)``): ``gamma_n a_c``, ``gamma_n W``,
-``2 gamma_{d+3} (X2 + sum_j counts_j ||cc_j||^2) + 2 gamma_n sum_c max_j |cc_jc| a_c``.
+``2 gamma_{d+3} (X2 + sum_j counts_j ||cc_j||^2) + 2 gamma_n sum_c max_j |cc_jc| a_c`` (plus
+``6 u_in (X2 + ...)`` for TF32 and ``gamma_n cmax W`` for weighted counts).
 Small ``n`` is where the ceiling binds.
 
 **What the model assumes.** Independent rounding errors. Rows repeated exactly many times
