@@ -48,7 +48,7 @@ import numpy as np
 from jax import lax
 
 from jax_tsm2.api import matmul
-from jax_tsm2.clustering import fused, tiled
+from jax_tsm2.clustering import checksums, faults, fused, tiled
 from jax_tsm2.clustering.step_result import LloydStep
 
 __all__ = [
@@ -80,6 +80,11 @@ class KMeansState(NamedTuple):
         rather than on ``max_iter``.
       inertia_history: ``(max_iter,)`` inertia of the assignment made in each
         iteration (against the centroids entering it), NaN after the last one.
+      faults_detected: with ``fault_tolerance``, the number of steps whose checks failed
+        and that were redone (int32, summed over restarts); else None.
+      fault_unresolved: with ``fault_tolerance``, True when a step failed its checks
+        ``checksums.MAX_REDOS + 1`` times in a row and the run stopped there (any
+        restart); else None.
     """
 
     centroids: jax.Array
@@ -88,6 +93,9 @@ class KMeansState(NamedTuple):
     n_iter: jax.Array
     converged: jax.Array
     inertia_history: jax.Array
+    # Last and defaulted, so that code building or unpacking the first six still works.
+    faults_detected: jax.Array | None = None
+    fault_unresolved: jax.Array | None = None
 
 
 # ---------------------------------------------------------------- helpers
@@ -448,14 +456,17 @@ def _new_centroids_jnp(sums, counts, xc, w, labels, mind, c_old, k, axis_name):
     return jnp.where((counts > 0)[:, None], sums / safe[:, None], c_old)
 
 
+def _initial(key, xc, x_sq, w, init_c, k, init_kind, axis_name):
+    if init_kind == "k-means++":
+        return _kmeans_plusplus_centered(key, xc, x_sq, w, k, None, axis_name)
+    if init_kind == "random":
+        return _random_centered(key, xc, w, k, axis_name)
+    return init_c.astype(_acc_dtype(xc.dtype))
+
+
 def _single_run(key, xc, x_sq, w, init_c, tol_abs, *, k, init_kind, max_iter, axis_name, precision):
     acc = _acc_dtype(xc.dtype)
-    if init_kind == "k-means++":
-        c0 = _kmeans_plusplus_centered(key, xc, x_sq, w, k, None, axis_name)
-    elif init_kind == "random":
-        c0 = _random_centered(key, xc, w, k, axis_name)
-    else:
-        c0 = init_c.astype(acc)
+    c0 = _initial(key, xc, x_sq, w, init_c, k, init_kind, axis_name)
 
     def cond(carry):
         i, _, _, stop, _ = carry
@@ -482,34 +493,207 @@ def _single_run(key, xc, x_sq, w, init_c, tol_abs, *, k, init_kind, max_iter, ax
     return c, labels, inertia, n_iter, stop, hist
 
 
+class _Checked(NamedTuple):
+    """What fault tolerance needs for every checked step of one run."""
+
+    inv: checksums.Invariants
+    unit_weights: bool  # static
+    kind: str | None  # static: the injected fault's kind, or None
+    persistent: bool  # static
+    params: jax.Array | None  # (iteration, index, column, bit), int32
+
+
+def _checked_step(xc, x_sq, w, c, k, axis_name, precision, ft: _Checked, active):
+    """A step, the fault (if any) applied where ``active``, and its checks:
+    ``(step, global sums, global counts, global inertia, ok)``."""
+    acc = _acc_dtype(xc.dtype)
+    s = _step(xc, x_sq, w, c, k, precision=precision)
+    cc = c.astype(xc.dtype).astype(acc)  # the centroids the product sees
+    if ft.kind == "distance":
+        where = active if axis_name is None else active & (lax.axis_index(axis_name) == 0)
+
+        def row_distances(row):
+            dot = jnp.dot(cc, xc[row].astype(acc), precision=_JNP_PRECISION[precision])
+            return jnp.maximum(x_sq[row] - 2 * dot + jnp.sum(cc * cc, axis=1), 0)
+
+        s = faults.inject_distance(s, xc, w, row_distances, where, ft.params[1:])
+    sums, counts = _psum(s.sums, axis_name), _psum(s.counts, axis_name)
+    if ft.kind in ("sum", "count"):
+        sums, counts = faults.inject_totals(ft.kind, sums, counts, active, ft.params[1:])
+    dt = checksums.check_dtype(acc)
+    mind_sum = _psum(checksums.accurate_sum(w.astype(dt) * s.mind.astype(dt)), axis_name)
+    res = checksums.check(
+        ft.inv, cc, sums, counts, mind_sum,
+        data_dtype=xc.dtype, precision=precision, unit_weights=ft.unit_weights,
+    )  # fmt: skip
+    return s, sums, counts, _psum(s.inertia, axis_name), res.ok
+
+
+def _checked_iteration(xc, x_sq, w, c, k, axis_name, precision, ft: _Checked, active):
+    """One checked iteration: ``(step, global inertia, ok, new centroids)``; the caller
+    keeps ``c`` where ``ok`` is False."""
+    s, sums, counts, inertia, ok = _checked_step(xc, x_sq, w, c, k, axis_name, precision, ft,
+                                                 active)  # fmt: skip
+    c_new = _new_centroids(sums, counts, xc, w, s.labels, s.mind, c, k, axis_name)
+    return s, inertia, ok, c_new
+
+
+def _single_run_checked(
+    key, xc, x_sq, w, init_c, tol_abs, ft: _Checked, *, k, init_kind, max_iter, axis_name,
+    precision,
+):  # fmt: skip
+    """``_single_run`` with every step checked (``checksums``) and redone when a check
+    fails: the centroids stay, the iteration count does not advance. No ``lax.cond``: the
+    outcome selects with ``jnp.where``, so the loop never reads a predicate on the host."""
+    acc = _acc_dtype(xc.dtype)
+    c0 = _initial(key, xc, x_sq, w, init_c, k, init_kind, axis_name)
+    step = functools.partial(_checked_step, xc, x_sq, w, k=k, axis_name=axis_name,
+                             precision=precision, ft=ft)  # fmt: skip
+
+    def firing(i, injected):
+        if ft.kind is None:
+            return jnp.bool_(False)
+        return (ft.params[0] == i) & (jnp.bool_(ft.persistent) | ~injected)
+
+    def cond(carry):
+        i, _, _, stop, *_ = carry
+        return (i < max_iter) & ~stop
+
+    def body(carry):
+        i, c, labels_old, _, hist, n_bad, redos, injected, _ = carry
+        active = firing(i, injected)
+        s, inertia, ok, c_new = _checked_iteration(
+            xc, x_sq, w, c, k, axis_name, precision, ft, active
+        )
+        changed = _psum(jnp.sum(s.labels != labels_old), axis_name)
+        shift = jnp.sum((c_new - c) ** 2)
+        redos = jnp.where(ok, 0, redos + 1)
+        unresolved = redos > checksums.MAX_REDOS
+        stop = (ok & ((changed == 0) | (shift <= tol_abs))) | unresolved
+        return (
+            jnp.where(ok, i + 1, i),
+            jnp.where(ok, c_new, c),
+            jnp.where(ok, s.labels, labels_old),
+            stop,
+            jnp.where(ok, hist.at[i].set(inertia), hist),
+            n_bad + (~ok).astype(jnp.int32),
+            redos,
+            injected | active,
+            unresolved,
+        )
+
+    carry = (
+        jnp.int32(0),
+        c0,
+        _varying(jnp.full(xc.shape[0], -1, jnp.int32), axis_name),
+        jnp.bool_(False),
+        jnp.full((max_iter,), jnp.nan, acc),
+        jnp.int32(0),
+        jnp.int32(0),
+        jnp.bool_(False),
+        jnp.bool_(False),
+    )
+    n_iter, c, labels, stop, hist, n_bad, _, injected, unresolved = lax.while_loop(
+        cond, body, carry
+    )
+
+    # The final assignment is a whole step, so that its sums feed the distance check.
+    def final_cond(carry):
+        _, _, ok, tries, *_ = carry
+        return ~ok & (tries <= checksums.MAX_REDOS)
+
+    def final_body(carry):
+        _, _, _, tries, n_bad, injected = carry
+        active = firing(-1, injected)
+        s, _, _, _, ok = step(c=c, active=active)
+        return s.labels, s.mind, ok, tries + 1, n_bad + (~ok).astype(jnp.int32), injected | active
+
+    labels, mind, ok, _, n_bad, _ = lax.while_loop(
+        final_cond,
+        final_body,
+        (
+            labels,
+            _varying(jnp.zeros(xc.shape[0], acc), axis_name),
+            jnp.bool_(False),
+            jnp.int32(0),
+            n_bad,
+            injected,
+        ),
+    )
+    # Each failure above was counted; the first try of a clean final step fails nothing.
+    inertia = _psum(jnp.sum(w * mind), axis_name)
+    unresolved = unresolved | ~ok
+    return c, labels, inertia, n_iter, stop & ~unresolved, hist, n_bad, unresolved
+
+
+@functools.partial(jax.jit, static_argnames=("k", "iters", "precision"))
+def _check_ratios(key, x, sample_weight=None, init_c=None, *, k, iters, precision="float32"):
+    """``(iters, 3)`` worst ``|residual| / threshold`` of the column, count and distance
+    checks (``checksums.check``) in each of ``iters`` clean Lloyd steps from k-means++
+    (or ``init_c``) seeding: the margin of the thresholds, for tests and benchmarks."""
+    xc, x_sq, w, mu, _ = _prepare(x, sample_weight, None)
+    inv = checksums.invariants(xc, x_sq, w)
+    acc = _acc_dtype(xc.dtype)
+    dt = checksums.check_dtype(acc)
+    if init_c is None:
+        c0 = _kmeans_plusplus_centered(key, xc, x_sq, w, k, None, None)
+    else:
+        c0 = jnp.asarray(init_c, acc) - mu
+
+    def body(c, _):
+        s = _step(xc, x_sq, w, c, k, precision=precision)
+        cc = c.astype(xc.dtype).astype(acc)
+        mind_sum = checksums.accurate_sum(w.astype(dt) * s.mind.astype(dt))
+        r = checksums.check(
+            inv, cc, s.sums, s.counts, mind_sum, data_dtype=xc.dtype, precision=precision,
+            unit_weights=sample_weight is None,
+        )  # fmt: skip
+        c_new = _new_centroids(s.sums, s.counts, xc, w, s.labels, s.mind, c, k, None)
+        return c_new, jnp.stack([r.columns, r.counts, r.distances]).astype(jnp.float32)
+
+    return lax.scan(body, c0, None, length=iters)[1]
+
+
 def _kmeans_impl(
-    key, x, sample_weight, init_c, tol, *, k, init_kind, n_init, max_iter, axis_name, precision
-):
+    key, x, sample_weight, init_c, tol, fault_params=None,
+    *, k, init_kind, n_init, max_iter, axis_name, precision,
+    fault_tolerance=False, fault_kind=None, fault_persistent=False,
+):  # fmt: skip
     xc, x_sq, w, mu, mean_var = _prepare(x, sample_weight, axis_name)
     tol_abs = tol * mean_var
     if init_c is not None:
         init_c = jnp.asarray(init_c, mu.dtype) - mu
+    kw = dict(k=k, init_kind=init_kind, max_iter=max_iter, axis_name=axis_name,
+              precision=precision)  # fmt: skip
 
-    def run(key):
-        return _single_run(
-            key, xc, x_sq, w, init_c, tol_abs,
-            k=k, init_kind=init_kind, max_iter=max_iter, axis_name=axis_name,
-            precision=precision,
+    if fault_tolerance:
+        ft = _Checked(
+            checksums.invariants(xc, x_sq, w, axis_name),
+            sample_weight is None, fault_kind, fault_persistent, fault_params,
         )  # fmt: skip
+        run = lambda key: _single_run_checked(key, xc, x_sq, w, init_c, tol_abs, ft, **kw)
+    else:
+        run = lambda key: _single_run(key, xc, x_sq, w, init_c, tol_abs, **kw)
 
     if n_init == 1:
-        c, labels, inertia, n_iter, stop, hist = run(key)
+        outs = run(key)
     else:
-        outs = jax.vmap(run)(jax.random.split(key, n_init))
-        best = jnp.argmin(outs[2])
-        c, labels, inertia, n_iter, stop, hist = (o[best] for o in outs)
-    return KMeansState(c + mu, labels, inertia, n_iter, stop, hist)
+        batched = jax.vmap(run)(jax.random.split(key, n_init))
+        best = jnp.argmin(batched[2])
+        outs = tuple(o[best] for o in batched[:6])
+        if fault_tolerance:  # detections in any restart count
+            outs += (jnp.sum(batched[6]), jnp.any(batched[7]))
+    c, *rest = outs
+    return KMeansState(c + mu, *rest)
 
 
 _kmeans_jit = jax.jit(
     _kmeans_impl,
-    static_argnames=("k", "init_kind", "n_init", "max_iter", "axis_name", "precision"),
-)
+    static_argnames=(
+        "k", "init_kind", "n_init", "max_iter", "axis_name", "precision",
+        "fault_tolerance", "fault_kind", "fault_persistent",
+    ),
+)  # fmt: skip
 
 
 def kmeans(
@@ -524,6 +708,8 @@ def kmeans(
     sample_weight: Any = None,
     axis_name: Any = None,
     precision: str = "float32",
+    fault_tolerance: bool = False,
+    fault_injection: faults.FaultSpec | None = None,
 ) -> KMeansState:
     """Lloyd's k-means on the rows of ``x``: pure, jit-able, vmap-able, shardable.
 
@@ -552,6 +738,13 @@ def kmeans(
         ``"tensorfloat32"`` (one TF32 product, dot products off by up to ~2^-10 of
         ``sum |x_i c_i|``: faster where the arithmetic binds, large k and d; on the jnp
         path XLA's default precision). bf16, f16 and f64 data ignore it (static).
+      fault_tolerance: check every step's cluster sums, counts and distances against
+        invariants of the data computed once per run (``jax_tsm2.clustering.checksums``;
+        one more read of ``x``), and redo a step that fails; the final assignment is
+        checked too. ``faults_detected`` and ``fault_unresolved`` of the result report
+        it. On clean data the result is the one without it (static).
+      fault_injection: a ``jax_tsm2.clustering.faults.FaultSpec``: flip one bit of one
+        step's outputs, to test ``fault_tolerance`` (which it requires).
 
     Returns:
       A :class:`KMeansState`.
@@ -584,6 +777,14 @@ def kmeans(
       ([0.0, 10.0], 1.0)
       >>> bool(s.labels[0] == s.labels[1]), bool(s.converged)
       (True, True)
+
+      With fault tolerance, a bit flipped in a cluster sum is caught and its step redone:
+
+      >>> from jax_tsm2.clustering.faults import FaultSpec
+      >>> spec = FaultSpec(iteration=0, kind="sum", index=0, column=0, bit=30)
+      >>> f = kmeans(jax.random.key(0), x, 2, fault_tolerance=True, fault_injection=spec)
+      >>> int(f.faults_detected), bool(f.fault_unresolved), float(f.inertia)
+      (1, False, 1.0)
     """
     k, n_init, max_iter = _count(k, "k"), _count(n_init, "n_init"), _count(max_iter, "max_iter")
     if not (isinstance(tol, (int, float, np.number)) and 0 <= tol < math.inf):
@@ -606,10 +807,20 @@ def kmeans(
             raise ValueError(f"init array must have shape {(k, x.shape[1])}, got {init_c.shape}")
         init_kind, n_init = "array", 1
     precision = tiled.check_precision(precision)
+    fault_kind, fault_persistent, fault_params = None, False, None
+    if fault_injection is not None:
+        if not fault_tolerance:
+            raise ValueError("fault_injection needs fault_tolerance=True")
+        bits = 8 * _acc_dtype(x.dtype).itemsize
+        faults.check_spec(fault_injection, x.shape[0], k, x.shape[1], bits)
+        fault_kind, fault_persistent = fault_injection.kind, bool(fault_injection.persistent)
+        f = fault_injection
+        fault_params = jnp.array([f.iteration, f.index, f.column, f.bit], jnp.int32)
     return _kmeans_jit(
-        key, x, sample_weight, init_c, tol,
+        key, x, sample_weight, init_c, tol, fault_params,
         k=k, init_kind=init_kind, n_init=n_init, max_iter=max_iter, axis_name=axis_name,
-        precision=precision,
+        precision=precision, fault_tolerance=bool(fault_tolerance), fault_kind=fault_kind,
+        fault_persistent=fault_persistent,
     )  # fmt: skip
 
 

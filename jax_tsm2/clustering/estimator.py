@@ -53,6 +53,7 @@ _PARAMS = (
     "random_state",
     "precision",
     "device_memory_budget",
+    "fault_tolerance",
 )
 
 if BaseEstimator is None:
@@ -152,10 +153,15 @@ class KMeans(*_BASES):
         accuracy) or ``"tensorfloat32"`` (one TF32 product: faster at large k and d, dot
         products off by up to ~2^-10 of ``sum |x_i c_i|``); see
         :func:`jax_tsm2.clustering.kmeans`.
+      fault_tolerance: check each iteration's cluster sums, counts and distances against
+        invariants of the data and redo an iteration that fails (``kmeans``'s
+        ``fault_tolerance``; in-memory fits only).
 
     Fitted attributes: ``cluster_centers_``, ``labels_``, ``inertia_``,
     ``n_iter_``, ``n_features_in_``, plus ``converged_``,
-    ``inertia_history_`` and ``state_`` (the full :class:`KMeansState`).
+    ``inertia_history_`` and ``state_`` (the full :class:`KMeansState`); with
+    ``fault_tolerance``, ``n_faults_detected_`` (steps redone) and ``fault_unresolved_``
+    (True when a fault persisted past the redo bound and the fit stopped there).
 
     Differences from ``sklearn.cluster.KMeans``, and why:
 
@@ -201,6 +207,7 @@ class KMeans(*_BASES):
         random_state: Any = None,
         device_memory_budget: int | None = None,
         precision: str = "float32",
+        fault_tolerance: bool = False,
     ) -> None:
         self.n_clusters = n_clusters
         self.init = init
@@ -210,6 +217,7 @@ class KMeans(*_BASES):
         self.random_state = random_state
         self.device_memory_budget = device_memory_budget
         self.precision = precision
+        self.fault_tolerance = fault_tolerance
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -254,6 +262,11 @@ class KMeans(*_BASES):
                 n_init = 10 if init == "random" else 1
         else:
             n_init = 1
+        if budget is not None and self.fault_tolerance:
+            raise ValueError(
+                "fault_tolerance is not available for data streamed from the host "
+                "(device_memory_budget); fit data that fit in device memory"
+            )
         if budget is not None:
             state = out_of_core.kmeans_streamed(
                 key,
@@ -277,6 +290,7 @@ class KMeans(*_BASES):
                 tol=self.tol,
                 sample_weight=sample_weight,
                 precision=self.precision,
+                fault_tolerance=bool(self.fault_tolerance),
             )
         self.state_ = state
         self.cluster_centers_ = state.centroids
@@ -285,6 +299,9 @@ class KMeans(*_BASES):
         self.n_iter_ = int(state.n_iter)
         self.converged_ = bool(state.converged)
         self.inertia_history_ = state.inertia_history[: self.n_iter_]
+        if state.faults_detected is not None:
+            self.n_faults_detected_ = int(state.faults_detected)
+            self.fault_unresolved_ = bool(state.fault_unresolved)
         return self
 
     def _streaming_budget(self, X: Any) -> int | None:

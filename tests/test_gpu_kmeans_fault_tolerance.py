@@ -1,0 +1,79 @@
+"""kmeans(fault_tolerance=True) through the CUDA kernels: no false positives on clean runs of
+the fused step (k <= 32, f32/bf16/f64, tensor-core and CUDA-core variants) and of the tiled
+step (any k, both precisions), the result of the run without it, and each kind of injected
+fault detected and corrected.
+
+Skipped without a CUDA device and a CUDA build (conftest.py).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_tsm2.clustering import checksums, fused, kmeans
+from jax_tsm2.clustering import core as kcore
+from jax_tsm2.clustering.faults import FaultSpec
+
+pytestmark = pytest.mark.gpu
+
+
+def _blobs(n, d, k, seed=0):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(scale=4.0, size=(k, d))
+    return centers[rng.integers(0, k, n)] + rng.normal(size=(n, d))
+
+
+CASES = [  # n, d, k, dtype, precision: the kernel each takes in mode "auto"
+    (200_000, 256, 16, jnp.float32, "float32"),  # fused, tensor cores
+    (50_000, 1024, 16, jnp.float32, "float32"),  # fused, a cluster of blocks per row
+    (100_000, 40, 7, jnp.float32, "float32"),  # fused, CUDA cores
+    (200_000, 256, 16, jnp.bfloat16, "float32"),
+    (50_000, 64, 16, jnp.float64, "float32"),
+    (100_000, 128, 300, jnp.float32, "float32"),  # tiled
+    (100_000, 128, 300, jnp.float32, "tensorfloat32"),
+    (100_000, 512, 64, jnp.bfloat16, "float32"),  # tiled
+]
+
+
+@pytest.mark.parametrize(("n", "d", "k", "dtype", "precision"), CASES)
+def test_clean_runs_through_the_kernels(n, d, k, dtype, precision):
+    x = jnp.asarray(_blobs(n, d, k), dtype)
+    for seed in range(2):
+        key = jax.random.key(seed)
+        plain = kmeans(key, x, k, max_iter=30, precision=precision)
+        ft = kmeans(key, x, k, max_iter=30, precision=precision, fault_tolerance=True)
+        assert int(ft.faults_detected) == 0 and not bool(ft.fault_unresolved)
+        np.testing.assert_array_equal(np.asarray(ft.labels), np.asarray(plain.labels))
+        np.testing.assert_array_equal(np.asarray(ft.centroids), np.asarray(plain.centroids))
+    ratios = np.asarray(kcore._check_ratios(key, x, k=k, iters=10, precision=precision))
+    assert np.all(np.isfinite(ratios)) and ratios.max() < 0.25, ratios.max(axis=0)
+    target = fused.decide_step(dtype, d, k, platform="cuda").target
+    assert target in ("fused", "tiled"), target
+
+
+@pytest.mark.parametrize("k", [16, 300])
+def test_faults_detected_and_corrected_through_the_kernels(k):
+    x = jnp.asarray(_blobs(100_000, 64, k), jnp.float32)
+    key, init = jax.random.key(0), x[:k]
+    ref = kmeans(key, x, k, init=init, max_iter=10, tol=0.0)
+    labels = np.asarray(ref.labels)
+    # Row 1000 (not an initial centroid, whose distance 0 nothing can undercut) and its
+    # label in the first iteration.
+    first = int(kcore.assign(x, init)[0][1000])
+    for spec in (
+        FaultSpec(2, "sum", 3, 5, 28),
+        FaultSpec(1, "count", 2, 0, 27),
+        FaultSpec(0, "distance", 1000, (first + 1) % k, 30),  # lowered to (almost) zero
+        FaultSpec(-1, "sum", 0, 0, 29),
+    ):
+        f = kmeans(key, x, k, init=init, max_iter=10, tol=0.0, fault_tolerance=True,
+                   fault_injection=spec)  # fmt: skip
+        assert int(f.faults_detected) == 1 and not bool(f.fault_unresolved), spec
+        np.testing.assert_array_equal(np.asarray(f.labels), labels)
+        np.testing.assert_allclose(np.asarray(f.centroids), np.asarray(ref.centroids), atol=1e-5)
+    spec = FaultSpec(1, "sum", 0, 0, 29, persistent=True)
+    f = kmeans(key, x, k, init=init, max_iter=10, fault_tolerance=True, fault_injection=spec)
+    assert bool(f.fault_unresolved) and int(f.faults_detected) == checksums.MAX_REDOS + 1
