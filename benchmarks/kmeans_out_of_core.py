@@ -1,9 +1,8 @@
 """k-means on data in host memory larger than a device-memory budget, against the host link.
 
 Makes ``--gb`` GB of f32 points (``--d`` features) in host memory and measures the
-host-to-device link three ways: copying the data once as the fit copies it (the streamed
-plan's chunks and host threads, no work), from one thread, and from pinned memory (the link's
-own rate). Then it times ``kmeans_streamed`` at ``--k`` clusters with ``--budget-gb`` of device
+host-to-device link by copying the data once as the fit copies it (the streamed plan's chunks,
+no work), then times ``kmeans_streamed`` at ``--k`` clusters with ``--budget-gb`` of device
 memory. Per-iteration time is the difference of two run lengths
 (``--iters`` and twice that, ``tol=0``, after a run of one that compiles) divided by the
 difference in iterations, so the mean-and-variance pass, the init and the final assignment
@@ -20,7 +19,6 @@ time to one copy of the data over the link.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import pathlib
@@ -34,8 +32,8 @@ from jax_tsm2.clustering import out_of_core
 
 
 def link_seconds(x: np.ndarray, plan: out_of_core.StreamPlan) -> float:
-    """One copy of ``x`` to the device the way the fit copies it (``out_of_core._passes``:
-    ``plan.copiers`` host threads, chunks of ``plan.rows``), with no work per chunk."""
+    """One copy of ``x`` to the device the way the fit copies it (``out_of_core._passes``,
+    chunks of ``plan.rows``), with no work per chunk."""
     t0 = time.perf_counter()
     out_of_core._passes(x, None, plan, lambda carry, xc, wc, i: (xc, xc), None)
     return time.perf_counter() - t0
@@ -90,15 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = out_of_core.plan_chunks(n, args.d, args.k, np.float32, budget)
     print(f"{x.nbytes / 1e9:.1f} GB ({n} x {args.d}) made in {made:.0f} s; plan {plan}", flush=True)
 
-    link_seconds(x[: 2 * plan.copiers * plan.rows], plan)  # warm-up
+    link_seconds(x[: 2 * plan.rows], plan)  # warm-up
     link = link_seconds(x, plan)
-    one = dataclasses.replace(plan, copiers=1)
-    single = link_seconds(x[: 16 * plan.rows], one) * x.shape[0] / min(x.shape[0], 16 * plan.rows)
-    print(
-        f"host link: {x.nbytes / link / 1e9:.1f} GB/s as the fit copies ({plan.copiers} threads, "
-        f"{link:.2f} s per copy), {x.nbytes / single / 1e9:.1f} GB/s from one thread",
-        flush=True,
-    )
+    print(f"host link: {x.nbytes / link / 1e9:.1f} GB/s as the fit copies ({link:.2f} s)")
     init = x[:: max(1, n // args.k)][: args.k].astype(np.float64)
     times = {}
     for iters in (1, args.iters, 2 * args.iters):  # the first compiles
@@ -126,8 +118,6 @@ def main(argv: list[str] | None = None) -> int:
         "chunks": plan.chunks,
         "link_seconds": link,
         "link_bytes_per_s": x.nbytes / link,
-        "copiers": plan.copiers,
-        "one_thread_link_bytes_per_s": x.nbytes / single,
         "runs": {
             str(k): {"seconds": v[0], "iterations": v[1], "inertia": v[2]} for k, v in times.items()
         },

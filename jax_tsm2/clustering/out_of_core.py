@@ -2,10 +2,9 @@
 
 For data larger than the device's memory, or than a budget the user sets: the points stay
 in host memory (a NumPy array or a ``numpy.memmap``) and every pass over them copies them to
-the device chunk by chunk. Host threads copy the next chunks while the current chunk's step
-runs (:data:`COPIERS` at once: one thread's copy from pageable memory is far slower than the
-link), so the host link and the GPU work at the same time, and an iteration costs about one
-copy of the data.
+the device chunk by chunk. The copy of the next chunk is issued before the current chunk's
+step runs (JAX dispatches both asynchronously), so the host link and the GPU work at the
+same time, and an iteration costs about one copy of the data.
 
 Per chunk the same Lloyd step as in memory runs (``core._step``: the fused or tiled kernels
 on a GPU), returning the chunk's cluster sums, weights and inertia, which add up over the
@@ -24,8 +23,6 @@ Where it differs from :func:`jax_tsm2.kmeans` on the same data:
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import dataclasses
 import functools
 import math
@@ -39,57 +36,42 @@ from jax import lax
 
 from jax_tsm2.clustering import core
 
-__all__ = ["COPIERS", "StreamPlan", "kmeans_streamed", "plan_chunks"]
-
-
-#: Chunks copied at once by default. One ``jax.device_put`` from pageable host memory runs at
-#: the rate of one host thread's copy into the driver's staging buffers (9 GB/s measured on an
-#: H200 host whose link carries 55 GB/s from pinned memory); four threads carried 23 GB/s.
-COPIERS = 4
+__all__ = ["StreamPlan", "kmeans_streamed", "plan_chunks"]
 
 
 @dataclasses.dataclass(frozen=True)
 class StreamPlan:
-    """How a pass over host data is cut: ``rows`` per chunk, ``chunks`` of them, ``copiers``
-    chunks copied at once (each by its own host thread)."""
+    """How a pass over host data is cut: ``rows`` per chunk, ``chunks`` of them."""
 
     rows: int
     chunks: int
     bytes_per_row: int
-    copiers: int = 1
 
 
-def plan_chunks(
-    n: int, d: int, k: int, dtype: Any, budget_bytes: int, copiers: int = COPIERS
-) -> StreamPlan:
-    """Rows per chunk so that the chunks in flight and their step fit ``budget_bytes``.
+def plan_chunks(n: int, d: int, k: int, dtype: Any, budget_bytes: int) -> StreamPlan:
+    """Rows per chunk so that two chunks in flight and their step fit ``budget_bytes``.
 
     A row costs its bytes twice (the copy and the centred copy the step reads), its squared
     norm, weight, label and distance, and, should the step fall back to XLA's products, a row
-    of ``k`` distances. ``copiers + 2`` chunks are in flight: ``copiers`` copying, one
-    computing and the one before it until its step is done.
+    of ``k`` distances. Two chunks are in flight (one copying, one computing).
 
     Example:
         >>> p = plan_chunks(10**8, 64, 1024, "float32", 8 << 30)
-        >>> p.rows * p.chunks >= 10**8, (p.copiers + 2) * p.rows * p.bytes_per_row <= 8 << 30
+        >>> p.rows * p.chunks >= 10**8, 2 * p.rows * p.bytes_per_row <= 8 << 30
         (True, True)
     """
-    if copiers < 1:
-        raise ValueError(f"copiers must be at least 1, got {copiers}")
     itemsize = np.dtype(dtype).itemsize
     acc = 8 if itemsize == 8 else 4
     per_row = 2 * d * itemsize + 4 * acc + k * acc
     fixed = 4 * k * d * acc  # centroids, sums, candidates, the new centroids
-    in_flight = copiers + 2
-    rows = (budget_bytes - fixed) // (in_flight * per_row)
+    rows = (budget_bytes - fixed) // (2 * per_row)
     if rows < 1:
         raise ValueError(
             f"device_memory_budget={budget_bytes} bytes holds no chunk of {d}-feature rows "
-            f"at k={k}: it needs at least {fixed + in_flight * per_row} bytes"
+            f"at k={k}: it needs at least {fixed + 2 * per_row} bytes"
         )
     rows = int(min(rows, n))
-    chunks = max(1, math.ceil(n / rows))
-    return StreamPlan(rows, chunks, per_row, min(copiers, chunks))
+    return StreamPlan(rows, max(1, math.ceil(n / rows)), per_row)
 
 
 def _chunk(x: np.ndarray, w: np.ndarray | None, i: int, rows: int):
@@ -117,26 +99,20 @@ def _weights(w: jax.Array, rows: int, dtype: Any) -> jax.Array:
 def _passes(x, w, plan: StreamPlan, fn: Callable, carry):
     """``carry, done = fn(carry, x_chunk, w_chunk, i)`` over every chunk, in order.
 
-    ``plan.copiers`` host threads copy the next chunks while chunk i's work runs on the GPU
-    (``jax.device_put`` from pageable memory holds its thread until its copy is done, and
-    releases the GIL). A new copy starts only once chunk i - 1's work (``done``, an array its
-    step produced) has finished, so that at most ``copiers + 2`` chunks hold device memory.
+    Chunk i's work is queued before chunk i + 1 is copied, so that the GPU computes while
+    the copy runs (``jax.device_put`` from pageable host memory holds the calling thread
+    until its copy is done). The copy starts only once chunk i - 1's work (``done``, an
+    array its step produced) has finished, so that at most two chunks hold device memory.
     """
-    with concurrent.futures.ThreadPoolExecutor(plan.copiers) as pool:
-        copies = collections.deque(
-            pool.submit(_chunk, x, w, i, plan.rows) for i in range(plan.copiers)
-        )
-        queued, prev_done = plan.copiers, None
-        for i in range(plan.chunks):
-            cur = copies.popleft().result()
-            carry, done = fn(carry, *cur, i)
-            del cur
-            if queued < plan.chunks:
-                if prev_done is not None:
-                    prev_done.block_until_ready()
-                copies.append(pool.submit(_chunk, x, w, queued, plan.rows))
-                queued += 1
-            prev_done = done
+    cur = _chunk(x, w, 0, plan.rows)
+    prev_done = None
+    for i in range(plan.chunks):
+        carry, done = fn(carry, *cur, i)
+        if i + 1 < plan.chunks:
+            if prev_done is not None:
+                prev_done.block_until_ready()
+            cur = _chunk(x, w, i + 1, plan.rows)
+        prev_done = done
     return carry
 
 
@@ -264,7 +240,7 @@ def kmeans_streamed(
         >>> rng = np.random.default_rng(0)
         >>> x = np.concatenate([rng.normal(0, 1, (500, 3)), rng.normal(20, 1, (500, 3))])
         >>> s = kmeans_streamed(jax.random.key(0), x.astype(np.float32), 2,
-        ...                     device_memory_budget=64 << 10)  # five chunks of 227 rows
+        ...                     device_memory_budget=64 << 10)  # two chunks of 681 rows
         >>> sorted(np.abs(np.round(np.asarray(s.centroids)[:, 0])).tolist())
         [0.0, 20.0]
         >>> s.labels.shape, bool(s.converged)
