@@ -480,17 +480,23 @@ def _single_run(key, xc, x_sq, w, init_c, tol_abs, *, k, init_kind, max_iter, ax
         shift = jnp.sum((c_new - c) ** 2)
         return i + 1, c_new, labels, (changed == 0) | (shift <= tol_abs), hist
 
-    carry = (
-        jnp.int32(0),
-        c0,
-        _varying(jnp.full(xc.shape[0], -1, jnp.int32), axis_name),
-        jnp.bool_(False),
-        jnp.full((max_iter,), jnp.nan, acc),
-    )
+    carry = _loop_start(c0, xc.shape[0], max_iter, acc, axis_name)
     n_iter, c, _, stop, hist = lax.while_loop(cond, body, carry)
     labels, mind = _assign(xc, x_sq, c, precision)
     inertia = _psum(jnp.sum(w * mind), axis_name)
     return c, labels, inertia, n_iter, stop, hist
+
+
+def _loop_start(c0, n, max_iter, acc, axis_name):
+    """Lloyd's loop carry before the first iteration: iteration, centroids, labels (none
+    yet), stop, inertia history."""
+    return (
+        jnp.int32(0),
+        c0,
+        _varying(jnp.full(n, -1, jnp.int32), axis_name),
+        jnp.bool_(False),
+        jnp.full((max_iter,), jnp.nan, acc),
+    )
 
 
 class _Checked(NamedTuple):
@@ -583,15 +589,11 @@ def _single_run_checked(
         )
 
     carry = (
-        jnp.int32(0),
-        c0,
-        _varying(jnp.full(xc.shape[0], -1, jnp.int32), axis_name),
-        jnp.bool_(False),
-        jnp.full((max_iter,), jnp.nan, acc),
-        jnp.int32(0),
-        jnp.int32(0),
-        jnp.bool_(False),
-        jnp.bool_(False),
+        *_loop_start(c0, xc.shape[0], max_iter, acc, axis_name),
+        jnp.int32(0),  # failed steps
+        jnp.int32(0),  # failed steps in a row
+        jnp.bool_(False),  # the fault was injected
+        jnp.bool_(False),  # unresolved
     )
     n_iter, c, labels, stop, hist, n_bad, _, injected, unresolved = lax.while_loop(
         cond, body, carry
