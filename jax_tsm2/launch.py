@@ -143,22 +143,19 @@ def _stop(procs: Sequence[subprocess.Popen]) -> None:
             p.wait()
 
 
-class _Terminated(Exception):
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise _Terminated(signum)
-
-
-def _stop_on_termination() -> dict[int, Any]:
+def _stop_on_termination(received: list[int]) -> dict[int, Any]:
     """SIGTERM and SIGHUP stop the processes too: each leads its own session, so a signal
-    to the launcher's group would not reach them. Returns the handlers it replaced."""
+    to the launcher's group would not reach them. The handler only records the signal in
+    ``received``, which the launcher's loop polls: an exception raised from a handler can
+    land in a callback that swallows it (a garbage-collection callback of jax did, and the
+    launcher kept running). Returns the handlers it replaced."""
     if threading.current_thread() is not threading.main_thread():
         return {}  # signal handlers can only be set from the main thread
-    return {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+    def handler(signum: int, frame: Any) -> None:
+        received.append(signum)
+
+    return {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
 
 
 def _status(code: int) -> int:
@@ -196,7 +193,8 @@ def launch(
     threads = []
     status, failed = 0, None
     start = time.monotonic()
-    previous = _stop_on_termination()
+    received: list[int] = []
+    previous = _stop_on_termination(received)
     try:
         for rank in range(nproc):
             p = subprocess.Popen(
@@ -214,7 +212,7 @@ def launch(
             t = threading.Thread(target=_forward, args=(rank, p.stdout, out, lock), daemon=True)
             t.start()
             threads.append(t)
-        while True:
+        while not received:
             codes = [p.poll() for p in procs]
             bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
             if bad:
@@ -229,14 +227,14 @@ def launch(
             time.sleep(0.05)
     except KeyboardInterrupt:
         status = 130
-    except _Terminated as sig:
-        status = 128 + sig.signum
     finally:
         _stop(procs)
         for t in threads:
             t.join(timeout=_GRACE_S)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if received and failed is None and status != TIMED_OUT:
+        status = 128 + received[0]
     if failed is not None:
         print(
             f"launch: process {failed} of {nproc} exited with status {status}; stopped the others",
