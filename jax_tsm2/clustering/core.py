@@ -511,7 +511,7 @@ class _Checked(NamedTuple):
 
 def _checked_step(xc, x_sq, w, c, k, axis_name, precision, ft: _Checked, active):
     """A step, the fault (if any) applied where ``active``, and its checks:
-    ``(step, global sums, global counts, global inertia, ok)``."""
+    ``(step, global sums, global counts, global inertia, checksums.CheckResult)``."""
     acc = _acc_dtype(xc.dtype)
     s = _step(xc, x_sq, w, c, k, precision=precision)
     cc = c.astype(xc.dtype).astype(acc)  # the centroids the product sees
@@ -519,8 +519,7 @@ def _checked_step(xc, x_sq, w, c, k, axis_name, precision, ft: _Checked, active)
         where = active if axis_name is None else active & (lax.axis_index(axis_name) == 0)
 
         def row_distances(row):
-            dot = jnp.dot(cc, xc[row].astype(acc), precision=_JNP_PRECISION[precision])
-            return jnp.maximum(x_sq[row] - 2 * dot + jnp.sum(cc * cc, axis=1), 0)
+            return _sq_dist(xc[row][None], x_sq[row][None], c, precision)[0]
 
         s = faults.inject_distance(s, xc, w, row_distances, where, ft.params[1:])
     sums, counts = _psum(s.sums, axis_name), _psum(s.counts, axis_name)
@@ -532,14 +531,15 @@ def _checked_step(xc, x_sq, w, c, k, axis_name, precision, ft: _Checked, active)
         ft.inv, cc, sums, counts, mind_sum,
         data_dtype=xc.dtype, precision=precision, unit_weights=ft.unit_weights,
     )  # fmt: skip
-    return s, sums, counts, _psum(s.inertia, axis_name), res.ok
+    return s, sums, counts, _psum(s.inertia, axis_name), res
 
 
 def _checked_iteration(xc, x_sq, w, c, k, axis_name, precision, ft: _Checked, active):
     """One checked iteration: ``(step, global inertia, ok, new centroids)``; the caller
     keeps ``c`` where ``ok`` is False."""
-    s, sums, counts, inertia, ok = _checked_step(xc, x_sq, w, c, k, axis_name, precision, ft,
-                                                 active)  # fmt: skip
+    s, sums, counts, inertia, res = _checked_step(xc, x_sq, w, c, k, axis_name, precision, ft,
+                                                  active)  # fmt: skip
+    ok = res.ok
     c_new = _new_centroids(sums, counts, xc, w, s.labels, s.mind, c, k, axis_name)
     return s, inertia, ok, c_new
 
@@ -607,7 +607,8 @@ def _single_run_checked(
     def final_body(carry):
         _, _, _, tries, n_bad, injected = carry
         active = firing(-1, injected)
-        s, _, _, _, ok = step(c=c, active=active)
+        s, _, _, _, res = step(c=c, active=active)
+        ok = res.ok
         return s.labels, s.mind, ok, tries + 1, n_bad + (~ok).astype(jnp.int32), injected | active
 
     labels, mind, ok, _, n_bad, _ = lax.while_loop(
@@ -634,22 +635,15 @@ def _check_ratios(key, x, sample_weight=None, init_c=None, *, k, iters, precisio
     checks (``checksums.check``) in each of ``iters`` clean Lloyd steps from k-means++
     (or ``init_c``) seeding: the margin of the thresholds, for tests and benchmarks."""
     xc, x_sq, w, mu, _ = _prepare(x, sample_weight, None)
-    inv = checksums.invariants(xc, x_sq, w)
+    ft = _Checked(checksums.invariants(xc, x_sq, w), sample_weight is None, None, False, None)
     acc = _acc_dtype(xc.dtype)
-    dt = checksums.check_dtype(acc)
     if init_c is None:
         c0 = _kmeans_plusplus_centered(key, xc, x_sq, w, k, None, None)
     else:
         c0 = jnp.asarray(init_c, acc) - mu
 
     def body(c, _):
-        s = _step(xc, x_sq, w, c, k, precision=precision)
-        cc = c.astype(xc.dtype).astype(acc)
-        mind_sum = checksums.accurate_sum(w.astype(dt) * s.mind.astype(dt))
-        r = checksums.check(
-            inv, cc, s.sums, s.counts, mind_sum, data_dtype=xc.dtype, precision=precision,
-            unit_weights=sample_weight is None,
-        )  # fmt: skip
+        s, _, _, _, r = _checked_step(xc, x_sq, w, c, k, None, precision, ft, jnp.bool_(False))
         c_new = _new_centroids(s.sums, s.counts, xc, w, s.labels, s.mind, c, k, None)
         return c_new, jnp.stack([r.columns, r.counts, r.distances]).astype(jnp.float32)
 
