@@ -138,9 +138,7 @@ def _replay(xc, x_sq, w, c0, iters_template):
 
 
 def _row_distances(xc, x_sq, c, row):
-    cc = c.astype(xc.dtype).astype(c.dtype)
-    dot = jnp.dot(cc, xc[row].astype(c.dtype), precision=lax.Precision.HIGHEST)
-    return np.array(jnp.maximum(x_sq[row] - 2 * dot + jnp.sum(cc * cc, 1), 0))
+    return np.array(core._sq_dist(xc[row][None], x_sq[row][None], c)[0])
 
 
 def _flip(v, bit: int) -> float:
