@@ -697,15 +697,22 @@ def decide(
     best = min(kernels, key=secs.__getitem__)
     known = min(support[best], xla_support)
     margin = BASE_MARGIN + (FAR_MARGIN - BASE_MARGIN) * math.exp(-2.0 * known)
+    return _pick(secs, best, margin, "predicted", "on this GPU's calibration")
+
+
+def _pick(secs: dict[str, float], best: str, margin: float, verb: str, where: str) -> Decision:
+    """Kernel ``best`` where it beats XLA's dot by ``margin``, else XLA's dot; the reason
+    says the times were ``verb`` ("predicted", "measured") ``where``."""
+    xla = secs["xla"]
     us = lambda s: f"{s * 1e6:.1f} us"
     if secs[best] * (1.0 + margin) < xla:
         why = (
-            f"{best} predicted {us(secs[best])} against XLA's {us(xla)} on this GPU's "
-            f"calibration ({xla / secs[best]:.2f}x, margin {margin:.0%})"
+            f"{best} {verb} {us(secs[best])} against XLA's {us(xla)} {where} "
+            f"({xla / secs[best]:.2f}x, margin {margin:.0%})"
         )
         return Decision(best, secs, margin, why)
-    why = f"XLA's dot predicted {us(xla)} against {best}'s {us(secs[best])} on this GPU's " + (
-        f"calibration (within the {margin:.0%} margin)" if secs[best] < xla else "calibration"
+    why = f"XLA's dot {verb} {us(xla)} against {best}'s {us(secs[best])} {where}" + (
+        f" (within the {margin:.0%} margin)" if secs[best] < xla else ""
     )
     return Decision("xla", secs, margin, why)
 
@@ -715,22 +722,10 @@ def _decide_measured(seconds: dict[str, float], names: Sequence[str]) -> Decisio
     margin against XLA's dot (the probes' timing noise)."""
     secs = {t: s for t, s in seconds.items() if t == "xla" or t in names}
     kernels = [k for k in secs if k != "xla"]
-    us = lambda s: f"{s * 1e6:.1f} us"
     if not kernels:
         return Decision("xla", secs, 0.0, "no kernel takes this problem")
     best = min(kernels, key=secs.__getitem__)
-    xla = secs["xla"]
-    if secs[best] * (1.0 + BASE_MARGIN) < xla:
-        why = (
-            f"{best} measured {us(secs[best])} against XLA's {us(xla)} by this GPU's "
-            f"calibration at this shape ({xla / secs[best]:.2f}x, margin {BASE_MARGIN:.0%})"
-        )
-        return Decision(best, secs, BASE_MARGIN, why)
-    why = (
-        f"XLA's dot measured {us(xla)} against {best}'s {us(secs[best])} by this GPU's "
-        "calibration at this shape"
-    )
-    return Decision("xla", secs, BASE_MARGIN, why)
+    return _pick(secs, best, BASE_MARGIN, "measured", "by this GPU's calibration at this shape")
 
 
 # --- Files: the user's calibration, else one shipped with the package. ----------------
