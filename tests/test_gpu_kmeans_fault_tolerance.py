@@ -1,5 +1,5 @@
 """kmeans(fault_tolerance=True) through the CUDA kernels: no false positives on clean runs of
-the fused step (k <= 32, f32/f64, tensor-core and CUDA-core variants) and of the tiled
+the fused step (k <= 32, f32/bf16/f16/f64, tensor-core and CUDA-core variants) and of the tiled
 step (any k, both precisions), the result of the run without it, and each kind of injected
 fault detected and corrected.
 
@@ -30,9 +30,13 @@ CASES = [  # n, d, k, dtype, precision: the kernel each takes in mode "auto"
     (200_000, 256, 16, jnp.float32, "float32"),  # fused, tensor cores
     (50_000, 1024, 16, jnp.float32, "float32"),  # fused, a cluster of blocks per row
     (100_000, 40, 7, jnp.float32, "float32"),  # fused, CUDA cores
+    (200_000, 256, 16, jnp.bfloat16, "float32"),
+    (100_000, 128, 16, jnp.float16, "float32"),
     (50_000, 64, 16, jnp.float64, "float32"),
     (100_000, 128, 300, jnp.float32, "float32"),  # tiled
     (100_000, 128, 300, jnp.float32, "tensorfloat32"),
+    (100_000, 512, 64, jnp.bfloat16, "float32"),  # tiled
+    (100_000, 64, 300, jnp.float16, "float32"),  # tiled
 ]
 
 

@@ -213,7 +213,7 @@ def _sq_norms(x: jax.Array) -> jax.Array:
 def _sq_dist(x: jax.Array, x_sq: jax.Array, c: jax.Array, precision: str = "float32") -> jax.Array:
     """``(n, k)`` squared distances, clamped at zero; ``x_sq`` is ``_sq_norms(x)``."""
     acc = _acc_dtype(x.dtype)
-    cc = c.astype(x.dtype).astype(acc)  # the centroids the product actually sees
+    cc = _rounded(c, x.dtype).astype(acc)  # the centroids the product actually sees
     c_sq = jnp.sum(cc * cc, axis=1)
     d = x_sq[:, None] - 2 * _cross(x, c, precision) + c_sq[None, :]
     return jnp.maximum(d, 0)
@@ -274,6 +274,20 @@ def _sample_rows(u: jax.Array, p: jax.Array, x: jax.Array, axis_name: Any) -> ja
     return lax.psum(jnp.where(owned[:, None], x[idx], 0), axis_name)
 
 
+def _rounded(v, dtype):
+    """``v.astype(dtype)``, which every consumer sees rounded.
+
+    XLA may keep a value narrowed to bf16/f16 in its wider form inside a fusion (excess
+    precision, allowed by default on GPUs), so a reduction fused with the rounding would see
+    ``v`` unrounded while the kernels read the rounded array: the checks of
+    ``fault_tolerance`` then compare sums of two different data sets, and the squared norms
+    disagree with the kernels' distances. The barrier makes the rounded array the one value
+    they all read.
+    """
+    out = v.astype(dtype)
+    return lax.optimization_barrier(out) if out.dtype != v.dtype else out
+
+
 def _prepare(x, sample_weight, axis_name):
     """Centre ``x`` on its weighted mean: returns ``(xc, x_sq, w, mu, mean_var)``."""
     x = _as_float(x)
@@ -290,7 +304,7 @@ def _prepare(x, sample_weight, axis_name):
     xa = x.astype(acc)
     total = _psum(jnp.sum(w), axis_name)
     mu = _psum(jnp.sum(w[:, None] * xa, axis=0), axis_name) / total
-    xc = (xa - mu).astype(x.dtype)
+    xc = _rounded(xa - mu, x.dtype)
     x_sq = _sq_norms(xc)
     mean_var = _psum(jnp.sum(w * x_sq), axis_name) / (total * d)
     return xc, x_sq, w, mu, mean_var
@@ -514,7 +528,7 @@ def _checked_step(xc, x_sq, w, c, k, axis_name, precision, ft: _Checked, active)
     ``(step, global sums, global counts, global inertia, checksums.CheckResult)``."""
     acc = _acc_dtype(xc.dtype)
     s = _step(xc, x_sq, w, c, k, precision=precision)
-    cc = c.astype(xc.dtype).astype(acc)  # the centroids the product sees
+    cc = _rounded(c, xc.dtype).astype(acc)  # the centroids the product sees
     if ft.kind == "distance":
         where = active if axis_name is None else active & (lax.axis_index(axis_name) == 0)
 
@@ -738,8 +752,7 @@ def kmeans(
         invariants of the data computed once per run (``jax_tsm2.clustering.checksums``;
         one more read of ``x``), and redo a step that fails; the final assignment is
         checked too. ``faults_detected`` and ``fault_unresolved`` of the result report
-        it. On clean data the result is the one without it. f32 and f64 data only
-        (static).
+        it. On clean data the result is the one without it (static).
       fault_injection: a ``jax_tsm2.clustering.faults.FaultSpec``: flip one bit of one
         step's outputs, to test ``fault_tolerance`` (which it requires).
 
@@ -752,7 +765,6 @@ def kmeans(
         fewer samples than ``k``, NaN or Inf in ``x`` or ``sample_weight``, a negative
         weight, or weights that are all zero. The values are checked where they are
         known: under ``jit``, ``vmap`` or ``shard_map`` non-finite data give NaN results.
-        Also ``fault_tolerance`` with bf16 or f16 data.
 
     Differences from ``sklearn.cluster.KMeans(algorithm="lloyd")``, and why:
 
@@ -805,13 +817,6 @@ def kmeans(
             raise ValueError(f"init array must have shape {(k, x.shape[1])}, got {init_c.shape}")
         init_kind, n_init = "array", 1
     precision = tiled.check_precision(precision)
-    if fault_tolerance and x.dtype not in (jnp.float32, jnp.float64):
-        # On an H200 the bf16 steps' clean checks failed (false positives) where the
-        # rounding model holds for f32 and f64; until that is understood they are refused.
-        raise ValueError(
-            f"fault_tolerance takes float32 or float64 data, got {x.dtype} {x.shape}: "
-            "convert with x.astype(jnp.float32)"
-        )
     fault_kind, fault_persistent, fault_params = None, False, None
     if fault_injection is not None:
         if not fault_tolerance:
@@ -949,4 +954,4 @@ def _check_pair(x: Any, centroids: Any, who: str) -> tuple[jax.Array, jax.Array]
 
 def _shift_to_centroids(x: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
     shift = jnp.mean(c, axis=0)
-    return (x.astype(c.dtype) - shift).astype(x.dtype), c - shift
+    return _rounded(x.astype(c.dtype) - shift, x.dtype), c - shift

@@ -149,7 +149,7 @@ def _mean_and_variance(x, w, plan):
 
 def _centre(x, w, mu):
     acc = core._acc_dtype(x.dtype)
-    xc = (x.astype(acc) - mu).astype(x.dtype)
+    xc = core._rounded(x.astype(acc) - mu, x.dtype)
     return xc, core._sq_norms(xc), _weights(w, x.shape[0], acc)
 
 
