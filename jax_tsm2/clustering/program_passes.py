@@ -48,9 +48,7 @@ def moments(source, w_all, *, read: Reader, rows: int, chunks: int, n: int):
         return tuple(a.at[i].set(p) for a, p in zip(acc, parts, strict=True))
 
     shapes = jax.eval_shape(
-        ooc._moments,
-        jax.eval_shape(read, source, jnp.int32(0)),
-        jax.eval_shape(_chunk_weights, w_all, jnp.int32(0), rows, n),
+        lambda i: ooc._moments(read(source, i), _chunk_weights(w_all, i, rows, n)), jnp.int32(0)
     )
     init = tuple(jnp.zeros((chunks, *s.shape), s.dtype) for s in shapes)
     return lax.fori_loop(0, chunks, body, init)
@@ -87,7 +85,8 @@ def iteration(
         )
         labels = lax.dynamic_update_slice(labels, lab, (i * rows,))
         cand = ooc._merge_candidates(cand, cd)
-        return sums + s, counts + cnt, inertia + ine, changed + ch, cand, labels
+        changed = changed + ch.astype(changed.dtype)
+        return sums + s, counts + cnt, inertia + ine, changed, cand, labels
 
     acc = c.dtype
     zero = (jnp.zeros_like(c), jnp.zeros(k, acc), jnp.zeros((), acc), jnp.zeros((), jnp.int32))
