@@ -1,10 +1,15 @@
 """k-means on data in host memory, streamed to the device in chunks: ``kmeans_streamed``.
 
 For data larger than the device's memory, or than a budget the user sets: the points stay
-in host memory (a NumPy array or a ``numpy.memmap``) and every pass over them copies them to
-the device chunk by chunk. The copy of the next chunk is issued before the current chunk's
-step runs (JAX dispatches both asynchronously), so the host link and the GPU work at the
-same time, and an iteration costs about one copy of the data.
+in host memory (a NumPy array or a ``numpy.memmap``) and every pass over them brings them to
+the device chunk by chunk, one of two ways (``stream_path`` picks):
+
+* pinned: the array is page-locked in place for the fit (:mod:`jax_tsm2.host_memory`) and a
+  pass is one XLA program (:mod:`jax_tsm2.clustering.program_passes`) that reads each chunk
+  over the host link inside the program; the labels stay on the device until the end.
+* copied: ``jax.device_put`` of each chunk from pageable memory and one jitted step per
+  chunk; the copy of the next chunk is issued before the current chunk's step runs (JAX
+  dispatches both asynchronously); the labels go back to host memory every pass.
 
 Per chunk the same Lloyd step as in memory runs (``core._step``: the fused or tiled kernels
 on a GPU), returning the chunk's cluster sums, weights and inertia, which add up over the
