@@ -222,3 +222,18 @@ def test_memmaps_and_tight_budgets_are_not_pinned_by_default(pinnable, tmp_path)
     tight = budget_for(1000, 4, 3, 10) + 100  # chunks of 10 rows, no room for 4 bytes a row
     p = out_of_core.stream_path(x, 3, tight)
     assert not p.pinned and "labels of all rows" in p.reason
+
+
+def test_a_pinned_pass_lowers_for_cuda_to_one_loop_reading_with_tsm2_host_rows():
+    rows = host_memory.HostRows(0x7F12_3456_7000, 10007, 1000, (16,), "float32")
+    read = out_of_core._PinnedReader(rows)
+    c, mu = jnp.zeros((8, 16), jnp.float32), jnp.zeros(16, jnp.float32)
+    kw = dict(read=read, rows=1000, chunks=11, n=10007)
+    labels = program_passes.labels_buffer(11, 1000)
+    text = (
+        program_passes.iteration.trace(None, None, labels, c, mu, precision="float32", **kw)
+        .lower(lowering_platforms=("cuda",))
+        .as_text()
+    )
+    assert text.count("custom_call @tsm2_host_rows") == 1 and "stablehlo.while" in text
+    assert "host_ptr = 139716164218880 : ui64" in text and "row_bytes = 64 : i64" in text
