@@ -11,6 +11,8 @@
 
 #ifdef TSM2_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "ffi/hostmem/pinning.h"
 #endif
 
 #include "ffi/abft/handlers.h"
@@ -18,6 +20,7 @@
 #include "ffi/common/elem_type.h"
 #include "ffi/common/plan_math.h"
 #include "ffi/harness/handlers.h"
+#include "ffi/hostmem/handlers.h"
 #include "ffi/kmeans/handlers.h"
 #include "ffi/kmeans/plan.h"
 #include "ffi/kmeans/tiled_plan.h"
@@ -65,6 +68,7 @@ nb::dict Registrations() {
   cuda["tsm2_abft_encode"] = EncapsulateHandler(Tsm2AbftEncodeCuda);
   cuda["tsm2_abft_verify"] = EncapsulateHandler(Tsm2AbftVerifyCuda);
   cuda["tsm2_abft_verify_inject"] = EncapsulateHandler(Tsm2AbftVerifyInjectCuda);
+  cuda["tsm2_host_rows"] = EncapsulateHandler(Tsm2HostRowsCuda);
   out["CUDA"] = cuda;
 #endif
   return out;
@@ -470,6 +474,39 @@ nb::dict DeviceProperties(int device) {
 #endif
 }
 
+#ifdef TSM2_WITH_CUDA
+// Pins [address, address + nbytes) of host memory in place (hostmem/pinning.h):
+// {"device_ptr": the address the device reads it at, "registered": False when
+// an earlier registration covers it (then the caller must not unregister it),
+// "read_only": whether the read-only flag took}. RuntimeError with the CUDA
+// error when the driver refuses.
+nb::dict HostRegister(uintptr_t address, size_t nbytes, int device) {
+  const tsm2::HostRegistration r =
+      tsm2::RegisterHost(reinterpret_cast<void*>(address), nbytes, device);
+  if (r.error != cudaSuccess) {
+    throw std::runtime_error(std::string(r.what) + " of " + std::to_string(nbytes) +
+                             " bytes failed: " + cudaGetErrorName(r.error) + " (" +
+                             cudaGetErrorString(r.error) + ")");
+  }
+  nb::dict d;
+  d["device_ptr"] = r.device_ptr;
+  d["registered"] = r.registered_here;
+  d["read_only"] = r.read_only;
+  return d;
+}
+
+// Waits for `device`'s queued work, then releases a registration that
+// host_register made.
+void HostUnregister(uintptr_t address, int device) {
+  const char* what = "";
+  if (cudaError_t e = tsm2::UnregisterHost(reinterpret_cast<void*>(address), device, &what);
+      e != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(e) + " (" +
+                             cudaGetErrorString(e) + ")");
+  }
+}
+#endif
+
 // The definitions Python builds its tables from (jax_tsm2/_ffi.py): kernel
 // and layout ids (matmul/kinds.h), which layouts each kernel reads, and the
 // limits the router and the model must respect.
@@ -509,6 +546,13 @@ NB_MODULE(_tsm2_ext, m) {
   m.def("harness_registrations", &HarnessRegistrations,
         "The benchmark harness's private targets (read ceiling, device clock), as registrations.");
   m.def("build_info", &BuildInfo, "What this build of the extension contains.");
+#ifdef TSM2_WITH_CUDA
+  // Absent from CPU-only builds: Python then streams with device_put.
+  m.def("host_register", &HostRegister, nb::arg("address"), nb::arg("nbytes"), nb::arg("device"),
+        "Pins host memory in place for tsm2_host_rows: {device_ptr, registered, read_only}.");
+  m.def("host_unregister", &HostUnregister, nb::arg("address"), nb::arg("device"),
+        "Waits for the device's work, then releases a registration host_register made.");
+#endif
   m.def("workspace_bytes", &WorkspaceBytes, nb::arg("dtype"), nb::arg("kernel"), nb::arg("batch"),
         nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),
         nb::arg("cc") = tsm2::kDefaultCc, nb::arg("smem_optin") = tsm2::kDefaultSmemOptin,

@@ -59,6 +59,7 @@ JUDGE_TARGET = "tsm2_abft_judge"
 ENCODE_TARGET = "tsm2_abft_encode"
 VERIFY_TARGET = "tsm2_abft_verify"
 VERIFY_INJECT_TARGET = "tsm2_abft_verify_inject"  # verify with a planted fault, for tests
+HOST_ROWS_TARGET = "tsm2_host_rows"  # rows of pinned host memory (jax_tsm2.host_memory)
 TARGETS = (
     MATMUL_TARGET,
     KMEANS_TARGET,
@@ -71,6 +72,7 @@ TARGETS = (
     ENCODE_TARGET,
     VERIFY_TARGET,
     VERIFY_INJECT_TARGET,
+    HOST_ROWS_TARGET,
 )
 
 

@@ -1,10 +1,15 @@
 """k-means on data in host memory, streamed to the device in chunks: ``kmeans_streamed``.
 
 For data larger than the device's memory, or than a budget the user sets: the points stay
-in host memory (a NumPy array or a ``numpy.memmap``) and every pass over them copies them to
-the device chunk by chunk. The copy of the next chunk is issued before the current chunk's
-step runs (JAX dispatches both asynchronously), so the host link and the GPU work at the
-same time, and an iteration costs about one copy of the data.
+in host memory (a NumPy array or a ``numpy.memmap``) and every pass over them brings them to
+the device chunk by chunk, one of two ways (``stream_path`` picks):
+
+* pinned: the array is page-locked in place for the fit (:mod:`jax_tsm2.host_memory`) and a
+  pass is one XLA program (:mod:`jax_tsm2.clustering.program_passes`) that reads each chunk
+  over the host link inside the program; the labels stay on the device until the end.
+* copied: ``jax.device_put`` of each chunk from pageable memory and one jitted step per
+  chunk; the copy of the next chunk is issued before the current chunk's step runs (JAX
+  dispatches both asynchronously); the labels go back to host memory every pass.
 
 Per chunk the same Lloyd step as in memory runs (``core._step``: the fused or tiled kernels
 on a GPU), returning the chunk's cluster sums, weights and inertia, which add up over the
@@ -23,8 +28,10 @@ Where it differs from :func:`jax_tsm2.kmeans` on the same data:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +43,9 @@ from jax import lax
 
 from jax_tsm2.clustering import core
 
-__all__ = ["StreamPlan", "kmeans_streamed", "plan_chunks"]
+__all__ = ["StreamPath", "StreamPlan", "kmeans_streamed", "plan_chunks", "stream_path"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,27 +57,41 @@ class StreamPlan:
     bytes_per_row: int
 
 
-def plan_chunks(n: int, d: int, k: int, dtype: Any, budget_bytes: int) -> StreamPlan:
+def plan_chunks(
+    n: int, d: int, k: int, dtype: Any, budget_bytes: int, *, resident_bytes_per_row: int = 0
+) -> StreamPlan:
     """Rows per chunk so that two chunks in flight and their step fit ``budget_bytes``.
 
     A row costs its bytes twice (the copy and the centred copy the step reads), its squared
     norm, weight, label and distance, and, should the step fall back to XLA's products, a row
-    of ``k`` distances. Two chunks are in flight (one copying, one computing).
+    of ``k`` distances. Two chunks are in flight (one copying, one computing). Besides,
+    ``resident_bytes_per_row`` of every row (padded to whole chunks) stay on the device for
+    the whole fit: the labels (and weights) of the single-program passes.
 
     Example:
         >>> p = plan_chunks(10**8, 64, 1024, "float32", 8 << 30)
         >>> p.rows * p.chunks >= 10**8, 2 * p.rows * p.bytes_per_row <= 8 << 30
+        (True, True)
+        >>> q = plan_chunks(10**8, 64, 1024, "float32", 8 << 30, resident_bytes_per_row=4)
+        >>> q.rows < p.rows, 2 * q.rows * q.bytes_per_row + 4 * q.rows * q.chunks <= 8 << 30
         (True, True)
     """
     itemsize = np.dtype(dtype).itemsize
     acc = 8 if itemsize == 8 else 4
     per_row = 2 * d * itemsize + 4 * acc + k * acc
     fixed = 4 * k * d * acc  # centroids, sums, candidates, the new centroids
-    rows = (budget_bytes - fixed) // (2 * per_row)
+    # chunks * rows <= n + rows: the resident rows cost n of them plus one per chunk row.
+    rows = (budget_bytes - fixed - n * resident_bytes_per_row) // (
+        2 * per_row + resident_bytes_per_row
+    )
     if rows < 1:
+        kept = f" and {resident_bytes_per_row} bytes of each of {n} rows" * bool(
+            resident_bytes_per_row
+        )
         raise ValueError(
             f"device_memory_budget={budget_bytes} bytes holds no chunk of {d}-feature rows "
-            f"at k={k}: it needs at least {fixed + 2 * per_row} bytes"
+            f"at k={k}{kept}: it needs at least "
+            f"{fixed + 2 * per_row + (n + 1) * resident_bytes_per_row} bytes"
         )
     rows = int(min(rows, n))
     return StreamPlan(rows, max(1, math.ceil(n / rows)), per_row)
@@ -127,15 +150,21 @@ def _moments(x, w):
     return total, mean, m2
 
 
-def _mean_and_variance(x, w, plan):
-    """Weighted mean and mean per-feature variance over all chunks, merged in float64."""
+def _streamed_moments(x, w, plan) -> list[tuple]:
+    """Each chunk's ``_moments``, copied chunk by chunk."""
 
     def add(acc, xc, wc, i):
         parts = _moments(xc, wc)
         return [*acc, parts], parts[0]
 
-    parts = [tuple(np.asarray(a, np.float64) for a in p) for p in _passes(x, w, plan, add, [])]
-    total, mean, m2 = 0.0, np.zeros(x.shape[1]), np.zeros(x.shape[1])
+    return _passes(x, w, plan, add, [])
+
+
+def _merge_moments(parts, d: int):
+    """Weighted mean, mean per-feature variance and total weight of chunks' moments, merged
+    in float64 in chunk order (Chan's rule)."""
+    parts = [tuple(np.asarray(a, np.float64) for a in p) for p in parts]
+    total, mean, m2 = 0.0, np.zeros(d), np.zeros(d)
     for t, mu, s in parts:
         if t == 0:
             continue
@@ -145,6 +174,11 @@ def _mean_and_variance(x, w, plan):
         m2 = m2 + s + delta**2 * (total * t / both)
         total = both
     return mean, float(np.mean(m2 / total)), total
+
+
+def _mean_and_variance(x, w, plan):
+    """Weighted mean and mean per-feature variance over all chunks, merged in float64."""
+    return _merge_moments(_streamed_moments(x, w, plan), x.shape[1])
 
 
 def _centre(x, w, mu):
@@ -201,6 +235,160 @@ def _keep(out: list, lab: jax.Array) -> list:
     return [*out, lab]
 
 
+class _CopiedPasses:
+    """Passes that copy each chunk from host memory with ``jax.device_put`` (``_passes``),
+    one jitted step per chunk; the labels live in host memory."""
+
+    def __init__(self, x, w, plan: StreamPlan, precision: str):
+        self.x, self.w, self.plan, self.precision = x, w, plan, precision
+        self.labels = np.full(plan.chunks * plan.rows, -1, np.int32)
+        self.pending: list = []
+
+    def _flush(self) -> None:
+        # Labels come back with asynchronous copies, written out once the pass is queued.
+        rows = self.plan.rows
+        for i, lab in enumerate(self.pending):
+            self.labels[i * rows : (i + 1) * rows] = np.asarray(lab)
+        self.pending = []
+
+    def moments(self) -> list:
+        return _streamed_moments(self.x, self.w, self.plan)
+
+    def _old(self, i: int) -> jax.Array:
+        return jax.device_put(self.labels[i * self.plan.rows : (i + 1) * self.plan.rows])
+
+    def iteration(self, c, mu):
+        self._flush()
+
+        def step(carry, xc, wc, i):
+            sums, counts, inertia, changed, cand, out = carry
+            s, cnt, ine, ch, lab, cd = _chunk_step(
+                xc, wc, c, mu, self._old(i), precision=self.precision
+            )
+            lab.copy_to_host_async()
+            cand = cd if cand is None else _merge_candidates(cand, cd)
+            return (sums + s, counts + cnt, inertia + ine, changed + ch, cand, _keep(out, lab)), ine
+
+        k, acc = c.shape[0], c.dtype
+        zero = (jnp.zeros_like(c), jnp.zeros(k, acc), jnp.zeros((), acc), jnp.zeros((), jnp.int32))
+        *out, self.pending = _passes(self.x, self.w, self.plan, step, (*zero, None, []))
+        return tuple(out)
+
+    def final(self, c, mu):
+        self._flush()
+
+        def step(carry, xc, wc, i):
+            inertia, out = carry
+            _, _, ine, _, lab, _ = _chunk_step(
+                xc, wc, c, mu, self._old(i), precision=self.precision
+            )
+            lab.copy_to_host_async()
+            return (inertia + ine, _keep(out, lab)), ine
+
+        inertia, self.pending = _passes(
+            self.x, self.w, self.plan, step, (jnp.zeros((), c.dtype), [])
+        )
+        return inertia
+
+    def host_labels(self) -> np.ndarray:
+        self._flush()
+        return self.labels
+
+
+class _ProgramPasses:
+    """Passes that are one XLA program each, reading the chunks inside it with ``read``
+    (``program_passes``); the labels live on the device until ``host_labels``."""
+
+    def __init__(self, read, source, w, n: int, plan: StreamPlan, precision: str):
+        from jax_tsm2.clustering import program_passes
+
+        self.pp = program_passes
+        self.source = source
+        self.kw = {"read": read, "rows": plan.rows, "chunks": plan.chunks, "n": n}
+        padded = plan.chunks * plan.rows
+        self.w_all = None if w is None else jnp.asarray(np.pad(w, (0, padded - n)))
+        self.labels = program_passes.labels_buffer(plan.chunks, plan.rows)
+        self.precision = precision
+
+    def moments(self) -> list:
+        parts = self.pp.moments(self.source, self.w_all, **self.kw)
+        return list(zip(*(np.asarray(p) for p in parts), strict=True))
+
+    def iteration(self, c, mu):
+        *out, self.labels = self.pp.iteration(
+            self.source, self.w_all, self.labels, c, mu, precision=self.precision, **self.kw
+        )
+        return tuple(out)
+
+    def final(self, c, mu):
+        inertia, self.labels = self.pp.final(
+            self.source, self.w_all, self.labels, c, mu, precision=self.precision, **self.kw
+        )
+        return inertia
+
+    def host_labels(self) -> np.ndarray:
+        return np.asarray(self.labels)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamPath:
+    """How ``kmeans_streamed`` reads host data: ``pinned`` (pinned in place and read inside
+    one program per pass) or copied chunk by chunk with ``jax.device_put``, the ``plan`` of
+    chunks it uses, and ``reason``, why it does not pin (None when it does)."""
+
+    pinned: bool
+    plan: StreamPlan
+    reason: str | None = None
+
+
+def stream_path(
+    x: np.ndarray,
+    k: int,
+    device_memory_budget: int,
+    *,
+    weighted: bool = False,
+    host_pinning: bool | None = None,
+) -> StreamPath:
+    """The path ``kmeans_streamed`` takes for ``x`` (see its ``host_pinning``).
+
+    Pinning needs a CUDA build on a CUDA device, a C-contiguous NumPy array of a float dtype,
+    and room in the budget for the labels (and weights) of all rows besides the chunks; by
+    default a ``numpy.memmap`` is not pinned (that would read all of it into locked memory).
+    ``host_pinning=True`` raises ValueError where it cannot pin.
+
+    Example (no GPU here: the copied path):
+        >>> import numpy as np
+        >>> p = stream_path(np.ones((1000, 4), np.float32), 3, 64 << 10)
+        >>> p.pinned, p.plan.chunks > 1, p.reason is not None
+        (False, True, True)
+    """
+    n, d = x.shape
+    copied = plan_chunks(n, d, k, x.dtype, device_memory_budget)
+    if host_pinning is False:
+        return StreamPath(False, copied, "host_pinning=False")
+    from jax_tsm2 import host_memory
+
+    why = host_memory.pinning_unavailable(x)
+    if why is None and host_pinning is None and isinstance(x, np.memmap):
+        why = "x is a numpy.memmap (pinning reads all of it into locked memory; host_pinning=True)"
+    plan = None
+    if why is None:
+        resident = 4 + 4 * weighted  # labels, weights
+        try:
+            plan = plan_chunks(
+                n, d, k, x.dtype, device_memory_budget, resident_bytes_per_row=resident
+            )
+        except ValueError as err:
+            why = f"the labels of all rows do not fit the budget ({err})"
+    if plan is not None and plan.chunks * plan.rows >= 2**31:
+        why = "more than 2^31 - 1 rows (int32 indices)"
+    if why is not None:
+        if host_pinning:
+            raise ValueError(f"host_pinning=True, but x cannot be pinned: {why}")
+        return StreamPath(False, copied, why)
+    return StreamPath(True, plan)
+
+
 def kmeans_streamed(
     key: jax.Array,
     x: np.ndarray,
@@ -214,6 +402,7 @@ def kmeans_streamed(
     init_size: int | None = None,
     progress: Callable[[int, float], None] | None = None,
     precision: str = "float32",
+    host_pinning: bool | None = None,
 ) -> core.KMeansState:
     """Lloyd's k-means over host data, streamed in chunks that fit ``device_memory_budget``.
 
@@ -230,6 +419,12 @@ def kmeans_streamed(
       init_size: rows sampled for the init (default ``max(100_000, 10 * k)``).
       progress: called as ``progress(iteration, inertia)`` after each iteration.
       precision: how f32 distances are multiplied, as :func:`jax_tsm2.kmeans` takes it.
+      host_pinning: whether to pin ``x`` in place (``cudaHostRegister``) for the fit and read
+        it inside one program per pass at the host link's DMA rate: None (default) where it
+        can (a C-contiguous array, not a memmap, a CUDA build on a CUDA device, room for the
+        labels of all rows on the device; :func:`stream_path` says which path a call takes),
+        True to require it (ValueError where it cannot), False to copy chunk by chunk with
+        ``jax.device_put``. Pinning is released when the fit returns or raises.
 
     Returns:
       A :class:`~jax_tsm2.clustering.core.KMeansState` whose ``labels`` are a NumPy array
@@ -250,6 +445,8 @@ def kmeans_streamed(
     max_iter = core._count(max_iter, "max_iter")
     if not (isinstance(tol, (int, float, np.number)) and 0 <= tol < math.inf):
         raise ValueError(f"tol must be a non-negative number, got {tol!r}")
+    if host_pinning not in (None, True, False):
+        raise ValueError(f"host_pinning must be None, True or False, got {host_pinning!r}")
     x = x if isinstance(x, np.ndarray) else np.asarray(x)
     if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         raise ValueError(f"x must be 2-D with samples and features, got shape {x.shape}")
@@ -266,10 +463,46 @@ def kmeans_streamed(
             raise ValueError("sample_weight must be finite and non-negative")
         if not w.any():
             raise ValueError("sample_weight must not be all zero")
-    acc = core._acc_dtype(jnp.dtype(x.dtype))
-    plan = plan_chunks(x.shape[0], x.shape[1], k, x.dtype, int(device_memory_budget))
+    budget = int(device_memory_budget)
+    path = stream_path(x, k, budget, weighted=w is not None, host_pinning=host_pinning)
+    with contextlib.ExitStack() as stack:
+        passes = None
+        if path.pinned:
+            from jax_tsm2 import host_memory
 
-    mu64, mean_var, _ = _mean_and_variance(x, w, plan)
+            try:
+                # Released on every way out of the fit, once the device's queued work is done.
+                rows = stack.enter_context(host_memory.pinned(x, path.plan.rows))
+            except RuntimeError as err:  # the driver refused (e.g. a locked-memory limit)
+                if host_pinning:
+                    raise
+                _log.info("kmeans_streamed: copying chunk by chunk: %s", err)
+                path = StreamPath(False, plan_chunks(*x.shape, k, x.dtype, budget))
+            else:
+                passes = _ProgramPasses(
+                    _PinnedReader(rows), None, w, x.shape[0], path.plan, precision
+                )
+        elif path.reason:
+            _log.info("kmeans_streamed: copying chunk by chunk: %s", path.reason)
+        if passes is None:
+            passes = _CopiedPasses(x, w, path.plan, precision)
+        return _fit(passes, key, x, k, w, init, max_iter, tol, init_size, progress)
+
+
+@dataclasses.dataclass(frozen=True)
+class _PinnedReader:
+    """``program_passes.Reader`` of pinned host memory (``source`` is unused)."""
+
+    rows: Any  # host_memory.HostRows
+
+    def __call__(self, source, i):
+        return self.rows(i)
+
+
+def _fit(passes, key, x, k, w, init, max_iter, tol, init_size, progress):
+    """Lloyd's loop over ``passes`` (``_CopiedPasses`` or ``_ProgramPasses``)."""
+    acc = core._acc_dtype(jnp.dtype(x.dtype))
+    mu64, mean_var, _ = _merge_moments(passes.moments(), x.shape[1])
     mu = jnp.asarray(mu64, acc)
     rng = np.random.default_rng(int(jax.random.randint(key, (), 0, 2**31 - 1)))
     size = init_size if init_size is not None else max(100_000, 10 * k)
@@ -287,34 +520,15 @@ def kmeans_streamed(
         c = jnp.asarray(c0 - mu64, acc)
 
     n = x.shape[0]
-    labels = np.full(plan.chunks * plan.rows, -1, np.int32)
     tol_abs = tol * mean_var
     history: list[float] = []
     converged = False
-
-    def pass_labels(chunk_labels):
-        # Labels come back with asynchronous copies, written out once the pass is queued.
-        for i, lab in enumerate(chunk_labels):
-            labels[i * plan.rows : (i + 1) * plan.rows] = np.asarray(lab)
-
-    def iteration(carry, xc, wc, i):
-        sums, counts, inertia, changed, cand, out = carry
-        old = jax.device_put(labels[i * plan.rows : (i + 1) * plan.rows])
-        s, cnt, ine, ch, lab, cd = _chunk_step(xc, wc, c, mu, old, precision=precision)
-        lab.copy_to_host_async()
-        cand = cd if cand is None else _merge_candidates(cand, cd)
-        return (sums + s, counts + cnt, inertia + ine, changed + ch, cand, _keep(out, lab)), ine
-
     it = 0
     for it in range(1, max_iter + 1):
-        zero = (jnp.zeros_like(c), jnp.zeros(k, acc), jnp.zeros((), acc), jnp.zeros((), jnp.int32))
-        sums, counts, inertia, changed, cand, out = _passes(
-            x, w, plan, iteration, (*zero, None, [])
-        )
+        sums, counts, inertia, changed, cand = passes.iteration(c, mu)
         c_new = _new_centroids(sums, counts, cand, c)
         shift = float(jnp.sum((c_new - c) ** 2))
         history.append(float(inertia))
-        pass_labels(out)
         c = c_new
         if progress is not None:
             progress(it, history[-1])
@@ -322,15 +536,8 @@ def kmeans_streamed(
             converged = True
             break
 
-    def final(carry, xc, wc, i):
-        inertia, out = carry
-        old = jax.device_put(labels[i * plan.rows : (i + 1) * plan.rows])
-        _, _, ine, _, lab, _ = _chunk_step(xc, wc, c, mu, old, precision=precision)
-        lab.copy_to_host_async()
-        return (inertia + ine, _keep(out, lab)), ine
-
-    inertia, out = _passes(x, w, plan, final, (jnp.zeros((), acc), []))
-    pass_labels(out)
+    inertia = passes.final(c, mu)
+    labels = passes.host_labels()
     hist = jnp.full((max_iter,), jnp.nan, acc).at[: len(history)].set(jnp.asarray(history, acc))
     return core.KMeansState(c + mu, labels[:n], inertia, jnp.int32(it), jnp.bool_(converged), hist)
 
