@@ -50,6 +50,8 @@ DEFAULT_SMEM_OPTIN: int = int(_tsm2_ext.LIMITS["kmeans_default_smem_optin"])
 # The FFI target names the lowerings emit.
 MATMUL_TARGET = "tsm2_matmul"
 KMEANS_TARGET = "tsm2_kmeans_step"
+KMEANS_CHECKED_TARGET = "tsm2_kmeans_step_checked"  # with the per-row distance check
+KMEANS_INJECT_TARGET = "tsm2_kmeans_step_checked_inject"  # checked, with a planted fault
 KMEANS_UPDATE_TARGET = "tsm2_kmeans_update"
 KMEANS_ASSIGN_TARGET = "tsm2_kmeans_assign"
 KMEANS_SUMS_TARGET = "tsm2_kmeans_sums"
@@ -62,6 +64,8 @@ VERIFY_INJECT_TARGET = "tsm2_abft_verify_inject"  # verify with a planted fault,
 TARGETS = (
     MATMUL_TARGET,
     KMEANS_TARGET,
+    KMEANS_CHECKED_TARGET,
+    KMEANS_INJECT_TARGET,
     KMEANS_UPDATE_TARGET,
     KMEANS_ASSIGN_TARGET,
     KMEANS_SUMS_TARGET,
