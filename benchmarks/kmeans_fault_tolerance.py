@@ -266,7 +266,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "|residual| / threshold over the steps (1 = a false positive).",
         "",
         "| n | d | k | plain ms | checked ms | overhead | invariants ms | margin col / "
-        "count / dist |",
+        "count / dist / rows |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["cases"]:
