@@ -11,7 +11,9 @@ centroids, as ``kmeans_iter.py`` makes them):
   the two taking turns), so that dispatch and setup cancel; and the once-per-run cost of the
   invariants (one more read of X);
 * **margin**: the worst ``|residual| / threshold`` of each check (columns, counts,
-  distances) over ``--margin-iters`` clean steps (1 would be a false positive);
+  distances, and the fused kernel's per-row distance check, 0 where it does not run) over
+  ``--margin-iters`` clean steps (1 would be a false positive); distance faults on the
+  fused path are planted inside the kernel (``tsm2_kmeans_step_checked_inject``);
 * **campaign**: ``--faults`` single bit flips of each kind (``"sum"``, ``"count"``,
   ``"distance"``) at random iterations, clusters or rows, columns and bits, each in its own
   ``kmeans(..., fault_tolerance=True, fault_injection=...)`` run of ``--iters`` iterations
@@ -249,7 +251,7 @@ def run_case(n: int, d: int, k: int, args, rng) -> dict[str, Any]:
     res["invariants_seconds"] = _invariants_seconds(xc, x_sq, w, args.repeats)
     ratios = np.asarray(core._check_ratios(jax.random.key(0), x, None, init, k=k,
                                            iters=args.margin_iters))  # fmt: skip
-    res["margin"] = dict(zip(("columns", "counts", "distances"),
+    res["margin"] = dict(zip(("columns", "counts", "distances", "rows"),
                              map(float, ratios.max(axis=0)), strict=True))  # fmt: skip
     if args.faults:
         res["campaign"] = _campaign(x, k, init, args, rng)
@@ -264,7 +266,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "|residual| / threshold over the steps (1 = a false positive).",
         "",
         "| n | d | k | plain ms | checked ms | overhead | invariants ms | margin col / "
-        "count / dist |",
+        "count / dist / rows |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["cases"]:
@@ -273,7 +275,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {r['n']} | {r['d']} | {r['k']} | {t['plain'] * 1e3:.3f} | "
             f"{t['checked'] * 1e3:.3f} | {100 * (r['overhead'] or 0):.1f}% | "
             f"{r['invariants_seconds'] * 1e3:.2f} | {m['columns']:.2g} / {m['counts']:.2g} / "
-            f"{m['distances']:.2g} |"
+            f"{m['distances']:.2g} / {m['rows']:.2g} |"
         )
     lines += ["", "Injection campaign (single bit flips, one per run):", "",
               "| n | d | k | kind | injected | detected | corrected | masked | SDC | "

@@ -45,6 +45,8 @@ nb::dict Registrations() {
   nb::dict cpu;
   cpu["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCpu);
   cpu["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCpu);
+  cpu["tsm2_kmeans_step_checked"] = EncapsulateHandler(Tsm2KmeansStepCheckedCpu);
+  cpu["tsm2_kmeans_step_checked_inject"] = EncapsulateHandler(Tsm2KmeansStepInjectCpu);
   cpu["tsm2_kmeans_assign"] = EncapsulateHandler(Tsm2KmeansAssignCpu);
   cpu["tsm2_kmeans_sums"] = EncapsulateHandler(Tsm2KmeansSumsCpu);
   cpu["tsm2_colsums"] = EncapsulateHandler(Tsm2ColsumsCpu);
@@ -59,6 +61,8 @@ nb::dict Registrations() {
   nb::dict cuda;
   cuda["tsm2_matmul"] = EncapsulateHandler(Tsm2MatmulCuda);
   cuda["tsm2_kmeans_step"] = EncapsulateHandler(Tsm2KmeansStepCuda);
+  cuda["tsm2_kmeans_step_checked"] = EncapsulateHandler(Tsm2KmeansStepCheckedCuda);
+  cuda["tsm2_kmeans_step_checked_inject"] = EncapsulateHandler(Tsm2KmeansStepInjectCuda);
   cuda["tsm2_kmeans_update"] = EncapsulateHandler(Tsm2KmeansUpdateCuda);
   cuda["tsm2_kmeans_assign"] = EncapsulateHandler(Tsm2KmeansAssignCuda);
   cuda["tsm2_kmeans_sums"] = EncapsulateHandler(Tsm2KmeansSumsCuda);

@@ -50,6 +50,8 @@ DEFAULT_SMEM_OPTIN: int = int(_tsm2_ext.LIMITS["kmeans_default_smem_optin"])
 # The FFI target names the lowerings emit.
 MATMUL_TARGET = "tsm2_matmul"
 KMEANS_TARGET = "tsm2_kmeans_step"
+KMEANS_CHECKED_TARGET = "tsm2_kmeans_step_checked"  # with the per-row distance check
+KMEANS_INJECT_TARGET = "tsm2_kmeans_step_checked_inject"  # checked, with a planted fault
 KMEANS_UPDATE_TARGET = "tsm2_kmeans_update"
 KMEANS_ASSIGN_TARGET = "tsm2_kmeans_assign"
 KMEANS_SUMS_TARGET = "tsm2_kmeans_sums"
@@ -63,6 +65,8 @@ HOST_ROWS_TARGET = "tsm2_host_rows"  # rows of pinned host memory (jax_tsm2.host
 TARGETS = (
     MATMUL_TARGET,
     KMEANS_TARGET,
+    KMEANS_CHECKED_TARGET,
+    KMEANS_INJECT_TARGET,
     KMEANS_UPDATE_TARGET,
     KMEANS_ASSIGN_TARGET,
     KMEANS_SUMS_TARGET,

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax_tsm2 import _ffi
 from jax_tsm2.clustering import checksums, fused, kmeans
 from jax_tsm2.clustering import core as kcore
 from jax_tsm2.clustering.faults import FaultSpec
@@ -81,3 +82,53 @@ def test_faults_detected_and_corrected_through_the_kernels(k):
     spec = FaultSpec(1, "sum", 0, 0, 29, persistent=True)
     f = kmeans(key, x, k, init=init, max_iter=10, fault_tolerance=True, fault_injection=spec)
     assert bool(f.fault_unresolved) and int(f.faults_detected) == checksums.MAX_REDOS + 1
+
+
+@pytest.mark.parametrize(
+    ("d", "k"), [(1, 1), (3, 2), (64, 16), (257, 31), (256, 16), (128, 20), (4096, 16)]
+)
+@pytest.mark.parametrize("kind", ["normal", "uniform", "blobs"])
+def test_row_check_clean_and_flipped_through_the_kernels(d, k, kind):
+    """The checked kernels (CUDA cores, tensor cores for d <= 256) never fail a clean row,
+    return the plain step's results, and see a flipped high bit of one distance."""
+    rng = np.random.default_rng(d + k)
+    x = rng.normal(size=(5003, d))
+    if kind == "uniform":
+        x = rng.uniform(0, 3, size=(5003, d))
+    elif kind == "blobs":
+        x = rng.normal(scale=6, size=(7, d))[rng.integers(0, 7, 5003)] + x
+    x = jnp.asarray(x - x.mean(axis=0), jnp.float32)
+    c = x[rng.choice(5003, k, replace=False)] + 0.05
+    w = jnp.ones(5003, jnp.float32)
+    s, faults, margin = fused.ffi_step_checked(x, c, w)
+    assert int(faults) == 0 and 0 <= float(margin) < 0.5, float(margin)
+    plain = fused.ffi_step(x, c, w)
+    if _ffi.kmeans_plan(x.dtype, *x.shape, k)["step"] == "tensor_cores_cluster":
+        # The plain step runs the wide-row tensor-core kernel, the checked one the CUDA-core
+        # step (the wide kernel has no checked variant): the same sums to rounding.
+        np.testing.assert_allclose(float(s.inertia), float(plain.inertia), rtol=1e-5)
+    else:
+        for a, b in zip(s, plain, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for bit in (30, 26, 23, 22, 21):
+        row, j = int(rng.integers(5003)), int(rng.integers(k))
+        f, faults, _ = fused.ffi_step_checked(x, c, w, jnp.array([1, row, j, bit], jnp.int32))
+        if int(faults) == 0:  # below the threshold: the row kept its cluster
+            np.testing.assert_array_equal(np.asarray(f.labels), np.asarray(s.labels))
+        else:
+            assert int(faults) == 1
+
+
+@pytest.mark.parametrize("bit", [30, 23, 22])
+def test_in_kernel_distance_fault_runs_end_as_the_clean_run(bit):
+    rng = np.random.default_rng(bit)
+    x = jnp.asarray(rng.normal(scale=6, size=(7, 256))[rng.integers(0, 7, 20000)], jnp.float32)
+    x = x + jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+    key = jax.random.key(0)
+    clean = kmeans(key, x, 16, max_iter=30, fault_tolerance=True)
+    assert int(clean.faults_detected) == 0
+    spec = FaultSpec(iteration=0, kind="distance", index=123, column=5, bit=bit)
+    f = kmeans(key, x, 16, max_iter=30, fault_tolerance=True, fault_injection=spec)
+    assert int(f.faults_detected) <= 1 and not bool(f.fault_unresolved)
+    np.testing.assert_array_equal(np.asarray(f.labels), np.asarray(clean.labels))
+    np.testing.assert_array_equal(np.asarray(f.centroids), np.asarray(clean.centroids))

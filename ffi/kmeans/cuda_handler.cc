@@ -20,16 +20,21 @@
 namespace tsm2 {
 namespace {
 
-ffi::Error KmeansCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer c, ffi::AnyBuffer w,
-                          ffi::Result<ffi::AnyBuffer> labels, ffi::Result<ffi::AnyBuffer> mind,
-                          ffi::Result<ffi::AnyBuffer> sums, ffi::Result<ffi::AnyBuffer> counts,
-                          ffi::Result<ffi::AnyBuffer> inertia,
-                          ffi::Result<ffi::AnyBuffer> workspace) {
-  constexpr std::string_view kOp = "tsm2_kmeans_step (cuda)";
+// The step (check 0), the row-checked step (1, row_faults and row_margin set)
+// or the checked step with fault injection (2, inject set too).
+ffi::Error KmeansCudaCommon(std::string_view kOp, int check, cudaStream_t stream, ffi::AnyBuffer x,
+                            ffi::AnyBuffer c, ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> labels,
+                            ffi::Result<ffi::AnyBuffer> mind, ffi::Result<ffi::AnyBuffer> sums,
+                            ffi::Result<ffi::AnyBuffer> counts, ffi::Result<ffi::AnyBuffer> inertia,
+                            ffi::AnyBuffer* row_faults, ffi::AnyBuffer* row_margin,
+                            const ffi::AnyBuffer* inject, ffi::Result<ffi::AnyBuffer> workspace) {
   (void)cudaGetLastError();  // never blame this launch for an earlier failure
   KmeansProblem p;
   TSM2_FFI_RETURN_IF_ERROR(
       DecodeKmeans(kOp, x, c, w, *labels, *mind, *sums, *counts, *inertia, &p));
+  if (check > 0) {
+    TSM2_FFI_RETURN_IF_ERROR(DecodeKmeansCheck(kOp, *row_faults, *row_margin, inject));
+  }
   // Described only when a call fails: the success path builds no strings.
   const auto operands = [&] {
     return "x=" + DescribeBuffer(x) + ", c=" + DescribeBuffer(c) + ", workspace of " +
@@ -49,6 +54,11 @@ ffi::Error KmeansCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
   d.k = p.k;
   d.workspace = workspace->untyped_data();
   d.workspace_bytes = workspace->size_bytes();
+  if (check > 0) {
+    d.row_faults = static_cast<int32_t*>(row_faults->untyped_data());
+    d.row_margin = static_cast<float*>(row_margin->untyped_data());
+  }
+  if (check == 2) d.inject = static_cast<const KmeansInjection*>(inject->untyped_data());
   return DispatchElemType(kOp, p.dtype, [&](auto elem) -> ffi::Error {
     constexpr ElemType kE = decltype(elem)::value;
     if (!KmeansSupported(ItemSize(kE), p.d, p.k)) {
@@ -59,10 +69,45 @@ ffi::Error KmeansCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
           "; use jax_tsm2.kmeans.fused.lloyd_step, which falls back to the jnp path");
     }
     KmeansStepPlan plan;
-    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, PlanKmeansStep<kE>(d, &plan), operands());
+    const Status planned = check == 0   ? PlanKmeansStep<kE>(d, &plan)
+                           : check == 1 ? PlanKmeansStepChecked<kE, 1>(d, &plan)
+                                        : PlanKmeansStepChecked<kE, 2>(d, &plan);
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, planned, operands());
     TSM2_FFI_RETURN_IF_LAUNCH_FAILED(kOp, LaunchKmeansStep(d, plan, stream), operands());
     return ffi::Error::Success();
   });
+}
+
+ffi::Error KmeansCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer c, ffi::AnyBuffer w,
+                          ffi::Result<ffi::AnyBuffer> labels, ffi::Result<ffi::AnyBuffer> mind,
+                          ffi::Result<ffi::AnyBuffer> sums, ffi::Result<ffi::AnyBuffer> counts,
+                          ffi::Result<ffi::AnyBuffer> inertia,
+                          ffi::Result<ffi::AnyBuffer> workspace) {
+  return KmeansCudaCommon("tsm2_kmeans_step (cuda)", 0, stream, x, c, w, labels, mind, sums, counts,
+                          inertia, nullptr, nullptr, nullptr, workspace);
+}
+
+ffi::Error KmeansCheckedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer c,
+                                 ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> labels,
+                                 ffi::Result<ffi::AnyBuffer> mind, ffi::Result<ffi::AnyBuffer> sums,
+                                 ffi::Result<ffi::AnyBuffer> counts,
+                                 ffi::Result<ffi::AnyBuffer> inertia,
+                                 ffi::Result<ffi::AnyBuffer> row_faults,
+                                 ffi::Result<ffi::AnyBuffer> row_margin,
+                                 ffi::Result<ffi::AnyBuffer> workspace) {
+  return KmeansCudaCommon("tsm2_kmeans_step_checked (cuda)", 1, stream, x, c, w, labels, mind, sums,
+                          counts, inertia, &*row_faults, &*row_margin, nullptr, workspace);
+}
+
+ffi::Error KmeansInjectCudaImpl(
+    cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer c, ffi::AnyBuffer w,
+    ffi::AnyBuffer inject, ffi::Result<ffi::AnyBuffer> labels, ffi::Result<ffi::AnyBuffer> mind,
+    ffi::Result<ffi::AnyBuffer> sums, ffi::Result<ffi::AnyBuffer> counts,
+    ffi::Result<ffi::AnyBuffer> inertia, ffi::Result<ffi::AnyBuffer> row_faults,
+    ffi::Result<ffi::AnyBuffer> row_margin, ffi::Result<ffi::AnyBuffer> workspace) {
+  return KmeansCudaCommon("tsm2_kmeans_step_checked_inject (cuda)", 2, stream, x, c, w, labels,
+                          mind, sums, counts, inertia, &*row_faults, &*row_margin, &inject,
+                          workspace);
 }
 
 // tsm2_kmeans_update: x fixes n, d and the element type; every other buffer
@@ -126,6 +171,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     tsm2::KmeansStepSignature(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
     {xla::ffi::Traits::kCmdBufferCompatible});
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2KmeansStepCheckedCuda, tsm2::KmeansCheckedCudaImpl,
+    tsm2::KmeansStepCheckedSignature(
+        xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Tsm2KmeansStepInjectCuda, tsm2::KmeansInjectCudaImpl,
+    tsm2::KmeansStepInjectSignature(
+        xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     Tsm2KmeansUpdateCuda, tsm2::KmeansUpdateCudaImpl,
     tsm2::KmeansUpdateSignature(

@@ -39,6 +39,45 @@ auto KmeansStepSignature(B binding) {
       .template Ret<AnyBuffer>();  // workspace: u8[bytes]
 }
 
+// tsm2_kmeans_step_checked: the step with its per-row distance check
+// (row_check.h): two more results before the workspace.
+template <typename B>
+auto KmeansStepCheckedSignature(B binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()   // x: [n, d]
+      .template Arg<AnyBuffer>()   // c: [k, d]
+      .template Arg<AnyBuffer>()   // w: [n] (acc)
+      .template Ret<AnyBuffer>()   // labels: s32[n]
+      .template Ret<AnyBuffer>()   // mind: [n] (acc)
+      .template Ret<AnyBuffer>()   // sums: [k, d] (acc)
+      .template Ret<AnyBuffer>()   // counts: [k] (acc)
+      .template Ret<AnyBuffer>()   // inertia: [] (acc)
+      .template Ret<AnyBuffer>()   // row_faults: s32[], rows that failed the check
+      .template Ret<AnyBuffer>()   // row_margin: f32[], worst residual / threshold
+      .template Ret<AnyBuffer>();  // workspace: u8[bytes]
+}
+
+// tsm2_kmeans_step_checked_inject: the checked step with the distance of row
+// inject[1] to centroid inject[2] flipped at bit inject[3] before the check
+// and the argmin where inject[0] != 0. An operand, not attributes, so that a
+// campaign of faults (traced) compiles once.
+template <typename B>
+auto KmeansStepInjectSignature(B binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()   // x: [n, d]
+      .template Arg<AnyBuffer>()   // c: [k, d]
+      .template Arg<AnyBuffer>()   // w: [n] (acc)
+      .template Arg<AnyBuffer>()   // inject: s32[4] (active, row, centroid, bit)
+      .template Ret<AnyBuffer>()   // labels: s32[n]
+      .template Ret<AnyBuffer>()   // mind: [n] (acc)
+      .template Ret<AnyBuffer>()   // sums: [k, d] (acc)
+      .template Ret<AnyBuffer>()   // counts: [k] (acc)
+      .template Ret<AnyBuffer>()   // inertia: [] (acc)
+      .template Ret<AnyBuffer>()   // row_faults: s32[]
+      .template Ret<AnyBuffer>()   // row_margin: f32[]
+      .template Ret<AnyBuffer>();  // workspace: u8[bytes]
+}
+
 // tsm2_kmeans_update: new centroids, empty clusters relocated (launcher.h).
 template <typename B>
 auto KmeansUpdateSignature(B binding) {
@@ -90,10 +129,14 @@ auto KmeansSumsSignature(B binding) {
 }  // namespace tsm2
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansStepCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansStepCheckedCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansStepInjectCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansAssignCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansSumsCpu);
 #ifdef TSM2_WITH_CUDA
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansStepCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansStepCheckedCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansStepInjectCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansUpdateCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansAssignCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2KmeansSumsCuda);

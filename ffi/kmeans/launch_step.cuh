@@ -42,6 +42,20 @@ inline KmeansArgs KmeansCommonArgs(const DeviceKmeans& p) {
   return a;
 }
 
+// The checked step's arguments (kernels/kmeans_row_check.cuh): its outputs
+// zeroed on the stream, the threshold for a dot of e_dot and x.s of e_q units
+// of rounding (row_check.h).
+inline Status KmeansCheckSetup(const DeviceKmeans& p, int acc_size, double e_dot, double e_q,
+                               cudaStream_t stream, KmeansCheckArgs* ck) {
+  ck->faults = p.row_faults;
+  ck->margin = p.row_margin;
+  ck->inject = p.inject;
+  KmeansRowTolerance(acc_size, e_dot, e_q, p.d, p.k, &ck->tau, &ck->eta);
+  TSM2_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p.row_faults, 0, sizeof(int32_t), stream));
+  TSM2_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p.row_margin, 0, sizeof(float), stream));
+  return Status{};
+}
+
 // The fixed-order sum of plan.owners partials into sums, counts and inertia.
 template <typename Acc>
 Status KmeansReduce(const DeviceKmeans& p, const KmeansStepPlan& plan, cudaStream_t stream) {
@@ -61,9 +75,9 @@ Status KmeansReduce(const DeviceKmeans& p, const KmeansStepPlan& plan, cudaStrea
 
 // The f32 tensor-core step (kernels/kmeans_mma.cuh): DC the row class (128
 // or 256 elements), MT the 16-centroid tiles, ROWS the rows of a tile.
-template <int DC, int MT, int ROWS>
+template <int DC, int MT, int ROWS, int CHECK = 0>
 struct KmeansMmaVariant {
-  using Cfg = KmeansMmaConfig<DC, MT, ROWS>;
+  using Cfg = KmeansMmaConfig<DC, MT, ROWS, CHECK>;
   using Acc = float;
   static constexpr KmeansStep kStep = KmeansStep::kTensorCores;
   static constexpr const char* kName = "KmeansMmaStepKernel";
@@ -71,7 +85,7 @@ struct KmeansMmaVariant {
   static cudaError_t Resident(const DeviceKmeans& p, int sms, int64_t* cap) {
     int per_sm = 0;
     if (cudaError_t e =
-            BlocksPerSm(reinterpret_cast<const void*>(&KmeansMmaStepKernel<DC, MT, ROWS>),
+            BlocksPerSm(reinterpret_cast<const void*>(&KmeansMmaStepKernel<DC, MT, ROWS, CHECK>),
                         Cfg::kThreads, Cfg::kSmemBytes, &per_sm);
         e != cudaSuccess) {
       return e;
@@ -84,7 +98,16 @@ struct KmeansMmaVariant {
   static Status Launch(const DeviceKmeans& p, const KmeansStepPlan& plan, cudaStream_t stream) {
     KmeansArgs a = KmeansCommonArgs(p);
     a.tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
-    KmeansMmaStepKernel<DC, MT, ROWS>
+    if constexpr (CHECK > 0) {
+      // Dots: operands split in TF32 hi + lo (3 * 2^-20 = 48 u with the
+      // dropped lo * lo), at most DC / 16 mma per accumulator chain, each
+      // taken as 32 u of its inputs' absolute sum (tensor cores align and
+      // truncate), and 8 more additions. x . s: a lane's DC / 4 fused
+      // multiply-adds, the split-K add and two shuffles.
+      const double e_dot = 56.0 + 32.0 * (DC / 16), e_q = DC / 4 + 3;
+      TSM2_RETURN_IF_ERROR(KmeansCheckSetup(p, 4, e_dot, e_q, stream, &a.check));
+    }
+    KmeansMmaStepKernel<DC, MT, ROWS, CHECK>
         <<<static_cast<unsigned>(plan.owners), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
     TSM2_RETURN_IF_LAUNCH_FAILED("KmeansMmaStepKernel");
     return Status{};
@@ -147,17 +170,18 @@ struct KmeansWideVariant {
   }
 };
 
-// The CUDA-core step for element type T, k padded to KP, vector class CLS.
-template <typename T, int KP, int CLS>
+// The CUDA-core step for element type T, k padded to KP, vector class CLS;
+// CHECK > 0: the row-checked step (kernels/kmeans_row_check.cuh).
+template <typename T, int KP, int CLS, int CHECK = 0>
 struct KmeansVariant {
-  using Cfg = KmeansConfig<T, KP, CLS>;
+  using Cfg = KmeansConfig<T, KP, CLS, CHECK>;
   using Acc = AccType<T>;
   static constexpr KmeansPlan kP = Cfg::kP;
   static constexpr KmeansStep kStep = KmeansStep::kCudaCores;
   static constexpr const char* kName = "KmeansStepKernel";
 
   static const void* Kernel() {
-    return reinterpret_cast<const void*>(&KmeansStepKernel<T, KP, CLS>);
+    return reinterpret_cast<const void*>(&KmeansStepKernel<T, KP, CLS, CHECK>);
   }
 
   static cudaLaunchConfig_t Config(int blocks, cudaStream_t stream, cudaLaunchAttribute* attr) {
@@ -188,7 +212,7 @@ struct KmeansVariant {
       cudaLaunchAttribute attr;
       const cudaLaunchConfig_t cfg = Config(Cfg::kCl * sms, nullptr, &attr);
       if (cudaError_t e =
-              cudaOccupancyMaxActiveClusters(&clusters, &KmeansStepKernel<T, KP, CLS>, &cfg);
+              cudaOccupancyMaxActiveClusters(&clusters, &KmeansStepKernel<T, KP, CLS, CHECK>, &cfg);
           e != cudaSuccess) {
         return e;
       }
@@ -207,9 +231,17 @@ struct KmeansVariant {
     a.nvd = static_cast<int>(KmeansRowVecs(itemsize, p.d));
     a.x_vec_ok =
         p.d % Cfg::kE == 0 && reinterpret_cast<uintptr_t>(p.x) % sizeof(typename Cfg::Raw) == 0;
+    if constexpr (CHECK > 0) {
+      // A lane's chain of J * E fused multiply-adds, the warp's butterfly
+      // (5), the row's warps (nwc) and the cluster's blocks, for the dots
+      // and x.s alike.
+      const double chain = Cfg::kJ * Cfg::kE + 5 + Cfg::kNwc + Cfg::kCl;
+      TSM2_RETURN_IF_ERROR(
+          KmeansCheckSetup(p, static_cast<int>(sizeof(Acc)), chain, chain, stream, &a.check));
+    }
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = Config(plan.owners * Cfg::kCl, stream, &attr);
-    TSM2_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, &KmeansStepKernel<T, KP, CLS>, a));
+    TSM2_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, &KmeansStepKernel<T, KP, CLS, CHECK>, a));
     TSM2_RETURN_IF_LAUNCH_FAILED("KmeansStepKernel");
     return Status{};
   }
@@ -239,33 +271,33 @@ Status PlanKmeansVariant(const DeviceKmeans& p, KmeansStepPlan* plan) {
 
 // Only the CUDA-core variants that have a plan (KmeansChoosePlan) are
 // instantiated.
-template <typename T, int KP, int CLS>
+template <typename T, int KP, int CLS, int CHECK>
 Status PlanCudaCoreVariant(const DeviceKmeans& p, KmeansStepPlan* plan) {
-  if constexpr (KmeansChoosePlan(static_cast<int>(sizeof(T)), KP, CLS).ok) {
-    return PlanKmeansVariant<KmeansVariant<T, KP, CLS>>(p, plan);
+  if constexpr (KmeansChoosePlan(static_cast<int>(sizeof(T)), KP, CLS, CHECK > 0).ok) {
+    return PlanKmeansVariant<KmeansVariant<T, KP, CLS, CHECK>>(p, plan);
   } else {
     return TSM2_FAIL(cudaErrorInvalidValue, "no CUDA-core k-means variant for (d, k)");
   }
 }
 
-template <typename T, int KP>
+template <typename T, int KP, int CHECK>
 Status PlanWithClass(const DeviceKmeans& p, int cls, KmeansStepPlan* plan) {
   switch (cls) {
     case 0:
-      return PlanCudaCoreVariant<T, KP, 0>(p, plan);
+      return PlanCudaCoreVariant<T, KP, 0, CHECK>(p, plan);
     case 1:
-      return PlanCudaCoreVariant<T, KP, 1>(p, plan);
+      return PlanCudaCoreVariant<T, KP, 1, CHECK>(p, plan);
     case 2:
-      return PlanCudaCoreVariant<T, KP, 2>(p, plan);
+      return PlanCudaCoreVariant<T, KP, 2, CHECK>(p, plan);
     case 3:
-      return PlanCudaCoreVariant<T, KP, 3>(p, plan);
+      return PlanCudaCoreVariant<T, KP, 3, CHECK>(p, plan);
     case 4:
-      return PlanCudaCoreVariant<T, KP, 4>(p, plan);
+      return PlanCudaCoreVariant<T, KP, 4, CHECK>(p, plan);
     case 5:
-      return PlanCudaCoreVariant<T, KP, 5>(p, plan);
+      return PlanCudaCoreVariant<T, KP, 5, CHECK>(p, plan);
     case 6:
       // Only f64 rows reach 2048 vectors at d <= kKmeansMaxD.
-      if constexpr (sizeof(T) == 8) return PlanCudaCoreVariant<T, KP, 6>(p, plan);
+      if constexpr (sizeof(T) == 8) return PlanCudaCoreVariant<T, KP, 6, CHECK>(p, plan);
       return TSM2_FAIL(cudaErrorInvalidValue, "no k-means vector class 6 for this type");
     default:
       return TSM2_FAIL(cudaErrorInvalidValue, "no k-means vector class for d");
@@ -275,19 +307,21 @@ Status PlanWithClass(const DeviceKmeans& p, int cls, KmeansStepPlan* plan) {
 // The f32 tensor-core step's variant: the row class (128 or 256 elements)
 // and one or two 16-centroid tiles, with Tune::kOneTileRows rows per tile
 // for one tile.
-template <typename Tune>
+template <typename Tune, int CHECK = 0>
 Status PlanMmaVariant(const DeviceKmeans& p, KmeansStepPlan* plan) {
   const bool wide = p.d > 128, two = p.k > 16;
   constexpr int kOne = Tune::kOneTileRows, kTwo = kKmeansMmaRows;
   if (wide) {
-    return two ? PlanKmeansVariant<KmeansMmaVariant<256, 2, kTwo>>(p, plan)
-               : PlanKmeansVariant<KmeansMmaVariant<256, 1, kOne>>(p, plan);
+    return two ? PlanKmeansVariant<KmeansMmaVariant<256, 2, kTwo, CHECK>>(p, plan)
+               : PlanKmeansVariant<KmeansMmaVariant<256, 1, kOne, CHECK>>(p, plan);
   }
-  return two ? PlanKmeansVariant<KmeansMmaVariant<128, 2, kTwo>>(p, plan)
-             : PlanKmeansVariant<KmeansMmaVariant<128, 1, kOne>>(p, plan);
+  return two ? PlanKmeansVariant<KmeansMmaVariant<128, 2, kTwo, CHECK>>(p, plan)
+             : PlanKmeansVariant<KmeansMmaVariant<128, 1, kOne, CHECK>>(p, plan);
 }
 
-template <typename T, typename Tune = KmeansTuning>
+// CHECK > 0: the row-checked step (kernels/kmeans_row_check.cuh), 2 with its
+// fault injection; p.row_faults and p.row_margin must be set.
+template <typename T, typename Tune = KmeansTuning, int CHECK = 0>
 Status PlanKmeansStepWith(const DeviceKmeans& p, KmeansStepPlan* plan) {
   *plan = KmeansStepPlan{};
   const int itemsize = static_cast<int>(sizeof(T));
@@ -301,13 +335,21 @@ Status PlanKmeansStepWith(const DeviceKmeans& p, KmeansStepPlan* plan) {
     return TSM2_FAIL(cudaErrorInvalidDeviceFunction,
                      "the k-means plan for (d, k) needs clusters (sm_90) or more shared memory");
   }
+  if constexpr (CHECK > 0) {
+    if (p.row_faults == nullptr || p.row_margin == nullptr || (CHECK == 2 && p.inject == nullptr)) {
+      return TSM2_FAIL(cudaErrorInvalidValue, "the checked k-means step needs its outputs");
+    }
+  }
   if constexpr (std::is_same_v<T, float>) {
     const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
     switch (KmeansStepFor<Tune>(itemsize, p.d, p.k, cc, smem, aligned)) {
       case KmeansStep::kTensorCoresCluster:
-        return PlanKmeansVariant<KmeansWideVariant>(p, plan);
+        // The wide-row step has no checked variant (its shared memory is
+        // full): the checked step runs on CUDA cores there.
+        if constexpr (CHECK == 0) return PlanKmeansVariant<KmeansWideVariant>(p, plan);
+        break;
       case KmeansStep::kTensorCores:
-        return PlanMmaVariant<Tune>(p, plan);
+        return PlanMmaVariant<Tune, CHECK>(p, plan);
       case KmeansStep::kCudaCores:
         break;
     }
@@ -315,13 +357,13 @@ Status PlanKmeansStepWith(const DeviceKmeans& p, KmeansStepPlan* plan) {
   const int cls = KmeansClass(itemsize, p.d);
   switch (KmeansKPad(p.k)) {
     case 4:
-      return PlanWithClass<T, 4>(p, cls, plan);
+      return PlanWithClass<T, 4, CHECK>(p, cls, plan);
     case 8:
-      return PlanWithClass<T, 8>(p, cls, plan);
+      return PlanWithClass<T, 8, CHECK>(p, cls, plan);
     case 16:
-      return PlanWithClass<T, 16>(p, cls, plan);
+      return PlanWithClass<T, 16, CHECK>(p, cls, plan);
     case 32:
-      return PlanWithClass<T, 32>(p, cls, plan);
+      return PlanWithClass<T, 32, CHECK>(p, cls, plan);
     default:
       return TSM2_FAIL(cudaErrorInvalidValue, "no k-means variant for k");
   }

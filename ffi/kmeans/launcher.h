@@ -13,6 +13,7 @@
 #include "ffi/common/elem_type.h"
 #include "ffi/common/status.h"
 #include "ffi/kmeans/plan.h"
+#include "ffi/kmeans/row_check.h"
 
 namespace tsm2 {
 
@@ -36,6 +37,12 @@ struct DeviceKmeans {
   int64_t n = 0, d = 0, k = 0;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // The checked step only (PlanKmeansStepChecked): rows that failed the
+  // per-row distance check, int32 [], the worst ratio of a row's residual to
+  // its threshold, f32 [], and (CHECK == 2) the device copy of the injection.
+  int32_t* row_faults = nullptr;
+  float* row_margin = nullptr;
+  const KmeansInjection* inject = nullptr;
 };
 
 struct KmeansStepPlan;
@@ -64,6 +71,23 @@ template <>
 Status PlanKmeansStep<ElemType::kBF16>(const DeviceKmeans&, KmeansStepPlan*);
 template <>
 Status PlanKmeansStep<ElemType::kF16>(const DeviceKmeans&, KmeansStepPlan*);
+
+// Plans the row-checked step (CHECK 1) or the step with fault injection
+// (CHECK 2) for element type E (launch_step_checked.cu, launch_step_inject.cu).
+template <ElemType E, int CHECK>
+Status PlanKmeansStepChecked(const DeviceKmeans& p, KmeansStepPlan* plan);
+#define TSM2_DECLARE_KMEANS_CHECKED(CHECK)                                                    \
+  template <>                                                                                 \
+  Status PlanKmeansStepChecked<ElemType::kF32, CHECK>(const DeviceKmeans&, KmeansStepPlan*);  \
+  template <>                                                                                 \
+  Status PlanKmeansStepChecked<ElemType::kF64, CHECK>(const DeviceKmeans&, KmeansStepPlan*);  \
+  template <>                                                                                 \
+  Status PlanKmeansStepChecked<ElemType::kBF16, CHECK>(const DeviceKmeans&, KmeansStepPlan*); \
+  template <>                                                                                 \
+  Status PlanKmeansStepChecked<ElemType::kF16, CHECK>(const DeviceKmeans&, KmeansStepPlan*);
+TSM2_DECLARE_KMEANS_CHECKED(1)
+TSM2_DECLARE_KMEANS_CHECKED(2)
+#undef TSM2_DECLARE_KMEANS_CHECKED
 
 // Runs `plan` on `stream`: the step and the fixed-order reduction of its
 // partials. No allocation, no synchronization (CUDA-graph safe).

@@ -89,8 +89,12 @@ constexpr int KmeansRowsPerWarp(int acc_size, int kp, int j) {
   return r < 1 ? 1 : r;
 }
 
-constexpr KmeansPlan KmeansPlanLayout(int itemsize, int kp, int cls, int cluster, int nwc, int j) {
+// `checked`: the row-checked step (kmeans_row_check.cuh) exchanges one more
+// value per row (x . s) between warps and blocks.
+constexpr KmeansPlan KmeansPlanLayout(int itemsize, int kp, int cls, int cluster, int nwc, int j,
+                                      bool checked = false) {
   KmeansPlan p;
+  const int red = kp + 1 + (checked ? 1 : 0);  // values a row exchanges
   const int acc_size = AccSize(itemsize);
   p.kp = kp;
   p.cls = cls;
@@ -111,9 +115,9 @@ constexpr KmeansPlan KmeansPlanLayout(int itemsize, int kp, int cls, int cluster
   p.off_csq = static_cast<int>(off);
   off += KmeansRoundUp(int64_t{kp} * acc_size, 16);
   p.off_redw = static_cast<int>(off);
-  if (!p.local) off += KmeansRoundUp(rb * nwc * (kp + 1) * acc_size, 16);
+  if (!p.local) off += KmeansRoundUp(rb * nwc * red * acc_size, 16);
   p.off_redb = static_cast<int>(off);
-  if (!p.local) off += KmeansRoundUp(2 * rb * (kp + 1) * acc_size, 16);
+  if (!p.local) off += KmeansRoundUp(2 * rb * red * acc_size, 16);
   p.off_lab = static_cast<int>(off);
   if (!p.local) off += KmeansRoundUp(rb * 4, 16);
   p.off_cnt = static_cast<int>(off);
@@ -128,7 +132,7 @@ constexpr KmeansPlan KmeansPlanLayout(int itemsize, int kp, int cls, int cluster
 // The variant's plan: the smallest cluster that fits in shared memory, and in
 // it two vectors per lane before one (fewer warps share a row, so fewer
 // partial dots are exchanged). One warp per row (local) where that fits.
-constexpr KmeansPlan KmeansChoosePlan(int itemsize, int kp, int cls) {
+constexpr KmeansPlan KmeansChoosePlan(int itemsize, int kp, int cls, bool checked = false) {
   if (kp < 4 || kp > kKmeansMaxK || cls < 0 || cls > kKmeansMaxClass) return KmeansPlan{};
   for (int cluster = 1; cluster <= kKmeansMaxCluster; cluster *= 2) {
     const int per = (32 << cls) / 32 / cluster;  // nwc * j
@@ -137,7 +141,7 @@ constexpr KmeansPlan KmeansChoosePlan(int itemsize, int kp, int cls) {
       if (per % j != 0) continue;
       const int nwc = per / j;
       if (nwc > kKmeansWarps) continue;
-      const KmeansPlan p = KmeansPlanLayout(itemsize, kp, cls, cluster, nwc, j);
+      const KmeansPlan p = KmeansPlanLayout(itemsize, kp, cls, cluster, nwc, j, checked);
       if (p.ok) return p;
     }
   }

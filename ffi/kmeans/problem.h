@@ -58,4 +58,23 @@ inline ffi::Error DecodeKmeans(std::string_view op, const ffi::AnyBuffer& x,
   return ffi::Error::Success();
 }
 
+// The checked step's extra buffers: row_faults s32[], row_margin f32[] and,
+// where given, the injection s32[4] (active, row, centroid, bit).
+inline ffi::Error DecodeKmeansCheck(std::string_view op, const ffi::AnyBuffer& row_faults,
+                                    const ffi::AnyBuffer& row_margin,
+                                    const ffi::AnyBuffer* inject) {
+  if (!HasShape(row_faults, ffi::DataType::S32, {}) ||
+      !HasShape(row_margin, ffi::DataType::F32, {})) {
+    return ffi::Error::InvalidArgument(
+        std::string(op) + ": row_faults must be s32[] and row_margin f32[] (got " +
+        DescribeBuffer(row_faults) + ", " + DescribeBuffer(row_margin) + ")");
+  }
+  if (inject != nullptr && !HasShape(*inject, ffi::DataType::S32, {4})) {
+    return ffi::Error::InvalidArgument(
+        std::string(op) + ": inject must be s32[4] (active, row, centroid, bit), got " +
+        DescribeBuffer(*inject));
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace tsm2

@@ -189,12 +189,33 @@ def invariants(xc: jax.Array, x_sq: jax.Array, w: jax.Array, axis_name: Any = No
 
 class CheckResult(NamedTuple):
     """One step's checks: ``ok`` (all passed) and each check's worst ``|residual| /
-    threshold`` (``columns``, ``counts``, ``distances``; above 1 fails)."""
+    threshold`` (``columns``, ``counts``, ``distances``, and ``rows``: the fused kernel's
+    per-row distance check, 0 where the step ran without it; above 1 fails)."""
 
     ok: jax.Array
     columns: jax.Array
     counts: jax.Array
     distances: jax.Array
+    rows: jax.Array | float = 0.0
+
+
+def with_rows(res: CheckResult, row_faults: jax.Array, row_margin: jax.Array) -> CheckResult:
+    """``res`` with the checked kernel's per-row distance check folded in: ``row_faults``
+    rows failed it (the step fails unless 0), ``row_margin`` the worst ratio of a finite
+    row's residual to its threshold (``rows``; infinite where a row failed, as a row whose
+    distance sum is not finite has no ratio).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> r = CheckResult(jnp.bool_(True), 0.1, 0.2, 0.3)
+        >>> bool(with_rows(r, jnp.int32(0), jnp.float32(0.5)).ok)
+        True
+        >>> float(with_rows(r, jnp.int32(1), jnp.float32(0.5)).rows)
+        inf
+    """
+    failed = row_faults != 0
+    rows = jnp.where(failed, jnp.float32(jnp.inf), row_margin.astype(jnp.float32))
+    return res._replace(ok=res.ok & ~failed, rows=rows)
 
 
 def _ratio(residual: jax.Array, tau: jax.Array) -> jax.Array:

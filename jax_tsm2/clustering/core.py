@@ -527,15 +527,24 @@ def _checked_step(xc, x_sq, w, c, k, axis_name, precision, ft: _Checked, active)
     """A step, the fault (if any) applied where ``active``, and its checks:
     ``(step, global sums, global counts, global inertia, checksums.CheckResult)``."""
     acc = _acc_dtype(xc.dtype)
-    s = _step(xc, x_sq, w, c, k, precision=precision)
     cc = _rounded(c, xc.dtype).astype(acc)  # the centroids the product sees
+    inject, simulate = None, lambda s: s
     if ft.kind == "distance":
         where = active if axis_name is None else active & (lax.axis_index(axis_name) == 0)
+        # The fused kernel flips the distance itself, before its per-row check and argmin;
+        # the steps without that kernel get the fault's consequences simulated.
+        inject = jnp.concatenate([where.astype(jnp.int32)[None], ft.params[1:].astype(jnp.int32)])
 
         def row_distances(row):
             return _sq_dist(xc[row][None], x_sq[row][None], c, precision)[0]
 
-        s = faults.inject_distance(s, xc, w, row_distances, where, ft.params[1:])
+        simulate = lambda s: faults.inject_distance(s, xc, w, row_distances, where, ft.params[1:])
+    plain = lambda x_, c_, w_: _lloyd_step_jnp(x_, x_sq, w_, c_, k, precision)
+    s, row_faults, row_margin = fused.step_checked(
+        xc, c, w, inject, fallback=plain, simulate=simulate, x_sq=x_sq, precision=precision
+    )
+    row_faults = _psum(row_faults, axis_name)
+    row_margin = row_margin if axis_name is None else lax.pmax(row_margin, axis_name)
     sums, counts = _psum(s.sums, axis_name), _psum(s.counts, axis_name)
     if ft.kind in ("sum", "count"):
         sums, counts = faults.inject_totals(ft.kind, sums, counts, active, ft.params[1:])
@@ -545,6 +554,7 @@ def _checked_step(xc, x_sq, w, c, k, axis_name, precision, ft: _Checked, active)
         ft.inv, cc, sums, counts, mind_sum,
         data_dtype=xc.dtype, precision=precision, unit_weights=ft.unit_weights,
     )  # fmt: skip
+    res = checksums.with_rows(res, row_faults, row_margin)
     return s, sums, counts, _psum(s.inertia, axis_name), res
 
 
@@ -645,9 +655,10 @@ def _single_run_checked(
 
 @functools.partial(jax.jit, static_argnames=("k", "iters", "precision"))
 def _check_ratios(key, x, sample_weight=None, init_c=None, *, k, iters, precision="float32"):
-    """``(iters, 3)`` worst ``|residual| / threshold`` of the column, count and distance
-    checks (``checksums.check``) in each of ``iters`` clean Lloyd steps from k-means++
-    (or ``init_c``) seeding: the margin of the thresholds, for tests and benchmarks."""
+    """``(iters, 4)`` worst ``|residual| / threshold`` of the column, count, distance and
+    per-row distance checks (``checksums.check``; the last 0 where the step runs without
+    the fused kernel) in each of ``iters`` clean Lloyd steps from k-means++ (or ``init_c``)
+    seeding: the margin of the thresholds, for tests and benchmarks."""
     xc, x_sq, w, mu, _ = _prepare(x, sample_weight, None)
     ft = _Checked(checksums.invariants(xc, x_sq, w), sample_weight is None, None, False, None)
     acc = _acc_dtype(xc.dtype)
@@ -659,7 +670,8 @@ def _check_ratios(key, x, sample_weight=None, init_c=None, *, k, iters, precisio
     def body(c, _):
         s, _, _, _, r = _checked_step(xc, x_sq, w, c, k, None, precision, ft, jnp.bool_(False))
         c_new = _new_centroids(s.sums, s.counts, xc, w, s.labels, s.mind, c, k, None)
-        return c_new, jnp.stack([r.columns, r.counts, r.distances]).astype(jnp.float32)
+        ratios = [r.columns, r.counts, r.distances, r.rows]
+        return c_new, jnp.stack([jnp.asarray(v, jnp.float32) for v in ratios])
 
     return lax.scan(body, c0, None, length=iters)[1]
 

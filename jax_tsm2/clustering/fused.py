@@ -71,10 +71,12 @@ __all__ = [
     "decide_step",
     "decide_update",
     "ffi_step",
+    "ffi_step_checked",
     "ffi_update",
     "fused_supported",
     "kernel_for",
     "step",
+    "step_checked",
     "update",
 ]
 
@@ -156,6 +158,58 @@ def ffi_step(x: jax.Array, c: jax.Array, w: jax.Array, *, check: bool = True) ->
     )
     labels, mind, sums, counts, inertia, _ = call(x, c, w)
     return LloydStep(labels, mind, sums, counts, inertia)
+
+
+def ffi_step_checked(
+    x: jax.Array,
+    c: jax.Array,
+    w: jax.Array,
+    inject: jax.Array | None = None,
+    *,
+    check: bool = True,
+) -> tuple[LloydStep, jax.Array, jax.Array]:
+    """The ``tsm2_kmeans_step_checked`` FFI call: :func:`ffi_step` with the kernel's per-row
+    distance check, ``(step, row_faults, row_margin)``.
+
+    For every row the kernel adds the row's ``k`` distances (before the clamp at 0) and
+    compares the sum with ``k ||x||^2 - 2 x . s + sum_j ||c_j||^2``, ``s = sum_j c_j``, from
+    one more dot per row (``ffi/kmeans/row_check.h`` derives the threshold).
+    ``row_faults`` (int32) counts the rows that differ by more than it, ``row_margin``
+    (float32) is the worst ratio of a row's difference to its threshold.
+
+    ``inject`` (int32 ``(4,)``: active, row, centroid, bit) calls
+    ``tsm2_kmeans_step_checked_inject`` instead, which flips that bit of that row's
+    distance to that centroid before the check and the argmin where ``active`` is not 0,
+    for tests and fault campaigns (traced: a campaign compiles once).
+    """
+    n, d = x.shape
+    k = c.shape[0]
+    if check and not fused_supported(x.dtype, d, k):
+        ffi_step(x, c, w)  # raises, naming the shape
+    acc = acc_dtype(x.dtype)
+    c = c.astype(x.dtype)
+    w = w.astype(acc)
+    workspace = _ffi.kmeans_plan(x.dtype, n, d, k)["workspace_bytes"]
+    operands = (x, c, w) if inject is None else (x, c, w, jnp.asarray(inject, jnp.int32))
+    operands = _compat.match_varying(*operands)
+    out = lambda shape, dtype: _compat.shape_dtype_struct(shape, dtype, operands[0])
+    target = _ffi.KMEANS_CHECKED_TARGET if inject is None else _ffi.KMEANS_INJECT_TARGET
+    call = jax.ffi.ffi_call(
+        target,
+        (
+            out((n,), jnp.int32),
+            out((n,), acc),
+            out((k, d), acc),
+            out((k,), acc),
+            out((), acc),
+            out((), jnp.int32),
+            out((), jnp.float32),
+            out((workspace,), jnp.uint8),
+        ),
+        vmap_method="sequential",
+    )
+    labels, mind, sums, counts, inertia, faults, margin, _ = call(*operands)
+    return LloydStep(labels, mind, sums, counts, inertia), faults, margin
 
 
 Fallback = Callable[[jax.Array, jax.Array, jax.Array], LloydStep]
@@ -299,6 +353,49 @@ def step(
     )
     return lax.platform_dependent(
         x, c, w, cpu=pick(on_cpu, False), cuda=pick(on_cuda, True), default=fallback
+    )
+
+
+def step_checked(
+    x: jax.Array,
+    c: jax.Array,
+    w: jax.Array,
+    inject: jax.Array | None,
+    *,
+    fallback: Fallback,
+    simulate: Callable[[LloydStep], LloydStep],
+    x_sq: jax.Array,
+    precision: str = "float32",
+) -> tuple[LloydStep, jax.Array, jax.Array]:
+    """:func:`step` for ``kmeans(..., fault_tolerance=True)``: ``(step, row_faults,
+    row_margin)``.
+
+    Where :func:`decide_step` runs the fused kernel: its checked target
+    (:func:`ffi_step_checked`), with ``inject`` planted in the kernel. Elsewhere (the
+    tiled step, or ``fallback``, the jnp path) there is no per-row check (``row_faults``
+    and ``row_margin`` are 0) and ``simulate`` applies the fault to the step's outputs.
+    So it is too for the wide-row tensor-core step (f32 rows of 260..4096, ``k`` 9..16):
+    it has no checked variant, and the checked target would run the CUDA-core step in its
+    place, about 2.5x slower, so the plain step runs with the data-level checks alone.
+    """
+    shape = (x.dtype, x.shape[1], c.shape[0])
+    on_cuda = decide_step(*shape, platform="cuda").target
+    on_cpu = decide_step(*shape, platform="cpu").target
+    zero = lambda s: (s, jnp.int32(0), jnp.float32(0))
+    wide = _ffi.kmeans_plan(x.dtype, x.shape[0], x.shape[1], c.shape[0]).get("step") == (
+        "tensor_cores_cluster"
+    )
+
+    def pick(target: str, check: bool):
+        if target == "fused" and not (check and wide):
+            return lambda x_, c_, w_: ffi_step_checked(x_, c_, w_, inject, check=check)
+        plain = fallback if target == "jnp" else _kernel_step(target, x_sq, precision, check)
+        return lambda x_, c_, w_: zero(simulate(plain(x_, c_, w_)))
+
+    if on_cuda == "jnp" and on_cpu == "jnp":
+        return pick("jnp", False)(x, c, w)
+    return lax.platform_dependent(
+        x, c, w, cpu=pick(on_cpu, False), cuda=pick(on_cuda, True), default=pick("jnp", False)
     )
 
 

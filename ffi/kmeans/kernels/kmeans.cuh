@@ -46,6 +46,7 @@
 
 #include "ffi/common/cluster.cuh"
 #include "ffi/common/kernel_utils.cuh"
+#include "ffi/kmeans/kernels/kmeans_row_check.cuh"
 #include "ffi/kmeans/plan.h"
 
 namespace tsm2 {
@@ -59,10 +60,11 @@ struct KmeansArgs {
   void* partials;   // [owners, k * d + k + 1] Acc
   int64_t n;
   int d, k;
-  int64_t tiles;  // ceil(n / plan.tile_rows)
-  int64_t units;  // warps (local plans) or clusters walking the tiles
-  int nvd;        // vectors covering d
-  bool x_vec_ok;  // d is whole vectors and X is vector-aligned: vector loads
+  int64_t tiles;          // ceil(n / plan.tile_rows)
+  int64_t units;          // warps (local plans) or clusters walking the tiles
+  int nvd;                // vectors covering d
+  bool x_vec_ok;          // d is whole vectors and X is vector-aligned: vector loads
+  KmeansCheckArgs check;  // read by the checked steps only (CHECK > 0)
 };
 
 __device__ __forceinline__ float KmeansInf(float) { return __int_as_float(0x7f800000); }
@@ -90,19 +92,21 @@ __device__ __forceinline__ uint2 KmeansLoad(const uint2* p) {
   return v;
 }
 
-template <typename T, int KP, int CLS>
+template <typename T, int KP, int CLS, int CHECK = 0>
 struct KmeansConfig {
   using Acc = AccType<T>;
   // One vector of X in registers: 16 bytes, 8 for bf16/f16.
   using Raw = std::conditional_t<sizeof(T) == 2, uint2, uint4>;
-  static constexpr KmeansPlan kP = KmeansChoosePlan(static_cast<int>(sizeof(T)), KP, CLS);
+  static constexpr KmeansPlan kP =
+      KmeansChoosePlan(static_cast<int>(sizeof(T)), KP, CLS, CHECK > 0);
   static constexpr int kThreads = kKmeansThreads;
   static constexpr int kCl = kP.cluster, kNwc = kP.nwc, kJ = kP.j, kG = kP.groups, kR = kP.rows;
   static constexpr int kLanes = kP.lanes, kSlots = kP.slots, kSV = kLanes * kJ;
   static constexpr int kE = KmeansVecElems(static_cast<int>(sizeof(T)));  // elements per vector
   static constexpr bool kLocal = kP.local;
   static constexpr int kRB = kG * kR;  // rows of a block tile (cross-warp plans)
-  static constexpr int kRed = KP + 1;  // partial dots and ||x||^2 per row
+  // Partial dots and ||x||^2 per row (and x.s in the checked step).
+  static constexpr int kRed = KP + 1 + (CHECK > 0 ? 1 : 0);
   static_assert(kP.ok, "variant has no plan");
   static_assert(kE * static_cast<int>(sizeof(Acc)) == 16, "a vector of accumulators is 16 bytes");
   static_assert(sizeof(Raw) == kE * sizeof(T), "a vector of X");
@@ -209,10 +213,28 @@ __device__ __forceinline__ Acc ReduceScatter(Acc (&v)[KP], int lane) {
 // first (as jnp.argmin) and distances are >= 0, so -1 marks it; padded
 // centroids (c >= k) never win.
 template <typename Acc>
-__device__ __forceinline__ Acc KmeansKey(Acc xsq, Acc dot, Acc csq, bool real) {
-  Acc dist = (xsq - 2 * dot) + csq;
+__device__ __forceinline__ Acc KmeansKeyOf(Acc dist, bool real) {
   dist = dist < 0 ? Acc(0) : dist;  // NaN stays NaN, as jnp.maximum
   return real ? (dist != dist ? Acc(-1) : dist) : KmeansInf(Acc(0));
+}
+template <typename Acc>
+__device__ __forceinline__ Acc KmeansKey(Acc xsq, Acc dot, Acc csq, bool real) {
+  return KmeansKeyOf(KmeansDist(xsq, dot, csq), real);
+}
+
+// The checked step's key of (row, centroid c): the distance, flipped where
+// CHECK == 2 injects, added into the row's S (real centroids only).
+template <int CHECK, typename Acc>
+__device__ __forceinline__ Acc KmeansCheckedKey(Acc xsq, Acc dot, Acc csq, bool real, int64_t row,
+                                                int c, const KmeansCheckArgs& ck, Acc& dist) {
+  dist = KmeansDist(xsq, dot, csq);
+  if constexpr (CHECK == 2) {
+    const KmeansInjection in = *ck.inject;
+    if (in.active != 0 && row == in.row && c == in.centroid) dist = KmeansFlipBit(dist, in.bit);
+  }
+  const Acc key = KmeansKeyOf(dist, real);
+  dist = real ? dist : Acc(0);
+  return key;
 }
 
 template <typename Acc>
@@ -226,7 +248,8 @@ __device__ __forceinline__ void LoadSlot(const uint4* s, Acc (&out)[N]) {
   memcpy(out, &q, 16);
 }
 
-template <typename T, int KP, int CLS, typename Cfg = KmeansConfig<T, KP, CLS>>
+template <typename T, int KP, int CLS, int CHECK = 0,
+          typename Cfg = KmeansConfig<T, KP, CLS, CHECK>>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     KmeansStepKernel(const __grid_constant__ KmeansArgs p) {
   using Acc = typename Cfg::Acc;
@@ -277,6 +300,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   __syncthreads();
 
+  // Checked step: this lane's elements of s = sum_j c_j, sum_j ||c_j||^2,
+  // and the rows that failed so far.
+  Acc sv[kJ][kE];
+  Acc csq_tot = 0;
+  int row_faults = 0;
+  float row_margin = 0;
+  if constexpr (CHECK > 0) {
+#pragma unroll
+    for (int jj = 0; jj < kJ; ++jj) {
+#pragma unroll
+      for (int e = 0; e < kE; ++e) sv[jj][e] = 0;
+      for (int c = 0; c < p.k; ++c) {
+        Acc cv[kE];
+        LoadSlot(&cent[(c * kJ + jj) * kLanes + g], cv);
+#pragma unroll
+        for (int e = 0; e < kE; ++e) sv[jj][e] += cv[e];
+      }
+    }
+    for (int c = 0; c < p.k; ++c) csq_tot += csq[c];
+  }
+
   Acc inertia = 0, cnt = 0;  // cnt: weight of cluster `lane` (rank 0, wr 0)
   const int64_t unit = kP.local ? static_cast<int64_t>(blockIdx.x) * kKmeansWarps + warp : owner;
   const int64_t t_begin = unit * p.tiles / p.units, t_end = (unit + 1) * p.tiles / p.units;
@@ -301,16 +345,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // Partial dots over this lane's elements, and ||x||^2.
     Acc part[kR][KP];
-    Acc xsq[kR];
+    Acc xsq[kR], xs[kR];  // xs: x . s (checked step)
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
       xsq[r] = 0;
+      xs[r] = 0;
 #pragma unroll
       for (int c = 0; c < KP; ++c) part[r][c] = 0;
 #pragma unroll
       for (int jj = 0; jj < kJ; ++jj) {
 #pragma unroll
-        for (int e = 0; e < kE; ++e) xsq[r] = fma(xa[r][jj][e], xa[r][jj][e], xsq[r]);
+        for (int e = 0; e < kE; ++e) {
+          xsq[r] = fma(xa[r][jj][e], xa[r][jj][e], xsq[r]);
+          if constexpr (CHECK > 0) xs[r] = fma(xa[r][jj][e], sv[jj][e], xs[r]);
+        }
       }
     }
 #pragma unroll
@@ -332,6 +380,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int r = 0; r < kR; ++r) {
       dot[r] = ReduceScatter<KP>(part[r], lane);
       xsq[r] = SumLanes<32>(xsq[r]);
+      if constexpr (CHECK > 0) xs[r] = SumLanes<32>(xs[r]);
     }
 
     int lab[kR];
@@ -339,10 +388,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int c = lane % KP;
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
-        Acc key = KmeansKey(xsq[r], dot[r], csq[c], c < p.k);
+        const int64_t row = row0 + r;
+        Acc key;
+        if constexpr (CHECK > 0) {
+          Acc dist;
+          key = KmeansCheckedKey<CHECK>(xsq[r], dot[r], csq[c], c < p.k, row, c, p.check, dist);
+          const Acc S = SumLanes<KP>(dist);
+          if (lane == r && row < p.n) {
+            KmeansRowCheck(S, xsq[r], xs[r], csq_tot, p.k, p.check, row_faults, row_margin);
+          }
+        } else {
+          key = KmeansKey(xsq[r], dot[r], csq[c], c < p.k);
+        }
         int idx = c;
         ArgminLanes<KP>(key, idx);
-        const int64_t row = row0 + r;
         lab[r] = row < p.n ? idx : -1;
         if (lane == r && row < p.n) {
           p.labels[row] = idx;
@@ -359,6 +418,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         Acc* q = redw + ((rg * kR + r) * kNwc + wr) * kRed;
         if (lane < KP) q[lane] = dot[r];
         if (lane == 0) q[KP] = xsq[r];
+        if constexpr (CHECK > 0) {
+          if (lane == 0) q[KP + 1] = xs[r];
+        }
       }
       __syncthreads();
       // This block's share: the row group's warps added in order.
@@ -383,15 +445,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int q = base + tid;
         const bool active = q < Cfg::kRB * KP;
         const int rb = active ? q / KP : 0, c = q % KP;
-        Acc d_sum = 0, x_sum = 0;
+        Acc d_sum = 0, x_sum = 0, s_sum = 0;
 #pragma unroll
         for (int cr = 0; cr < kCl; ++cr) {
           const Acc* src = redb;
           if constexpr (kCl > 1) src = ClusterMapShared(redb, cr);
           d_sum += src[rb * kRed + c];
           x_sum += src[rb * kRed + KP];
+          if constexpr (CHECK > 0) s_sum += src[rb * kRed + KP + 1];
         }
-        Acc key = KmeansKey(x_sum, d_sum, csq[c], c < p.k);
+        Acc key;
+        if constexpr (CHECK > 0) {
+          const int64_t row = tile0 + rb;
+          Acc dist;
+          key = KmeansCheckedKey<CHECK>(x_sum, d_sum, csq[c], c < p.k, row, c, p.check, dist);
+          const Acc S = SumLanes<KP>(dist);
+          // Every block of a cluster sees the same row: rank 0 counts it.
+          if (active && c == 0 && rank == 0 && row < p.n) {
+            KmeansRowCheck(S, x_sum, s_sum, csq_tot, p.k, p.check, row_faults, row_margin);
+          }
+        } else {
+          key = KmeansKey(x_sum, d_sum, csq[c], c < p.k);
+        }
         int idx = c;
         ArgminLanes<KP>(key, idx);
         if (active && c == 0) {
@@ -435,6 +510,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   Acc* cnt_s = reinterpret_cast<Acc*>(smem + kP.off_cnt);
   Acc* inert_s = reinterpret_cast<Acc*>(smem + kP.off_inert);
   inertia = SumLanes<32>(inertia);
+  if constexpr (CHECK > 0) KmeansRowCheckFlush(p.check, row_faults, row_margin);
   __syncthreads();  // every update has landed
   if (wr == 0 && lane < KP) cnt_s[rg * KP + lane] = cnt;
   if (lane == 0) inert_s[warp] = inertia;

@@ -119,7 +119,7 @@ __device__ __forceinline__ void ForEachSum(float (&sacc)[MT][NT][4], int g, int 
   }
 }
 
-template <int DC, int MT, int ROWS = kKmeansMmaRows>
+template <int DC, int MT, int ROWS = kKmeansMmaRows, int CHECK = 0>
 struct KmeansMmaConfig {
   // Tiles of ROWS rows, 8 per row group in the distances. 64 rows, one
   // 16-centroid tile: 16 warps, two on each row group's distances (each half
@@ -154,8 +154,11 @@ struct KmeansMmaConfig {
   static constexpr int kOffFix = kOffInert + kWarps * 4;
   static constexpr int kOffOneHot = kOffFix + kRowGroups * 8 * kKp * 4;
   static constexpr int kOffXfer = kOffOneHot + kRowGroups * MT * 32 * 16;
-  static constexpr int kXfer = 4 * MT + 1;
-  static constexpr int kSmemBytes = kOffXfer + (kSplitK > 1 ? kRowGroups * 32 * kXfer * 4 : 0);
+  // Dots, ||x||^2 (and x . s in the checked step) per lane.
+  static constexpr int kXfer = 4 * MT + 1 + (CHECK > 0 ? 1 : 0);
+  // The checked step's s = sum_j c_j, [DC] (kmeans_row_check.cuh).
+  static constexpr int kOffS = kOffXfer + (kSplitK > 1 ? kRowGroups * 32 * kXfer * 4 : 0);
+  static constexpr int kSmemBytes = kOffS + (CHECK > 0 ? DC * 4 : 0);
   static_assert(kRows == 32 || kRows == 64, "tiles of 32 or 64 rows");
   static_assert(kRows == 64 || MT == 1, "32-row tiles take one centroid tile (registers)");
   static_assert(kSplitK == 1 || kSplitK == 2, "the split-K transfer adds one half");
@@ -164,7 +167,8 @@ struct KmeansMmaConfig {
   static_assert(kSmemBytes <= kKmeansSmemLimit, "shared memory");
 };
 
-template <int DC, int MT, int ROWS = kKmeansMmaRows, typename Cfg = KmeansMmaConfig<DC, MT, ROWS>>
+template <int DC, int MT, int ROWS = kKmeansMmaRows, int CHECK = 0,
+          typename Cfg = KmeansMmaConfig<DC, MT, ROWS, CHECK>>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
     KmeansMmaStepKernel(const __grid_constant__ KmeansArgs p) {
   constexpr int kRows = Cfg::kRows, kKp = Cfg::kKp, kStages = Cfg::kStages;
@@ -215,6 +219,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
     s = SumLanes<32>(s);
     if (lane == 0) csq[c] = s;
   }
+  // Checked step: s = sum_j c_j in column order (a lane reads its row's
+  // chunk 8 m + 4 e + t of s at the same offset, unswizzled).
+  float* s_s = reinterpret_cast<float*>(smem + Cfg::kOffS);
+  if constexpr (CHECK > 0) {
+    for (int e = tid; e < DC; e += Cfg::kThreads) {
+      float v = 0;
+      for (int c = 0; c < k && e < d; ++c) v += cg[static_cast<int64_t>(c) * d + e];
+      s_s[e] = v;
+    }
+  }
 
   const int64_t t_begin = blockIdx.x * p.tiles / gridDim.x;
   const int64_t t_end = (blockIdx.x + 1) * p.tiles / gridDim.x;
@@ -243,6 +257,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
   __syncthreads();    // fragments and csq
   uint32_t badc = 0;  // centroids with a non-finite ||c||^2
   for (int c = 0; c < k; ++c) badc |= isfinite(csq[c]) ? 0u : (1u << c);
+  float csq_tot = 0, row_margin = 0;  // the checked step's
+  int row_faults = 0;
+  if constexpr (CHECK > 0) {
+    for (int c = 0; c < k; ++c) csq_tot += csq[c];
+  }
 
   float sacc[MT][Cfg::kNTiles][4] = {};  // this warp's columns of the sums
   float inertia = 0, cnt = 0;            // cnt: weight of cluster `lane`
@@ -269,7 +288,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
     // Six accumulators per tile of centroids (three terms x two halves):
     // each mma waits for the previous one on its accumulator.
     float part[3][2][MT][4] = {};
-    float xsq = 0;
+    float xsq = 0, xsv = 0;  // xsv: x . s (checked step)
 #pragma unroll 2
     for (int m = kh; m < (pairs + 1) / 2; m += Cfg::kSplitK) {
 #pragma unroll
@@ -279,6 +298,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
         xsq = fma(v.y, v.y, xsq);
         xsq = fma(v.z, v.z, xsq);
         xsq = fma(v.w, v.w, xsq);
+        if constexpr (CHECK > 0) {
+          const float4 sv = *reinterpret_cast<const float4*>(s_s + 32 * m + 16 * e + 4 * t);
+          xsv = fma(v.x, sv.x, xsv);
+          xsv = fma(v.y, sv.y, xsv);
+          xsv = fma(v.z, sv.z, xsv);
+          xsv = fma(v.w, sv.w, xsv);
+        }
         uint32_t bh[4], bl[4];
         SplitTf32Trunc(v.x, bh[0], bl[0]);
         SplitTf32Trunc(v.y, bh[1], bl[1]);
@@ -319,6 +345,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
           for (int q = 0; q < 4; ++q) xf[mt * 4 + q] = acc[mt][q];
         }
         xf[4 * MT] = xsq;
+        if constexpr (CHECK > 0) xf[4 * MT + 1] = xsv;
       }
       asm volatile("bar.sync %0, 64;\n" ::"r"(1 + rg) : "memory");
       if (kh == 0) {
@@ -328,11 +355,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
           for (int q = 0; q < 4; ++q) acc[mt][q] += xf[mt * 4 + q];
         }
         xsq += xf[4 * MT];
+        if constexpr (CHECK > 0) xsv += xf[4 * MT + 1];
       }
     }
     if (kh == 0) {  // the rest of the distances: one warp per row group
       xsq += __shfl_xor_sync(0xffffffffu, xsq, 1);
       xsq += __shfl_xor_sync(0xffffffffu, xsq, 2);
+      if constexpr (CHECK > 0) {
+        xsv += __shfl_xor_sync(0xffffffffu, xsv, 1);
+        xsv += __shfl_xor_sync(0xffffffffu, xsv, 2);
+      }
       // Rows the tensor cores must not see: non-finite ||x||^2 or w^2 ||x||^2.
       const float wrow = ws[rb];
       const bool bad_row = !(isfinite(xsq) && isfinite(wrow * wrow * xsq));
@@ -384,9 +416,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
       // at the next barrier).
       float key[2];
       int idx[2];
+      // The checked step's S, ||x||^2 and x . s per row.
+      float dsum[2] = {}, xsq_row[2] = {}, xsv_row[2] = {};
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const float xs_row = __shfl_sync(0xffffffffu, xsq, 4 * (2 * t + j));
+        if constexpr (CHECK > 0) {
+          xsq_row[j] = xs_row;
+          xsv_row[j] = __shfl_sync(0xffffffffu, xsv, 4 * (2 * t + j));
+        }
         key[j] = KmeansInf(0.0f);
         idx[j] = kKp;
 #pragma unroll
@@ -394,11 +432,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int c = 16 * mt + 8 * h + g;
-            KmeansTakeMin(key[j], idx[j], KmeansKey(xs_row, acc[mt][2 * h + j], csq[c], c < k), c);
+            if constexpr (CHECK > 0) {
+              float dist;
+              const float kc = KmeansCheckedKey<CHECK>(xs_row, acc[mt][2 * h + j], csq[c], c < k,
+                                                       row0 + 8 * rg + 2 * t + j, c, p.check, dist);
+              dsum[j] += dist;
+              KmeansTakeMin(key[j], idx[j], kc, c);
+            } else {
+              KmeansTakeMin(key[j], idx[j], KmeansKey(xs_row, acc[mt][2 * h + j], csq[c], c < k),
+                            c);
+            }
           }
         }
       }
       KmeansMinOverFragmentRows(key, idx);
+      if constexpr (CHECK > 0) {
+        // S over the 8 lanes (g) of each row, then its check by lane g = 0.
+#pragma unroll
+        for (int off = 4; off <= 16; off *= 2) {
+          dsum[0] += __shfl_xor_sync(0xffffffffu, dsum[0], off);
+          dsum[1] += __shfl_xor_sync(0xffffffffu, dsum[1], off);
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int rt = 8 * rg + 2 * t + j;
+          if (g == 0 && row0 + rt < p.n) {
+            KmeansRowCheck(dsum[j], xsq_row[j], xsv_row[j], csq_tot, k, p.check, row_faults,
+                           row_margin);
+          }
+        }
+      }
       if (g == 0) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -494,6 +557,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
     }
   }
   CpAsyncWait<0>();
+  if constexpr (CHECK > 0) KmeansRowCheckFlush(p.check, row_faults, row_margin);
 
   // This block's partial: sums straight from the fragments, counts and
   // inertia added over the warps in order.
