@@ -101,7 +101,8 @@ def _chunk(x: np.ndarray, w: np.ndarray | None, i: int, rows: int):
     """Chunk ``i`` on the device, padded to ``rows`` with rows of weight zero: ``(x, w)``,
     where without sample weights ``w`` is the count of real rows (``_weights`` makes the
     weights on the device, so they do not cross the link)."""
-    lo, hi = i * rows, min((i + 1) * rows, x.shape[0])
+    lo = min(i * rows, x.shape[0])
+    hi = min(lo + rows, x.shape[0])
     xs = np.ascontiguousarray(x[lo:hi])
     if hi - lo < rows:
         xs = np.concatenate([xs, np.zeros((rows - (hi - lo), x.shape[1]), x.dtype)])
