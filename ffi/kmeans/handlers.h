@@ -24,18 +24,30 @@ namespace tsm2 {
 
 using xla::ffi::AnyBuffer;
 
-// tsm2_kmeans_step: one fused Lloyd step (assignment, sums, counts, inertia).
+// The fused step's operands: x [n, d], c [k, d], w [n] (acc).
 template <typename B>
-auto KmeansStepSignature(B binding) {
-  return std::move(binding)
+auto KmeansStepArgs(B&& binding) {
+  return std::forward<B>(binding)
       .template Arg<AnyBuffer>()   // x: [n, d]
       .template Arg<AnyBuffer>()   // c: [k, d]
-      .template Arg<AnyBuffer>()   // w: [n] (acc)
+      .template Arg<AnyBuffer>();  // w: [n] (acc)
+}
+
+// The fused step's results, before the variants' extra results and workspace.
+template <typename B>
+auto KmeansStepRets(B&& binding) {
+  return std::forward<B>(binding)
       .template Ret<AnyBuffer>()   // labels: s32[n]
       .template Ret<AnyBuffer>()   // mind: [n] (acc)
       .template Ret<AnyBuffer>()   // sums: [k, d] (acc)
       .template Ret<AnyBuffer>()   // counts: [k] (acc)
-      .template Ret<AnyBuffer>()   // inertia: [] (acc)
+      .template Ret<AnyBuffer>();  // inertia: [] (acc)
+}
+
+// tsm2_kmeans_step: one fused Lloyd step (assignment, sums, counts, inertia).
+template <typename B>
+auto KmeansStepSignature(B binding) {
+  return KmeansStepRets(KmeansStepArgs(std::move(binding)))
       .template Ret<AnyBuffer>();  // workspace: u8[bytes]
 }
 
@@ -43,15 +55,7 @@ auto KmeansStepSignature(B binding) {
 // (row_check.h): two more results before the workspace.
 template <typename B>
 auto KmeansStepCheckedSignature(B binding) {
-  return std::move(binding)
-      .template Arg<AnyBuffer>()   // x: [n, d]
-      .template Arg<AnyBuffer>()   // c: [k, d]
-      .template Arg<AnyBuffer>()   // w: [n] (acc)
-      .template Ret<AnyBuffer>()   // labels: s32[n]
-      .template Ret<AnyBuffer>()   // mind: [n] (acc)
-      .template Ret<AnyBuffer>()   // sums: [k, d] (acc)
-      .template Ret<AnyBuffer>()   // counts: [k] (acc)
-      .template Ret<AnyBuffer>()   // inertia: [] (acc)
+  return KmeansStepRets(KmeansStepArgs(std::move(binding)))
       .template Ret<AnyBuffer>()   // row_faults: s32[], rows that failed the check
       .template Ret<AnyBuffer>()   // row_margin: f32[], worst residual / threshold
       .template Ret<AnyBuffer>();  // workspace: u8[bytes]
@@ -63,19 +67,11 @@ auto KmeansStepCheckedSignature(B binding) {
 // campaign of faults (traced) compiles once.
 template <typename B>
 auto KmeansStepInjectSignature(B binding) {
-  return std::move(binding)
-      .template Arg<AnyBuffer>()   // x: [n, d]
-      .template Arg<AnyBuffer>()   // c: [k, d]
-      .template Arg<AnyBuffer>()   // w: [n] (acc)
-      .template Arg<AnyBuffer>()   // inject: s32[4] (active, row, centroid, bit)
-      .template Ret<AnyBuffer>()   // labels: s32[n]
-      .template Ret<AnyBuffer>()   // mind: [n] (acc)
-      .template Ret<AnyBuffer>()   // sums: [k, d] (acc)
-      .template Ret<AnyBuffer>()   // counts: [k] (acc)
-      .template Ret<AnyBuffer>()   // inertia: [] (acc)
-      .template Ret<AnyBuffer>()   // row_faults: s32[]
-      .template Ret<AnyBuffer>()   // row_margin: f32[]
-      .template Ret<AnyBuffer>();  // workspace: u8[bytes]
+  return KmeansStepRets(
+             KmeansStepArgs(std::move(binding)).template Arg<AnyBuffer>())  // inject: s32[4]
+      .template Ret<AnyBuffer>()                                            // row_faults: s32[]
+      .template Ret<AnyBuffer>()                                            // row_margin: f32[]
+      .template Ret<AnyBuffer>();                                           // workspace: u8[bytes]
 }
 
 // tsm2_kmeans_update: new centroids, empty clusters relocated (launcher.h).

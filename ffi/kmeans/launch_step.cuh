@@ -369,4 +369,17 @@ Status PlanKmeansStepWith(const DeviceKmeans& p, KmeansStepPlan* plan) {
   }
 }
 
+// The checked planner's specializations for every element type at CHECK,
+// one translation unit per CHECK (launch_step_checked.cu, _inject.cu).
+#define TSM2_KMEANS_STEP_CHECKED_FOR(E, CHECK)                                          \
+  template <>                                                                           \
+  Status PlanKmeansStepChecked<E, CHECK>(const DeviceKmeans& p, KmeansStepPlan* plan) { \
+    return PlanKmeansStepWith<CudaType<E>, KmeansTuning, CHECK>(p, plan);               \
+  }
+#define TSM2_KMEANS_STEP_CHECKED(CHECK)                \
+  TSM2_KMEANS_STEP_CHECKED_FOR(ElemType::kF32, CHECK)  \
+  TSM2_KMEANS_STEP_CHECKED_FOR(ElemType::kF64, CHECK)  \
+  TSM2_KMEANS_STEP_CHECKED_FOR(ElemType::kBF16, CHECK) \
+  TSM2_KMEANS_STEP_CHECKED_FOR(ElemType::kF16, CHECK)
+
 }  // namespace tsm2

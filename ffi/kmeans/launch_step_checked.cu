@@ -5,21 +5,6 @@
 
 namespace tsm2 {
 
-template <>
-Status PlanKmeansStepChecked<ElemType::kF32, 1>(const DeviceKmeans& p, KmeansStepPlan* plan) {
-  return PlanKmeansStepWith<CudaType<ElemType::kF32>, KmeansTuning, 1>(p, plan);
-}
-template <>
-Status PlanKmeansStepChecked<ElemType::kF64, 1>(const DeviceKmeans& p, KmeansStepPlan* plan) {
-  return PlanKmeansStepWith<CudaType<ElemType::kF64>, KmeansTuning, 1>(p, plan);
-}
-template <>
-Status PlanKmeansStepChecked<ElemType::kBF16, 1>(const DeviceKmeans& p, KmeansStepPlan* plan) {
-  return PlanKmeansStepWith<CudaType<ElemType::kBF16>, KmeansTuning, 1>(p, plan);
-}
-template <>
-Status PlanKmeansStepChecked<ElemType::kF16, 1>(const DeviceKmeans& p, KmeansStepPlan* plan) {
-  return PlanKmeansStepWith<CudaType<ElemType::kF16>, KmeansTuning, 1>(p, plan);
-}
+TSM2_KMEANS_STEP_CHECKED(1)
 
 }  // namespace tsm2

@@ -7,21 +7,6 @@
 
 namespace tsm2 {
 
-template <>
-Status PlanKmeansStepChecked<ElemType::kF32, 2>(const DeviceKmeans& p, KmeansStepPlan* plan) {
-  return PlanKmeansStepWith<CudaType<ElemType::kF32>, KmeansTuning, 2>(p, plan);
-}
-template <>
-Status PlanKmeansStepChecked<ElemType::kF64, 2>(const DeviceKmeans& p, KmeansStepPlan* plan) {
-  return PlanKmeansStepWith<CudaType<ElemType::kF64>, KmeansTuning, 2>(p, plan);
-}
-template <>
-Status PlanKmeansStepChecked<ElemType::kBF16, 2>(const DeviceKmeans& p, KmeansStepPlan* plan) {
-  return PlanKmeansStepWith<CudaType<ElemType::kBF16>, KmeansTuning, 2>(p, plan);
-}
-template <>
-Status PlanKmeansStepChecked<ElemType::kF16, 2>(const DeviceKmeans& p, KmeansStepPlan* plan) {
-  return PlanKmeansStepWith<CudaType<ElemType::kF16>, KmeansTuning, 2>(p, plan);
-}
+TSM2_KMEANS_STEP_CHECKED(2)
 
 }  // namespace tsm2
