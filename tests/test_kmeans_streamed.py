@@ -117,3 +117,19 @@ def test_the_estimator_streams_data_over_its_budget(tmp_path):
     assert streamed.get_params()["device_memory_budget"] == x.nbytes // 3
     with pytest.raises(ValueError, match="device_memory_budget"):
         KMeans(4, device_memory_budget=-1).fit(x)
+
+
+def test_the_estimator_passes_host_pinning_to_the_stream():
+    rng = np.random.default_rng(8)
+    x = blobs(rng, 1500, 5, 3)
+    budget = x.nbytes // 3
+    copied = KMeans(3, init=x[:3], device_memory_budget=budget, host_pinning=False).fit(x)
+    assert copied.get_params()["host_pinning"] is False
+    auto = KMeans(3, init=x[:3], device_memory_budget=budget).fit(x)
+    np.testing.assert_allclose(copied.cluster_centers_, auto.cluster_centers_, rtol=1e-6)
+    if out_of_core.stream_path(x, 3, budget).pinned:
+        pytest.skip("this host pins: host_pinning=True does not raise here")
+    with pytest.raises(ValueError, match="host_pinning=True"):
+        KMeans(3, device_memory_budget=budget, host_pinning=True).fit(x)
+    with pytest.raises(ValueError, match="host_pinning must be"):
+        KMeans(3, device_memory_budget=budget, host_pinning="yes").fit(x)

@@ -53,6 +53,7 @@ _PARAMS = (
     "random_state",
     "precision",
     "device_memory_budget",
+    "host_pinning",
     "fault_tolerance",
 )
 
@@ -149,6 +150,9 @@ class KMeans(*_BASES):
         (:func:`jax_tsm2.clustering.out_of_core.kmeans_streamed`; one restart, init on a
         sample). None: stream only data larger than half of the device's memory, with
         that half as the budget.
+      host_pinning: for streamed data, whether ``fit`` page-locks ``X`` in place and has the
+        GPU read it (``kmeans_streamed``'s ``host_pinning``): None pins where it can (not a
+        memmap), True pins or raises ValueError, False copies chunk by chunk.
       precision: how f32 distances are multiplied on the GPU: ``"float32"`` (f32
         accuracy) or ``"tensorfloat32"`` (one TF32 product: faster at large k and d, dot
         products off by up to ~2^-10 of ``sum |x_i c_i|``); see
@@ -206,6 +210,7 @@ class KMeans(*_BASES):
         tol: float = 1e-4,
         random_state: Any = None,
         device_memory_budget: int | None = None,
+        host_pinning: bool | None = None,
         precision: str = "float32",
         fault_tolerance: bool = False,
     ) -> None:
@@ -216,6 +221,7 @@ class KMeans(*_BASES):
         self.tol = tol
         self.random_state = random_state
         self.device_memory_budget = device_memory_budget
+        self.host_pinning = host_pinning
         self.precision = precision
         self.fault_tolerance = fault_tolerance
 
@@ -278,6 +284,7 @@ class KMeans(*_BASES):
                 tol=self.tol,
                 sample_weight=None if sample_weight is None else np.asarray(sample_weight),
                 precision=self.precision,
+                host_pinning=self.host_pinning,
             )
         else:
             state = core.kmeans(
