@@ -164,6 +164,7 @@ def _campaign(x, k: int, init, args, rng) -> dict[str, Any]:
     )
     out: dict[str, Any] = {"clean_faults_detected": int(clean.faults_detected),
                            "clean_iterations": steps}  # fmt: skip
+    t0 = time.perf_counter()
     for kind in KINDS:
         rows = []
         for _ in range(args.faults):
@@ -201,6 +202,9 @@ def _campaign(x, k: int, init, args, rng) -> dict[str, Any]:
                        unresolved=bool(f.fault_unresolved))  # fmt: skip
             rows.append(rec)
         out[kind] = {"faults": rows, "summary": _summary(rows)}
+        s = out[kind]["summary"]
+        print(f"  {kind} flips: {s['detected']} detected of {s['injected']} "
+              f"({time.perf_counter() - t0:.0f} s into the campaign)", flush=True)  # fmt: skip
     return out
 
 
@@ -249,6 +253,8 @@ def run_case(n: int, d: int, k: int, args, rng) -> dict[str, Any]:
     res["seconds_per_iteration"] = per
     res["overhead"] = per["checked"] / per["plain"] - 1 if per["plain"] > 0 else None
     res["invariants_seconds"] = _invariants_seconds(xc, x_sq, w, args.repeats)
+    print(f"n={n} d={d} k={k}: plain {per['plain'] * 1e3:.3f} ms, checked "
+          f"{per['checked'] * 1e3:.3f} ms per iteration", flush=True)  # fmt: skip
     ratios = np.asarray(core._check_ratios(jax.random.key(0), x, None, init, k=k,
                                            iters=args.margin_iters))  # fmt: skip
     res["margin"] = dict(zip(("columns", "counts", "distances", "rows"),
