@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import math
 from collections.abc import Callable
@@ -39,9 +38,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
-from jax_tsm2.clustering import core
+from jax_tsm2.clustering import chunk_work, core, program_passes
 
 __all__ = ["StreamPath", "StreamPlan", "kmeans_streamed", "plan_chunks", "stream_path"]
 
@@ -99,7 +97,7 @@ def plan_chunks(
 
 def _chunk(x: np.ndarray, w: np.ndarray | None, i: int, rows: int):
     """Chunk ``i`` on the device, padded to ``rows`` with rows of weight zero: ``(x, w)``,
-    where without sample weights ``w`` is the count of real rows (``_weights`` makes the
+    where without sample weights ``w`` is the count of real rows (``chunk_work.weights`` makes the
     weights on the device, so they do not cross the link)."""
     lo = min(i * rows, x.shape[0])
     hi = min(lo + rows, x.shape[0])
@@ -111,13 +109,6 @@ def _chunk(x: np.ndarray, w: np.ndarray | None, i: int, rows: int):
     ws = np.zeros(rows, np.float32)
     ws[: hi - lo] = w[lo:hi]
     return jax.device_put(xs), jax.device_put(ws)
-
-
-def _weights(w: jax.Array, rows: int, dtype: Any) -> jax.Array:
-    """A chunk's row weights: ``w`` itself, or ones on its ``w`` real rows (a count)."""
-    if w.ndim == 0:
-        return (jnp.arange(rows) < w).astype(dtype)
-    return w.astype(dtype)
 
 
 def _passes(x, w, plan: StreamPlan, fn: Callable, carry):
@@ -140,22 +131,11 @@ def _passes(x, w, plan: StreamPlan, fn: Callable, carry):
     return carry
 
 
-@jax.jit
-def _moments(x, w):
-    """Weight, weighted mean and centred sum of squares of one chunk (for Chan's merge)."""
-    xa = x.astype(core._acc_dtype(x.dtype))
-    wa = _weights(w, x.shape[0], xa.dtype)
-    total = jnp.sum(wa)
-    mean = jnp.sum(wa[:, None] * xa, axis=0) / jnp.where(total > 0, total, 1)
-    m2 = jnp.sum(wa[:, None] * (xa - mean) ** 2, axis=0)
-    return total, mean, m2
-
-
 def _streamed_moments(x, w, plan) -> list[tuple]:
-    """Each chunk's ``_moments``, copied chunk by chunk."""
+    """Each chunk's ``chunk_work.moments``, copied chunk by chunk."""
 
     def add(acc, xc, wc, i):
-        parts = _moments(xc, wc)
+        parts = chunk_work.moments(xc, wc)
         return [*acc, parts], parts[0]
 
     return _passes(x, w, plan, add, [])
@@ -180,35 +160,6 @@ def _merge_moments(parts, d: int):
 def _mean_and_variance(x, w, plan):
     """Weighted mean and mean per-feature variance over all chunks, merged in float64."""
     return _merge_moments(_streamed_moments(x, w, plan), x.shape[1])
-
-
-def _centre(x, w, mu):
-    acc = core._acc_dtype(x.dtype)
-    xc = core._rounded(x.astype(acc) - mu, x.dtype)
-    return xc, core._sq_norms(xc), _weights(w, x.shape[0], acc)
-
-
-@functools.partial(jax.jit, static_argnames="precision")
-def _chunk_step(x, w, c, mu, labels_old, precision="float32"):
-    """One chunk's share of an iteration: sums, weights, inertia, changed labels, and the
-    chunk's k points farthest from their centres (padding rows never among them)."""
-    k = c.shape[0]
-    xc, x_sq, wa = _centre(x, w, mu)
-    s = core._step(xc, x_sq, wa, c, k, precision=precision)
-    mind = jnp.where(wa > 0, s.mind, -1)
-    far, idx = lax.top_k(mind, min(k, x.shape[0]))
-    changed = jnp.sum((s.labels != labels_old) & (wa > 0))
-    cand = (far, xc[idx].astype(c.dtype), wa[idx], s.labels[idx])
-    return s.sums, s.counts, s.inertia, changed, s.labels, cand
-
-
-@jax.jit
-def _merge_candidates(a, b):
-    """The k farthest of two candidate sets."""
-    k = a[0].shape[0]
-    both = tuple(jnp.concatenate([u, v]) for u, v in zip(a, b, strict=True))
-    top, idx = lax.top_k(both[0], k)
-    return (top, *(p[idx] for p in both[1:]))
 
 
 @jax.jit
@@ -263,11 +214,11 @@ class _CopiedPasses:
 
         def step(carry, xc, wc, i):
             sums, counts, inertia, changed, cand, out = carry
-            s, cnt, ine, ch, lab, cd = _chunk_step(
+            s, cnt, ine, ch, lab, cd = chunk_work.step(
                 xc, wc, c, mu, self._old(i), precision=self.precision
             )
             lab.copy_to_host_async()
-            cand = cd if cand is None else _merge_candidates(cand, cd)
+            cand = cd if cand is None else chunk_work.merge_candidates(cand, cd)
             return (sums + s, counts + cnt, inertia + ine, changed + ch, cand, _keep(out, lab)), ine
 
         k, acc = c.shape[0], c.dtype
@@ -280,7 +231,7 @@ class _CopiedPasses:
 
         def step(carry, xc, wc, i):
             inertia, out = carry
-            _, _, ine, _, lab, _ = _chunk_step(
+            _, _, ine, _, lab, _ = chunk_work.step(
                 xc, wc, c, mu, self._old(i), precision=self.precision
             )
             lab.copy_to_host_async()
@@ -301,8 +252,6 @@ class _ProgramPasses:
     (``program_passes``); the labels live on the device until ``host_labels``."""
 
     def __init__(self, read, source, w, n: int, plan: StreamPlan, precision: str):
-        from jax_tsm2.clustering import program_passes
-
         self.pp = program_passes
         self.source = source
         self.kw = {"read": read, "rows": plan.rows, "chunks": plan.chunks, "n": n}

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_tsm2.clustering import out_of_core as ooc
+from jax_tsm2.clustering import chunk_work
 
 #: ``read(source, i) -> (rows, d)``: chunk ``i`` of the data, zeros past its last row.
 Reader = Callable[[Any, jax.Array], jax.Array]
@@ -40,15 +40,16 @@ def _chunk_weights(w_all: jax.Array | None, i: jax.Array, rows: int, n: int) -> 
 
 @functools.partial(jax.jit, static_argnames=("read", "rows", "chunks", "n"))
 def moments(source, w_all, *, read: Reader, rows: int, chunks: int, n: int):
-    """Each chunk's weight, weighted mean and centred sum of squares (``out_of_core._moments``),
+    """Each chunk's weight, weighted mean and centred sum of squares (``chunk_work.moments``),
     as arrays over the chunks, for the float64 merge on the host."""
 
     def body(i, acc):
-        parts = ooc._moments(read(source, i), _chunk_weights(w_all, i, rows, n))
+        parts = chunk_work.moments(read(source, i), _chunk_weights(w_all, i, rows, n))
         return tuple(a.at[i].set(p) for a, p in zip(acc, parts, strict=True))
 
     shapes = jax.eval_shape(
-        lambda i: ooc._moments(read(source, i), _chunk_weights(w_all, i, rows, n)), jnp.int32(0)
+        lambda i: chunk_work.moments(read(source, i), _chunk_weights(w_all, i, rows, n)),
+        jnp.int32(0),
     )
     init = tuple(jnp.zeros((chunks, *s.shape), s.dtype) for s in shapes)
     return lax.fori_loop(0, chunks, body, init)
@@ -80,11 +81,11 @@ def iteration(
     def body(i, carry):
         sums, counts, inertia, changed, cand, labels = carry
         old = lax.dynamic_slice(labels, (i * rows,), (rows,))
-        s, cnt, ine, ch, lab, cd = ooc._chunk_step(
+        s, cnt, ine, ch, lab, cd = chunk_work.step(
             read(source, i), _chunk_weights(w_all, i, rows, n), c, mu, old, precision=precision
         )
         labels = lax.dynamic_update_slice(labels, lab, (i * rows,))
-        cand = ooc._merge_candidates(cand, cd)
+        cand = chunk_work.merge_candidates(cand, cd)
         changed = changed + ch.astype(changed.dtype)
         return sums + s, counts + cnt, inertia + ine, changed, cand, labels
 
@@ -106,7 +107,7 @@ def final(
     def body(i, carry):
         inertia, labels = carry
         old = lax.dynamic_slice(labels, (i * rows,), (rows,))
-        _, _, ine, _, lab, _ = ooc._chunk_step(
+        _, _, ine, _, lab, _ = chunk_work.step(
             read(source, i), _chunk_weights(w_all, i, rows, n), c, mu, old, precision=precision
         )
         return inertia + ine, lax.dynamic_update_slice(labels, lab, (i * rows,))
