@@ -346,6 +346,38 @@ def test_encode_kernels_count_subnormal_inputs_in_the_flush_row():
     assert_stats_close(stats, a, b)
 
 
+def _one_power_of_two_per_column(rng, rows, cols, dtype):
+    """At most one nonzero per column, +-2^e with |e| <= 3 (every tenth column zero)."""
+    x = np.zeros((rows, cols))
+    at = rng.integers(0, rows, cols)
+    val = rng.choice([-1.0, 1.0], cols) * np.exp2(rng.integers(-3, 4, cols))
+    x[at, np.arange(cols)] = np.where(np.arange(cols) % 10 == 9, 0.0, val)
+    return jnp.asarray(x, dtype)
+
+
+# B's (k, n): one row and rows within one block's step (one split), rows split over blocks
+# (k = 257, 1000, 20011); rows not a whole number of 16-byte vectors (element loads: n = 1,
+# 3, 129), rows of fewer than 32 lanes (n = 64 but f64) and of 32 lanes (n = 640, 128; n = 64
+# for f64), whose weights are staged in shared memory.
+EXACT_SHAPES = [(k, n) for k in (1, 7, 257, 1000) for n in (1, 3, 64, 129, 640)] + [(20_011, 128)]
+
+
+@pytest.mark.parametrize(("k", "n"), EXACT_SHAPES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_encode_kernels_are_bitwise_the_reference_where_every_sum_is_exact(dtype, k, n):
+    """With one +-2^e per column of A and of B, every sum of both passes is exact in any
+    order: the kernels' outputs are bitwise the CPU reference's, so each row of B met
+    its own row's weights (A's column values) whatever the plan."""
+    rng = np.random.default_rng(k * 7 + n)
+    m = 61
+    a = _one_power_of_two_per_column(rng, m, k, dtype)
+    b = _one_power_of_two_per_column(rng, k, n, dtype)
+    for acc in {acc_of(dtype), jnp.float64}:
+        got = np.asarray(_encode(a, b, acc=acc))
+        want = np.asarray(_on_cpu(_encode, a, b, acc=acc))
+        np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
 @pytest.mark.parametrize(("m", "k", "n"), PASS_SHAPES[:-1])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
 def test_verify_kernels_give_the_reference_residuals_and_thresholds(dtype, m, k, n):
