@@ -513,7 +513,8 @@ count = 0
 rng = np.random.default_rng(0)
 for dtype in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16):
     acc = acc_of(dtype)
-    for m, k, n in ((1, 1, 1), (7, 3, 5), (1031, 129, 4), (5000, 16, 33), (3, 40, 4097)):
+    for m, k, n in ((1, 1, 1), (7, 3, 5), (1031, 129, 4), (5000, 16, 33), (3, 40, 4097),
+                    (40, 300, 640)):
         a, b, c = repair_case(rng, m, k, n, dtype)
         stats = jax.block_until_ready(abft_calls.encode(a, b, acc=acc))
         model = jnp.asarray(
@@ -529,7 +530,9 @@ print("sweep calls:", count)
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 def test_pass_kernels_sanitizers_report_no_errors(tmp_path, tool):
     """The pass kernels stage rows in shared memory (cp.async) and reuse it for the warps'
-    reduction: memcheck, racecheck and synccheck over odd shapes of every dtype."""
+    reduction, and the pass over B stages its weights there for the whole warp (k = 300,
+    n = 640: rows of 32 lanes, split): memcheck, racecheck and synccheck over odd shapes of
+    every dtype."""
     import shutil
 
     from test_gpu_sanitizer import _assert_sanitizer_clean
