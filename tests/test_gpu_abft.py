@@ -313,9 +313,10 @@ def _on_cpu(f, *args, **kw):
 
 
 # Shapes: one element; rows not a whole number of vectors (element loads); narrow (lanes < 32);
-# a prime past a tile; many split rows; wide; and the benchmark's.
+# a prime past a tile; many split rows; wide; B's rows of 32 lanes, split (its weights staged
+# in shared memory); and the benchmark's.
 PASS_SHAPES = [(1, 1, 1), (7, 3, 5), (1031, 129, 4), (20_011, 37, 16), (100_003, 8, 33),
-               (33, 2049, 4097), (8192, 8192, 64)]  # fmt: skip
+               (33, 2049, 4097), (257, 3001, 640), (8192, 8192, 64)]  # fmt: skip
 
 
 @pytest.mark.parametrize(("m", "k", "n"), PASS_SHAPES)
@@ -397,7 +398,9 @@ def test_verify_kernels_give_the_reference_residuals_and_thresholds(dtype, m, k,
     assert (np.abs(as_f64(resid)) <= as_f64(t)).all()
 
 
-@pytest.mark.parametrize(("m", "k", "n"), [(1031, 129, 4), (100_003, 8, 33), (8192, 8192, 64)])
+@pytest.mark.parametrize(
+    ("m", "k", "n"), [(1031, 129, 4), (100_003, 8, 33), (257, 3001, 640), (8192, 8192, 64)]
+)
 def test_passes_are_bitwise_reproducible(m, k, n):
     rng = np.random.default_rng(3)
     a, b = rand(rng, (m, k), jnp.float32), rand(rng, (k, n), jnp.float32)
