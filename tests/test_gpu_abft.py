@@ -313,9 +313,10 @@ def _on_cpu(f, *args, **kw):
 
 
 # Shapes: one element; rows not a whole number of vectors (element loads); narrow (lanes < 32);
-# a prime past a tile; many split rows; wide; and the benchmark's.
+# a prime past a tile; many split rows; wide; B's rows of 32 lanes, split (its weights staged
+# in shared memory); and the benchmark's.
 PASS_SHAPES = [(1, 1, 1), (7, 3, 5), (1031, 129, 4), (20_011, 37, 16), (100_003, 8, 33),
-               (33, 2049, 4097), (8192, 8192, 64)]  # fmt: skip
+               (33, 2049, 4097), (257, 3001, 640), (8192, 8192, 64)]  # fmt: skip
 
 
 @pytest.mark.parametrize(("m", "k", "n"), PASS_SHAPES)
@@ -346,6 +347,38 @@ def test_encode_kernels_count_subnormal_inputs_in_the_flush_row():
     assert_stats_close(stats, a, b)
 
 
+def _one_power_of_two_per_column(rng, rows, cols, dtype):
+    """At most one nonzero per column, +-2^e with |e| <= 3 (every tenth column zero)."""
+    x = np.zeros((rows, cols))
+    at = rng.integers(0, rows, cols)
+    val = rng.choice([-1.0, 1.0], cols) * np.exp2(rng.integers(-3, 4, cols))
+    x[at, np.arange(cols)] = np.where(np.arange(cols) % 10 == 9, 0.0, val)
+    return jnp.asarray(x, dtype)
+
+
+# B's (k, n): one row and rows within one block's step (one split), rows split over blocks
+# (k = 257, 1000, 20011); rows not a whole number of 16-byte vectors (element loads: n = 1,
+# 3, 129), rows of fewer than 32 lanes (n = 64 but f64) and of 32 lanes (n = 640, 128; n = 64
+# for f64), whose weights are staged in shared memory.
+EXACT_SHAPES = [(k, n) for k in (1, 7, 257, 1000) for n in (1, 3, 64, 129, 640)] + [(20_011, 128)]
+
+
+@pytest.mark.parametrize(("k", "n"), EXACT_SHAPES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+def test_encode_kernels_are_bitwise_the_reference_where_every_sum_is_exact(dtype, k, n):
+    """With one +-2^e per column of A and of B, every sum of both passes is exact in any
+    order: the kernels' outputs are bitwise the CPU reference's, so each row of B met
+    its own row's weights (A's column values) whatever the plan."""
+    rng = np.random.default_rng(k * 7 + n)
+    m = 61
+    a = _one_power_of_two_per_column(rng, m, k, dtype)
+    b = _one_power_of_two_per_column(rng, k, n, dtype)
+    for acc in {acc_of(dtype), jnp.float64}:
+        got = np.asarray(_encode(a, b, acc=acc))
+        want = np.asarray(_on_cpu(_encode, a, b, acc=acc))
+        np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
 @pytest.mark.parametrize(("m", "k", "n"), PASS_SHAPES[:-1])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
 def test_verify_kernels_give_the_reference_residuals_and_thresholds(dtype, m, k, n):
@@ -365,7 +398,9 @@ def test_verify_kernels_give_the_reference_residuals_and_thresholds(dtype, m, k,
     assert (np.abs(as_f64(resid)) <= as_f64(t)).all()
 
 
-@pytest.mark.parametrize(("m", "k", "n"), [(1031, 129, 4), (100_003, 8, 33), (8192, 8192, 64)])
+@pytest.mark.parametrize(
+    ("m", "k", "n"), [(1031, 129, 4), (100_003, 8, 33), (257, 3001, 640), (8192, 8192, 64)]
+)
 def test_passes_are_bitwise_reproducible(m, k, n):
     rng = np.random.default_rng(3)
     a, b = rand(rng, (m, k), jnp.float32), rand(rng, (k, n), jnp.float32)
@@ -481,7 +516,8 @@ count = 0
 rng = np.random.default_rng(0)
 for dtype in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16):
     acc = acc_of(dtype)
-    for m, k, n in ((1, 1, 1), (7, 3, 5), (1031, 129, 4), (5000, 16, 33), (3, 40, 4097)):
+    for m, k, n in ((1, 1, 1), (7, 3, 5), (1031, 129, 4), (5000, 16, 33), (3, 40, 4097),
+                    (40, 300, 640)):
         a, b, c = repair_case(rng, m, k, n, dtype)
         stats = jax.block_until_ready(abft_calls.encode(a, b, acc=acc))
         model = jnp.asarray(
@@ -497,7 +533,9 @@ print("sweep calls:", count)
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 def test_pass_kernels_sanitizers_report_no_errors(tmp_path, tool):
     """The pass kernels stage rows in shared memory (cp.async) and reuse it for the warps'
-    reduction: memcheck, racecheck and synccheck over odd shapes of every dtype."""
+    reduction, and the pass over B stages its weights there for the whole warp (k = 300,
+    n = 640: rows of 32 lanes, split): memcheck, racecheck and synccheck over odd shapes of
+    every dtype."""
     import shutil
 
     from test_gpu_sanitizer import _assert_sanitizer_clean

@@ -25,7 +25,7 @@ Status PlanPass(int64_t rows, int64_t cols, ColsumsPlan* plan) {
   int per_sm = 0, sms = 0;
   // Planned (and the shared-memory opt-in set) for the staged path, the larger.
   TSM2_CUDA_RETURN_IF_ERROR(
-      BlocksPerSm(kernel, kColsumsThreads, AbftPassSmemBytes<T>(true), &per_sm));
+      BlocksPerSm(kernel, kColsumsThreads, AbftPassSmemBytes<T, kPass>(true), &per_sm));
   TSM2_CUDA_RETURN_IF_ERROR(SmCount(&sms));
   const int64_t resident = int64_t{std::max(1, std::min(per_sm, kColsumsMaxBlocksPerSm))} * sms;
   *plan = PlanAbftPass(static_cast<int>(sizeof(T)), kAbftSlots<T, kPass>, rows, cols, resident);
@@ -44,7 +44,7 @@ Status RunPass(AbftPassArgs a, const ColsumsPlan& s, cudaStream_t stream) {
   a.split_len = s.split_len;
   a.lanes = s.lanes;
   a.vec_ok = a.cols % kVec<T> == 0 && reinterpret_cast<uintptr_t>(a.data) % 16 == 0;
-  const int smem = AbftPassSmemBytes<T>(a.vec_ok);
+  const int smem = AbftPassSmemBytes<T, kPass>(a.vec_ok);
   AbftPassKernel<T, kPass, kInject>
       <<<static_cast<unsigned>(s.Blocks()), kColsumsThreads, smem, stream>>>(a);
   TSM2_RETURN_IF_LAUNCH_FAILED("AbftPassKernel");

@@ -14,9 +14,12 @@
 //   its half-ulps for bf16/f16); finished into the residuals and thresholds.
 //
 // A row's weights come from its index (RowWeights: a hash and a ramp) in
-// passes A and C, and from A's column values in pass B. Slots of a warp are
-// added by a fixed butterfly, warps in warp order, splits in split order by
-// AbftPassFinishKernel (a warp per column): results depend on the plan alone.
+// passes A and C, and from A's column values in pass B: copied into shared
+// memory with the row's data (rows of 32 lanes), so that they arrive with it
+// rather than an L2 round trip after it, or else read per row. Slots of a
+// warp are added by a fixed butterfly, warps in warp order, splits in split
+// order by AbftPassFinishKernel (a warp per column): results depend on the
+// plan alone.
 // The final values are written by whoever holds a column's total: the pass
 // kernel itself when rows are not split, else the finish kernel.
 //
@@ -273,16 +276,44 @@ constexpr int kAbftStages = 4;
 constexpr int kAbftStageBytes =
     kAbftStages * kColsumsRowsInFlight * kColsumsThreads * static_cast<int>(sizeof(uint4));
 
-// Dynamic shared memory of a pass: the stages, or (rows not a whole number of
-// vectors: synchronous loads) just the warps' reduction buffers, which reuse
-// the stages' memory after the loop.
+// Pass B's weights of a row as staged: v1h, v2h, alpha, nu, sub, and for f64
+// data (double-double sums) the low parts v1l, v2l after v1h and v2h.
+template <typename T>
+inline constexpr int kAbftBWeights = kAbftDD<T> ? 7 : 5;
+
+// The global slot (row of A's column values, FinishColumn's order) of staged weight j.
+template <typename T>
+__device__ __forceinline__ int AbftBWeightSlot(int j) {
+  if constexpr (kAbftDD<T>) {
+    return j;
+  } else {
+    return j < 2 ? 2 * j : j + 2;
+  }
+}
+
+// Pass B's weights ring, after the data stages: for rows of 32 lanes (a warp's
+// rows of a stage are its kColsumsRowsInFlight rows), each warp copies its
+// rows' weights with the stage's data, so that a row's weights are in shared
+// memory when its data is, instead of an L2 round trip per row after it.
+template <typename T, int kPass>
+constexpr int AbftWeightRingBytes() {
+  return kPass == kAbftPassB ? kAbftStages * (kColsumsThreads / 32) * kColsumsRowsInFlight *
+                                   kAbftBWeights<T> * static_cast<int>(sizeof(double))
+                             : 0;
+}
+
+// Dynamic shared memory of a pass: the stages (and pass B's weights ring), or
+// (rows not a whole number of vectors: synchronous loads) just the warps'
+// reduction buffers, which reuse the stages' memory after the loop.
 template <typename T>
 constexpr int AbftReduceBytes() {
   return (kColsumsThreads / 32) * 32 * kVec<T> * 8 * (kAbftDD<T> ? 2 : 1);
 }
-template <typename T>
+template <typename T, int kPass>
 constexpr int AbftPassSmemBytes(bool staged) {
-  return staged && kAbftStageBytes > AbftReduceBytes<T>() ? kAbftStageBytes : AbftReduceBytes<T>();
+  return staged && kAbftStageBytes + AbftWeightRingBytes<T, kPass>() > AbftReduceBytes<T>()
+             ? kAbftStageBytes + AbftWeightRingBytes<T, kPass>()
+             : AbftReduceBytes<T>();
 }
 
 template <typename T, int kPass, bool kInject>
@@ -310,8 +341,10 @@ __global__ void __launch_bounds__(kColsumsThreads)
     for (int r = 0; r < kScale; ++r) sc[r][e] = 0.0;
   }
 
-  // Adds rows base + u * stride (u < U) held in cur.
-  auto process = [&](int64_t base, const uint4(&cur)[U]) {
+  // Adds rows base + u * stride (u < U) held in cur. Pass B: staged_w (a
+  // std::bool_constant) says whether ws holds the rows' weights (kAbftBWeights
+  // per row, row u at ws + u * kAbftBWeights), else they come from a_values.
+  auto process = [&](int64_t base, const uint4(&cur)[U], auto staged_w, const double* ws) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t row = base + u * stride;
@@ -319,13 +352,24 @@ __global__ void __launch_bounds__(kColsumsThreads)
       AccType<T> xs[V];
       Unpack<T>(cur[u], xs);
       if constexpr (kPass == kAbftPassB) {
-        // A's column values for row `row` of B: L1/L2 hits shared by the lanes of a row.
-        const double* w = p.a_values;
-        const int64_t k = p.rows;
-        const double v1h = __ldg(w + 0 * k + row), v1l = __ldg(w + 1 * k + row);
-        const double v2h = __ldg(w + 2 * k + row), v2l = __ldg(w + 3 * k + row);
-        const double alpha = __ldg(w + 4 * k + row), nu = __ldg(w + 5 * k + row);
-        const double sub = __ldg(w + 6 * k + row);
+        double v1h, v1l = 0.0, v2h, v2l = 0.0, alpha, nu, sub;
+        if constexpr (decltype(staged_w)::value) {
+          const double* w = ws + u * kAbftBWeights<T>;
+          if constexpr (kAbftDD<T>) {
+            v1h = w[0], v1l = w[1], v2h = w[2], v2l = w[3];
+            alpha = w[4], nu = w[5], sub = w[6];
+          } else {  // AddExt reads no low parts
+            v1h = w[0], v2h = w[1], alpha = w[2], nu = w[3], sub = w[4];
+          }
+        } else {
+          // A's column values for row `row` of B: L1/L2 hits shared by the lanes of a row.
+          const double* w = p.a_values;
+          const int64_t k = p.rows;
+          v1h = __ldg(w + 0 * k + row), v1l = __ldg(w + 1 * k + row);
+          v2h = __ldg(w + 2 * k + row), v2l = __ldg(w + 3 * k + row);
+          alpha = __ldg(w + 4 * k + row), nu = __ldg(w + 5 * k + row);
+          sub = __ldg(w + 6 * k + row);
+        }
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           const double x = static_cast<double>(xs[e]), ax = Fabs(x);
@@ -362,39 +406,71 @@ __global__ void __launch_bounds__(kColsumsThreads)
   const int64_t first = r_begin + slot;
   if (p.vec_ok) {
     // Stage i holds rows first + i * step + u * stride; each thread reads back only the
-    // slots it filled itself, so no barrier orders the stages.
+    // slots it filled itself, so no barrier orders the data stages.
     uint4* stage = reinterpret_cast<uint4*>(abft_smem);
     const T* data = static_cast<const T*>(p.data);
-    auto issue = [&](int st, int64_t base) {
+    // Pass B's weights ring (rows of 32 lanes): lane c < U * kAbftBWeights of a warp copies
+    // weight c % kAbftBWeights of its row c / kAbftBWeights into its warp's slice of the
+    // stage, in the stage's group. The lanes of a warp read each other's copies: with
+    // every lane on the same rows (slot == warp), a warp's loop is uniform, and
+    // __syncwarp orders the copies with the reads.
+    constexpr int kW = kPass == kAbftPassB ? kAbftBWeights<T> : 1;
+    double* ring = reinterpret_cast<double*>(abft_smem + kAbftStageBytes);
+    const int w_u = lane / kW;
+    const bool w_copier = w_u < U;
+    const int64_t w_src = static_cast<int64_t>(AbftBWeightSlot<T>(lane % kW)) * p.rows +
+                          static_cast<int64_t>(w_u) * stride;
+    auto run = [&](auto staged_w) {
+      constexpr bool kStagedW = decltype(staged_w)::value;
+      auto issue = [&](int st, int64_t base) {
+        if constexpr (kStagedW) {
+          if (w_copier) {
+            const bool valid = base + w_u * stride < r_end;
+            CpAsync8(&ring[(st * (kColsumsThreads / 32) + warp) * U * kW + lane],
+                     valid ? p.a_values + w_src + base : p.a_values, valid);
+          }
+        }
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t row = base + u * stride;
-        const bool valid = row < r_end && col < p.cols;
-        CpAsync16(&stage[(st * U + u) * kColsumsThreads + threadIdx.x],
-                  valid ? data + row * p.cols + col : data, valid);
+        for (int u = 0; u < U; ++u) {
+          const int64_t row = base + u * stride;
+          const bool valid = row < r_end && col < p.cols;
+          CpAsync16(&stage[(st * U + u) * kColsumsThreads + threadIdx.x],
+                    valid ? data + row * p.cols + col : data, valid);
+        }
+        CpAsyncCommit();
+      };
+#pragma unroll
+      for (int st = 0; st < kAbftStages - 1; ++st) issue(st, first + st * step);
+      int st = 0;
+      for (int64_t base = first; base < r_end; base += step) {
+        if constexpr (kStagedW) __syncwarp();  // the warp is done reading the slice refilled next
+        issue((st + kAbftStages - 1) % kAbftStages, base + (kAbftStages - 1) * step);
+        CpAsyncWait<kAbftStages - 1>();  // this stage's group has landed (groups land in order)
+        if constexpr (kStagedW) __syncwarp();  // and so have the other lanes' weight copies
+        uint4 cur[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) cur[u] = stage[(st * U + u) * kColsumsThreads + threadIdx.x];
+        if constexpr (kInject) PlantFault<T, U>(p, base, stride, r_end, col, cur);
+        process(base, cur, staged_w, &ring[(st * (kColsumsThreads / 32) + warp) * U * kW]);
+        st = (st + 1) % kAbftStages;
       }
-      CpAsyncCommit();
+      CpAsyncWait<0>();  // the zero-filled stages past the end, before the memory is reused
     };
-#pragma unroll
-    for (int st = 0; st < kAbftStages - 1; ++st) issue(st, first + st * step);
-    int st = 0;
-    for (int64_t base = first; base < r_end; base += step) {
-      issue((st + kAbftStages - 1) % kAbftStages, base + (kAbftStages - 1) * step);
-      CpAsyncWait<kAbftStages - 1>();  // this stage's group has landed (groups land in order)
-      uint4 cur[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) cur[u] = stage[(st * U + u) * kColsumsThreads + threadIdx.x];
-      if constexpr (kInject) PlantFault<T, U>(p, base, stride, r_end, col, cur);
-      process(base, cur);
-      st = (st + 1) % kAbftStages;
+    if constexpr (kPass == kAbftPassB) {
+      if (p.lanes == 32) {
+        run(std::true_type{});
+      } else {
+        run(std::false_type{});
+      }
+    } else {
+      run(std::false_type{});
     }
-    CpAsyncWait<0>();  // the zero-filled stages past the end, before the memory is reused
   } else {
     for (int64_t base = first; base < r_end; base += step) {
       uint4 cur[U];
       LoadPassRows<T, U>(p, base, stride, r_end, col, cur);
       if constexpr (kInject) PlantFault<T, U>(p, base, stride, r_end, col, cur);
-      process(base, cur);
+      process(base, cur, std::false_type{}, nullptr);
     }
   }
   __syncthreads();  // every thread is done with the stages: the reduction reuses them
