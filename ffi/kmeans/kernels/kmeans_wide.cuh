@@ -709,6 +709,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           q[r] = 0;
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
+            if (128 * i >= cols) continue;  // zeros in s and in the stage (d <= 384)
             const float4 v = *reinterpret_cast<const float4*>(xs + (8 * rg + r) * Cfg::kStride +
                                                               4 * lane + 128 * i);
             q[r] = fma(v.x, s_reg[i].x, q[r]);
