@@ -91,6 +91,7 @@ from jax_tsm2.clustering import fused
 rng = np.random.default_rng(0)
 step = jax.jit(fused.ffi_step)
 update = jax.jit(fused.ffi_update)
+checked = jax.jit(fused.ffi_step_checked)
 count = 0
 # (257, 256, 16), (211, 100, 17) and (130, 252, 32): f32 takes the tensor-core step;
 # (67, 4096, 16), (37, 2052, 9) and (23, 388, 12): f32 takes the cluster step
@@ -111,6 +112,9 @@ for (n, d, k), dtype in itertools.product(cases, [jnp.float32, jnp.float64, jnp.
     # (the rule's path: block 0 alone, passes over mind).
     for counts in (s.counts, s.counts.at[0].set(0)):
         jax.block_until_ready(update(s.sums, counts, x, w, s.labels, s.mind, c))
+    if dtype == jnp.float32:  # the row-checked step, clean and with a flip in the last row
+        for inject in (None, jnp.array([1, n - 1, k - 1, 30], jnp.int32)):
+            jax.block_until_ready(checked(x, c, w, inject))
     count += 1
 print("sweep calls:", count)
 """

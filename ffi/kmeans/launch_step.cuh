@@ -115,9 +115,11 @@ struct KmeansMmaVariant {
 };
 
 // The f32 tensor-core step for wide rows (kernels/kmeans_wide.cuh): one
-// cluster of KmeansWideCluster(d) blocks per partial.
+// cluster of KmeansWideCluster(d) blocks per partial; CHECK > 0: the
+// row-checked step (kernels/kmeans_row_check.cuh).
+template <int CHECK = 0>
 struct KmeansWideVariant {
-  using Cfg = KmeansWideConfig;
+  using Cfg = KmeansWideConfig<CHECK>;
   using Acc = float;
   static constexpr KmeansStep kStep = KmeansStep::kTensorCoresCluster;
   static constexpr const char* kName = "KmeansWideStepKernel";
@@ -139,7 +141,7 @@ struct KmeansWideVariant {
   }
 
   static cudaError_t Resident(const DeviceKmeans& p, int sms, int64_t* cap) {
-    const void* kernel = reinterpret_cast<const void*>(&KmeansWideStepKernel<>);
+    const void* kernel = reinterpret_cast<const void*>(&KmeansWideStepKernel<CHECK>);
     int per_sm = 0;  // also opts the kernel in to its shared memory
     if (cudaError_t e = BlocksPerSm(kernel, Cfg::kThreads, Cfg::kSmemBytes, &per_sm);
         e != cudaSuccess) {
@@ -149,7 +151,8 @@ struct KmeansWideVariant {
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = Config(sms / cl, cl, nullptr, &attr);
     int clusters = 0;
-    if (cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, &KmeansWideStepKernel<>, &cfg);
+    if (cudaError_t e =
+            cudaOccupancyMaxActiveClusters(&clusters, &KmeansWideStepKernel<CHECK>, &cfg);
         e != cudaSuccess) {
       return e;
     }
@@ -162,9 +165,20 @@ struct KmeansWideVariant {
   static Status Launch(const DeviceKmeans& p, const KmeansStepPlan& plan, cudaStream_t stream) {
     KmeansArgs a = KmeansCommonArgs(p);
     a.tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
+    if constexpr (CHECK > 0) {
+      // Dots: operands split in TF32 hi + lo (48 u with the dropped
+      // lo * lo); the cross terms' accumulator chains 16 mma over a math
+      // warp's 64 columns, each taken as 32 u of its inputs' absolute sum;
+      // then the hi * hi add, 8 math warps and up to kMaxCl ranks. x . s: a
+      // control lane's 16 fused multiply-adds, the warp's 5 levels and the
+      // ranks.
+      const double e_dot = 48.0 + 32.0 * 16 + 1 + Cfg::kMathWarps + Cfg::kMaxCl;
+      const double e_q = 16.0 + 5 + Cfg::kMaxCl;
+      TSM2_RETURN_IF_ERROR(KmeansCheckSetup(p, 4, e_dot, e_q, stream, &a.check));
+    }
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = Config(plan.owners, KmeansWideCluster(p.d), stream, &attr);
-    TSM2_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, &KmeansWideStepKernel<>, a));
+    TSM2_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, &KmeansWideStepKernel<CHECK>, a));
     TSM2_RETURN_IF_LAUNCH_FAILED("KmeansWideStepKernel");
     return Status{};
   }
@@ -344,10 +358,7 @@ Status PlanKmeansStepWith(const DeviceKmeans& p, KmeansStepPlan* plan) {
     const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
     switch (KmeansStepFor<Tune>(itemsize, p.d, p.k, cc, smem, aligned)) {
       case KmeansStep::kTensorCoresCluster:
-        // The wide-row step has no checked variant (its shared memory is
-        // full): the checked step runs on CUDA cores there.
-        if constexpr (CHECK == 0) return PlanKmeansVariant<KmeansWideVariant>(p, plan);
-        break;
+        return PlanKmeansVariant<KmeansWideVariant<CHECK>>(p, plan);
       case KmeansStep::kTensorCores:
         return PlanMmaVariant<Tune, CHECK>(p, plan);
       case KmeansStep::kCudaCores:

@@ -374,9 +374,6 @@ def step_checked(
     (:func:`ffi_step_checked`), with ``inject`` planted in the kernel. Elsewhere (the
     tiled step, or ``fallback``, the jnp path) there is no per-row check (``row_faults``
     and ``row_margin`` are 0) and ``simulate`` applies the fault to the step's outputs.
-    So it is too for the wide-row tensor-core step (f32 rows of 260..4096, ``k`` 9..16):
-    it has no checked variant, and the checked target would run the CUDA-core step in its
-    place, about 2.5x slower, so the plain step runs with the data-level checks alone.
     """
     shape = (x.dtype, x.shape[1], c.shape[0])
     on_cuda = decide_step(*shape, platform="cuda").target
@@ -388,12 +385,8 @@ def step_checked(
         # (lax.platform_dependent needs its branches to agree).
         return s, jnp.sum(s.labels[:0], dtype=jnp.int32), jnp.sum(s.mind[:0], dtype=jnp.float32)
 
-    wide = _ffi.kmeans_plan(x.dtype, x.shape[0], x.shape[1], c.shape[0]).get("step") == (
-        "tensor_cores_cluster"
-    )
-
     def pick(target: str, check: bool):
-        if target == "fused" and not (check and wide):
+        if target == "fused":
             return lambda x_, c_, w_: ffi_step_checked(x_, c_, w_, inject, check=check)
         plain = fallback if target == "jnp" else _kernel_step(target, x_sq, precision, check)
         return lambda x_, c_, w_: zero(simulate(plain(x_, c_, w_)))

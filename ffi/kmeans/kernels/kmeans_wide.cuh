@@ -41,6 +41,12 @@
 // sums for an exact add from global memory, as in kmeans_mma. Every block
 // writes its columns of the cluster's partial sums; rank 0 adds the
 // labelling warps' counts and inertia in rank and warp order.
+//
+// The checked step (CHECK > 0, kmeans_row_check.cuh) adds to each control
+// warp's push its rows' x . s over the block's columns (CUDA-core FMAs from
+// the stage; see the control warps), sent with ||x||^2; the warp that takes
+// the argmin adds the ranks' parts in rank order and checks the row. The
+// math warps' code is that of the plain step.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -57,6 +63,9 @@
 
 namespace tsm2 {
 
+// CHECK: the row check (kmeans_row_check.cuh) adds each sender's x . s of
+// its rows to the owner's inbox.
+template <int CHECK = 0>
 struct KmeansWideConfig {
   static constexpr int kCols = kKmeansWideCols;  // columns per block
   static constexpr int kRows = 16, kRowGroups = kRows / 8;
@@ -83,9 +92,11 @@ struct KmeansWideConfig {
   static constexpr int kDots = kRowGroups * 32 * 4;
   // What every block sends a tile's owner (rank tile % ncl), in the owner's
   // inbox: each pair's dots [pair][sender][g][q] (kRecFloats), and its rows'
-  // ||x||^2 [sender][pair][i]: kInBytes from each sender.
+  // ||x||^2 [sender][pair][i] (and x . s, the same, when checked): kInBytes
+  // from each sender.
   static constexpr int kRecFloats = 32;
-  static constexpr int kInBytes = kRowPairs * (kRecFloats + 2) * 4;
+  static constexpr int kRowVals = CHECK > 0 ? 2 : 1;  // ||x||^2 (and x . s) per row
+  static constexpr int kInBytes = kRowPairs * (kRecFloats + 2 * kRowVals) * 4;
   // The sums of a tile run kLag tiles after its distances, so its labels
   // have kLag - 1 tiles' distances to arrive in; the control warps' outputs
   // for them are kBufs deep.
@@ -109,12 +120,13 @@ struct KmeansWideConfig {
   static constexpr int kBarRecFull = 4, kBarRecEmpty = 5, kBarLabFull = kBarRecEmpty + kMaxCl;
   static constexpr int kBarLabEmpty = kBarLabFull + 2 * kMaxCl, kBarReady = kBarLabEmpty + 2;
   static constexpr int kBarStage = kBarReady + 2 * kBufs;
-  static constexpr int kOffBar = kOffCsq + 16 * 4;
+  static constexpr int kOffRecQ = kOffCsq + 16 * 4;  // [sender][16] x . s (checked)
+  static constexpr int kOffBar = kOffRecQ + (kRowVals - 1) * kMaxCl * kRows * 4;
   static constexpr int kSmemBytes = kOffBar + (kBarStage + 2 * kStages) * 8;
   static_assert(kColsPerWarp == 64 && kPairs == 4 && kNTiles == 8, "lane column maps below");
   static_assert(kRowGroups == 2 && kCtrlWarps == 2, "bad-row masks of two row groups");
   static_assert(kStages >= kLag + 2, "kLag + 1 tiles worked on, at least one loading");
-  static_assert(kOffRec % 16 == 0 && kOffLabIn % 16 == 0 && kOffRecX % 8 == 0,
+  static_assert(kOffRec % 16 == 0 && kOffLabIn % 16 == 0 && kOffRecX % 8 == 0 && kOffRecQ % 8 == 0,
                 "16- and 8-byte st.async");
   static_assert((kStride * 4) % 16 == 0 && kStageBytes % 16 == 0, "16-byte bulk copies");
   static_assert(kOffBar % 8 == 0, "mbarriers are 8-byte aligned");
@@ -153,7 +165,7 @@ __device__ __forceinline__ void ForEachWideSum(float (&sacc)[NT][4], int g, int 
 #define KMW_MARK_PROD(slot) KMW_MARK_IF(threadIdx.x == 32 * Cfg::kProducer, slot)
 #define KMW_MARK_OWN(slot) KMW_MARK_IF(threadIdx.x == 32 * Cfg::kOwner, slot)
 
-template <typename Cfg = KmeansWideConfig>
+template <int CHECK = 0, typename Cfg = KmeansWideConfig<CHECK>>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     KmeansWideStepKernel(const __grid_constant__ KmeansArgs p) {
   // Clusters, mbarriers and asynchronous stores: sm_90 and later (the
@@ -444,8 +456,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const bool owner_warp = warp == Cfg::kOwner;
     const int rg = owner_warp ? 0 : warp - Cfg::kMathWarps;
     const bool labelling = owner_warp != alone;
-    // ||c||^2 of centroids g and g + 8, and which are not finite.
+    // ||c||^2 of centroids g and g + 8, and which are not finite; the
+    // checked step's sum_j ||c_j||^2 and row-check counts.
     float csq_lo = 0, csq_hi = 0;
+    [[maybe_unused]] float csq_tot = 0, row_margin = 0;
+    [[maybe_unused]] int row_faults = 0;
     uint32_t badc = 0;
     for (int c = 0; c < 16 && labelling; ++c) {
       float s = 0;
@@ -455,6 +470,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       badc |= c < k && !isfinite(s) ? (1u << c) : 0u;
       csq_lo = c == g ? s : csq_lo;
       csq_hi = c == g + 8 ? s : csq_hi;
+      if constexpr (CHECK > 0) csq_tot += c < k ? s : 0.0f;
     }
     auto row_of = [&](int s) { return 8 * (s / 2) + t + 4 * (s % 2); };
     // The weights of tile j's rows for slots 2 pass0 .. (0 past n).
@@ -469,11 +485,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // Labels of tile j's slots 2 pass0 .. 2 (pass0 + NP) - 1 from the
     // tile's dots: acc[pass][q] is (centroid g + 8 (q / 2), slot
-    // 2 (pass0 + pass) + q % 2), xrow and w per slot. Out: idx (-1 past n),
-    // key, and bad: rows the tensor cores must not see (non-finite ||x||^2
-    // or w^2 ||x||^2, and rows past n).
-    auto label = [&](int j, int pass0, auto& acc, const auto& xrow, const auto& w, auto& idx,
-                     auto& key, auto& bad) {
+    // 2 (pass0 + pass) + q % 2), xrow, qrow (x . s, checked step) and w per
+    // slot. Out: idx (-1 past n), key, and bad: rows the tensor cores must
+    // not see (non-finite ||x||^2 or w^2 ||x||^2, and rows past n).
+    auto label = [&](int j, int pass0, auto& acc, const auto& xrow, const auto& qrow, const auto& w,
+                     auto& idx, auto& key, auto& bad) {
       constexpr int NP = sizeof(acc) / sizeof(acc[0]), R = 2 * NP;
       const int64_t row0 = (t_begin + j) * kRows;
       uint32_t mine = 0;  // bit 8 pass + 2 t + i
@@ -505,7 +521,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
         }
       }
-      // Argmin of each slot over the lane's centroids (g, g + 8), then over g.
+      // Argmin of each slot over the lane's centroids (g, g + 8), then over
+      // g; the checked step's S (the slot's real distances) alongside.
+      [[maybe_unused]] float dsum[R] = {};
 #pragma unroll
       for (int s = 0; s < R; ++s) {
         key[s] = KmeansInf(0.0f);
@@ -513,12 +531,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int c = 8 * h + g;
-          KmeansTakeMin(key[s], idx[s],
-                        KmeansKey(xrow[s], acc[s / 2][2 * h + s % 2], h ? csq_hi : csq_lo, c < k),
-                        c);
+          if constexpr (CHECK > 0) {
+            float dist;
+            const float kc =
+                KmeansCheckedKey<CHECK>(xrow[s], acc[s / 2][2 * h + s % 2], h ? csq_hi : csq_lo,
+                                        c < k, row0 + row_of(2 * pass0 + s), c, p.check, dist);
+            dsum[s] += dist;
+            KmeansTakeMin(key[s], idx[s], kc, c);
+          } else {
+            KmeansTakeMin(key[s], idx[s],
+                          KmeansKey(xrow[s], acc[s / 2][2 * h + s % 2], h ? csq_hi : csq_lo, c < k),
+                          c);
+          }
         }
       }
       KmeansMinOverFragmentRows(key, idx);
+      if constexpr (CHECK > 0) {
+        // S over the 8 lanes (g) of each slot, then its check by lane g = 0.
+#pragma unroll
+        for (int off = 4; off <= 16; off *= 2) {
+#pragma unroll
+          for (int s = 0; s < R; ++s) dsum[s] += __shfl_xor_sync(0xffffffffu, dsum[s], off);
+        }
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+          if (g == 0 && row0 + row_of(2 * pass0 + s) < p.n) {
+            KmeansRowCheck(dsum[s], xrow[s], qrow[s], csq_tot, k, p.check, row_faults, row_margin);
+          }
+        }
+      }
 #pragma unroll
       for (int s = 0; s < R; ++s) {
         if (row0 + row_of(2 * pass0 + s) >= p.n) idx[s] = -1;
@@ -557,7 +598,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         KMW_MARK_OWN(7);
         // Loads first (ranks past ncl re-read the last, unused), then added
         // in rank order.
-        float acc[2][4] = {}, xrow[4] = {};
+        float acc[2][4] = {}, xrow[4] = {}, qrow[4] = {};
 #pragma unroll
         for (int pass = 0; pass < 2; ++pass) {
           const int pr = 4 * pass + t;
@@ -581,6 +622,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               xrow[2 * pass + 1] += xx[r].y;
             }
           }
+          if constexpr (CHECK > 0) {
+            const float* recq = reinterpret_cast<const float*>(smem + Cfg::kOffRecQ);
+            float2 qq[Cfg::kMaxCl];
+#pragma unroll
+            for (int r = 0; r < Cfg::kMaxCl; ++r) {
+              qq[r] = *reinterpret_cast<const float2*>(recq + min(r, ncl - 1) * kRows + 2 * pr);
+            }
+#pragma unroll
+            for (int r = 0; r < Cfg::kMaxCl; ++r) {
+              if (r < ncl) {
+                qrow[2 * pass] += qq[r].x;
+                qrow[2 * pass + 1] += qq[r].y;
+              }
+            }
+          }
         }
         __syncwarp();
         if (lane < ncl) MbarArriveRemote(MapRank(rec_empty(rank), lane));
@@ -588,7 +644,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         int idx[4];
         float key[4];
         bool bad[4];
-        label(j, 0, acc, xrow, w, idx, key, bad);
+        label(j, 0, acc, xrow, qrow, w, idx, key, bad);
         KMW_MARK_OWN(13);
         // Every block has read this rank's labels of its tile before last.
         if (u >= 2) MbarWait(lab_empty(u), static_cast<uint32_t>(u / 2 - 1) & 1);
@@ -620,6 +676,66 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // dots of row group rg for the tile's owner. This lane's pair is
       // 4 rg + t.
       const int pr = 4 * rg + t;
+      // The checked step's x . s over this block's columns, s = sum_j c_j in
+      // centroid order: lane l holds s at columns 4 l + 128 i .. + 3. The
+      // control warps take it with CUDA-core FMAs from the stage, as
+      // kmeans_mma does, rather than as a product column of the math warps:
+      // those sit at the 168 registers twelve warps leave a thread and the
+      // shared memory has no room for their partials, while these warps
+      // mostly wait.
+      [[maybe_unused]] float4 s_reg[4] = {};
+      if constexpr (CHECK > 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int col = col0 + 4 * lane + 128 * i;
+          for (int c = 0; c < k && col < d; ++c) {
+            const float4 v = *reinterpret_cast<const float4*>(cg_ + int64_t{c} * d + col);
+            s_reg[i].x += v.x;
+            s_reg[i].y += v.y;
+            s_reg[i].z += v.z;
+            s_reg[i].w += v.w;
+          }
+        }
+      }
+      // x . s of tile jp's rows 8 rg + t and 8 rg + t + 4 over this block's
+      // columns: each lane's 16 columns of the row group's 8 rows, then a
+      // transposing butterfly (lane (g, t) ends with row 8 rg + g), in a
+      // fixed order.
+      [[maybe_unused]] auto row_dots = [&](int jp) {
+        const float* xs = reinterpret_cast<const float*>(stage_of(jp));
+        float q[8];
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          q[r] = 0;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            if (128 * i >= cols) continue;  // zeros in s and in the stage (d <= 384)
+            const float4 v = *reinterpret_cast<const float4*>(xs + (8 * rg + r) * Cfg::kStride +
+                                                              4 * lane + 128 * i);
+            q[r] = fma(v.x, s_reg[i].x, q[r]);
+            q[r] = fma(v.y, s_reg[i].y, q[r]);
+            q[r] = fma(v.z, s_reg[i].z, q[r]);
+            q[r] = fma(v.w, s_reg[i].w, q[r]);
+          }
+        }
+        const bool hb = (lane >> 4) & 1, hc = (lane >> 3) & 1, hd = (lane >> 2) & 1;
+        float a[4], b[2];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float send = hb ? q[i] : q[i + 4];
+          a[i] = (hb ? q[i + 4] : q[i]) + __shfl_xor_sync(0xffffffffu, send, 16);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float send = hc ? a[i] : a[i + 2];
+          b[i] = (hc ? a[i + 2] : a[i]) + __shfl_xor_sync(0xffffffffu, send, 8);
+        }
+        float z = (hd ? b[1] : b[0]) + __shfl_xor_sync(0xffffffffu, hd ? b[0] : b[1], 4);
+        z += __shfl_xor_sync(0xffffffffu, z, 1);
+        z += __shfl_xor_sync(0xffffffffu, z, 2);
+        return make_float2(__shfl_sync(0xffffffffu, z, 4 * t),
+                           __shfl_sync(0xffffffffu, z, 4 * t + 16));
+      };
       // Tile jj's labels into the buffers of the sums: words from
       // label_word and the weights the sums use, for rows t and t + 4 of
       // the row group.
@@ -704,13 +820,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
         __syncwarp();
         if (lane == 0) MbarArrive(red_empty(b));
+        [[maybe_unused]] float2 qr = make_float2(0.f, 0.f);
+        if constexpr (CHECK > 0) {
+          // The stage of tile jp has landed (the math warps' distances are
+          // done, and its sums, which refill it, wait for this warp's labels).
+          MbarWait(landed(jp), static_cast<uint32_t>(jp / kStages) & 1);
+          qr = row_dots(jp);
+        }
         if (alone) {
           float acc[1][4] = {{a.x, a.y, a.z, a.w}};
-          const float xrow[2] = {xr.x, xr.y};
+          const float xrow[2] = {xr.x, xr.y}, qrow[2] = {qr.x, qr.y};
           int idx[2];
           float key[2];
           bool bad[2];
-          label(jp, rg, acc, xrow, w, idx, key, bad);
+          label(jp, rg, acc, xrow, qrow, w, idx, key, bad);
           take_labels(jp, {label_word(idx[0], bad[0]), label_word(idx[1], bad[1])},
                       {bad[0] ? 0.0f : w[0], bad[1] ? 0.0f : w[1]});
           write_outputs(jp, rg, idx, key, w);
@@ -723,6 +846,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const uint32_t bar = MapRank(rec_full, o);
           StAsync16(MapRank(SmemAddr(rec), o), a, bar);
           if (g == 0) StAsync8(MapRank(SmemAddr(rx), o), xr, bar);
+          if constexpr (CHECK > 0) {
+            const float* rq =
+                reinterpret_cast<const float*>(smem + Cfg::kOffRecQ) + rank * kRows + 2 * pr;
+            if (g == 0) StAsync8(MapRank(SmemAddr(rq), o), qr, bar);
+          }
         }
         KMW_MARK_CTRL(12);
       };
@@ -753,6 +881,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mine[g + 8] = cnt[1];
     }
     if (lane == 0) mine[16] = in;
+    if constexpr (CHECK > 0) KmeansRowCheckFlush(p.check, row_faults, row_margin);
   }
   // Every rank's counts are in; no mbarrier of the loop is used any more.
   cluster.sync();
