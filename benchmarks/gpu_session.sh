@@ -32,6 +32,11 @@
 #   STREAMS='--shape r:f32:nn:20000x20000x8 --shape t:f32:tn:1x239600x2 ...' times
 #     those kernels forced beside XLA's dot (benchmarks/stream_kernels.py) after the
 #     calibration and before the tests, alone on the GPU, into $OUT/streams.json.
+#   SCRIPTS='benchmarks/abft_overhead.py --repeats 21; benchmarks/kmeans_out_of_core.py ...'
+#     runs these Python scripts (paths with their arguments, ';'-separated) one after the
+#     other, alone on the GPU, after the calibration and the streams and before the tests:
+#     script i writes $OUT/script-i.log, and gets $OUT/script-i as its --out where its
+#     arguments name none. Each is cut (SIGINT, then KILL) at what is left of DEADLINE.
 #   TEST_TIMEOUT=SECONDS interrupts pytest (SIGINT, so it still prints its summary and the
 #     failures so far) after that long: a group cut short says so instead of eating the call.
 #   GROUP_GPUS='1 2 3' puts pytest group i on GPU number i mod 3 of that list
@@ -94,6 +99,25 @@ if [ -n "${STREAMS:-}" ]; then
     > "$OUT/streams.log" 2>&1
   echo "streams ($((SECONDS - t0)) s):"
   grep -v -E '^(WARNING|[IWE][0-9]{4})' "$OUT/streams.log" | tail -40
+fi
+
+if [ -n "${SCRIPTS:-}" ]; then
+  IFS=';' read -ra scripts <<< "$SCRIPTS"
+  for i in "${!scripts[@]}"; do
+    read -ra argv <<< "${scripts[$i]}"
+    [ "${#argv[@]}" -gt 0 ] || continue
+    case " ${argv[*]} " in *" --out "*) ;; *) argv+=(--out "$OUT/script-$i") ;; esac
+    left=$((DEADLINE - SECONDS))
+    if [ "$left" -lt 10 ]; then
+      echo "script $i (${argv[*]}): not started, $left s left before the deadline"
+      continue
+    fi
+    t0=$SECONDS
+    timeout -s INT -k 15 "$left" python3 "${argv[@]}" > "$OUT/script-$i.log" 2>&1
+    rc=$?
+    echo "script $i (${argv[*]}; $((SECONDS - t0)) s, exit $rc):"
+    grep -v -E '^(WARNING|[IWE][0-9]{4})' "$OUT/script-$i.log" | tail -20
+  done
 fi
 
 # pytest with its arguments, under TEST_TIMEOUT when set.
