@@ -6,6 +6,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -26,6 +27,7 @@
 #include "ffi/kmeans/tiled_plan.h"
 #include "ffi/matmul/handlers.h"
 #include "ffi/matmul/kinds.h"
+#include "ffi/matmul/row_stream_plan.h"
 #include "ffi/matmul/split_plan.h"
 #include "ffi/matmul/tiles.h"
 #include "xla/ffi/api/c_api.h"
@@ -172,8 +174,14 @@ int64_t WorkspaceBytes(const std::string& dtype, int32_t kernel, int64_t batch, 
     case tsm2::Kernel::kTsm2r:
     case tsm2::Kernel::kTsm2l: {
       const bool family_l = family == tsm2::Kernel::kTsm2l;
-      const int64_t partials =
+      int64_t partials =
           tsm2::PartialBytesPerBlock(itemsize, k, n, family_l, cc) * kMaxRLBlocksPerSm * sm_count;
+      // The row stream's splits, where it runs (nn and nt; R's layouts).
+      if (tsm2::UsesRowStream(tsm2::UsesLTile(family_l, k, itemsize), batch, k, n, itemsize)) {
+        const tsm2::RowStreamPlan rs = tsm2::PlanRowStream(tsm2::RowStreamShapeFor(itemsize, n),
+                                                           itemsize, m, k, n, sm_count, smem_optin);
+        if (rs.ok) partials = std::max(partials, rs.workspace_bytes);
+      }
       // The tensor-core R tile reads B rearranged, one image per batch entry.
       return partials + (tsm2::UsesRMma(family_l, k, n, itemsize, cc)
                              ? tsm2::RMmaBImageBytes(batch, k, n, itemsize)
@@ -225,6 +233,23 @@ nb::dict TileConfigFor(const std::string& dtype, int32_t kernel, int64_t k, int6
       TileDict(tsm2::TileFor(family_l, k, n, itemsize), itemsize, tsm2::NTileFor(n), l_tile);
   // Shapes the row-per-thread kernel takes (when B is shared across a batch).
   d["row_kernel"] = tsm2::UsesRowKernel(family_l, k, n, itemsize);
+  // Shapes the row stream takes (one product, layout nn or nt): its
+  // instantiation (row_stream_plan.h).
+  if (tsm2::UsesRowStream(l_tile, 1, k, n, itemsize)) {
+    const tsm2::RowStreamShape s = tsm2::RowStreamShapeFor(itemsize, n);
+    nb::dict rs;
+    rs["n_b"] = s.n_b;
+    rs["rows"] = s.rows;
+    rs["vecs"] = s.vecs;
+    rs["depth"] = s.depth;
+    rs["stages"] = s.stages;
+    rs["min_blocks"] = s.min_blocks;
+    rs["threads"] = tsm2::kRowStreamThreads;
+    rs["ring_bytes"] = tsm2::RowStreamRingBytes(s);
+    d["row_stream"] = rs;
+  } else {
+    d["row_stream"] = nb::none();
+  }
   // Shapes the tensor-core R tile takes on GPUs with mma.sync (sm_80 and
   // later): its n-tile, k per stage and on-chip footprint at two stages.
   const bool mma = tsm2::UsesRMma(family_l, k, n, itemsize, 80);
@@ -247,6 +272,32 @@ nb::dict TileConfigFor(const std::string& dtype, int32_t kernel, int64_t k, int6
     t["min_blocks"] = tsm2::RMmaMinBlocks(itemsize, nt);
     d["mma_tile"] = t;
   }
+  return d;
+}
+
+// The row stream's splits and grid for A[m, k] @ B[k, n] (one product,
+// layout nn or nt) on a GPU of sm_count SMs and smem_optin bytes of shared
+// memory per block, as its launcher plans them; None where it does not run.
+nb::object RowStreamPlanFor(const std::string& dtype, int64_t m, int64_t k, int64_t n, int sm_count,
+                            int smem_optin) {
+  const int itemsize = ItemsizeOf(dtype);
+  if (m < 1 || k < 1 || n < 1) throw nb::value_error("row_stream_plan: sizes must be >= 1");
+  if (sm_count < 1) throw nb::value_error("row_stream_plan: sm_count must be >= 1");
+  if (!tsm2::UsesRowStream(tsm2::UsesLTile(false, k, itemsize), 1, k, n, itemsize)) {
+    return nb::none();
+  }
+  const tsm2::RowStreamPlan p = tsm2::PlanRowStream(tsm2::RowStreamShapeFor(itemsize, n), itemsize,
+                                                    m, k, n, sm_count, smem_optin);
+  if (!p.ok) return nb::none();
+  nb::dict d;
+  d["period"] = p.period;
+  d["groups"] = p.groups;
+  d["splits"] = p.splits;
+  d["k_chunk"] = p.k_chunk;
+  d["units"] = p.units;
+  d["blocks"] = p.blocks;
+  d["smem_bytes"] = p.smem_bytes;
+  d["workspace_bytes"] = p.workspace_bytes;
   return d;
 }
 
@@ -564,6 +615,11 @@ NB_MODULE(_tsm2_ext, m) {
         "compute capability cc (10 * major + minor) and smem_optin bytes of shared memory.");
   m.def("tile_config", &TileConfigFor, nb::arg("dtype"), nb::arg("kernel"), nb::arg("k"),
         nb::arg("n"), "The R or L tile (and its on-chip footprint) a call of this shape runs.");
+  m.def("row_stream_plan", &RowStreamPlanFor, nb::arg("dtype"), nb::arg("m"), nb::arg("k"),
+        nb::arg("n"), nb::arg("sm_count") = tsm2::kDefaultSmCount,
+        nb::arg("smem_optin") = tsm2::kDefaultSmemOptin,
+        "The row stream's splits and grid for one product of this shape, or None where it "
+        "does not run.");
   m.def("tile_configs", &TileConfigs, nb::arg("dtype"),
         "Every R and L tile the launcher instantiates for dtype, keyed 'R/nt' and 'L/nt/vpt'.");
   m.def("split_plan", &SplitPlanFor, nb::arg("dtype"), nb::arg("kernel"), nb::arg("batch"),

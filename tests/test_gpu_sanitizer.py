@@ -249,3 +249,43 @@ print("sweep calls:", count)
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 def test_small_left_sanitizers_report_no_errors(tmp_path, tool):
     _assert_sanitizer_clean(tmp_path, S_SWEEP, tool, "Tsm2S")
+
+
+# The row stream (kernels/row_stream.cuh): B's rows of 1, 4, 8 and 16 in each dtype that
+# takes them (f32 n = 16 and 2-byte n = 8 with their cp.async rings), rows of whole vectors
+# (nn) and rows at every offset in a vector (k one past a multiple; nt), m past a whole
+# group of rows, a k long enough to split; the warps share B between barriers and a unit
+# counter.
+ROW_STREAM_SWEEP = """
+import itertools, sys
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, {tests!r})
+from _helpers import assert_close_to_reference, ffi_product, rand
+
+rng = np.random.default_rng(0)
+count = 0
+for dtype in [jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16]:
+    vec = 16 // jnp.dtype(dtype).itemsize
+    widest = 16 if vec == 4 else 8
+    for n, dk in itertools.product((1, 3, 8, 16), (0, 1)):
+        if n > widest:
+            continue
+        layout = dk  # whole-vector rows in nn, rows at every offset in nt
+        m, k = 37, 64 * vec + dk
+        a = rand(rng, (m, k), dtype)
+        b = rand(rng, (n, k) if layout else (k, n), dtype)
+        c = jax.block_until_ready(ffi_product(a, b, 0, layout))
+        assert_close_to_reference(c, a, b.T if layout else b)
+        count += 1
+    a, b = rand(rng, (67, 30011), dtype), rand(rng, (30011, 5), dtype)
+    assert_close_to_reference(jax.block_until_ready(ffi_product(a, b, 0, 0)), a, b)
+    count += 1
+print("sweep calls:", count)
+"""
+
+
+@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+def test_row_stream_sanitizers_report_no_errors(tmp_path, tool):
+    _assert_sanitizer_clean(tmp_path, ROW_STREAM_SWEEP, tool, "Tsm2RowStream")

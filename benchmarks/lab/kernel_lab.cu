@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "benchmarks/lab/lab_common.cuh"
+#include "ffi/matmul/launch_row_stream.cuh"
 #include "ffi/matmul/plan.cuh"
 
 namespace {
@@ -249,6 +250,27 @@ void TryRow(const Case& cs, Buffers& buf) {
   std::fflush(stdout);
 }
 
+// Times the row stream (kernels/row_stream.cuh) in one instantiation
+// (row_stream_plan.h RowStreamShape): B's width N, R rows per warp, U vectors
+// per row and lane, D steps in flight in registers or S stages of a
+// shared-memory ring, M blocks per SM.
+template <typename T, int N, int R, int U, int D, int S, int M>
+void TryStream(const Case& cs, Buffers& buf) {
+  const DeviceMatmul p = ProblemOf<T>(cs, buf);
+  MatmulPlan plan;
+  CHECK_STATUS((tsm2::RowStreamVariant<T, N, R, U, D, S, M>::Plan(p, &plan)));
+  auto launch = [&] { CHECK_STATUS(tsm2::LaunchMatmul(p, plan, nullptr)); };
+  const double err = WorstError<T>(cs, buf, launch);
+  const double sec = lab::TimeLaunches(launch);
+  const double gbs = GbPerS<T>(cs, sec);
+  std::printf(
+      "%-26s stream N=%2d R=%d U=%d D=%d S=%d M=%d period=%d splits=%3lld blocks=%4d  %8.1f us "
+      "%7.0f GB/s %5.1f%%  err=%.1e\n",
+      cs.name, N, R, U, D, S, M, plan.row_period, static_cast<long long>(plan.split.splits),
+      plan.blocks, sec * 1e6, gbs, 100 * gbs / ceiling_gbs, err);
+  std::fflush(stdout);
+}
+
 // Each case and what is tried on it.
 template <typename T>
 bool Start(const Case& cs, Buffers& buf, const char* filter) {
@@ -295,6 +317,50 @@ void RunAll(Buffers& buf, const char* f) {
   }
   if (Case cs{"L f64 1e7 16x16", true, 10000000, 16, 16}; Start<double>(cs, buf, f)) {
     Try<double, 16, true>(cs, buf);
+  }
+  // The library's plan (the row stream where row_stream_plan.h takes the
+  // shape) beside the row tile forced and other row-stream instantiations,
+  // on odd shapes of the R and NT regions and the programs' products.
+  {
+    using tsm2::Kernel, tsm2::Layout;
+    auto rs = [&](auto tag, Case cs, auto... tries) {
+      using T = decltype(tag);
+      if (!Start<T>(cs, buf, f)) return;
+      TryLib<T>(cs, buf);
+      (tries(cs), ...);
+    };
+#define TILE(T, NT, VEC) [&](const Case& c) { Try<T, NT, VEC>(c, buf); }
+#define RS(T, N, R, U, D, S) [&](const Case& c) { TryStream<T, N, R, U, D, S, 1>(c, buf); }
+    const Layout nt = Layout::kNT;
+    rs(float{}, Case{"stream R f32 20000x20000x8", false, 20000, 20000, 8}, TILE(float, 8, true),
+       RS(float, 8, 2, 2, 1, 0), RS(float, 8, 4, 1, 0, 4));
+    rs(float{}, Case{"stream R f32 20480x20480x1", false, 20480, 20480, 1}, TILE(float, 1, true),
+       RS(float, 1, 4, 1, 1, 0));
+    rs(float{}, Case{"stream R f32 4420x8424x1", false, 4420, 8424, 1}, TILE(float, 1, true),
+       RS(float, 1, 4, 1, 2, 0));
+    rs(float{}, Case{"stream R f32 21281x10979x5", false, 21281, 10979, 5}, TILE(float, 8, false),
+       RS(float, 8, 4, 1, 0, 4));
+    rs(float{}, Case{"stream R f32 2888x8582x2", false, 2888, 8582, 2}, TILE(float, 2, false),
+       RS(float, 2, 4, 1, 1, 0));
+    rs(float{}, Case{"stream R f32 8177x20882x13", false, 8177, 20882, 13},
+       RS(float, 16, 2, 2, 1, 0));
+    rs(float{}, Case{"stream R f32 32768x4096x16", false, 32768, 4096, 16}, TILE(float, 16, true),
+       RS(float, 16, 2, 2, 1, 0));
+    rs(float{}, Case{"stream R f32 1000003x256x4", false, 1000003, 256, 4}, TILE(float, 4, true),
+       RS(float, 4, 4, 1, 1, 0), RS(float, 4, 4, 1, 0, 4));
+    rs(double{}, Case{"stream R f64 20000x20000x8", false, 20000, 20000, 8}, TILE(double, 8, true),
+       RS(double, 8, 4, 1, 0, 3));
+    rs(double{}, Case{"stream R f64 1539x6229x5", false, 1539, 6229, 5}, TILE(double, 8, false));
+    rs(__nv_bfloat16{}, Case{"stream R bf16 14221x6491x3", false, 14221, 6491, 3},
+       TILE(__nv_bfloat16, 4, false));
+    rs(__nv_bfloat16{}, Case{"stream R bf16 20000x20000x8", false, 20000, 20000, 8},
+       RS(__nv_bfloat16, 8, 4, 1, 1, 0));
+    rs(__half{}, Case{"stream R f16 10006x17397x1", false, 10006, 17397, 1},
+       TILE(__half, 1, false));
+    rs(float{}, Case{"stream NT f32 14338x2361x2", false, 14338, 2361, 2, Kernel::kTsm2r, nt});
+    rs(float{}, Case{"stream NT f32 195839x664x3", false, 195839, 664, 3, Kernel::kTsm2r, nt});
+#undef TILE
+#undef RS
   }
   // TSM2L's row-per-thread kernel: U sweep on the rows it takes.
   using tsm2::Kernel, tsm2::Layout;

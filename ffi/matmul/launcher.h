@@ -55,7 +55,11 @@ struct MatmulPlan {
   int smem_bytes = 0;               // R, L: dynamic shared memory per block
   SplitPlan split;                  // S, T: output tiles and contraction splits (split_plan.h)
   bool vec_ok = false;              // S, T: the operands allow the kernel's 16-byte copies
-  size_t workspace_bytes = 0;       // of p.workspace the launch uses
+  // The row stream (kernels/row_stream.cuh): k per split, row groups per
+  // split, rows between rows of one alignment (units and split.splits above).
+  int64_t k_chunk = 0, row_groups = 0;
+  int row_period = 1;
+  size_t workspace_bytes = 0;  // of p.workspace the launch uses
 };
 
 // Plans problem p (m, k, n >= 1) of element type E for kernel family

@@ -6,6 +6,9 @@
 // runs as it is. Every branch below names the kernel it picks:
 //
 //   TSM2R, TSM2L  PlanTiles: the n-tile t2 = NTileFor(n), then
+//                   row stream (one product, nn or nt, rows of A of 256+
+//                   bytes, n <= 16 f32, n <= 8 f64/bf16/f16; row_stream_plan.h)
+//                                          kernels/row_stream.cuh
 //                   R tile on tensor cores (bf16/f16 n > 4, f32 n > 8; k > 1;
 //                                          sm_80+)
 //                                          kernels/tsm2_mma.cuh (Tsm2MmaKernel)
@@ -41,6 +44,7 @@
 
 #include "ffi/common/device.h"
 #include "ffi/common/status.h"
+#include "ffi/matmul/launch_row_stream.cuh"
 #include "ffi/matmul/launch_split.cuh"
 #include "ffi/matmul/launch_tiles.cuh"
 #include "ffi/matmul/launcher.h"
@@ -63,6 +67,13 @@ struct MatmulTuning {
 template <typename T, int NT>
 Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
   const bool vec_rows = VecRowsOf<T>(p);
+  if (UsesRowStream(UsesLTile(f == Kernel::kTsm2l, p.k, sizeof(T)), p.batch, p.k, p.n, sizeof(T)) &&
+      (p.layout == Layout::kNN || p.layout == Layout::kNT)) {
+    const Status s = PlanRowStreamFor<T>(p, plan);
+    // Where B's rows or the splits' sums do not fit (a small workspace), a
+    // row tile runs instead.
+    if (s.ok() || s.error != cudaErrorInvalidConfiguration) return s;
+  }
   // Only the n-tiles UsesRMma can take are instantiated on tensor cores.
   if constexpr (sizeof(T) == 2 || (std::is_same_v<T, float> && NT > 8)) {
     int cc = 0;
