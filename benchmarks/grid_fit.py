@@ -106,7 +106,14 @@ def load(path: str | pathlib.Path) -> list[dict]:
     """The grid shapes of one file with ``jnp`` measured; each remembers its device."""
     doc = json.loads(pathlib.Path(path).read_text())
     dev = model_check.device_for(doc)
-    cases = [c for c in _cases(doc).values() if "jnp" in c]
+    # A shape whose kernel record timed a kernel since replaced cannot judge a pick of
+    # it: TSM2R's and TSM2L's records of products the row stream now runs.
+    label = model_check.file_label(path)
+    cases = [
+        c
+        for c in _cases(doc).values()
+        if "jnp" in c and not any(model_check.superseded(label, r) for r in c.values())
+    ]
     for c in cases:
         c["_device"] = dev
     return cases

@@ -141,6 +141,13 @@ class Explanation:
                     f"{q['stages']} stages, {q['threads']} threads, "
                     f"{q['smem_bytes'] / 1024:.0f} KB shared"
                 )
+            elif q.get("tile") == "row stream":
+                lines.append(
+                    f"  kernel:    {k.kernel}, row stream: {q['rows_per_warp']} rows per warp, "
+                    f"{q['vec_per_lane']} 16-byte vectors per lane and row, {q['ring']}; B's "
+                    f"rows of {q['n_b']} in {q['smem_bytes'] / 1024:.0f} KB shared; k in "
+                    f"{q['splits']} split(s) of {q['k_chunk']}"
+                )
             else:
                 lines.append(f"  kernel:    {k.kernel}, {q}")
             if k.occupancy is not None:

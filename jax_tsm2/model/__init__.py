@@ -59,8 +59,8 @@ Example:
     >>> p = model.predict((20480, 20480, 8), "float32", "nn", "tsm2r", device=model.H100_SXM)
     >>> p.bound, round(p.t2_threshold)
     ('memory', 44)
-    >>> round(p.seconds * 1e3, 2)  # the estimate for the R tile of ffi/matmul/tiles.h
-    0.6
+    >>> p.params["tile"], round(p.seconds * 1e3, 2)  # one product of width 8: the row stream
+    ('row stream', 0.65)
 """
 
 from __future__ import annotations

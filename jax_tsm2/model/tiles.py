@@ -15,9 +15,9 @@ Example:
     >>> from jax_tsm2.model.device import H100_SXM
     >>> from jax_tsm2.model.calibration import CALIBRATION
     >>> from jax_tsm2.problem import Problem
-    >>> p = tile_prediction(Problem(None, 20480, 20480, 8), "float32", "nn", "tsm2r",
+    >>> p = tile_prediction(Problem(2, 20480, 20480, 8), "float32", "nn", "tsm2r",
     ...                     H100_SXM, CALIBRATION)
-    >>> p.params["tile"], p.bound
+    >>> p.params["tile"], p.bound  # a batch of two: the row tile (one product: the row stream)
     ('R', 'memory')
 """
 
@@ -37,6 +37,7 @@ from jax_tsm2.model.prediction import (
     t2_threshold,
     total,
 )
+from jax_tsm2.model.row_stream import stream_prediction
 from jax_tsm2.problem import Problem
 
 #: Multiply-adds per clock of the tensor-core R tile (m16n8k16 bf16/f16 mma.sync
@@ -57,6 +58,13 @@ def tile_prediction(
     # a Problem does not say, so a batched problem keeps the tile's prediction.
     if kernel == "tsm2l" and t.get("row_kernel") and p.batch is None:
         return _row_prediction(p, dtype, layout, dev, cal)
+    # One product in nn or nt of a width the row stream takes runs there
+    # (plan.cuh PlanTile), unless its plan does not fit this GPU.
+    if t.get("row_stream") and p.batch is None and layout in ("nn", "nt"):
+        try:
+            return stream_prediction(p, dtype, layout, dev, cal, t["row_stream"], kernel)
+        except ValueError:
+            pass
     # bf16/f16 R tiles past n = 4 run on tensor cores where the GPU has
     # mma.sync and room for two of their stages (kernels/tsm2_mma.cuh; the
     # plan falls back to the CUDA-core tile otherwise): a warp per 16 rows and

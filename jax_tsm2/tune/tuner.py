@@ -50,7 +50,8 @@ def candidates(p: Problem, dtype: str, layout: str, device: model.Device) -> lis
     out = []
     for k in model.KERNELS_FOR_LAYOUT[layout]:
         pred = model.predict(p, dtype, layout, k, device=device)
-        if not pred.supported or (k == "tsm2l" and pred.params.get("tile") == "R"):
+        # TSM2L past the L tile's k runs what TSM2R runs: not a candidate of its own.
+        if not pred.supported or (k == "tsm2l" and pred.params.get("tile") in ("R", "row stream")):
             continue
         out.append(k)
     return [*out, "xla"]
