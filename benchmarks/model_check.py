@@ -112,6 +112,19 @@ def on_row_stream(rec: dict[str, Any], kernel: str = "tsm2r") -> bool:
     return _tsm2_ext.row_stream_plan(_DTYPES[rec["dtype"]], m, k, n) is not None
 
 
+def on_flat_t(rec: dict[str, Any]) -> bool:
+    """Whether TSM2T now runs ``rec``'s product with flat stages
+    (``ffi/matmul/kernels/tn_flat.cuh``): a tn product whose rows are not whole vectors and
+    whose C one tile covers. Every committed file predates them: their records of such
+    products timed the tiled stages."""
+    prods = products(rec)
+    if len(prods) != 1 or prods[0][0] != "tn":
+        return False
+    *batch, m, k, n = prods[0][1]
+    plan = _tsm2_ext.split_plan(_DTYPES[rec["dtype"]], 3, batch[0] if batch else 1, m, k, n, 132)
+    return plan["flat"]
+
+
 def superseded(label: str, rec: dict[str, Any]) -> bool:
     """Whether ``rec``'s kernel was rewritten since file ``label`` measured it."""
     old = SUPERSEDED.get(label, frozenset())
@@ -121,6 +134,8 @@ def superseded(label: str, rec: dict[str, Any]) -> bool:
     if rec.get("dtype") in _DTYPES and any(
         on_row_stream(rec, kern) for kern in kernels & {"tsm2r", "tsm2l"}
     ):
+        return True
+    if rec.get("dtype") in _DTYPES and "tsm2t" in kernels and on_flat_t(rec):
         return True
     return (
         label in BEFORE_R_TENSOR_CORES

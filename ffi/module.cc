@@ -346,6 +346,11 @@ nb::dict SplitPlanFor(const std::string& dtype, int32_t kernel, int64_t batch, i
   d["cluster"] = s.cluster;
   d["cluster_blocks"] = s.cluster ? tsm2::kSClusterBlocks : 0;
   d["tma"] = s.tma;
+  d["flat"] = s.flat;
+  d["flat_a"] = s.flat_a;
+  d["flat_b"] = s.flat_b;
+  d["edge_m"] = s.edge_m;
+  d["edge_n"] = s.edge_n;
   d["early_dependents"] = s.early_dependents;
   d["splits"] = s.splits;
   d["split_len"] = s.split_len;

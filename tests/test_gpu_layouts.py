@@ -8,6 +8,9 @@ would choose. Skipped without a CUDA device and a CUDA build (conftest.py).
 
 from __future__ import annotations
 
+import functools
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -133,6 +136,102 @@ def test_tn_kernel(dtype, k, m, n):
     rng = np.random.default_rng(k + m + n)
     a, b = rand(rng, (k, m), dtype), rand(rng, (k, n), dtype)
     check(_run(a, b, TSM2T, TN), a, b, TN)
+
+
+# T with flat stages (ffi/matmul/split_plan.h TUsesFlat): one output tile and
+# rows of A or B that are not whole 16-byte vectors, so each stage copies its
+# rows as one run per operand and the runs start anywhere in a vector. Widths
+# of 1, 2, primes and one short of a vector; contractions of 1, below one stage,
+# and over hundreds of splits; tiles with 1 to 256 threads per row group.
+FLAT_SHAPES = [
+    (1, 3, 5),
+    (7, 1, 1),
+    (1_000, 3, 2),
+    (20_011, 6, 3),
+    (100_003, 11, 3),
+    (300_007, 2, 21),
+    (5_003, 30, 5),
+    (9_001, 113, 2),
+    (4_099, 1, 33),
+    (2_003, 7, 255),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(("k", "m", "n"), FLAT_SHAPES, ids=str)
+def test_tn_flat_stages(dtype, k, m, n):
+    assert _plan(dtype, k, m, n)["flat"], "the shape should take flat stages"
+    rng = np.random.default_rng(k + m + n)
+    a, b = rand(rng, (k, m), dtype), rand(rng, (k, n), dtype)
+    check(_run(a, b, TSM2T, TN), a, b, TN)
+    if dtype in HALF_DTYPES:
+        check(_run(a, b, TSM2T, TN, jnp.float32), a, b, TN)
+
+
+@functools.cache
+def _flat_blocks(dtype) -> dict:
+    """The first (m, n) the flat plan gives each thread block, over widths up to 520."""
+    widths = [*range(1, 100), *range(100, 520, 7)]
+    first = {}
+    for m, n in itertools.product(widths, widths):
+        p = _plan(dtype, 3001, m, n)
+        if p["flat"]:
+            first.setdefault((p["edge_m"], p["edge_n"]), (m, n))
+    return first
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize("edge_m", [1, 2, 4, 8])
+@pytest.mark.parametrize("edge_n", [1, 2, 4, 8])
+def test_tn_flat_stages_every_thread_block(dtype, edge_m, edge_n):
+    """Every instantiation of the flat kernel the plan uses, on a shape planned with it."""
+    found = _flat_blocks(dtype).get((edge_m, edge_n))
+    if found is None:
+        pytest.skip("the plan gives no such block in this dtype")
+    m, n = found
+    rng = np.random.default_rng(edge_m * 10 + edge_n)
+    a, b = rand(rng, (3001, m), dtype), rand(rng, (3001, n), dtype)
+    check(_run(a, b, TSM2T, TN), a, b, TN)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [((3, 5000, 5), (3, 5000, 3)), ((5000, 5), (3, 5000, 3)), ((3, 5000, 5), (5000, 3))],
+    ids=str,
+)
+def test_tn_flat_stages_batched(dtype, a_shape, b_shape):
+    """Batch entries of 5000 rows start on 16-byte boundaries in every dtype."""
+    assert _plan(dtype, 5000, 5, 3)["flat"]
+    rng = np.random.default_rng(6)
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+    check(_run(a, b, TSM2T, TN), a, b, TN)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64], ids=dtype_ids)
+def test_tn_flat_stages_keep_specials_in_their_outputs(dtype):
+    """A NaN and an Inf in the last column of their rows reach only their own output row
+    and column: an element read from the next row, or a tile column past the matrix
+    stored, would spread them."""
+    k, m, n = 100_003, 7, 3
+    assert _plan(dtype, k, m, n)["flat"]
+    rng = np.random.default_rng(8)
+    a = np.array(rand(rng, (k, m), dtype), np.float64)
+    b = np.array(rand(rng, (k, n), dtype), np.float64)
+    a[50_001, m - 1] = np.nan
+    b[70_001, n - 1] = np.inf
+    c = np.asarray(_run(jnp.asarray(a, dtype), jnp.asarray(b, dtype), TSM2T, TN), np.float64)
+    want = a.T @ b
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(c), np.isinf(want))
+    finite = np.isfinite(want)
+    scale = (np.abs(a).T @ np.abs(b))[finite]
+    err = np.abs(c[finite] - want[finite])
+    assert (err <= 2 * k * np.finfo(dtype).eps * scale).all(), err.max()
+    np.testing.assert_array_equal(
+        np.asarray(_run(jnp.asarray(a, dtype), jnp.asarray(b, dtype), TSM2T, TN)).view(np.uint8),
+        np.asarray(_run(jnp.asarray(a, dtype), jnp.asarray(b, dtype), TSM2T, TN)).view(np.uint8),
+    )
 
 
 @pytest.mark.parametrize(("kernel", "layout"), [(TSM2T, TN), (TSM2S, NN), (TSM2R, NT)])

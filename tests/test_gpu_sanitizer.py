@@ -289,3 +289,31 @@ print("sweep calls:", count)
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 def test_row_stream_sanitizers_report_no_errors(tmp_path, tool):
     _assert_sanitizer_clean(tmp_path, ROW_STREAM_SWEEP, tool, "Tsm2RowStream")
+
+
+# TSM2T's flat stages (ffi/matmul/split_plan.h TUsesFlat): runs of rows starting anywhere
+# in a vector, the matrix's last vector partial, tiles whose threads read past a run into
+# its slot's slack, one split and many.
+T_FLAT_SWEEP = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, {tests!r})
+from _helpers import assert_close_to_reference, ffi_product, rand
+
+rng = np.random.default_rng(0)
+count = 0
+for dtype in [jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16]:
+    for k, m, n in [(1, 3, 5), (37, 1, 1), (1001, 3, 2), (30011, 7, 3), (2003, 7, 33)]:
+        a, b = rand(rng, (k, m), dtype), rand(rng, (k, n), dtype)
+        c = jax.block_until_ready(ffi_product(a, b, 3, 2))
+        assert_close_to_reference(c, a.T, b)
+        count += 1
+print("sweep calls:", count)
+"""
+
+
+@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+def test_tn_flat_sanitizers_report_no_errors(tmp_path, tool):
+    _assert_sanitizer_clean(tmp_path, T_FLAT_SWEEP, tool, "Tsm2TKernel")

@@ -86,6 +86,15 @@ struct TwoPerSmS : NoTmaNoClusterS {
 struct FourPerSmT : tsm2::TTuning {
   static constexpr int kBlocksPerSm = 4;
 };
+struct TiledT : tsm2::TTuning {
+  static constexpr bool kFlat = false;
+};
+struct FlatRows4T : tsm2::TTuning {
+  static constexpr int kFlatRowsPerThread = 4;
+};
+struct FlatRows16T : tsm2::TTuning {
+  static constexpr int kFlatRowsPerThread = 16;
+};
 template <typename S_>
 struct WithS : tsm2::MatmulTuning {
   using S = S_;
@@ -449,6 +458,16 @@ void RunAll(Buffers& buf, const char* f) {
       {"TN bf16 539940x148x194", 2, 148, 539940, 194, Kernel::kTsm2t, Layout::kTN},
       {"TN bf16 1e6x30x20", 2, 30, 1000000, 20, Kernel::kTsm2t, Layout::kTN},
       {"TN bf16 1e6x6x10", 2, 6, 1000000, 10, Kernel::kTsm2t, Layout::kTN},
+      // Odd widths from the random grids: rows of A or B that are not whole
+      // 16-byte vectors.
+      {"TN f64 2384164x6x3", 1, 6, 2384164, 3, Kernel::kTsm2t, Layout::kTN},
+      {"TN f64 387258x112x2", 1, 112, 387258, 2, Kernel::kTsm2t, Layout::kTN},
+      {"TN f32 1065666x11x3", 0, 11, 1065666, 3, Kernel::kTsm2t, Layout::kTN},
+      {"TN f32 659629x20x29", 0, 20, 659629, 29, Kernel::kTsm2t, Layout::kTN},
+      {"TN bf16 1228678x30x28", 2, 30, 1228678, 28, Kernel::kTsm2t, Layout::kTN},
+      {"TN bf16 7637232x2x2", 2, 2, 7637232, 2, Kernel::kTsm2t, Layout::kTN},
+      {"TN bf16 5341359x2x21", 2, 2, 5341359, 21, Kernel::kTsm2t, Layout::kTN},
+      {"TN f32 239600x1x2", 0, 1, 239600, 2, Kernel::kTsm2t, Layout::kTN},
       {"S bf16 1x4096x4096", 2, 1, 4096, 4096, Kernel::kTsm2s, Layout::kNN},
       {"S bf16 2x4096x4096", 2, 2, 4096, 4096, Kernel::kTsm2s, Layout::kNN},
       {"S bf16 4x4096x4096", 2, 4, 4096, 4096, Kernel::kTsm2s, Layout::kNN},
@@ -456,11 +475,23 @@ void RunAll(Buffers& buf, const char* f) {
       {"S bf16 16x4096x4096", 2, 16, 4096, 4096, Kernel::kTsm2s, Layout::kNN},
       {"NN bf16 1e6x512x8", 2, 1000000, 512, 8, Kernel::kTsm2r, Layout::kNN},
   };
+  // TN beside the tiled stages where the plan stages rows flat.
+  auto lib = [&](auto tag, const Case& cs) {
+    using T = decltype(tag);
+    if (!Start<T>(cs, buf, f)) return;
+    TryLib<T>(cs, buf);
+    const tsm2::SplitPlan s = tsm2::TPlan(sizeof(T), 1, cs.m, cs.k, cs.n, 132);
+    if (cs.kernel == Kernel::kTsm2t && s.flat) {
+      TryLib<T, WithT<TiledT>>(cs, buf, "tiled");
+      TryLib<T, WithT<FlatRows4T>>(cs, buf, "4 rows");
+      TryLib<T, WithT<FlatRows16T>>(cs, buf, "16 rows");
+    }
+  };
   for (const auto& lc : lib_cases) {
     Case cs{lc.name, false, lc.m, lc.k, lc.n, lc.kernel, lc.layout};
-    if (lc.dtype == 0 && Start<float>(cs, buf, f)) TryLib<float>(cs, buf);
-    if (lc.dtype == 1 && Start<double>(cs, buf, f)) TryLib<double>(cs, buf);
-    if (lc.dtype == 2 && Start<bf16>(cs, buf, f)) TryLib<bf16>(cs, buf);
+    if (lc.dtype == 0) lib(float{}, cs);
+    if (lc.dtype == 1) lib(double{}, cs);
+    if (lc.dtype == 2) lib(bf16{}, cs);
   }
   // The S and T plans under other tuning structs ("tune" cases), each beside
   // the production plan (marked *).

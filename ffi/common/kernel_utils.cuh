@@ -138,6 +138,14 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
                "r"(src_bytes)
                : "memory");
 }
+// The same with the first `src_bytes` (0 to 16) of the 16 read, the rest of
+// the destination zero-filled: a vector that runs past the end of an array.
+__device__ __forceinline__ void CpAsync16Head(void* smem, const void* gmem, int src_bytes) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
 // The same for 8 bytes (through L1: .cg takes only 16-byte copies).
 __device__ __forceinline__ void CpAsync8(void* smem, const void* gmem, bool valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));

@@ -21,6 +21,7 @@
 #include "ffi/matmul/kernels/small_left_tma.cuh"
 #include "ffi/matmul/kernels/split_reduce.cuh"
 #include "ffi/matmul/kernels/tn.cuh"
+#include "ffi/matmul/kernels/tn_flat.cuh"
 #include "ffi/matmul/kernels/tn_half.cuh"
 #include "ffi/matmul/kernels/tn_mma.cuh"
 #include "ffi/matmul/kernels/tn_tf32.cuh"
@@ -29,9 +30,6 @@
 #include "ffi/matmul/tensor_maps.h"
 
 namespace tsm2 {
-
-// Shared memory the T kernel may ask for (TSmemBytes stays below this).
-constexpr int kTMaxSmem = 96 * 1024;
 
 // Points cfg at attr, filled for 1-D clusters of `cluster` blocks and, with
 // pdl, programmatic dependent launch (the kernel must griddepcontrol.wait
@@ -71,6 +69,8 @@ struct SplitLauncher {
     a.split_len = s.split_len;
     a.out_f32 = p.out_f32;
     a.vec_ok = plan.vec_ok;
+    a.flat_a = s.flat_a;
+    a.flat_b = s.flat_b;
     return a;
   }
 
@@ -162,6 +162,47 @@ struct SplitLauncher {
     kKernel<<<plan.blocks, kTThreads, smem, stream>>>(Args(p, plan));
     TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2TKernel");
     return Status{};
+  }
+
+  // TSM2T with flat stages (tn_flat.cuh), EM x EN sums per thread.
+  template <int EM, int EN>
+  static Status LaunchTFlat(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
+    constexpr auto kKernel = &Tsm2TFlatKernel<T, EM, EN>;
+    int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
+    TSM2_CUDA_RETURN_IF_ERROR(
+        BlocksPerSm(reinterpret_cast<const void*>(kKernel), kTThreads, kTMaxSmem, &per_sm));
+    kKernel<<<plan.blocks, kTThreads, TSmemBytes(plan.split, sizeof(T)), stream>>>(Args(p, plan));
+    TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2TFlatKernel");
+    return Status{};
+  }
+  // The flat launch for a plan's thread blocks (split_plan.h PlanTFlat: edges
+  // 1, 2, 4, 8, edge_m at most 4 in f64); null for any other.
+  template <int EM>
+  static MatmulLaunchFn TFlatLaunchWith(int64_t edge_n) {
+    switch (edge_n) {
+      case 1:
+        return &LaunchTFlat<EM, 1>;
+      case 2:
+        return &LaunchTFlat<EM, 2>;
+      case 4:
+        return &LaunchTFlat<EM, 4>;
+      case 8:
+        return &LaunchTFlat<EM, 8>;
+    }
+    return nullptr;
+  }
+  static MatmulLaunchFn TFlatLaunchFor(const SplitPlan& s) {
+    switch (s.edge_m) {
+      case 1:
+        return TFlatLaunchWith<1>(s.edge_n);
+      case 2:
+        return TFlatLaunchWith<2>(s.edge_n);
+      case 4:
+        return TFlatLaunchWith<4>(s.edge_n);
+      case 8:
+        if constexpr (sizeof(T) < 8) return TFlatLaunchWith<8>(s.edge_n);
+    }
+    return nullptr;
   }
 
   // The tensor-core TSM2T, compiled per output tile: DMMA for f64

@@ -257,6 +257,14 @@ Status PlanT(const DeviceMatmul& p, MatmulPlan* plan) {
     }
     return Status{};
   }
+  if (s.flat) {
+    plan->launch = L::TFlatLaunchFor(s);
+    plan->kernel_name = "Tsm2TFlatKernel";
+    if (plan->launch == nullptr) {
+      return TSM2_FAIL(cudaErrorInvalidValue, "no flat T kernel for the plan's thread blocks");
+    }
+    return Status{};
+  }
   // TPlan never gives f64 8 x 8 blocks (128 accumulator registers would spill).
   constexpr int kWide = sizeof(T) <= 4 ? 8 : 4;
   if (s.thread_edge != 4 && s.thread_edge != kWide) {
@@ -283,7 +291,9 @@ Status PlanSplit(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
   TSM2_CUDA_RETURN_IF_ERROR(ComputeCapability(&cc));
   TSM2_CUDA_RETURN_IF_ERROR(SmemPerBlockOptin(&smem));
   SplitPlan s = f == Kernel::kTsm2t
-                    ? TPlan<TTune>(sizeof(T), p.batch, p.m, p.k, p.n, plan->sm_count)
+                    ? TPlan<TTune>(sizeof(T), p.batch, p.m, p.k, p.n, plan->sm_count,
+                                   reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
+                                       reinterpret_cast<uintptr_t>(p.b) % 16 == 0)
                     : SPlan<STune>(sizeof(T), p.batch, p.m, p.k, p.n, plan->sm_count, cc, smem);
   size_t need = SplitWorkspaceBytes(s, sizeof(T), p.batch, p.m, p.n);
   if (need > p.workspace_bytes) {

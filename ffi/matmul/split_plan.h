@@ -36,6 +36,10 @@ constexpr int kSplitBlocksPerSm = 4;
 // 512 x 8 735 -> 716 us, f64 16 x 256 744 -> 735; 1e7 x 16 x 16 within 1%).
 struct TTuning {
   static constexpr int kBlocksPerSm = 2;
+  // Whether plans may stage rows flat (TUsesFlat), and the rows a thread
+  // should get per flat stage (PlanTFlat).
+  static constexpr bool kFlat = true;
+  static constexpr int kFlatRowsPerThread = 8;
 };
 
 // Blocks of one thread-block cluster in the S cluster plans (below).
@@ -48,7 +52,13 @@ struct SplitPlan {
   int64_t thread_edge = 4;           // T: each thread holds a thread_edge^2 block of the tile
   bool mma = false;                  // tensor-core tiles (tn_mma/tf32/half.cuh, small_left_mma.cuh)
   bool cluster = false;              // S: 64-column tiles over clusters (small_left_cluster.cuh)
-  bool tma = false;       // S: 64/128-column tiles by tensor-map copies (small_left_tma.cuh)
+  bool tma = false;  // S: 64/128-column tiles by tensor-map copies (small_left_tma.cuh)
+  // T: stages hold their rows of A and of B each as one contiguous run
+  // (tn_flat.cuh); flat_a and flat_b are the elements of each run's slot in a
+  // stage (TFlatElems), and each thread holds an edge_m x edge_n block of C.
+  bool flat = false;
+  int64_t flat_a = 0, flat_b = 0;
+  int64_t edge_m = 0, edge_n = 0;
   int64_t splits = 1;     // contraction ranges per output tile
   int64_t split_len = 0;  // rows per split (a multiple of step)
   // S by tensor maps: the next PDL launch may start early (STuning::kTmaEarly).
@@ -88,6 +98,10 @@ constexpr int kTThreads = 256;
 // 16 KiB); 16 KiB elsewhere keeps four blocks per SM.
 constexpr int kTStageBytes = 16 * 1024;
 constexpr int kTStageBytesLarge = 32 * 1024;
+// Stages of the T kernels' cp.async rings, and the shared memory a T block
+// may ask for (tn.cuh TSmemBytes stays below it).
+constexpr int kTStages = 3;
+constexpr int kTMaxSmem = 96 * 1024;
 // Tiles of 2048+ outputs run on tensor cores where the FMA pipes held the
 // CUDA-core kernel back (64 x 64: 54% of the read ceiling in f64, 50% in
 // f32): f64 and f32 tiles with both edges 16 or more, f64 on FP64 MMAs
@@ -111,8 +125,74 @@ constexpr int64_t TMmaStep(int itemsize, int64_t tile_m, int64_t tile_n) {
   const int64_t mk = itemsize == 8 ? 4 : itemsize == 4 ? 8 : 16;
   return std::max(mk, kTStageBytesLarge / padded / mk * mk);
 }
+// A flat stage slot (tn_flat.cuh LoadTFlat): `step` rows of `width` elements copied
+// as the 16-byte vectors that hold them, so the run starts up to a vector into
+// its slot, plus the `tile` elements past its end that the threads of the last
+// row read for the tile's columns past the matrix (their sums are dropped).
+constexpr int64_t TFlatElems(int64_t step, int64_t width, int64_t tile, int itemsize) {
+  const int64_t vec = 16 / itemsize;
+  return CeilDiv(step * width + 2 * vec + tile, vec) * vec;
+}
+// Whether T stages its rows flat (tn_flat.cuh): where rows of A or B are not
+// whole 16-byte vectors and one output tile covers C, the rows a stage takes
+// are one contiguous run of each operand, copied in 16-byte vectors whatever
+// the row length, where the tiled stages copy each row element by element.
+// `aligned`: both operands start on a 16-byte boundary (so does every batch
+// entry then, where the batch strides are whole vectors).
+inline bool TUsesFlat(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n,
+                      const SplitPlan& s, bool aligned) {
+  const int64_t vec = 16 / itemsize;
+  const bool rows_vec = m % vec == 0 && n % vec == 0;
+  const bool batches_vec = batch == 1 || ((k * m) % vec == 0 && (k * n) % vec == 0);
+  return aligned && batches_vec && !rows_vec && !s.mma && s.tiles_m == 1 && s.tiles_n == 1;
+}
+
+// Thread blocks and stages of a flat plan (tn_flat.cuh). Each thread holds an
+// edge_m x edge_n block of C, the tile is C rounded up to whole blocks, and a
+// stage is as many whole rows as 32 KiB and the ring's shared memory hold.
+// The edges start at the powers of two up to kTFlatEdge that cover m and n
+// (edge_m at most 4 in f64: 8 x 8 doubles take 128 registers) and the larger
+// is halved while a thread would get fewer than Tune::kFlatRowsPerThread rows
+// a stage. H200, kernel lab: with 8 x 8 blocks, 128 row groups and a row each
+// per stage, the barrier and copies of every stage held TN f32 1e6 x 13 x 7
+// at 28% of the read ceiling, and the sums of 128 groups doubled the time of
+// short contractions (bf16 99991 x 13 x 7: 29.9 us); with 2 or 4 rows a
+// thread 49% and 29.9 us, with 8 rows 52% and 13.9 us, and no shape of the
+// lab's ten ran slower with 8 than with 2 or 4.
+// Leaves `s` tiled where a stage would not hold a row per group.
+constexpr int64_t kTFlatEdge = 8;
+template <typename Tune>
+void PlanTFlat(int itemsize, int64_t m, int64_t n, SplitPlan* s) {
+  const int64_t vec = 16 / itemsize;
+  int64_t em = std::min<int64_t>(Pow2AtLeast(m), itemsize == 8 ? 4 : kTFlatEdge);
+  int64_t en = std::min<int64_t>(Pow2AtLeast(n), kTFlatEdge);
+  for (;;) {
+    const int64_t tile_m = em * CeilDiv(m, em), tile_n = en * CeilDiv(n, en);
+    const int64_t threads = (tile_m / em) * (tile_n / en);
+    if (threads > kTThreads) return;
+    const int64_t groups = kTThreads / threads;
+    const int64_t slack = 4 * vec + tile_m + tile_n;
+    const int64_t fits = (kTMaxSmem / kTStages / itemsize - slack) / (m + n);
+    const int64_t rows = std::min(kTStageBytesLarge / ((m + n) * itemsize), fits) / groups * groups;
+    if (rows >= Tune::kFlatRowsPerThread * groups || em * en == 1) {
+      if (rows < groups) return;
+      s->flat = true;
+      s->tile_m = tile_m;
+      s->tile_n = tile_n;
+      s->edge_m = em;
+      s->edge_n = en;
+      s->step = rows;
+      s->flat_a = TFlatElems(rows, m, tile_m, itemsize);
+      s->flat_b = TFlatElems(rows, n, tile_n, itemsize);
+      return;
+    }
+    (em >= en ? em : en) /= 2;
+  }
+}
+
 template <typename Tune = TTuning>
-SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count) {
+SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count,
+                bool aligned = true) {
   SplitPlan s;
   s.tile_n = std::min<int64_t>(Pow2AtLeast(std::max<int64_t>(n, 4)), 256);
   s.tile_m = std::min<int64_t>(Pow2AtLeast(std::max<int64_t>(m, 4)), 4096 / s.tile_n);
@@ -130,6 +210,9 @@ SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, in
   // a -0 product, which jnp keeps (kernel_utils.cuh, InitSums).
   s.mma = k > 1 && TUsesMma(itemsize, s.tile_m, s.tile_n);
   if (s.mma) s.step = TMmaStep(itemsize, s.tile_m, s.tile_n);
+  if (Tune::kFlat && TUsesFlat(itemsize, batch, m, k, n, s, aligned)) {
+    PlanTFlat<Tune>(itemsize, m, n, &s);
+  }
   // Rounded up, the aim left a few blocks for a second wave: 10 tiles x 27
   // splits = 270 blocks for 264 slots took TN bf16 539940 x 148 x 194 from
   // 1.23 to 1.64 ms on an H100.

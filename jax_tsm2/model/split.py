@@ -110,7 +110,10 @@ def split_prediction(
         vec = p.n % (2 if isz == 8 else 4) == 0
         elems = (p.batch or 1) * p.k * p.n
     else:
-        vec = all(v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"]))
+        # Flat stages (split_plan.h TUsesFlat) copy whole vectors whatever the rows.
+        vec = plan.get("flat", False) or all(
+            v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"])
+        )
     if not vec and kernel == "tsm2s":
         # S's element copy feeds m FMAs per element of B: its cost grows with m,
         # at a quarter of the rate in f64 (fitted: twice the FMA pipe's cost and
@@ -160,6 +163,7 @@ def split_prediction(
         f"{kernel}{' on tensor cores' if plan.get('mma') else ''}: {plan['splits']} splits of "
         f"{plan['split_len']}, streaming at "
         f"{eta_stream:.0%} of the read ceiling, {rate:.0f} FMA/clk/SM"
+        + ("; rows staged flat, in 16-byte vectors" if plan.get("flat") else "")
         + ("" if vec else "; rows not 16-byte vectors: copied element by element")
     )
     return _finish(p, dtype, layout, kernel, plan, dram, (t_mem, t_cmp), rate, vec, how, dev, cal)

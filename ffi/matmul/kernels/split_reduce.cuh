@@ -19,8 +19,9 @@ struct SplitArgs {
   int64_t a_batch_stride, b_batch_stride;  // elements; 0 = shared
   int64_t tile_m, tile_n, tiles_m, tiles_n;
   int64_t step, splits, split_len;
-  bool out_f32;  // C is f32 although T is bf16/f16
-  bool vec_ok;   // operand rows are whole, aligned vectors: 16-byte copies are safe
+  bool out_f32;            // C is f32 although T is bf16/f16
+  bool vec_ok;             // operand rows are whole, aligned vectors: 16-byte copies are safe
+  int64_t flat_a, flat_b;  // T flat stages (split_plan.h TUsesFlat): elements of each run's slot
 };
 
 // Block -> (batch, output tile, split); splits vary fastest so that the

@@ -25,14 +25,13 @@
 
 namespace tsm2 {
 
-constexpr int kTStages = 3;
-
 // Bytes of shared memory one T block needs: the ring, or the group
 // reduction buffer that reuses it afterwards, whichever is larger.
 inline int TSmemBytes(const SplitPlan& s, int itemsize) {
   const int64_t row_bytes = (s.tile_m + s.tile_n + (s.mma ? 2 * kTMmaPad : 0)) * itemsize;
-  const int64_t ring = kTStages * s.step * row_bytes;
-  const int64_t red = int64_t{kTThreads} * s.thread_edge * s.thread_edge * AccSize(itemsize);
+  const int64_t ring = kTStages * (s.flat ? (s.flat_a + s.flat_b) * itemsize : s.step * row_bytes);
+  const int64_t sums = s.flat ? s.edge_m * s.edge_n : s.thread_edge * s.thread_edge;
+  const int64_t red = int64_t{kTThreads} * sums * AccSize(itemsize);
   return static_cast<int>(ring > red ? ring : red);
 }
 
@@ -375,6 +374,37 @@ struct TOwned {
   }
 };
 
+// Adds the row groups' sums of a T block pairwise into group 0, reusing the
+// ring (`smem`, free once the caller's copies have drained): each round the
+// upper groups of those left add into the lower ones, an order fixed by the
+// plan (bitwise reproducible). Thread t of group g holds acc. Group 0 adding
+// all 256 groups of a 4 x 4 tile in turn, a chain of 4096 shared-memory
+// loads, held TN f32 1 x 239600 x 2 at 28.0 us; pairwise it takes 14.2
+// (XLA's dot 3.3).
+template <typename Acc, int R, int C>
+__device__ __forceinline__ void AddRowGroups(Acc (&acc)[R][C], int g, int groups, int t,
+                                             int tile_threads, char* smem) {
+  Acc* red = reinterpret_cast<Acc*>(smem);
+  constexpr int kCount = R * C;
+  for (int live = groups; live > 1;) {
+    const int half = (live + 1) / 2;  // groups [half, live) add into [0, live - half)
+    __syncthreads();                  // the ring, or the last round's values, is free
+    if (g >= half && g < live) {
+#pragma unroll
+      for (int e = 0; e < kCount; ++e) {
+        red[((g - half) * kCount + e) * tile_threads + t] = acc[e / C][e % C];
+      }
+    }
+    __syncthreads();
+    if (g < live - half) {
+#pragma unroll
+      for (int e = 0; e < kCount; ++e)
+        acc[e / C][e % C] += red[(g * kCount + e) * tile_threads + t];
+    }
+    live = half;
+  }
+}
+
 // Two blocks per SM at least: left alone, ptxas gave the f64 kernel 204
 // registers (one block per SM) and it ran at 47% of the read ceiling.
 template <typename T, int E>
@@ -438,33 +468,8 @@ __global__ void __launch_bounds__(kTThreads, 2) Tsm2TKernel(const __grid_constan
   }
   CpAsyncWait<0>();
 
-  // Add the row groups pairwise, reusing the ring: each round the upper
-  // groups of those left add into the lower ones, an order fixed by the plan
-  // (bitwise reproducible). Group 0 adding all 256 groups of a 4 x 4 tile in
-  // turn, a chain of 4096 shared-memory loads, held TN f32 1 x 239600 x 2 at
-  // 28.0 us; pairwise it takes 14.2 (XLA's dot 3.3).
   if (groups > 1) {
-    Acc* red = reinterpret_cast<Acc*>(smem);
-    const int t = threadIdx.x % tile_threads;
-    constexpr int kE2 = E * E;
-    for (int live = groups; live > 1;) {
-      const int half = (live + 1) / 2;  // groups [half, live) add into [0, live - half)
-      __syncthreads();                  // the ring, or the last round's values, is free
-      if (g >= half && g < live) {
-#pragma unroll
-        for (int e = 0; e < kE2; ++e) {
-          red[((g - half) * kE2 + e) * tile_threads + t] = acc[e / E][e % E];
-        }
-      }
-      __syncthreads();
-      if (g < live - half) {
-#pragma unroll
-        for (int e = 0; e < kE2; ++e) {
-          acc[e / E][e % E] += red[(g * kE2 + e) * tile_threads + t];
-        }
-      }
-      live = half;
-    }
+    AddRowGroups(acc, g, groups, threadIdx.x % tile_threads, tile_threads, smem);
     if (g != 0) return;
   }
 #pragma unroll
