@@ -191,6 +191,25 @@ def test_probes_correct_only_shapes_of_their_own_kind_of_rows():
         assert got == pytest.approx(want)
 
 
+def test_tn_probes_correct_shapes_of_either_kind_of_rows():
+    """In tn the kinds are one: XLA's dot reads a row-major A.T @ B several times over and
+    TSM2T's flat stages read rows of any length alike, so probes whose rows are whole
+    vectors correct a shape whose rows are not."""
+    data = measured({"xla": 2.0, "tsm2t": 0.5}, per_cell=4, families=("TN",), dtypes=("float32",))
+    aligned = tuple(r for r in data.records if calibrate.rows_aligned(r.problem, "float32", "tn"))
+    assert aligned, "the design draws rows of whole vectors"
+    corr = calibrate.Corrections(dataclasses.replace(data, records=aligned), DEV)
+    for r in aligned:
+        p = r.problem
+        wide = max(p.m, p.n)  # rows_aligned looks at the wider operand's rows
+        other = Problem(None, p.m + (p.m == wide), p.k, p.n + (p.n == wide and p.m != wide))
+        assert not calibrate.rows_aligned(other, "float32", "tn")
+        for target, want in (("xla", 2.0), ("tsm2t", 0.5)):
+            f, support = corr.factor(target, other, "float32", "tn")
+            assert support > 0.9 and f == pytest.approx(want, rel=0.35), (target, other)
+        assert corr.extreme("tsm2t", other, "float32", "tn") is not None
+
+
 def test_a_failing_target_is_left_out_and_an_all_failing_run_raises():
     def timer(target, p, dtype, layout):
         if target == "tsm2r":

@@ -512,6 +512,13 @@ def _finite(v: Any) -> float | str:
     return v if math.isfinite(v) and v > 0 else f"timer returned {v!r}"
 
 
+def _kind(p: Problem, dtype: str, layout: str) -> bool:
+    """The kind of shape a probe corrects: its rows aligned or not (``rows_aligned``), in
+    nn and nt. In tn one kind: XLA's dot reads row-major A.T @ B several times over
+    whatever the rows, and TSM2T's flat stages read rows of any length alike."""
+    return layout == "tn" or rows_aligned(p, dtype, layout)
+
+
 def rows_aligned(p: Problem, dtype: str, layout: str) -> bool:
     """Whether the rows of the largest operand, as stored, are whole 16-byte vectors.
 
@@ -519,7 +526,7 @@ def rows_aligned(p: Problem, dtype: str, layout: str) -> bool:
     GEMM algorithms): on one H200 grid, XLA's dot read an f32 R product with rows of
     10384 elements once (82% of the floor) while its probes of odd row lengths nearby
     read theirs three to four times over. Probes therefore correct only shapes of their
-    own kind.
+    own kind, in nn and nt (``_kind``).
 
     Example:
         >>> rows_aligned(Problem(None, 12141, 10384, 14), "float32", "nn")
@@ -571,7 +578,7 @@ class Corrections:
                 if not (pred.supported and math.isfinite(pred.seconds) and pred.seconds > 0):
                     continue
                 resid = math.log(secs / pred.seconds)
-                key = (target, r.layout, r.dtype, rows_aligned(r.problem, r.dtype, r.layout))
+                key = (target, r.layout, r.dtype, _kind(r.problem, r.dtype, r.layout))
                 grouped.setdefault(key, []).append((_coords(r.problem), resid))
         for key, pts in grouped.items():
             self._points[key] = (np.stack([c for c, _ in pts]), np.array([v for _, v in pts]))
@@ -597,7 +604,7 @@ class Corrections:
             >>> corr.extreme("tsm2l", Problem(None, 10**3, 8, 8), "float32", "nn") is None
             True
         """
-        pts = self._points.get((target, layout, dtype, rows_aligned(p, dtype, layout)))
+        pts = self._points.get((target, layout, dtype, _kind(p, dtype, layout)))
         if pts is None:
             return None
         coords, resid = pts
@@ -616,7 +623,7 @@ class Corrections:
 
     def factor(self, target: str, p: Problem, dtype: str, layout: str) -> tuple[float, float]:
         """(correction factor, support) for ``target`` on ``p``."""
-        pts = self._points.get((target, layout, dtype, rows_aligned(p, dtype, layout)))
+        pts = self._points.get((target, layout, dtype, _kind(p, dtype, layout)))
         if pts is None:
             return 1.0, 0.0
         coords, resid = pts
