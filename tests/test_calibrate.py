@@ -373,6 +373,72 @@ def test_far_from_the_probes_the_measured_bounds_decide():
     assert calibrate.decide(outside, "float32", "tn", ["tsm2t"], corr).target == "xla"
 
 
+def _aligned_only(data: calibrate.CalibrationData) -> calibrate.CalibrationData:
+    keep = tuple(r for r in data.records if calibrate.rows_aligned(r.problem, r.dtype, r.layout))
+    assert keep and len(keep) < len(data.records), "the design draws both kinds of rows"
+    return dataclasses.replace(data, records=keep)
+
+
+@pytest.mark.parametrize("kernel_factor, want", [(0.5, "tsm2s"), (3.0, "xla")])
+def test_where_no_probe_of_its_dtype_and_kind_spans_a_shape_the_layouts_probes_bound_it(
+    kernel_factor, want
+):
+    """S probes in f32 with rows of whole vectors only; an f16 shape whose rows are not. No
+    probe of its own cell spans it, so the layout's probes in every dtype stand in: TSM2S
+    is taken at the least favourable correction they measured, and runs where even that
+    beats XLA's dot, corrected from its probes of the layout."""
+    data = _aligned_only(
+        measured({"tsm2s": kernel_factor}, per_cell=4, families=("S",), dtypes=("float32",))
+    )
+    corr = calibrate.Corrections(data, DEV)
+    probe = max(data.records, key=lambda r: r.problem.k * r.problem.n).problem
+    shape = Problem(None, probe.m, probe.k, probe.n + 1)
+    assert not calibrate.rows_aligned(shape, "float16", "nn")
+    assert corr.extreme("tsm2s", shape, "float16", "nn") is None  # nothing of its own cell
+    assert corr.layout_extreme("tsm2s", shape, "float16", "nn") == pytest.approx(kernel_factor)
+    assert model.predict(shape, "float16", "nn", "tsm2s", DEV).bound != "launch"
+    d = calibrate.decide(shape, "float16", "nn", ["tsm2s"], corr)
+    assert d.target == want, d
+    assert "least favourable correction" in d.reason
+    if want == "tsm2s":
+        assert d.margin == calibrate.BASE_MARGIN
+    # Outside the sizes any probe of the layout spans, no bound is known: XLA's dot.
+    outside = Problem(None, shape.m, 64 * shape.k, shape.n)
+    assert corr.layout_extreme("tsm2s", outside, "float16", "nn") is None
+    assert calibrate.decide(outside, "float16", "nn", ["tsm2s"], corr).target == "xla"
+
+
+def test_the_layouts_probes_never_decide_at_the_models_launch_floor():
+    """A product small enough that the model puts the kernel or XLA's dot at its launch
+    floor: those constants are another GPU's per-call floor, and no probe measured there."""
+    data = _aligned_only(measured({"tsm2s": 0.3}, per_cell=4, families=("S",), dtypes=("float32",)))
+    corr = calibrate.Corrections(data, DEV)
+    tiny = Problem(None, 2, 1200, 1201)
+    assert corr.layout_extreme("tsm2s", tiny, "float16", "nn") is not None
+    assert model.predict(tiny, "float16", "nn", "tsm2s", DEV).bound == "launch"
+    d = calibrate.decide(tiny, "float16", "nn", ["tsm2s"], corr)
+    assert d.target == "xla" and "tsm2s" not in d.seconds
+
+
+def test_xla_dot_on_whole_vector_rows_borrows_no_probe_with_rows_that_are_not():
+    """XLA's dot reads rows of whole vectors at least as fast as others: probes whose rows
+    are not never stand in for it on a shape whose rows are (they would make XLA's dot
+    look slower than it runs), while probes whose rows are stand in for either kind."""
+    data = measured({"xla": 3.0}, per_cell=4, families=("R",), dtypes=("float32",))
+    for kind in (True, False):
+        keep = tuple(
+            r for r in data.records if calibrate.rows_aligned(r.problem, r.dtype, r.layout) == kind
+        )
+        corr = calibrate.Corrections(dataclasses.replace(data, records=keep), DEV)
+        p = keep[0].problem
+        whole = 8 * (p.k // 8)  # bf16: 8 elements to a 16-byte vector
+        for shape in (Problem(None, p.m, whole, p.n), Problem(None, p.m, whole + 1, p.n)):
+            aligned = calibrate.rows_aligned(shape, "bfloat16", "nn")
+            bound = corr.layout_extreme("xla", shape, "bfloat16", "nn")
+            assert (bound is None) == (aligned and not kind), (kind, shape)
+            assert corr.layout_extreme("tsm2r", shape, "bfloat16", "nn") is not None
+
+
 class Batched:
     """A timer with ``prepare`` and ``run``, as ``tuner.GpuTimer`` has: it records which
     threads prepared and that nothing is prepared while a probe is timed."""

@@ -551,12 +551,57 @@ def _coords(p: Problem) -> np.ndarray:
     return np.log2([float((p.batch or 1) * p.m), float(p.k), float(p.n)])
 
 
+Points = tuple[np.ndarray, np.ndarray]  # probes' _coords and log(measured / predicted)
+
+
+def _factor(pts: Points | None, p: Problem) -> tuple[float, float]:
+    """(correction factor, support) at ``p`` from the probes ``pts``: their residuals'
+    Gaussian-weighted mean, shrunk towards 1 by PRIOR_WEIGHT."""
+    if pts is None:
+        return 1.0, 0.0
+    coords, resid = pts
+    d2 = np.sum((coords - _coords(p)) ** 2, axis=1) / BANDWIDTH_OCTAVES**2
+    w = np.exp(-0.5 * d2)
+    support = float(w.sum())
+    return math.exp(float((w * resid).sum() / (support + PRIOR_WEIGHT))), support
+
+
+def _extreme(pts: Points | None, target: str, p: Problem) -> float | None:
+    """The most favourable correction of ``pts`` for XLA's dot, the least favourable for a
+    kernel, where ``p`` lies inside the probes' box of sizes widened by the corrections'
+    kernel width; else None."""
+    if pts is None:
+        return None
+    coords, resid = pts
+    x = _coords(p)
+    if (
+        (x < coords.min(axis=0) - BANDWIDTH_OCTAVES) | (x > coords.max(axis=0) + BANDWIDTH_OCTAVES)
+    ).any():
+        return None
+    return math.exp(float(resid.min() if target == "xla" else resid.max()))
+
+
+def _layout_kinds(target: str, kind: bool) -> tuple[bool, ...]:
+    """The kinds of rows (``_kind``) of the probes, of any dtype, that stand in for a shape
+    of kind ``kind`` where no probe of its own dtype and kind spans it. For XLA's dot, its
+    own kind, and for rows that are not whole vectors also rows that are: XLA's dot runs
+    those at least as fast, so they never flatter a kernel against it (the other way round
+    they would: XLA's dot read an aligned f32 R product once where unaligned probes near it
+    read three to four times over). For a kernel, both: it is taken at the least favourable
+    correction measured among them."""
+    if target == "xla":
+        return (kind,) if kind else (False, True)
+    return (True, False)
+
+
 class Corrections:
     """Per (target, layout, dtype): measured / predicted over the probes, by nearness.
 
     ``factor`` answers the correction for a shape and its *support*: the
     summed kernel weight of the probes behind it (1.0 is one probe at the same
     shape; near 0 nothing was measured near there and the factor is ~1).
+    ``layout_factor`` and ``layout_extreme`` answer the same from a target's
+    probes of the layout in every dtype, for shapes no probe of their own cell spans.
     """
 
     def __init__(
@@ -582,6 +627,22 @@ class Corrections:
                 grouped.setdefault(key, []).append((_coords(r.problem), resid))
         for key, pts in grouped.items():
             self._points[key] = (np.stack([c for c, _ in pts]), np.array([v for _, v in pts]))
+        # A target's probes of a layout in every dtype, per kind of shape they may correct
+        # (``_layout_kinds``): what routing falls back to where no probe of a shape's own
+        # dtype and kind spans it.
+        self._layout_points: dict[tuple[str, str, bool], Points] = {}
+        for target, layout in {(t, lay) for t, lay, _, _ in self._points}:
+            for kind in (True, False):
+                found = [
+                    v
+                    for (t, lay, _, k), v in self._points.items()
+                    if (t, lay) == (target, layout) and k in _layout_kinds(target, kind)
+                ]
+                if found:
+                    self._layout_points[(target, layout, kind)] = (
+                        np.concatenate([c for c, _ in found]),
+                        np.concatenate([v for _, v in found]),
+                    )
 
     def extreme(self, target: str, p: Problem, dtype: str, layout: str) -> float | None:
         """The correction assumed where no probe is near: for XLA's dot the most favourable
@@ -604,18 +665,9 @@ class Corrections:
             >>> corr.extreme("tsm2l", Problem(None, 10**3, 8, 8), "float32", "nn") is None
             True
         """
-        pts = self._points.get((target, layout, dtype, _kind(p, dtype, layout)))
-        if pts is None:
-            return None
-        coords, resid = pts
-        # Inside the probes' box of sizes, widened by the corrections' kernel width.
-        x = _coords(p)
-        if (
-            (x < coords.min(axis=0) - BANDWIDTH_OCTAVES)
-            | (x > coords.max(axis=0) + BANDWIDTH_OCTAVES)
-        ).any():
-            return None
-        return math.exp(float(resid.min() if target == "xla" else resid.max()))
+        return _extreme(
+            self._points.get((target, layout, dtype, _kind(p, dtype, layout))), target, p
+        )
 
     def measured(self, p: Problem, dtype: str, layout: str) -> dict[str, float] | None:
         """Seconds per target measured by a probe of exactly this product, or None."""
@@ -623,15 +675,38 @@ class Corrections:
 
     def factor(self, target: str, p: Problem, dtype: str, layout: str) -> tuple[float, float]:
         """(correction factor, support) for ``target`` on ``p``."""
-        pts = self._points.get((target, layout, dtype, _kind(p, dtype, layout)))
-        if pts is None:
-            return 1.0, 0.0
-        coords, resid = pts
-        d2 = np.sum((coords - _coords(p)) ** 2, axis=1) / BANDWIDTH_OCTAVES**2
-        w = np.exp(-0.5 * d2)
-        support = float(w.sum())
-        log_factor = float((w * resid).sum() / (support + PRIOR_WEIGHT))
-        return math.exp(log_factor), support
+        return _factor(self._points.get((target, layout, dtype, _kind(p, dtype, layout))), p)
+
+    def layout_factor(
+        self, target: str, p: Problem, dtype: str, layout: str
+    ) -> tuple[float, float]:
+        """``factor`` from ``target``'s probes of ``layout`` in every dtype, of the kinds of
+        rows that may correct ``p`` (``_layout_kinds``)."""
+        return _factor(self._layout_points.get((target, layout, _kind(p, dtype, layout))), p)
+
+    def layout_extreme(self, target: str, p: Problem, dtype: str, layout: str) -> float | None:
+        """``extreme`` over ``target``'s probes of ``layout`` in every dtype, of the kinds
+        of rows that may correct ``p`` (``_layout_kinds``); None where ``p`` lies outside
+        the sizes those probed. Routing falls back to it where no probe of ``p``'s own dtype
+        and kind spans ``p`` (``decide``).
+
+        Example:
+            >>> from jax_tsm2 import model
+            >>> probe = {"dtype": "float32", "layout": "nn", "batch": None, "m": 8,
+            ...          "k": 4096, "n": 4096, "seconds": {"tsm2s": 3e-5, "xla": 6e-5}}
+            >>> data = CalibrationData.from_json(
+            ...     {"schema": SCHEMA, "version": VERSION, "read_bytes_per_s": 4e12,
+            ...      "launch_seconds": 2e-6, "device": {"key": "GPU", "name": "GPU",
+            ...      "cc": [9, 0], "sm_count": 132}, "made": {}, "records": [probe]})
+            >>> corr = Corrections(data, model.H100_SXM)
+            >>> odd = Problem(None, 4, 4095, 4095)  # f16, rows not whole vectors
+            >>> corr.extreme("tsm2s", odd, "float16", "nn") is None
+            True
+            >>> corr.layout_extreme("tsm2s", odd, "float16", "nn") > 0
+            True
+        """
+        pts = self._layout_points.get((target, layout, _kind(p, dtype, layout)))
+        return _extreme(pts, target, p)
 
 
 def xla_best_case(p: Problem, dtype: str, device: model.Device, launch_s: float) -> float:
@@ -667,7 +742,14 @@ def decide(
     xla_precision: str = "default",
 ) -> Decision:
     """The fastest of ``names`` and XLA's dot by corrected prediction, with a margin that
-    grows where the probes behind the kernel's correction are far away."""
+    grows where the probes behind the kernel's correction are far away.
+
+    Where no probe of the shape's own dtype and kind of rows spans it, the probes of its
+    layout in every dtype stand in (``Corrections.layout_extreme``): XLA's dot is corrected
+    from them as from its own cell, and a kernel is taken at the least favourable correction
+    measured among them, against which it needs only the base margin. Not where the model
+    puts either at its launch floor: those constants are another GPU's per-call floor, and
+    no probe (1 MB at least) measured there."""
     dev = corrections.device
     cal = corrections.calibration
     hit = corrections.measured(p, dtype, layout)
@@ -677,31 +759,56 @@ def decide(
         # neighbouring shapes, so a correction smoothed over neighbours can miss it by 3x.
         return _decide_measured(hit, names)
 
-    def corrected(target: str, model_s: float, far_s: float) -> tuple[float, float]:
+    def corrected(
+        model_s: float, far_s: float, factor_support: tuple[float, float]
+    ) -> tuple[float, float]:
         # Near probes (support >= 1) the local correction; away from them a blend towards
         # far_s, the bound every measurement of the (layout, dtype) allows.
-        f, support = corrections.factor(target, p, dtype, layout)
+        f, support = factor_support
         w = min(1.0, support)
         return math.exp(w * math.log(model_s * f) + (1.0 - w) * math.log(far_s)), support
 
-    xla_model = model.predict(p, dtype, layout, "xla", dev, cal, xla_precision).seconds
+    xla_pred = model.predict(p, dtype, layout, "xla", dev, cal, xla_precision)
+    xla_model = xla_pred.seconds
     # XLA's dot is never assumed faster than one pass over its operands at the read ceiling.
     best_case = xla_best_case(p, dtype, dev, corrections.data.launch_seconds)
     fastest = corrections.extreme("xla", p, dtype, layout)
+    xla_factor = corrections.factor("xla", p, dtype, layout)
+    if fastest is None:
+        fastest = corrections.layout_extreme("xla", p, dtype, layout)
+        if fastest is not None:
+            xla_factor = corrections.layout_factor("xla", p, dtype, layout)
     xla_far = best_case if fastest is None else max(best_case, xla_model * fastest)
-    xla, xla_support = corrected("xla", xla_model, xla_far)
+    xla, xla_support = corrected(xla_model, xla_far, xla_factor)
     secs: dict[str, float] = {"xla": xla}
     support: dict[str, float] = {}
+    at_bound: set[str] = set()
     for name in names:
         pred = model.predict(p, dtype, layout, name, dev, cal)
+        if not pred.supported:
+            continue
         slowest = corrections.extreme(name, p, dtype, layout)
-        if not pred.supported or slowest is None:
-            continue  # a kernel never measured in this layout and dtype is not routed to
-        secs[name], support[name] = corrected(name, pred.seconds, pred.seconds * slowest)
+        if slowest is not None:
+            factor = corrections.factor(name, p, dtype, layout)
+            secs[name], support[name] = corrected(pred.seconds, pred.seconds * slowest, factor)
+            continue
+        if "launch" in (pred.bound, xla_pred.bound):
+            continue  # at the model's launch floor, the prediction is another GPU's
+        slowest = corrections.layout_extreme(name, p, dtype, layout)
+        if slowest is None:
+            continue  # a kernel never measured near these sizes is not routed to
+        secs[name], support[name] = pred.seconds * slowest, 0.0
+        at_bound.add(name)
     kernels = [k for k in secs if k != "xla"]
     if not kernels:
         return Decision("xla", secs, 0.0, "no kernel takes this problem")
     best = min(kernels, key=secs.__getitem__)
+    if best in at_bound:
+        where = (
+            f"on this GPU's calibration ({best} at the least favourable correction its "
+            f"probes of layout {layout} measured: none of {dtype} and this kind of rows near)"
+        )
+        return _pick(secs, best, BASE_MARGIN, "predicted", where)
     known = min(support[best], xla_support)
     margin = BASE_MARGIN + (FAR_MARGIN - BASE_MARGIN) * math.exp(-2.0 * known)
     return _pick(secs, best, margin, "predicted", "on this GPU's calibration")
