@@ -47,7 +47,9 @@ layer that answers decides (``Route.layer``):
    directory; the package ships those of the GPUs it was measured on): the
    model's predictions corrected by what the probes measured near the shape,
    and a kernel only where it is predicted faster than XLA's dot by a margin
-   that grows where no probe was near. A calibration that timed another
+   that grows where no probe was near (where no probe of the shape's dtype and
+   kind of rows spans it, only where it is faster at the least favourable
+   correction its layout's probes measured). A calibration that timed another
    build's kernels (``calibrate.kernels_note``) still decides, and the reason
    says so;
 3. ``"model"``: on a GPU without a calibration, or without a GPU in the
