@@ -332,15 +332,19 @@ def test_encode_kernels_match_the_extended_reference(dtype, m, k, n):
         assert_stats_close(_encode(a, b, acc=acc), a, b)
 
 
-def test_encode_kernels_count_subnormal_inputs_in_the_flush_row():
+# A's rows: element loads (k = 6), and rows of 32 lanes (k = 256), where a warp takes the
+# subnormal branch only when one of its values is tiny; zeros are tiny too and add nothing.
+@pytest.mark.parametrize(("m", "k"), [(2000, 6), (3001, 256)])
+def test_encode_kernels_count_subnormal_inputs_in_the_flush_row(m, k):
     """The kernels read subnormal inputs as they are (a flush-to-zero product then loses
     them: the flush row bounds what it can lose)."""
     from _abft_reference import assert_stats_close
 
     rng = np.random.default_rng(11)
-    a = np.array(rand(rng, (2000, 6), jnp.float32))  # a writable copy
-    b = np.array(rand(rng, (6, 3), jnp.float32))
+    a = np.array(rand(rng, (m, k), jnp.float32))  # a writable copy
+    b = np.array(rand(rng, (k, 3), jnp.float32))
     a[3, 2], a[700, 0], b[4, 1] = 1e-40, -3e-39, 2e-41
+    a[5, :], a[1500, 1] = 0.0, 0.0
     a, b = jnp.asarray(a), jnp.asarray(b)
     stats = _encode(a, b, acc=jnp.float64)
     assert (np.asarray(stats[6]) > 0).all()

@@ -178,9 +178,11 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, {tests!r})
 from _abft_reference import acc_of, assert_colsums_close, assert_repaired, repair_case
 from _helpers import rand
-from jax_tsm2 import abft_calls
+from jax_tsm2 import abft_calls, abft_model
 
 rng = np.random.default_rng(0)
+encode = jax.jit(abft_calls.encode, static_argnames="acc")
+verify = jax.jit(abft_calls.verify)
 colsums = jax.jit(abft_calls.colsums, static_argnames="abs_rows")
 repair = jax.jit(abft_calls.repair_column, static_argnames="acc")
 judge = jax.jit(abft_calls.judge)
@@ -193,6 +195,15 @@ for dtype in (jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16):
             v = rand(rng, (r, rows), acc)
             assert_colsums_close(jax.block_until_ready(colsums(m, v, abs_rows=1)), m, v, 1)
             count += 1
+    # The checksum passes: rows of fewer than 32 lanes and of 32 (each warp on one row, the
+    # row weights shared by shuffles), rows that are not whole vectors, splits.
+    for rows, k, n in ((1, 1, 1), (1031, 129, 4), (2000, 640, 256), (9001, 256, 7)):
+        a, b, c = repair_case(rng, rows, k, n, dtype)
+        stats = jax.block_until_ready(encode(a, b, acc=acc))
+        vec = abft_model.model_vector(dtype, rows, k, None, acc, extended_sums=True)
+        resid, t = jax.block_until_ready(verify(c, stats, jnp.asarray(vec, acc)))
+        assert bool(jnp.all(jnp.abs(resid) <= t)), (dtype, rows, k, n)
+        count += 1
     for rows, k, n in ((1, 1, 1), (33, 2049, 5), (1100, 7, 3)):
         a, b, c = repair_case(rng, rows, k, n, dtype)
         for flag in (False, True):
@@ -212,8 +223,9 @@ print("sweep calls:", count)
 @pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 def test_abft_kernels_sanitizers_report_no_errors(tmp_path, tool):
-    """tsm2_colsums, tsm2_repair_column and tsm2_abft_judge (kernels named "Abft..."), whose
-    blocks share shared-memory buffers between barriers."""
+    """tsm2_abft_encode, tsm2_abft_verify, tsm2_colsums, tsm2_repair_column and
+    tsm2_abft_judge (kernels named "Abft..."), whose blocks share shared-memory buffers
+    between barriers and whose warps share row weights by shuffles."""
     _assert_sanitizer_clean(tmp_path, ABFT_SWEEP, tool, "Abft")
 
 

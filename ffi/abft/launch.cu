@@ -8,6 +8,7 @@
 
 #include "ffi/abft/kernels/colsums.cuh"
 #include "ffi/abft/kernels/judge.cuh"
+#include "ffi/abft/kernels/pdl.cuh"
 #include "ffi/abft/kernels/repair_column.cuh"
 #include "ffi/abft/launcher.h"
 #include "ffi/common/cuda_types.cuh"
@@ -103,12 +104,19 @@ template <typename T, typename Acc>
 Status RunRepair(const DeviceRepair& p, cudaStream_t stream) {
   RepairArgs a{};
   RepairLaunchArgs<T, Acc>(p, &a);
-  AbftRepairRecomputeKernel<T, Acc><<<a.blocks, kRepairThreads, 0, stream>>>(a);
-  TSM2_RETURN_IF_LAUNCH_FAILED("AbftRepairRecomputeKernel");
-  const int write_blocks =
-      static_cast<int>(std::clamp<int64_t>(CeilDiv(p.m, kRepairThreads), 1, kRepairMaxBlocks));
-  AbftRepairWriteKernel<T, Acc><<<write_blocks, kRepairThreads, 0, stream>>>(a);
-  TSM2_RETURN_IF_LAUNCH_FAILED("AbftRepairWriteKernel");
+  if (const cudaError_t e =
+          LaunchDependent(&AbftRepairRecomputeKernel<T, Acc>, static_cast<unsigned>(a.blocks),
+                          kRepairThreads, 0, stream, a);
+      e != cudaSuccess) {
+    return TSM2_FAIL(e, "launching AbftRepairRecomputeKernel");
+  }
+  const unsigned write_blocks =
+      static_cast<unsigned>(std::clamp<int64_t>(CeilDiv(p.m, kRepairThreads), 1, kRepairMaxBlocks));
+  if (const cudaError_t e = LaunchDependent(&AbftRepairWriteKernel<T, Acc>, write_blocks,
+                                            kRepairThreads, 0, stream, a);
+      e != cudaSuccess) {
+    return TSM2_FAIL(e, "launching AbftRepairWriteKernel");
+  }
   return Status{};
 }
 
@@ -190,9 +198,12 @@ Status LaunchJudge(const DeviceJudge& p, cudaStream_t stream) {
     return TSM2_FAIL(cudaErrorInvalidValue, "LaunchJudge: sizes must be >= 0");
   }
   TSM2_RETURN_IF_ERROR(StartFromC<T>(r, stream));
-  AbftFlagKernel<Acc><<<1, kJudgeThreads, 0, stream>>>(
-      static_cast<const Acc*>(p.resid), static_cast<const Acc*>(p.threshold), r.n, p.state);
-  TSM2_RETURN_IF_LAUNCH_FAILED("AbftFlagKernel");
+  if (const cudaError_t e = LaunchDependent(&AbftFlagKernel<Acc>, 1, kJudgeThreads, 0, stream,
+                                            static_cast<const Acc*>(p.resid),
+                                            static_cast<const Acc*>(p.threshold), r.n, p.state);
+      e != cudaSuccess) {
+    return TSM2_FAIL(e, "launching AbftFlagKernel");
+  }
   if (r.m > 0 && r.n > 0) {
     DeviceRepair repair = r;
     repair.flag = p.state + kJudgeSingle;
@@ -217,8 +228,11 @@ Status LaunchJudge(const DeviceJudge& p, cudaStream_t stream) {
   v.col = p.col;
   v.magnitude = p.magnitude;
   v.uncorrectable = p.uncorrectable;
-  AbftVerdictKernel<T, Acc><<<1, kJudgeThreads, 0, stream>>>(v);
-  TSM2_RETURN_IF_LAUNCH_FAILED("AbftVerdictKernel");
+  if (const cudaError_t e =
+          LaunchDependent(&AbftVerdictKernel<T, Acc>, 1, kJudgeThreads, 0, stream, v);
+      e != cudaSuccess) {
+    return TSM2_FAIL(e, "launching AbftVerdictKernel");
+  }
   return Status{};
 }
 

@@ -10,6 +10,7 @@
 
 #include "ffi/abft/checksum.h"
 #include "ffi/abft/kernels/passes.cuh"
+#include "ffi/abft/kernels/pdl.cuh"
 #include "ffi/abft/launcher.h"
 #include "ffi/abft/plan.h"
 #include "ffi/common/cuda_types.cuh"
@@ -45,14 +46,27 @@ Status RunPass(AbftPassArgs a, const ColsumsPlan& s, cudaStream_t stream) {
   a.lanes = s.lanes;
   a.vec_ok = a.cols % kVec<T> == 0 && reinterpret_cast<uintptr_t>(a.data) % 16 == 0;
   const int smem = AbftPassSmemBytes<T, kPass>(a.vec_ok);
-  AbftPassKernel<T, kPass, kInject>
-      <<<static_cast<unsigned>(s.Blocks()), kColsumsThreads, smem, stream>>>(a);
-  TSM2_RETURN_IF_LAUNCH_FAILED("AbftPassKernel");
-  if (s.splits > 1) {
+  if (const cudaError_t e =
+          LaunchDependent(&AbftPassKernel<T, kPass, kInject>, static_cast<unsigned>(s.Blocks()),
+                          kColsumsThreads, smem, stream, a);
+      e != cudaSuccess) {
+    return TSM2_FAIL(e, "launching AbftPassKernel");
+  }
+  if (s.splits > 1 && s.splits <= kAbftFinishThreadSplits) {
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(CeilDiv(a.cols, 256), 65535));
+    if (const cudaError_t e =
+            LaunchDependent(&AbftPassFinishThreadKernel<T, kPass>, blocks, 256, 0, stream, a);
+        e != cudaSuccess) {
+      return TSM2_FAIL(e, "launching AbftPassFinishThreadKernel");
+    }
+  } else if (s.splits > 1) {
     const unsigned blocks =
         static_cast<unsigned>(std::min<int64_t>(CeilDiv(a.cols * 32, 256), 65535));
-    AbftPassFinishKernel<T, kPass><<<blocks, 256, 0, stream>>>(a);
-    TSM2_RETURN_IF_LAUNCH_FAILED("AbftPassFinishKernel");
+    if (const cudaError_t e =
+            LaunchDependent(&AbftPassFinishKernel<T, kPass>, blocks, 256, 0, stream, a);
+        e != cudaSuccess) {
+      return TSM2_FAIL(e, "launching AbftPassFinishKernel");
+    }
   }
   return Status{};
 }

@@ -16,6 +16,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "ffi/abft/kernels/pdl.cuh"
 #include "ffi/abft/kernels/repair_column.cuh"
 #include "ffi/common/kernel_utils.cuh"
 
@@ -69,6 +70,8 @@ template <typename Acc>
 __global__ void __launch_bounds__(kJudgeThreads)
     AbftFlagKernel(const Acc* __restrict__ resid, const Acc* __restrict__ threshold, int64_t n,
                    int32_t* __restrict__ state) {
+  WaitForPrevious();
+  AllowNextToStart();
   int count = 0;
   Acc best = -1;
   int64_t at = 0;
@@ -110,6 +113,8 @@ struct VerdictArgs {
 template <typename T, typename Acc>
 __global__ void __launch_bounds__(kJudgeThreads)
     AbftVerdictKernel(const __grid_constant__ VerdictArgs p) {
+  WaitForPrevious();
+  AllowNextToStart();
   const int failing = p.state[kJudgeFailing];
   const int64_t j = p.state[kJudgeColumn];
   const bool single = p.state[kJudgeSingle] != 0;

@@ -14,12 +14,14 @@
 //   its half-ulps for bf16/f16); finished into the residuals and thresholds.
 //
 // A row's weights come from its index (RowWeights: a hash and a ramp) in
-// passes A and C, and from A's column values in pass B: copied into shared
-// memory with the row's data (rows of 32 lanes), so that they arrive with it
-// rather than an L2 round trip after it, or else read per row. Slots of a
-// warp are added by a fixed butterfly, warps in warp order, splits in split
-// order by AbftPassFinishKernel (a warp per column): results depend on the
-// plan alone.
+// passes A and C, computed once per warp for rows of 32 lanes (each lane
+// takes its row's by shuffle) and per thread otherwise; in pass B from A's
+// column values: copied into shared memory with the row's data (rows of 32
+// lanes), so that they arrive with it rather than an L2 round trip after it,
+// or else read per row. Slots of a warp are added by a fixed butterfly, warps
+// in warp order, splits in split order by a finish kernel (a thread per column
+// for up to kAbftFinishThreadSplits splits, else a warp per column): results
+// depend on the plan alone.
 // The final values are written by whoever holds a column's total: the pass
 // kernel itself when rows are not split, else the finish kernel.
 //
@@ -36,6 +38,7 @@
 #include <type_traits>
 
 #include "ffi/abft/checksum.h"
+#include "ffi/abft/kernels/pdl.cuh"
 #include "ffi/abft/plan.h"
 #include "ffi/common/kernel_utils.cuh"
 
@@ -96,6 +99,16 @@ __device__ __forceinline__ double NormTermOf(float xf, double x) {
     (void)xf;
     return x;
   }
+}
+
+// Row i's weights without the scale s: e_i and e_i rho_i (RowWeights's w1 / s and w2 / s,
+// exactly, s being a power of two).
+struct SignRamp {
+  double sign, ramp;
+};
+__device__ __forceinline__ SignRamp SignRampOf(int64_t row, double inv_m) {
+  const double sign = RowSign(row);
+  return {sign, sign * (static_cast<double>(row + 1) * inv_m)};
 }
 
 // Rows row0 + u * stride (u < U) of this lane's column vector, element by
@@ -321,7 +334,12 @@ __global__ void __launch_bounds__(kColsumsThreads)
     AbftPassKernel(const __grid_constant__ AbftPassArgs p) {
   constexpr int U = kColsumsRowsInFlight, V = kVec<T>, S = kAbftSlots<T, kPass>;
   constexpr int kScale = kAbftScaleRows<kPass>;
+  // Passes A and C over f32, bf16 and f16 sum without the factor s (a power of two): the
+  // products and squares of such values are exact in f64 with or without it and never
+  // underflow, so the sums are bitwise the scaled ones, for half the f64 instructions.
+  constexpr bool kUnscaled = !kAbftDD<T> && kPass != kAbftPassB;
   extern __shared__ __align__(16) unsigned char abft_smem[];
+  WaitForPrevious();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int slots = kColsumsThreads / p.lanes;  // rows a block loads per instruction
   const int slot = threadIdx.x / p.lanes;
@@ -344,7 +362,9 @@ __global__ void __launch_bounds__(kColsumsThreads)
   // Adds rows base + u * stride (u < U) held in cur. Pass B: staged_w (a
   // std::bool_constant) says whether ws holds the rows' weights (kAbftBWeights
   // per row, row u at ws + u * kAbftBWeights), else they come from a_values.
-  auto process = [&](int64_t base, const uint4(&cur)[U], auto staged_w, const double* ws) {
+  // Passes A and C: weights_of(u, row) gives the row's SignRamp.
+  auto process = [&](int64_t base, const uint4(&cur)[U], auto staged_w, const double* ws,
+                     auto weights_of) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t row = base + u * stride;
@@ -381,9 +401,38 @@ __global__ void __launch_bounds__(kColsumsThreads)
           sc[2][e] = Fma(sub, ax, sc[2][e]);
           if (ax < tiny) sc[2][e] = Fma(alpha, ax, sc[2][e]);
         }
+      } else if constexpr (kUnscaled) {
+        // Sums of e_i x, e_i rho_i x, |x| and x^2 (or the half-ulp squared); s and s^2
+        // are applied once, after the rows.
+        const SignRamp w = weights_of(u, row);
+        const double sign = w.sign, ramp = w.ramp;
+        const float tiny_f = static_cast<float>(tiny);
+        bool tiny_seen = false;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const double x = static_cast<double>(xs[e]), ax = Fabs(x);
+          sig[0][e].hi = Fma(sign, x, sig[0][e].hi);
+          sig[1][e].hi = Fma(ramp, x, sig[1][e].hi);
+          sc[0][e] += ax;
+          if constexpr (kPass == kAbftPassA) {
+            sc[1][e] = Fma(x, x, sc[1][e]);
+            tiny_seen |= fabsf(static_cast<float>(xs[e])) < tiny_f;
+          } else {
+            const double t = NormTermOf<T>(static_cast<float>(xs[e]), x);
+            sc[1][e] = Fma(t, t, sc[1][e]);
+          }
+        }
+        // Zeros and subnormals are rare in most data: a branch the warp skips as one.
+        if (kPass == kAbftPassA && __any_sync(__activemask(), tiny_seen)) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            const float af = fabsf(static_cast<float>(xs[e]));
+            if (af < tiny_f) sc[2][e] += static_cast<double>(af);
+          }
+        }
       } else {
-        double w1, w2;
-        RowWeights(row, p.inv_m, s, &w1, &w2);
+        const SignRamp w = weights_of(u, row);
+        const double w1 = s * w.sign, w2 = s * w.ramp;
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           const double x = static_cast<double>(xs[e]), ax = Fabs(x);
@@ -420,8 +469,24 @@ __global__ void __launch_bounds__(kColsumsThreads)
     const bool w_copier = w_u < U;
     const int64_t w_src = static_cast<int64_t>(AbftBWeightSlot<T>(lane % kW)) * p.rows +
                           static_cast<int64_t>(w_u) * stride;
-    auto run = [&](auto staged_w) {
+    auto run = [&](auto staged_w, auto shared_rows) {
       constexpr bool kStagedW = decltype(staged_w)::value;
+      // Rows of 32 lanes (shared_rows): every lane of a warp is on the same rows, so the
+      // warp computes their weights once, lane l those of row u = l % U of stage l / U of
+      // a batch of 32 / U stages, and each lane takes a row's from its lane by shuffle.
+      constexpr int kBatch = 32 / U;
+      SignRamp batch{};
+      int in_batch = 0;
+      auto weights_of = [&](int u, int64_t row) {
+        if constexpr (decltype(shared_rows)::value) {
+          const double ramp = __shfl_sync(0xffffffffu, batch.ramp, in_batch * U + u);
+          const int sign_hi = (__double2hiint(ramp) & static_cast<int>(0x80000000u)) | 0x3ff00000;
+          return SignRamp{__hiloint2double(sign_hi, 0), ramp};
+        } else {
+          return SignRampOf(row, p.inv_m);
+        }
+      };
+      // Stage st's rows: base + u * stride.
       auto issue = [&](int st, int64_t base) {
         if constexpr (kStagedW) {
           if (w_copier) {
@@ -444,36 +509,60 @@ __global__ void __launch_bounds__(kColsumsThreads)
       int st = 0;
       for (int64_t base = first; base < r_end; base += step) {
         if constexpr (kStagedW) __syncwarp();  // the warp is done reading the slice refilled next
-        issue((st + kAbftStages - 1) % kAbftStages, base + (kAbftStages - 1) * step);
+        issue(static_cast<int>((st + kAbftStages - 1) % kAbftStages),
+              base + (kAbftStages - 1) * step);
+        if constexpr (decltype(shared_rows)::value) {
+          if (in_batch == 0) {
+            batch = SignRampOf(base + (lane % U) * stride + (lane / U) * step, p.inv_m);
+          }
+        }
         CpAsyncWait<kAbftStages - 1>();  // this stage's group has landed (groups land in order)
         if constexpr (kStagedW) __syncwarp();  // and so have the other lanes' weight copies
         uint4 cur[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) cur[u] = stage[(st * U + u) * kColsumsThreads + threadIdx.x];
         if constexpr (kInject) PlantFault<T, U>(p, base, stride, r_end, col, cur);
-        process(base, cur, staged_w, &ring[(st * (kColsumsThreads / 32) + warp) * U * kW]);
+        process(base, cur, staged_w, &ring[(st * (kColsumsThreads / 32) + warp) * U * kW],
+                weights_of);
         st = (st + 1) % kAbftStages;
+        in_batch = (in_batch + 1) % kBatch;
       }
       CpAsyncWait<0>();  // the zero-filled stages past the end, before the memory is reused
     };
     if constexpr (kPass == kAbftPassB) {
       if (p.lanes == 32) {
-        run(std::true_type{});
+        run(std::true_type{}, std::false_type{});
       } else {
-        run(std::false_type{});
+        run(std::false_type{}, std::false_type{});
       }
     } else {
-      run(std::false_type{});
+      if (p.lanes == 32) {
+        run(std::false_type{}, std::true_type{});
+      } else {
+        run(std::false_type{}, std::false_type{});
+      }
     }
   } else {
+    auto weights_of = [&](int, int64_t row) { return SignRampOf(row, p.inv_m); };
     for (int64_t base = first; base < r_end; base += step) {
       uint4 cur[U];
       LoadPassRows<T, U>(p, base, stride, r_end, col, cur);
       if constexpr (kInject) PlantFault<T, U>(p, base, stride, r_end, col, cur);
-      process(base, cur, std::false_type{}, nullptr);
+      process(base, cur, std::false_type{}, nullptr, weights_of);
     }
   }
-  __syncthreads();  // every thread is done with the stages: the reduction reuses them
+  AllowNextToStart();  // every load of this block has landed: the next kernel may be scheduled
+  __syncthreads();     // every thread is done with the stages: the reduction reuses them
+  if constexpr (kUnscaled) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      sig[0][e].hi *= s;
+      sig[1][e].hi *= s;
+      sc[0][e] *= s;
+      sc[1][e] *= s * s;
+      if constexpr (kPass == kAbftPassA) sc[2][e] *= s;
+    }
+  }
 
   // The slots of a warp (lanes lanes apart) by a butterfly: every lane of a
   // column ends with the same sums.
@@ -552,6 +641,43 @@ __global__ void __launch_bounds__(kColsumsThreads)
   }
 }
 
+// Up to this many splits, a thread per column adds them (AbftPassFinishThreadKernel); past
+// it, a warp per column (AbftPassFinishKernel).
+constexpr int kAbftFinishThreadSplits = 32;
+
+// The splits' sum of each column's slots in split order, then its finish step, a thread
+// per column: the loads of a split's row of partials are coalesced over the columns, and
+// kChunk splits' loads are in flight at once before their merges.
+template <typename T, int kPass>
+__global__ void __launch_bounds__(256)
+    AbftPassFinishThreadKernel(const __grid_constant__ AbftPassArgs p) {
+  constexpr int S = kAbftSlots<T, kPass>, kChunk = 4;
+  WaitForPrevious();
+  AllowNextToStart();
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < p.cols;
+       c += threads) {
+    PassTotals<T, kPass> t;
+#pragma unroll
+    for (int r = 0; r < kAbftScaleRows<kPass>; ++r) t.sc[r] = 0.0;
+    for (int64_t sp0 = 0; sp0 < p.splits; sp0 += kChunk) {
+      double part[kChunk][S];
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+#pragma unroll
+        for (int q = 0; q < S; ++q) {
+          part[j][q] = sp0 + j < p.splits ? p.partials[((sp0 + j) * S + q) * p.cols + c] : 0.0;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        if (sp0 + j < p.splits) MergeSlots(t, part[j]);
+      }
+    }
+    FinishColumn<T, kPass>(p, c, t);
+  }
+}
+
 // The splits' fixed-order sum of each column's slots, then its finish step:
 // a warp per column, lane l adding splits l, l + 32, ..., then a fixed
 // shuffle tree.
@@ -559,6 +685,8 @@ template <typename T, int kPass>
 __global__ void __launch_bounds__(256)
     AbftPassFinishKernel(const __grid_constant__ AbftPassArgs p) {
   constexpr int S = kAbftSlots<T, kPass>;
+  WaitForPrevious();
+  AllowNextToStart();
   const int lane = threadIdx.x % 32;
   const int64_t worker = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t workers = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "ffi/abft/kernels/pdl.cuh"
 #include "ffi/abft/plan.h"
 #include "ffi/common/kernel_utils.cuh"
 
@@ -50,6 +51,8 @@ __device__ __forceinline__ bool RepairWanted(const RepairArgs& p, int64_t* j) {
 template <typename T, typename Acc>
 __global__ void __launch_bounds__(kRepairThreads)
     AbftRepairRecomputeKernel(const __grid_constant__ RepairArgs p) {
+  WaitForPrevious();
+  AllowNextToStart();
   int64_t j = 0;
   if (!RepairWanted(p, &j)) return;
   __shared__ Acc bcol[kRepairChunk];
@@ -108,6 +111,8 @@ __global__ void __launch_bounds__(kRepairThreads)
 template <typename T, typename Acc>
 __global__ void __launch_bounds__(kRepairThreads)
     AbftRepairWriteKernel(const __grid_constant__ RepairArgs p) {
+  WaitForPrevious();
+  AllowNextToStart();
   int64_t j = 0;
   if (!RepairWanted(p, &j)) return;
   bool ok = true;

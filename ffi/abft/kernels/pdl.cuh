@@ -1,0 +1,47 @@
+// Programmatic dependent launch for the ABFT kernels: a kernel launched with
+// LaunchDependent may be scheduled while the kernel before it on the stream is
+// still finishing, which hides the launch gap between the short kernels of a
+// check (a pass, its split sum, the judgement). Such a kernel calls
+// WaitForPrevious before its first access to global memory (the previous
+// kernel's writes are visible only after it), and a kernel lets the next one
+// be scheduled early with AllowNextToStart. Both are no-ops before sm_90,
+// where LaunchDependent launches plainly.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "ffi/common/device.h"
+
+namespace tsm2 {
+
+__device__ __forceinline__ void WaitForPrevious() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void AllowNextToStart() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+template <typename... Params, typename... Args>
+cudaError_t LaunchDependent(void (*kernel)(Params...), unsigned blocks, int threads, int smem,
+                            cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = ComputeMajorAtLeast(9) ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace tsm2
