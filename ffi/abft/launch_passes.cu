@@ -52,12 +52,12 @@ Status RunPass(AbftPassArgs a, const ColsumsPlan& s, cudaStream_t stream) {
       e != cudaSuccess) {
     return TSM2_FAIL(e, "launching AbftPassKernel");
   }
-  if (s.splits > 1 && s.splits <= kAbftFinishThreadSplits) {
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(CeilDiv(a.cols, 256), 65535));
-    if (const cudaError_t e =
-            LaunchDependent(&AbftPassFinishThreadKernel<T, kPass>, blocks, 256, 0, stream, a);
+  if (s.splits > 1 && s.splits <= kAbftFinishUnitSplits) {
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(CeilDiv(a.cols, 32), 65535));
+    if (const cudaError_t e = LaunchDependent(&AbftPassFinishUnitsKernel<T, kPass>, blocks,
+                                              32 * kAbftFinishUnits<kPass>, 0, stream, a);
         e != cudaSuccess) {
-      return TSM2_FAIL(e, "launching AbftPassFinishThreadKernel");
+      return TSM2_FAIL(e, "launching AbftPassFinishUnitsKernel");
     }
   } else if (s.splits > 1) {
     const unsigned blocks =

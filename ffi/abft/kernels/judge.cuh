@@ -72,17 +72,34 @@ __global__ void __launch_bounds__(kJudgeThreads)
                    int32_t* __restrict__ state) {
   WaitForPrevious();
   AllowNextToStart();
+  // kBatch columns' loads are in flight at once: one block waits on L2 a few times, not
+  // once per column it owns.
+  constexpr int kBatch = 8;
   int count = 0;
   Acc best = -1;
   int64_t at = 0;
-  for (int64_t j = threadIdx.x; j < n; j += kJudgeThreads) {
-    const Acc r0 = fabs(resid[j]), r1 = fabs(resid[n + j]), t = threshold[j];
-    count += !(r0 <= t && r1 <= t);  // NaN fails
-    Acc score = (isnan(r0) || isnan(r1)) ? Acc(INFINITY) : fmax(r0, r1) / fmax(t, TinyOf<Acc>());
-    if (!isfinite(score)) score = INFINITY;
-    if (score > best) {
-      best = score;
-      at = j;
+  for (int64_t j0 = threadIdx.x; j0 < n; j0 += int64_t{kJudgeThreads} * kBatch) {
+    Acc r0[kBatch], r1[kBatch], t[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t j = j0 + int64_t{b} * kJudgeThreads;
+      const bool in = j < n;
+      r0[b] = in ? fabs(resid[j]) : Acc(0);
+      r1[b] = in ? fabs(resid[n + j]) : Acc(0);
+      t[b] = in ? threshold[j] : Acc(0);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t j = j0 + int64_t{b} * kJudgeThreads;
+      if (j >= n) break;
+      count += !(r0[b] <= t[b] && r1[b] <= t[b]);  // NaN fails
+      Acc score = (isnan(r0[b]) || isnan(r1[b])) ? Acc(INFINITY)
+                                                 : fmax(r0[b], r1[b]) / fmax(t[b], TinyOf<Acc>());
+      if (!isfinite(score)) score = INFINITY;
+      if (score > best) {
+        best = score;
+        at = j;
+      }
     }
   }
   BlockCountArgmax(&count, &best, &at);

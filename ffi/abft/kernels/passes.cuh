@@ -19,9 +19,9 @@
 // column values: copied into shared memory with the row's data (rows of 32
 // lanes), so that they arrive with it rather than an L2 round trip after it,
 // or else read per row. Slots of a warp are added by a fixed butterfly, warps
-// in warp order, splits in split order by a finish kernel (a thread per column
-// for up to kAbftFinishThreadSplits splits, else a warp per column): results
-// depend on the plan alone.
+// in warp order, splits in split order by a finish kernel (a warp per unit of
+// 32 columns' slots for up to kAbftFinishUnitSplits splits, else a warp per
+// column): results depend on the plan alone.
 // The final values are written by whoever holds a column's total: the pass
 // kernel itself when rows are not split, else the finish kernel.
 //
@@ -641,40 +641,82 @@ __global__ void __launch_bounds__(kColsumsThreads)
   }
 }
 
-// Up to this many splits, a thread per column adds them (AbftPassFinishThreadKernel); past
-// it, a warp per column (AbftPassFinishKernel).
-constexpr int kAbftFinishThreadSplits = 32;
+// Up to this many splits, AbftPassFinishUnitsKernel adds them; past it, a warp per column
+// (AbftPassFinishKernel).
+constexpr int kAbftFinishUnitSplits = 32;
 
-// The splits' sum of each column's slots in split order, then its finish step, a thread
-// per column: the loads of a split's row of partials are coalesced over the columns, and
-// kChunk splits' loads are in flight at once before their merges.
+// A column's totals come in units summed apart: the two signed sums (a hi and a lo slot
+// each for double-double) and the scale rows.
+template <int kPass>
+inline constexpr int kAbftFinishUnits = 2 + kAbftScaleRows<kPass>;
+
+// The splits' sum of each column's slots in split order, then its finish step. A warp per
+// (32 columns, unit): every split's load of a lane's slot is in flight at once (coalesced
+// over the columns), rather than one thread waiting on all of a column's slots in turn;
+// the units meet in shared memory, where the first warp finishes the 32 columns. Each unit
+// adds its splits in the same order as a merge of whole totals would, so the results do
+// not depend on how the work is spread.
 template <typename T, int kPass>
-__global__ void __launch_bounds__(256)
-    AbftPassFinishThreadKernel(const __grid_constant__ AbftPassArgs p) {
-  constexpr int S = kAbftSlots<T, kPass>, kChunk = 4;
+__global__ void __launch_bounds__(32 * kAbftFinishUnits<kPass>)
+    AbftPassFinishUnitsKernel(const __grid_constant__ AbftPassArgs p) {
+  constexpr int S = kAbftSlots<T, kPass>, kChunk = 8;
+  constexpr bool kDD = kAbftDD<T>;
+  __shared__ double unit_sum[S][32];
   WaitForPrevious();
   AllowNextToStart();
-  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < p.cols;
-       c += threads) {
-    PassTotals<T, kPass> t;
+  const int lane = threadIdx.x % 32, unit = threadIdx.x / 32;
+  // The unit's first slot (ToSlots' order) and whether it is a signed sum.
+  const bool signed_sum = unit < 2;
+  const int first = signed_sum ? unit * (kDD ? 2 : 1) : 2 * (kDD ? 2 : 1) + (unit - 2);
+  for (int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32; c0 < p.cols;
+       c0 += static_cast<int64_t>(gridDim.x) * 32) {
+    const int64_t c = c0 + lane;
+    if (c < p.cols) {
+      ExtSum<kDD> sig;
+      double sc = 0.0;
+      for (int64_t sp0 = 0; sp0 < p.splits; sp0 += kChunk) {
+        double hi[kChunk], lo[kChunk];
 #pragma unroll
-    for (int r = 0; r < kAbftScaleRows<kPass>; ++r) t.sc[r] = 0.0;
-    for (int64_t sp0 = 0; sp0 < p.splits; sp0 += kChunk) {
-      double part[kChunk][S];
+        for (int j = 0; j < kChunk; ++j) {
+          const bool in = sp0 + j < p.splits;
+          const double* at = p.partials + ((sp0 + j) * S + first) * p.cols + c;
+          hi[j] = in ? at[0] : 0.0;
+          lo[j] = in && kDD && signed_sum ? at[p.cols] : 0.0;
+        }
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) {
-#pragma unroll
-        for (int q = 0; q < S; ++q) {
-          part[j][q] = sp0 + j < p.splits ? p.partials[((sp0 + j) * S + q) * p.cols + c] : 0.0;
+        for (int j = 0; j < kChunk; ++j) {
+          if (sp0 + j >= p.splits) break;
+          if (signed_sum) {
+            ExtSum<kDD> o;
+            o.hi = hi[j];
+            if constexpr (kDD) o.lo = lo[j];
+            sig.Merge(o);
+          } else {
+            sc += hi[j];
+          }
         }
       }
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) {
-        if (sp0 + j < p.splits) MergeSlots(t, part[j]);
+      if (signed_sum) {
+        unit_sum[first][lane] = sig.hi;
+        if constexpr (kDD) unit_sum[first + 1][lane] = sig.lo;
+      } else {
+        unit_sum[first][lane] = sc;
       }
     }
-    FinishColumn<T, kPass>(p, c, t);
+    __syncthreads();
+    if (unit == 0 && c < p.cols) {
+      PassTotals<T, kPass> t;
+      int q = 0;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        t.sig[r].hi = unit_sum[q++][lane];
+        if constexpr (kDD) t.sig[r].lo = unit_sum[q++][lane];
+      }
+#pragma unroll
+      for (int r = 0; r < kAbftScaleRows<kPass>; ++r) t.sc[r] = unit_sum[q++][lane];
+      FinishColumn<T, kPass>(p, c, t);
+    }
+    __syncthreads();
   }
 }
 
