@@ -19,6 +19,14 @@ With ``none`` in place of the file, routing runs as on a GPU with no calibration
 whose driver reports the given theoretical DRAM bandwidth.
 
 The device is the one each run recorded (name, SMs, L2); the bandwidth is the calibration's.
+
+With ``--model-error`` it also prints the calibrated model's error on the runs: for every
+product, the prediction (``jax_tsm2.bench.predict.calibrated_seconds``, as the harness's
+``--model`` computes it) of the target calibrated routing picks, of XLA's dot and of each
+kernel forced, against what that implementation measured; median and 90th percentile of
+|predicted - measured| / measured per target and over all. Records the harness annotated
+(``model_error``) are recomputed with the target that ran them, and the largest difference
+is printed: zero where the calibration and the model are the ones the run used.
 """
 
 from __future__ import annotations
@@ -30,12 +38,14 @@ import json
 import math
 import os
 import pathlib
+import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 from jax_tsm2 import model, routing
+from jax_tsm2.bench.predict import calibrated_seconds
 from jax_tsm2.problem import problem_of
 from jax_tsm2.tune import cache, calibrate
 
@@ -159,6 +169,79 @@ def replay(
             "losses": len(losses)}  # fmt: skip
 
 
+KERNELS = ("tsm2r", "tsm2l", "tsm2s", "tsm2t")
+
+
+def _problem(family: str, shapes: Any) -> tuple[Any, str]:
+    layout = LAYOUTS[family]
+    return problem_of(*(tuple(s) for s in shapes[:2]), layout), layout
+
+
+def model_errors(cases: list[Case], corrections: calibrate.Corrections) -> dict[str, list[float]]:
+    """(predicted - measured) / measured per target: ``routed`` (the target calibrated
+    routing picks, against that implementation's measured time), ``xla`` (``jnp``) and each
+    kernel forced. Family APP's ``tsm2_kernel`` counts as the one kernel that takes it."""
+    out: dict[str, list[float]] = {}
+
+    def add(tag: str, p: Any, dtype: str, layout: str, target: str, measured: float) -> None:
+        if not (math.isfinite(measured) and measured > 0):
+            return
+        pred, seconds, _ = calibrated_seconds(p, dtype, layout, target, None, corrections)
+        if pred.supported:
+            out.setdefault(tag, []).append((seconds - measured) / measured)
+
+    for case in cases:
+        p, layout = _problem(case.family, case.shapes)
+        dtype = DTYPES[case.dtype]
+        pick = routing.calibrated_decision(p, dtype, layout, corrections).target
+        measured = case.seconds["jnp"] if pick == "xla" else case.kernel_seconds(pick)
+        add("routed", p, dtype, layout, pick, measured)
+        add("xla", p, dtype, layout, "xla", case.seconds["jnp"])
+        names = routing.candidates(p, layout)[0]
+        for kernel in KERNELS:
+            if kernel in case.seconds or (len(names) == 1 and kernel in names):
+                add(kernel, p, dtype, layout, kernel, case.kernel_seconds(kernel))
+    return out
+
+
+def recorded_difference(
+    path: pathlib.Path, corrections: calibrate.Corrections
+) -> tuple[int, float]:
+    """(records, largest |recomputed - recorded| ``model_error``) over the records of a run
+    that the harness annotated, each recomputed for the target that ran it (``route`` for
+    the routed ``tsm2``)."""
+    doc = json.loads(path.read_text())
+    n, worst = 0, 0.0
+    for r in doc["records"]:
+        if r.get("model_error") is None or r["family"] not in LAYOUTS:
+            continue
+        impl = r["impl"]
+        target = {"jnp": "xla", "tsm2": r.get("route")}.get(impl, impl)
+        if target not in (*KERNELS, "xla"):
+            continue
+        p, layout = _problem(r["family"], r["operand_shapes"])
+        _, seconds, _ = calibrated_seconds(p, DTYPES[r["dtype"]], layout, target, None, corrections)
+        err = (seconds - r["seconds"]) / r["seconds"]
+        n, worst = n + 1, max(worst, abs(err - r["model_error"]))
+    return n, worst
+
+
+def error_lines(errors: dict[str, list[float]]) -> list[str]:
+    """Median and 90th percentile of |error| per target, and over every prediction."""
+
+    def stats(xs: list[float]) -> str:
+        a = sorted(abs(x) for x in xs)
+        p90 = a[min(len(a) - 1, math.ceil(0.9 * len(a)) - 1)]
+        return f"median {statistics.median(a):6.1%}, p90 {p90:6.1%} ({len(a)})"
+
+    order = ["routed", "xla", *KERNELS]
+    lines = [f"  {t:7s} {stats(errors[t])}" for t in order if errors.get(t)]
+    every = [x for xs in errors.values() for x in xs]
+    if every:
+        lines.append(f"  {'all':7s} {stats(every)}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -174,10 +257,17 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="with none: the GPU's theoretical DRAM bandwidth in TB/s, as its driver reports",
     )
+    ap.add_argument(
+        "--model-error",
+        action="store_true",
+        help="also print the calibrated model's error per target on the runs",
+    )
     args = ap.parse_args(argv)
     uncalibrated = str(args.calibration) == "none"
     if uncalibrated and not (args.theoretical_tbps and args.theoretical_tbps > 0):
         ap.error("none needs --theoretical-tbps (the GPU's DRAM bandwidth, TB/s)")
+    if uncalibrated and args.model_error:
+        ap.error("--model-error needs a calibration file")
     for path in [*([] if uncalibrated else [args.calibration]), *args.runs]:
         if not path.is_file():
             ap.error(f"no such file: {path}")
@@ -205,12 +295,20 @@ def main(argv: list[str] | None = None) -> int:
         with no_calibration_and_no_cache():
             summary = replay(cases, None, args.verbose, device)
     else:
-        summary = replay(cases, calibrate.Corrections(data, device), args.verbose)
+        corrections = calibrate.Corrections(data, device)
+        summary = replay(cases, corrections, args.verbose)
     print(
         f"{summary['cases']} products: routed {summary['geomean_over_jnp']:.3f}x jnp.matmul "
         f"(geomean); {summary['misses']} misses (a pick >= {MISS_FACTOR:.2f}x the fastest "
         f"measured), {summary['losses']} losses (> {LOSS_FACTOR:.2f}x jnp.matmul)"
     )
+    if args.model_error:
+        print("model error, |predicted - measured| / measured:")
+        print("\n".join(error_lines(model_errors(cases, corrections))))
+        for path in args.runs:
+            n, worst = recorded_difference(path, corrections)
+            if n:
+                print(f"{path}: {n} recorded model errors, recomputed within {worst:.2g}")
     return 0
 
 

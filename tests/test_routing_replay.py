@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from _helpers import BENCHMARKS, package_env, run_python
 
 SCRIPT = str(BENCHMARKS / "routing_replay.py")
@@ -144,3 +145,41 @@ def test_the_shipped_h200_calibration_on_the_committed_h200_runs():
     p = routing.problem_of(*case.shapes, "nn")
     assert corr.extreme("tsm2s", p, "float32", "nn") is None
     assert routing.calibrated_decision(p, "float32", "nn", corr).target == "tsm2s"
+
+
+def test_model_error_per_target(tmp_path):
+    """``--model-error``: the calibrated prediction of each target against what it measured.
+    At the probe's own shape, measured as probed, the kernel's and XLA's dot's errors are
+    those of the correction (shrunk a little by the prior); a record annotated by the
+    harness is recomputed with the same code."""
+    from jax_tsm2.bench.predict import calibrated_seconds
+    from jax_tsm2.problem import Problem
+    from jax_tsm2.tune import calibrate
+
+    cal = _calibration(tmp_path / "cal.json")
+    run = _run(tmp_path / "bench.json", {"TN:probed": (10**6, {"jnp": 1.8e-4, "tsm2t": 6.0e-5})})
+    data = calibrate.CalibrationData.from_json(json.loads(cal.read_text()))
+    rr = _replay_module()
+    corr = calibrate.Corrections(data, rr.device_of({"name": "NVIDIA H200", "sm_count": 132}))
+    p = Problem(None, 32, 10**6, 32)
+    want = {t: calibrated_seconds(p, "float32", "tn", t, None, corr)[1] / s - 1
+            for t, s in (("xla", 1.8e-4), ("tsm2t", 6.0e-5))}  # fmt: skip
+    cases, _ = rr.read_cases(run)
+    got = rr.model_errors(cases, corr)
+    assert got["xla"] == [pytest.approx(want["xla"])]
+    assert got["tsm2t"] == [pytest.approx(want["tsm2t"])]
+    assert got["routed"] == got["tsm2t"]  # routing picks TSM2T there
+    assert all(abs(e) < 0.1 for e in got["xla"] + got["tsm2t"])
+    doc = json.loads(run.read_text())
+    for rec in doc["records"]:
+        target = {"jnp": "xla"}.get(rec["impl"], rec["impl"])
+        rec["model_error"] = want[target]
+    run.write_text(json.dumps(doc))
+    assert rr.recorded_difference(run, corr) == (2, pytest.approx(0.0, abs=1e-12))
+    r = _replay(str(cal), str(run), "--model-error")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "model error" in r.stdout and "routed" in r.stdout and "p90" in r.stdout, r.stdout
+    within = r.stdout.split("2 recorded model errors, recomputed within")[1].split()[0]
+    assert float(within) < 1e-9, r.stdout
+    r = _replay("none", "--theoretical-tbps", "4.8", str(run), "--model-error")
+    assert r.returncode == 2 and "--model-error needs a calibration" in r.stderr

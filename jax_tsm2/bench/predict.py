@@ -115,6 +115,27 @@ def _corrections(device: Any) -> Any:
     return None if found is None else found[0]
 
 
+def calibrated_seconds(
+    p: model.Problem,
+    dtype: str,
+    layout: str,
+    target: str,
+    device: Any,
+    corrections: Any,
+    precision: str = "default",
+) -> tuple[model.Prediction, float, str]:
+    """``(prediction, seconds, source)`` for ``target`` on ``p``: with ``corrections`` (a
+    ``calibrate.Corrections``) at default precision the calibrated model routing decides
+    with (the model at the calibration's device and constants, times the correction of the
+    probes near ``p``: source ``"calibration"``), else the model on ``device`` (``"model"``).
+    ``benchmarks/routing_replay.py --model-error`` replays committed runs through it."""
+    if corrections is None or precision != "default":
+        pred = model.predict(p, dtype, layout, target, device=device, xla_precision=precision)
+        return pred, pred.seconds, "model"
+    pred = model.predict(p, dtype, layout, target, corrections.device, corrections.calibration)
+    return pred, pred.seconds * corrections.factor(target, p, dtype, layout)[0], "calibration"
+
+
 def _takes(target: str, layout: str) -> bool:
     return target == "xla" or layout in KERNEL_LAYOUTS[target]
 
@@ -137,18 +158,15 @@ def fields(
         # calibration's read ceiling, times the correction its probes make near this shape.
         corrections = _corrections(device) if precision == "default" else None
         dtype = DTYPES[rec["dtype"]].name
-        dev = device if corrections is None else corrections.device
-        pred = model.predict(p, dtype, layout, target, device=dev, xla_precision=precision)
+        pred, seconds, source = calibrated_seconds(
+            p, dtype, layout, target, device, corrections, precision
+        )
     except Exception as err:  # the model must never cost a run its measurements
         out["predicted_target"] = f"error: {type(err).__name__}: {err}"
         return out
     if not pred.supported:
         out["predicted_target"] = f"{target} (unsupported: {pred.reason})"
         return out
-    seconds, source = pred.seconds, "model"
-    if corrections is not None:
-        seconds *= corrections.factor(target, p, dtype, layout)[0]
-        source = "calibration"
     out["predicted_seconds"] = seconds
     out["predicted_source"] = source
     out["predicted_target"] = target + ("" if precision == "default" else f" ({precision})")

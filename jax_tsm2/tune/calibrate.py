@@ -12,9 +12,11 @@ H100 erred by a median 31%). A calibration measures, on this GPU:
 
 and stores them (``CalibrationData``) in the user cache directory, one file
 per GPU model. ``Corrections`` turns the probes into a correction of the
-model per target, layout and dtype: the model's prediction times the
-geometric mean of measured / predicted over nearby probes (a Gaussian kernel
-in log-size space, shrunk towards 1 where no probe is near). Routing picks
+model per target, layout and dtype: the model's prediction (its per-call
+floor at the measured launch, ``measured_floor``) times the geometric mean of
+measured / predicted over nearby probes (a Gaussian kernel in log-size space),
+shrunk where few probes are near towards the same mean over the layout's probes
+in every dtype, and that towards the target's mean over all its probes. Routing picks
 with the corrected predictions (``decide``); its margin grows where the
 probes are far from the shape, so an extrapolation never buys a kernel that
 has not been seen winning near there.
@@ -28,18 +30,20 @@ than the model says, XLA's dot as predicted):
     >>> from jax_tsm2 import model, programs
     >>> from jax_tsm2.tune import calibrate
     >>> dev = model.H100_SXM
+    >>> constants = calibrate.measured_floor(model.CALIBRATION, 6e-6)
     >>> probes = calibrate.design(per_cell=2, dtypes=("float32",), families=("L",))
     >>> def timer(target, p, dtype, layout):
-    ...     t = model.predict(p, dtype, layout, target, device=dev).seconds
+    ...     t = model.predict(p, dtype, layout, target, dev, constants).seconds
     ...     return t if target == "xla" else 1.2 * t
     >>> data = calibrate.measure(probes, timer, dev, read_bytes_per_s=3.07e12,
     ...                          launch_seconds=6e-6, log=None)
     >>> corr = calibrate.Corrections(data, dev)
-    >>> probe = data.records[0]  # at a probe: the factor, shrunk a little towards 1
+    >>> probe = data.records[0]  # at a probe: the factor it measured, support 1
     >>> [round(x, 2) for x in corr.factor("tsm2l", probe.problem, "float32", "nn")]
-    [1.16, 1.0]
-    >>> corr.factor("tsm2l", probe.problem, "float64", "nn")  # nothing measured in f64
-    (1.0, 0.0)
+    [1.2, 1.0]
+    >>> # Nothing measured in f64: the layout's probes in f32 stand in, with no support.
+    >>> [round(x, 2) for x in corr.factor("tsm2l", probe.problem, "float64", "nn")]
+    [1.2, 0.0]
 """
 
 from __future__ import annotations
@@ -554,16 +558,35 @@ def _coords(p: Problem) -> np.ndarray:
 Points = tuple[np.ndarray, np.ndarray]  # probes' _coords and log(measured / predicted)
 
 
-def _factor(pts: Points | None, p: Problem) -> tuple[float, float]:
+def _factor(pts: Points | None, p: Problem, prior: float = 1.0) -> tuple[float, float]:
     """(correction factor, support) at ``p`` from the probes ``pts``: their residuals'
-    Gaussian-weighted mean, shrunk towards 1 by PRIOR_WEIGHT."""
+    Gaussian-weighted mean, shrunk towards ``prior`` (a factor) by PRIOR_WEIGHT."""
     if pts is None:
-        return 1.0, 0.0
+        return prior, 0.0
     coords, resid = pts
     d2 = np.sum((coords - _coords(p)) ** 2, axis=1) / BANDWIDTH_OCTAVES**2
     w = np.exp(-0.5 * d2)
     support = float(w.sum())
-    return math.exp(float((w * resid).sum() / (support + PRIOR_WEIGHT))), support
+    mean = ((w * resid).sum() + PRIOR_WEIGHT * math.log(prior)) / (support + PRIOR_WEIGHT)
+    return math.exp(float(mean)), support
+
+
+def measured_floor(cal: model.Calibration, launch_seconds: float) -> model.Calibration:
+    """``cal`` with the per-call floors of our kernels and XLA's dot (``t_floor``,
+    ``xla_t_floor``) at the launch a calibration measured on its GPU.
+
+    The model's floors are another GPU's harness floor (an H100 at 10-11 us); the
+    calibration's launch is timed as the harness times a product of a few bytes, calls
+    pipelined, and on an H200 XLA's dot ran 1-2 MB products in about 2 us. A floor kept
+    at 10 us there is a constant error no multiplicative correction fixes: the probes
+    (1 MB and more) lie on both sides of it.
+
+    Example:
+        >>> from jax_tsm2 import model
+        >>> measured_floor(model.CALIBRATION, 1.5e-6).xla_t_floor
+        1.5e-06
+    """
+    return dataclasses.replace(cal, t_floor=launch_seconds, xla_t_floor=launch_seconds)
 
 
 def _extreme(pts: Points | None, target: str, p: Problem) -> float | None:
@@ -612,7 +635,7 @@ class Corrections:
     ):
         self.data = data
         self.device = device.with_bandwidth(data.read_bytes_per_s)
-        self.calibration = calibration or model.CALIBRATION
+        self.calibration = calibration or measured_floor(model.CALIBRATION, data.launch_seconds)
         self._points: dict[tuple[str, str, str, bool], tuple[np.ndarray, np.ndarray]] = {}
         self._measured = {(r.dtype, r.layout, r.problem): r.seconds for r in data.records}
         dev = self.device
@@ -627,6 +650,21 @@ class Corrections:
                 grouped.setdefault(key, []).append((_coords(r.problem), resid))
         for key, pts in grouped.items():
             self._points[key] = (np.stack([c for c, _ in pts]), np.array([v for _, v in pts]))
+        # Each target's mean residual over its probes of every layout and dtype, of the kinds
+        # of rows that may correct a shape (``_layout_kinds``), shrunk towards no correction:
+        # what its layout's probes are shrunk towards where none is near (``layout_factor``).
+        self._target_prior: dict[tuple[str, bool], float] = {}
+        for target in {t for t, _, _, _ in grouped}:
+            for kind in (True, False):
+                resid = [
+                    v
+                    for (t, _, _, k), pts in grouped.items()
+                    if t == target and k in _layout_kinds(target, kind)
+                    for _, v in pts
+                ]
+                if resid:
+                    mean = sum(resid) / (len(resid) + PRIOR_WEIGHT)
+                    self._target_prior[(target, kind)] = math.exp(mean)
         # A target's probes of a layout in every dtype, per kind of shape they may correct
         # (``_layout_kinds``): what routing falls back to where no probe of a shape's own
         # dtype and kind spans it.
@@ -674,15 +712,23 @@ class Corrections:
         return self._measured.get((dtype, layout, p))
 
     def factor(self, target: str, p: Problem, dtype: str, layout: str) -> tuple[float, float]:
-        """(correction factor, support) for ``target`` on ``p``."""
-        return _factor(self._points.get((target, layout, dtype, _kind(p, dtype, layout))), p)
+        """(correction factor, support) for ``target`` on ``p``: the weighted mean of the
+        probes of its own (layout, dtype, kind of rows), shrunk towards ``layout_factor``
+        where few are near. The support is that of the shape's own probes."""
+        prior = self.layout_factor(target, p, dtype, layout)[0]
+        pts = self._points.get((target, layout, dtype, _kind(p, dtype, layout)))
+        return _factor(pts, p, prior)
 
     def layout_factor(
         self, target: str, p: Problem, dtype: str, layout: str
     ) -> tuple[float, float]:
         """``factor`` from ``target``'s probes of ``layout`` in every dtype, of the kinds of
-        rows that may correct ``p`` (``_layout_kinds``)."""
-        return _factor(self._layout_points.get((target, layout, _kind(p, dtype, layout))), p)
+        rows that may correct ``p`` (``_layout_kinds``), shrunk towards the target's mean
+        correction over all its probes where few are near (1 for a target never probed)."""
+        kind = _kind(p, dtype, layout)
+        prior = self._target_prior.get((target, kind), 1.0)
+        pts = self._layout_points.get((target, layout, kind))
+        return _factor(pts, p, prior)
 
     def layout_extreme(self, target: str, p: Problem, dtype: str, layout: str) -> float | None:
         """``extreme`` over ``target``'s probes of ``layout`` in every dtype, of the kinds
@@ -792,8 +838,8 @@ def decide(
             factor = corrections.factor(name, p, dtype, layout)
             secs[name], support[name] = corrected(pred.seconds, pred.seconds * slowest, factor)
             continue
-        if "launch" in (pred.bound, xla_pred.bound):
-            continue  # at the model's launch floor, the prediction is another GPU's
+        if _near_floor(p, dtype, layout, name, dev):
+            continue  # no probe measured there, and one program's samples jump between levels
         slowest = corrections.layout_extreme(name, p, dtype, layout)
         if slowest is None:
             continue  # a kernel never measured near these sizes is not routed to
@@ -812,6 +858,19 @@ def decide(
     known = min(support[best], xla_support)
     margin = BASE_MARGIN + (FAR_MARGIN - BASE_MARGIN) * math.exp(-2.0 * known)
     return _pick(secs, best, margin, "predicted", "on this GPU's calibration")
+
+
+def _near_floor(p: Problem, dtype: str, layout: str, kernel: str, dev: model.Device) -> bool:
+    """Whether the model's own constants put ``kernel`` or XLA's dot on ``p`` at their
+    per-call floor (10-11 us, an H100 harness's): products that small lie below the probes
+    (1 MB and more) of most cells, and the times of one program there jump between two
+    levels, so a bound from other dtypes' probes does not trade XLA's dot for a kernel.
+    A calibrated prediction puts the floor at the measured launch (``measured_floor``);
+    this threshold only keeps such products to what their own probes say."""
+    return any(
+        model.predict(p, dtype, layout, t, dev, model.CALIBRATION).bound == "launch"
+        for t in (kernel, "xla")
+    )
 
 
 def _pick(secs: dict[str, float], best: str, margin: float, verb: str, where: str) -> Decision:
