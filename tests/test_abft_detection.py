@@ -181,6 +181,33 @@ def check_detection(name: str, kind: str, shapes: int) -> None:
         assert (np.abs(got - want) <= 2 * eps * scale + 1e-300).all(), where
 
 
+def test_a_fault_of_a_thousandth_in_long_uncancelled_f32_sums_is_caught():
+    """Positive data, columns of 1024 rows and k = 256: no term cancels, so the threshold
+    carries the coherent-drift allowance in full, and a fault of 1.1e-3 of the column's largest
+    entry must still clear it (the allowance is a repeated term's sharp drift, (k + 2) / 4 u
+    of |C|, not a whole u per step)."""
+    rng = np.random.default_rng(50)
+    m, k, n = 1024, 256, 2
+    a, b, i, j, _ = detection_case(rng, jnp.float32, "uniform_pos", 16, m, k, n, 1e-3)
+    u = float(jnp.finfo(jnp.float32).eps) / 2
+    rel = jnp.asarray((1.1e-3 + u * (1 + 1.1e-3)) / (1 - u) * rng.choice([-1.0, 1.0], 16))
+    clean, fixed, v, realized = run_detection(a, b, i, j, rel, jnp.float32)
+    assert (np.abs(np.asarray(realized)) >= 1.1e-3 * (1 - 1e-6)).all()
+    assert (np.asarray(v.errors_detected) >= 1).all(), np.asarray(v.errors_detected)
+    np.testing.assert_array_equal(v.row, i)
+    np.testing.assert_array_equal(v.col, j)
+    assert np.asarray(v.corrected).all() and not np.asarray(v.uncorrectable).any()
+    jj = np.asarray(j)[:, None, None]
+    got, want = (np.take_along_axis(as_f64(x), jj, axis=2) for x in (fixed, clean))
+    scale = np.take_along_axis(np.abs(as_f64(a)) @ np.abs(as_f64(b)), jj, axis=2)
+    assert (np.abs(got - want) <= 2 * (k + 2) * 2 * u * scale).all()
+    # With room to spare: the threshold is below 0.9e-3 of the column's largest entry.
+    cs = abft.encode(a[0], b[0], precision=precision_for(jnp.float32))
+    t = abft.verify(clean[0], cs).col_threshold
+    col_max = np.abs(as_f64(clean[0])).max(axis=0)
+    assert (np.asarray(t) < 0.9e-3 * col_max).all(), np.asarray(t) / col_max
+
+
 # ---------------------------------------------------------------------------------------------
 # a fault inside the kernel: abft_matmul(..., inject=(row, col, bit))
 

@@ -51,7 +51,7 @@ enum AbftModel : int {
   kModelLambda = 0,    // the multiple of the modelled deviation a clean residual stays below
   kModelTermsSq = 1,   // squared coefficient of the terms' 2-norm
   kModelCSq = 2,       // squared coefficient of C's column 2-norm
-  kModelDrift = 3,     // coefficient of the coherent accumulation drift (times Ac / Abs)
+  kModelDrift = 3,     // coherent accumulation drift (times kappa (2 - kappa), kappa = Ac / Abs)
   kModelCPerN2 = 4,    // bound of C's column 2-norm per unit of the pass's norm row
   kModelOutput = 5,    // 1 where the norm row is the output's half-ulps (bf16, f16)
   kModelFloor = 6,     // absolute floor: underflow of products, outputs and the sums
@@ -219,7 +219,8 @@ TSM2_HD double ColumnThreshold(const M* model, double abs1, double norm, double 
   // A clean column has c_abs <= abs1 (up to rounding); the cap keeps a large fault, which
   // raises c_abs, from raising the drift term quadratically.
   const double kappa = abs1 > 0.0 ? Fmin(c_abs / abs1, 1.0) : 0.0;
-  const double drift = static_cast<double>(model[kModelDrift]) * kappa;
+  // A repeated term's sharp drift without cancellation, back to twice it as kappa -> 0.
+  const double drift = static_cast<double>(model[kModelDrift]) * kappa * (2.0 - kappa);
   const double var = static_cast<double>(model[kModelTermsSq]) * norm * norm +
                      (static_cast<double>(model[kModelCSq]) + drift * drift) * nc * nc +
                      static_cast<double>(model[kModelOutput]) * n2 * n2;
