@@ -442,6 +442,33 @@ def test_where_no_probe_of_its_dtype_and_kind_spans_a_shape_the_layouts_probes_b
     assert calibrate.decide(outside, "float16", "nn", ["tsm2s"], corr).target == "xla"
 
 
+def test_a_kernels_layout_bound_comes_from_the_probes_near_the_shape():
+    """R probes in two regimes of nn f32 (rows aligned): thousands of rows against a
+    skinny B, where TSM2R measured at the model, and a few rows against a wide B, at 5x.
+    An f16 R shape of odd rows (no probe of its own cell) is bounded by the probes near
+    it, not by the other regime's; with fewer than two near, by all of them."""
+
+    def record(m, k, n, factor):
+        p = Problem(None, m, k, n)
+        secs = {t: _model_seconds(t, p, "float32", "nn") * f
+                for t, f in (("tsm2r", factor), ("xla", 1.0))}  # fmt: skip
+        return calibrate.Record("float32", "nn", p, secs)
+
+    skinny = [record(4096, 4096, 4, 1.0), record(8192, 2048, 8, 1.2)]
+    wide = [record(2, 8192, 8192, 5.0), record(8, 4096, 16384, 5.0)]
+    data = dataclasses.replace(measured({}, per_cell=1, families=("R",)), records=())
+    corr = calibrate.Corrections(dataclasses.replace(data, records=(*skinny, *wide)), DEV)
+    shape = Problem(None, 6001, 3001, 5)
+    assert not calibrate.rows_aligned(shape, "float16", "nn")
+    assert corr.extreme("tsm2r", shape, "float16", "nn") is None
+    assert corr.layout_extreme("tsm2r", shape, "float16", "nn") == pytest.approx(1.2)
+    # The same layout, with one skinny probe only: no local bound, the layout's maximum.
+    alone = calibrate.Corrections(dataclasses.replace(data, records=(skinny[0], *wide)), DEV)
+    assert alone.layout_extreme("tsm2r", shape, "float16", "nn") == pytest.approx(5.0)
+    # XLA's dot keeps its most favourable correction over the whole layout.
+    assert corr.layout_extreme("xla", shape, "float16", "nn") == pytest.approx(1.0)
+
+
 def test_the_layouts_probes_never_decide_at_the_models_launch_floor():
     """A product small enough that the model's own constants put the kernel or XLA's dot at
     their per-call floor: no probe measured there, and the layout's probes do not decide

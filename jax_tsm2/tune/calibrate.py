@@ -604,6 +604,31 @@ def _extreme(pts: Points | None, target: str, p: Problem) -> float | None:
     return math.exp(float(resid.min() if target == "xla" else resid.max()))
 
 
+# A kernel's least favourable correction among the layout's probes is taken over those
+# within NEAR_WIDTHS kernel widths (BANDWIDTH_OCTAVES) of a shape, where at least
+# NEAR_PROBES lie there (a maximum over one probe bounds nothing).
+NEAR_WIDTHS = 3.0
+NEAR_PROBES = 2
+
+
+def _near_extreme(pts: Points, p: Problem, bound: float) -> float:
+    """A kernel's least favourable correction among the probes ``pts`` near ``p``, or
+    ``bound`` (over all of them) where fewer than NEAR_PROBES are near.
+
+    A kernel's residuals follow its regime, which the layout's probes mix: on an H200,
+    TSM2R ran its nn probes of a few rows against a wide ``B`` at 4-6x the model, and those
+    of thousands of rows against a skinny ``B`` at 0.8-1.5x. The maximum over the whole
+    layout put every R product at the first, and left TSM2R's 2-3x wins there to XLA's
+    dot. Unlike XLA's dot, whose algorithm switches between neighbouring shapes, a kernel
+    runs one code path per regime, so its probes near a shape bound it there."""
+    coords, resid = pts
+    dist = np.sqrt(np.sum((coords - _coords(p)) ** 2, axis=1))
+    near = dist <= NEAR_WIDTHS * BANDWIDTH_OCTAVES
+    if int(near.sum()) < NEAR_PROBES:
+        return bound
+    return math.exp(float(resid[near].max()))
+
+
 def _layout_kinds(target: str, kind: bool) -> tuple[bool, ...]:
     """The kinds of rows (``_kind``) of the probes, of any dtype, that stand in for a shape
     of kind ``kind`` where no probe of its own dtype and kind spans it. For XLA's dot, its
@@ -752,7 +777,10 @@ class Corrections:
             True
         """
         pts = self._layout_points.get((target, layout, _kind(p, dtype, layout)))
-        return _extreme(pts, target, p)
+        bound = _extreme(pts, target, p)
+        if bound is None or target == "xla":
+            return bound
+        return _near_extreme(pts, p, bound)
 
 
 def xla_best_case(p: Problem, dtype: str, device: model.Device, launch_s: float) -> float:
