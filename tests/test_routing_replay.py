@@ -106,13 +106,13 @@ def _replay_module():
 # timed TSM2R before its byte loads, tensor cores and row stream, and those and seeds 7741
 # and 2911 timed TSM2T on rows that are not whole vectors with the tiled stages: each of
 # their losses is a pick of such a record (TN bf16 4308334 x 7 x 39 on seed 7741: TSM2T's
-# tiled stages at 1024 us, where XLA's dot took 516; on seed 1129 TSM2R's tile on
-# NT bf16 13249 x 8110 x 7 and R bf16 1172 x 8596 x 2, products the row stream now runs).
+# tiled stages at 1024 us, where XLA's dot took 516). A product a later run timed again
+# with the present kernels (RETIMED) is scored with that time instead.
 # Seed 8123, drawn after the last rule and timed with the present kernels, has three: S f32
 # 1 x 7620 x 1101 and 4 x 17440 x 6963 and NT f32 1523 x 5551 x 1, each bounded by other
 # dtypes' probes where XLA's dot ran 2-3x faster than its correction (docs/routing.md).
 H200_RUNS = {
-    "grid_seed1129": (1.01, 8),
+    "grid_seed1129": (1.02, 6),
     "grid_seed29": (1.06, 3),
     "grid_seed2911": (1.14, 1),
     "grid_seed7741": (1.06, 1),
@@ -123,6 +123,28 @@ H200_RUNS = {
     "grid_seed8123": (1.10, 3),
     "app": (1.06, 0),
 }
+
+# Kernels timed again (benchmarks/stream_kernels.py) on products whose grid records timed
+# an earlier version: TSM2R's tile on seed 1129's NT bf16 13249 x 8110 x 7 and R bf16
+# 1172 x 8596 x 2, which the row stream now runs.
+RETIMED = ("stream_kernels_near_picks",)
+
+
+def _with_retimed(cases, runs):
+    """``cases`` with each kernel time that a RETIMED run measured again replaced by it."""
+    rr = _replay_module()
+    again = {}
+    for name in RETIMED:
+        for row in json.loads((runs / f"{name}.json").read_text())["rows"]:
+            shape = f"{row['m']}x{row['k']}x{row['n']}"
+            again[(row["layout"], row["dtype"], shape, row["kernel"])] = row["kernel_us"] * 1e-6
+    for case in cases:
+        shape = case.name.split(":", 1)[1]
+        for kernel in list(case.seconds):
+            key = (rr.LAYOUTS[case.family], case.dtype, shape, kernel)
+            if key in again:
+                case.seconds[kernel] = again[key]
+    return cases
 
 
 def test_the_shipped_h200_calibration_on_the_committed_h200_runs():
@@ -142,7 +164,7 @@ def test_the_shipped_h200_calibration_on_the_committed_h200_runs():
     for name, (geomean, losses) in H200_RUNS.items():
         cases, recorded = rr.read_cases(runs / f"{name}.json")
         corr = calibrate.Corrections(data, rr.device_of(recorded))
-        got = rr.replay(cases, corr, verbose=False)
+        got = rr.replay(_with_retimed(cases, runs), corr, verbose=False)
         assert got["geomean_over_jnp"] >= geomean, (name, got)
         assert got["losses"] <= losses, (name, got)
     cases, recorded = rr.read_cases(runs / "grid_seed1129.json")
