@@ -129,6 +129,11 @@ def uncalibrated_pick(case: Case, device: model.Device) -> str:
     ).target
 
 
+def _problem(family: str, shapes: Any) -> tuple[Any, str]:
+    layout = LAYOUTS[family]
+    return problem_of(*(tuple(s) for s in shapes[:2]), layout), layout
+
+
 def replay(
     cases: list[Case],
     corrections: calibrate.Corrections | None,
@@ -139,9 +144,8 @@ def replay(
     no calibration on ``device``."""
     misses, losses, speedups = [], [], []
     for case in cases:
-        layout = LAYOUTS[case.family]
+        p, layout = _problem(case.family, case.shapes)
         dtype = DTYPES[case.dtype]
-        p = problem_of(*case.shapes, layout)
         if corrections is None:
             pick = uncalibrated_pick(case, device)
         else:
@@ -170,11 +174,6 @@ def replay(
 
 
 KERNELS = ("tsm2r", "tsm2l", "tsm2s", "tsm2t")
-
-
-def _problem(family: str, shapes: Any) -> tuple[Any, str]:
-    layout = LAYOUTS[family]
-    return problem_of(*(tuple(s) for s in shapes[:2]), layout), layout
 
 
 def model_errors(cases: list[Case], corrections: calibrate.Corrections) -> dict[str, list[float]]:
