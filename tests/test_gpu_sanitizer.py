@@ -5,7 +5,8 @@ instrumenting only our kernels (names containing "Tsm2"), and requires its
 summary to report 0 errors; the k-means kernels (named "Kmeans": the fused
 step and centroid update, the tiled assignment and both paths of its sums)
 also run under racecheck and synccheck, since they share shared-memory
-buffers between barriers, and so do the ABFT kernels (named "Abft...").
+buffers between barriers, and so do the ABFT kernels (named "Abft..."), the row
+stream, TSM2T's flat stages, TSM2S and TSM2R's tensor-core tile ("Tsm2Mma...").
 Skipped without a GPU or without compute-sanitizer.
 """
 
@@ -329,3 +330,36 @@ print("sweep calls:", count)
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 def test_tn_flat_sanitizers_report_no_errors(tmp_path, tool):
     _assert_sanitizer_clean(tmp_path, T_FLAT_SWEEP, tool, "Tsm2TKernel")
+
+
+# TSM2R on tensor cores (ffi/matmul/kernels/tsm2_mma.cuh), which shares its output staging
+# between the fragments and the rows it writes: n-tiles of 8 to 64 columns, rows
+# of whole vectors and not, tiles split between blocks (long k) and the fix-up, and an Inf
+# in f32's A (the block recomputes its part of the tile with exact sums).
+R_MMA_SWEEP = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, {tests!r})
+from _helpers import assert_close_to_reference, ffi_matmul, rand
+
+rng = np.random.default_rng(0)
+count = 0
+for dtype, ns in [(jnp.float32, (9, 16, 17)), (jnp.bfloat16, (5, 40, 41)),
+                  (jnp.float16, (33, 64))]:
+    for m, k, n in [(129 + n, 1024, n) for n in ns] + [(300, 9001, ns[0]), (67, 999, ns[-1])]:
+        a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+        assert_close_to_reference(jax.block_until_ready(ffi_matmul(a, b, 0)), a, b)
+        count += 1
+a, b = rand(rng, (300, 2001), jnp.float32), rand(rng, (2001, 12), jnp.float32)
+c = np.asarray(jax.block_until_ready(ffi_matmul(a.at[7, 1500].set(jnp.inf), b, 0)))
+assert np.isfinite(np.delete(c, 7, axis=0)).all() and np.isinf(c[7]).all(), c[7]
+count += 1
+print("sweep calls:", count)
+"""
+
+
+@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+def test_r_tensor_core_tile_sanitizers_report_no_errors(tmp_path, tool):
+    _assert_sanitizer_clean(tmp_path, R_MMA_SWEEP, tool, "Tsm2Mma")
