@@ -716,12 +716,9 @@ class Corrections:
 
         Example:
             >>> from jax_tsm2 import model
-            >>> probe = {"dtype": "float32", "layout": "nn", "batch": None, "m": 10**6,
-            ...          "k": 8, "n": 8, "seconds": {"tsm2l": 3e-5, "xla": 2e-5}}
-            >>> data = CalibrationData.from_json(
-            ...     {"schema": SCHEMA, "version": VERSION, "read_bytes_per_s": 4e12,
-            ...      "launch_seconds": 2e-6, "device": {"key": "GPU", "name": "GPU",
-            ...      "cc": [9, 0], "sm_count": 132}, "made": {}, "records": [probe]})
+            >>> probe = Record("float32", "nn", Problem(None, 10**6, 8, 8),
+            ...                {"tsm2l": 3e-5, "xla": 2e-5})
+            >>> data = CalibrationData({"key": "GPU"}, 4e12, 2e-6, (probe,), {})
             >>> corr = Corrections(data, model.H100_SXM)
             >>> corr.extreme("tsm2l", Problem(None, 2 * 10**6, 8, 8), "float32", "nn") > 0
             True
@@ -763,12 +760,9 @@ class Corrections:
 
         Example:
             >>> from jax_tsm2 import model
-            >>> probe = {"dtype": "float32", "layout": "nn", "batch": None, "m": 8,
-            ...          "k": 4096, "n": 4096, "seconds": {"tsm2s": 3e-5, "xla": 6e-5}}
-            >>> data = CalibrationData.from_json(
-            ...     {"schema": SCHEMA, "version": VERSION, "read_bytes_per_s": 4e12,
-            ...      "launch_seconds": 2e-6, "device": {"key": "GPU", "name": "GPU",
-            ...      "cc": [9, 0], "sm_count": 132}, "made": {}, "records": [probe]})
+            >>> probe = Record("float32", "nn", Problem(None, 8, 4096, 4096),
+            ...                {"tsm2s": 3e-5, "xla": 6e-5})
+            >>> data = CalibrationData({"key": "GPU"}, 4e12, 2e-6, (probe,), {})
             >>> corr = Corrections(data, model.H100_SXM)
             >>> odd = Problem(None, 4, 4095, 4095)  # f16, rows not whole vectors
             >>> corr.extreme("tsm2s", odd, "float16", "nn") is None
