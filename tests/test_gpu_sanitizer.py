@@ -332,10 +332,12 @@ def test_tn_flat_sanitizers_report_no_errors(tmp_path, tool):
     _assert_sanitizer_clean(tmp_path, T_FLAT_SWEEP, tool, "Tsm2TKernel")
 
 
-# TSM2R on tensor cores (ffi/matmul/kernels/tsm2_mma.cuh), which shares its output staging
-# between the fragments and the rows it writes: n-tiles of 8 to 64 columns, rows
-# of whole vectors and not, tiles split between blocks (long k) and the fix-up, and an Inf
-# in f32's A (the block recomputes its part of the tile with exact sums).
+# TSM2R on tensor cores (ffi/matmul/kernels/tsm2_mma.cuh, and tsm2_mma_tma.cuh for 2-byte
+# rows of whole vectors on sm_90), which shares its output staging between the fragments
+# and the rows it writes: n-tiles of 8 to 64 columns, rows of whole vectors and not, tiles
+# split between blocks (long k) and the fix-up, a last chunk that ends inside the first of
+# its two tensor-map boxes (k = 8200), and an Inf in f32's A (the block recomputes its part
+# of the tile with exact sums).
 R_MMA_SWEEP = """
 import sys
 import jax, jax.numpy as jnp, numpy as np
@@ -347,14 +349,16 @@ rng = np.random.default_rng(0)
 count = 0
 for dtype, ns in [(jnp.float32, (9, 16, 17)), (jnp.bfloat16, (5, 40, 41)),
                   (jnp.float16, (33, 64))]:
-    for m, k, n in [(129 + n, 1024, n) for n in ns] + [(300, 9001, ns[0]), (67, 999, ns[-1])]:
+    for m, k, n in [(129 + n, 1024, n) for n in ns] + [(300, 9001, ns[0]), (67, 999, ns[-1]),
+                                                       (300, 8200, ns[1])]:
         a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
         assert_close_to_reference(jax.block_until_ready(ffi_matmul(a, b, 0)), a, b)
         count += 1
-a, b = rand(rng, (300, 2001), jnp.float32), rand(rng, (2001, 12), jnp.float32)
-c = np.asarray(jax.block_until_ready(ffi_matmul(a.at[7, 1500].set(jnp.inf), b, 0)))
-assert np.isfinite(np.delete(c, 7, axis=0)).all() and np.isinf(c[7]).all(), c[7]
-count += 1
+for k in (2001, 2000):
+    a, b = rand(rng, (300, k), jnp.float32), rand(rng, (k, 12), jnp.float32)
+    c = np.asarray(jax.block_until_ready(ffi_matmul(a.at[7, 1500].set(jnp.inf), b, 0)))
+    assert np.isfinite(np.delete(c, 7, axis=0)).all() and np.isinf(c[7]).all(), c[7]
+    count += 1
 print("sweep calls:", count)
 """
 

@@ -76,6 +76,7 @@ STREAMING = [
     (L, NN, 4099, 8, 5),  # bf16/f16 rows of 16 bytes
     (R, NN, 1025, 1001, 51),  # rows that start mid-vector, a chunk that ends inside k
     (R, NT, 515, 4099, 41),
+    (R, NT, 515, 4096, 41),  # rows of whole vectors: sm_90's tensor-map ring, split tiles
     (L, NN, 1025, 37, 5),  # a tile's span copied as covering vectors
     (L, NT, 1025, 10, 42),
 ]

@@ -125,14 +125,13 @@ struct SplitLauncher {
   template <int kCols>
   static Status LaunchSTma(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
     using Sm = STmaSmem<kCols>;
-    const CUtensorMapDataType type = std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    constexpr CUtensorMapDataType type = MapType<T>();
     const SplitArgs a = Args(p, plan);
     CUtensorMap b_map, a_map;
-    TSM2_CUDA_RETURN_IF_ERROR(EncodeHalfTensorMap(&b_map, type, p.b, a.b_batch_stride ? p.batch : 1,
-                                                  p.k, p.n, Sm::kRows));
+    TSM2_CUDA_RETURN_IF_ERROR(EncodeRowTensorMap(
+        &b_map, type, 2, p.b, a.b_batch_stride ? p.batch : 1, p.k, p.n, Sm::kRows));
     TSM2_CUDA_RETURN_IF_ERROR(
-        EncodeHalfTensorMap(&a_map, type, p.a, a.a_batch_stride ? p.batch : 1, p.m, p.k, 16));
+        EncodeRowTensorMap(&a_map, type, 2, p.a, a.a_batch_stride ? p.batch : 1, p.m, p.k, 16));
     constexpr auto kKernel = &Tsm2STmaKernel<T, kCols, STune>;
     int per_sm = 0;  // also opts the kernel in to its shared memory
     TSM2_CUDA_RETURN_IF_ERROR(

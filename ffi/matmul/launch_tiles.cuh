@@ -21,8 +21,10 @@
 #include "ffi/matmul/kernels/row_per_thread.cuh"
 #include "ffi/matmul/kernels/tsm2.cuh"
 #include "ffi/matmul/kernels/tsm2_mma.cuh"
+#include "ffi/matmul/kernels/tsm2_mma_tma.cuh"
 #include "ffi/matmul/kernels/tsm2l.cuh"
 #include "ffi/matmul/launcher.h"
+#include "ffi/matmul/tensor_maps.h"
 #include "ffi/matmul/tiles.h"
 
 namespace tsm2 {
@@ -159,25 +161,52 @@ inline int OutSize(const DeviceMatmul& p, int itemsize) { return p.out_f32 ? 4 :
 
 // --- TSM2R -------------------------------------------------------------------
 
-// An R tile: the CUDA-core tile (kernels/tsm2.cuh) or, with kMma, the
-// tensor-core one (kernels/tsm2_mma.cuh) for bf16 and f16. The tensor-core
-// tile's workspace holds B's stage images first (Tsm2MmaImageKernel writes
-// them before the tile runs); the partial sums of split tiles follow.
-template <typename T, int NT, typename Cfg, bool kMma>
+// How an R tile computes and fills its ring.
+enum class RTileKind {
+  kCore,    // CUDA-core FMAs, cp.async ring (kernels/tsm2.cuh)
+  kMma,     // tensor cores, cp.async ring (kernels/tsm2_mma.cuh)
+  kMmaTma,  // tensor cores, tensor-map ring (kernels/tsm2_mma_tma.cuh)
+};
+
+// An R tile of kind kKind. The tensor-core tiles' workspace holds B's stage
+// images first (Tsm2MmaImageKernel writes them before the tile runs); the
+// partial sums of split tiles follow.
+template <typename T, int NT, typename Cfg, RTileKind kKind>
 struct RTileVariant {
   static constexpr int kRows = Cfg::kRows;
+  static constexpr bool kMma = kKind != RTileKind::kCore;
 
   static const void* Kernel() {
-    if constexpr (kMma) {
+    if constexpr (kKind == RTileKind::kMmaTma) {
+      return reinterpret_cast<const void*>(&Tsm2MmaTmaKernel<T, NT, Cfg>);
+    } else if constexpr (kMma) {
       return reinterpret_cast<const void*>(&Tsm2MmaKernel<T, NT, Cfg>);
     } else {
       return reinterpret_cast<const void*>(&Tsm2Kernel<T, NT, Cfg>);
     }
   }
+  static const char* KernelName() {
+    return kKind == RTileKind::kMmaTma ? "Tsm2MmaTmaKernel" : kMma ? "Tsm2MmaKernel" : "Tsm2Kernel";
+  }
 
   static int RowBytes(const DeviceMatmul& p) {
     return RStageRowBytes(Cfg::kSegBytes, Cfg::kVecRows,
                           p.k * static_cast<int64_t>(sizeof(T)) % 16);
+  }
+  // Shared memory of one stage of A, and what a block needs besides its stages.
+  static int AStageBytes(const DeviceMatmul& p) {
+    if constexpr (kKind == RTileKind::kMmaTma) {
+      return Cfg::kAStageBytes;
+    } else {
+      return RStageBytes(kRows, RowBytes(p));
+    }
+  }
+  static int FixedBytes() {
+    if constexpr (kKind == RTileKind::kMmaTma) {
+      return Cfg::kFixedBytes;
+    } else {
+      return Cfg::kRedBytes;
+    }
   }
   static int64_t BBatches(const DeviceMatmul& p) { return p.b_batch_stride == 0 ? 1 : p.batch; }
   // Workspace bytes ahead of the partial sums (a multiple of 256).
@@ -218,14 +247,14 @@ struct RTileVariant {
                        "the workspace is smaller than B's images for the tensor-core R tile "
                        "(size it with workspace_bytes)");
     }
-    const int per_stage = RStageBytes(kRows, RowBytes(p)) + Cfg::kBStageBytes;
+    const int per_stage = AStageBytes(p) + Cfg::kBStageBytes;
     const int64_t data =
         kRows * std::min<int64_t>(Cfg::kSegBytes, p.k * static_cast<int64_t>(sizeof(T)));
     StreamDevice dev;
     TSM2_CUDA_RETURN_IF_ERROR(GetStreamDevice(&dev));
     StageChoice s;
     TSM2_RETURN_IF_ERROR(
-        PlanStages(Kernel(), Cfg::kThreads, Cfg::kRedBytes, per_stage, data, dev, &s));
+        PlanStages(Kernel(), Cfg::kThreads, FixedBytes(), per_stage, data, dev, &s));
     if (s.stages == 0) {
       return TSM2_FAIL(cudaErrorInvalidConfiguration, "two stages of the R tile do not fit");
     }
@@ -247,7 +276,7 @@ struct RTileVariant {
     plan->smem_bytes = s.smem_bytes;
     plan->workspace_bytes = offset + (a.chunks > 1 && a.blocks > 1 ? a.blocks * per_block : 0);
     plan->launch = &Launch;
-    plan->kernel_name = kMma ? "Tsm2MmaKernel" : "Tsm2Kernel";
+    plan->kernel_name = KernelName();
     return Status{};
   }
 
@@ -263,8 +292,17 @@ struct RTileVariant {
       const int64_t images = BBatches(p) * a.n_tiles * a.chunks;
       Tsm2MmaImageKernel<T, NT><<<static_cast<unsigned>(images), kImageThreads, 0, stream>>>(a);
       TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2MmaImageKernel");
-      Tsm2MmaKernel<T, NT, Cfg><<<a.blocks, Cfg::kThreads, plan.smem_bytes, stream>>>(a);
-      TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2MmaKernel");
+      if constexpr (kKind == RTileKind::kMmaTma) {
+        CUtensorMap a_map;
+        TSM2_CUDA_RETURN_IF_ERROR(EncodeRowTensorMap(
+            &a_map, MapType<T>(), sizeof(T), p.a, p.a_batch_stride ? p.batch : 1, p.m, p.k, kRows));
+        Tsm2MmaTmaKernel<T, NT, Cfg>
+            <<<a.blocks, Cfg::kThreads, plan.smem_bytes, stream>>>(a, a_map);
+        TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2MmaTmaKernel");
+      } else {
+        Tsm2MmaKernel<T, NT, Cfg><<<a.blocks, Cfg::kThreads, plan.smem_bytes, stream>>>(a);
+        TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2MmaKernel");
+      }
     } else {
       Tsm2Kernel<T, NT, Cfg><<<a.blocks, Cfg::kThreads, plan.smem_bytes, stream>>>(a);
       TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2Kernel");
@@ -285,9 +323,12 @@ struct CoreRConfig {
   using type = Tsm2Config<T, NT, kT.rows, kT.rows_per_thread, kT.k_groups, kT.vec_per_thr, VecRows>;
 };
 template <typename T, int NT, bool VecRows>
-using Tsm2Variant = RTileVariant<T, NT, typename CoreRConfig<T, NT, VecRows>::type, false>;
+using Tsm2Variant =
+    RTileVariant<T, NT, typename CoreRConfig<T, NT, VecRows>::type, RTileKind::kCore>;
 template <typename T, int NT, bool VecRows>
-using Tsm2MmaVariant = RTileVariant<T, NT, Tsm2MmaConfig<T, NT, VecRows>, true>;
+using Tsm2MmaVariant = RTileVariant<T, NT, Tsm2MmaConfig<T, NT, VecRows>, RTileKind::kMma>;
+template <typename T, int NT>
+using Tsm2MmaTmaVariant = RTileVariant<T, NT, Tsm2MmaTmaConfig<T, NT>, RTileKind::kMmaTma>;
 
 // --- TSM2L -------------------------------------------------------------------
 

@@ -80,6 +80,12 @@ Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
     TSM2_CUDA_RETURN_IF_ERROR(ComputeCapability(&cc));
     if (UsesRMma(f == Kernel::kTsm2l, p.k, p.n, sizeof(T), cc)) {
       constexpr int kMmaNT = RMmaNTile(NT);
+      // sm_90 fills the ring with tensor-map copies (rows of whole vectors).
+      if (vec_rows && cc >= 90 &&
+          RowTensorMapFits(sizeof(T), p.a_batch_stride ? p.batch : 1, p.m, p.k)) {
+        const Status s = Tsm2MmaTmaVariant<T, kMmaNT>::Plan(p, plan);
+        if (s.ok() || s.error != cudaErrorInvalidConfiguration) return s;
+      }
       const Status s = vec_rows ? Tsm2MmaVariant<T, kMmaNT, true>::Plan(p, plan)
                                 : Tsm2MmaVariant<T, kMmaNT, false>::Plan(p, plan);
       // Where two of its stages do not fit the GPU's shared memory (the wide

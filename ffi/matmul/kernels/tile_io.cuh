@@ -232,13 +232,13 @@ __device__ __forceinline__ void PutRow(const OutLayout& o, bool out_f32, char* b
   }
 }
 
-// Copies a staged tile of `rows` rows to its run of C at c_tile, the whole
-// block taking consecutive 16-byte vectors.
+// Copies a staged tile of `rows` rows to its run of C at c_tile, the first
+// `threads` threads of the block taking consecutive 16-byte vectors.
 __device__ __forceinline__ void WriteTile(const OutLayout& o, const char* buf, char* c_tile,
-                                          int rows) {
+                                          int rows, int threads) {
   if (o.vec_rows) {
     const int total = rows * o.vecs_per_row;
-    for (int q = threadIdx.x; q < total; q += blockDim.x) {
+    for (int q = threadIdx.x; q < total; q += threads) {
       const int r = static_cast<int>(Quot(static_cast<uint32_t>(q), o.vdiv));
       const int u = q - r * o.vecs_per_row;
       *reinterpret_cast<uint4*>(c_tile + static_cast<int64_t>(q) * 16) =
@@ -250,7 +250,7 @@ __device__ __forceinline__ void WriteTile(const OutLayout& o, const char* buf, c
   const int offc = static_cast<int>(Low4(c_tile));
   char* c0 = c_tile - offc;
   const int vecs = (offc + bytes + 15) / 16;
-  for (int q = threadIdx.x; q < vecs; q += blockDim.x) {
+  for (int q = threadIdx.x; q < vecs; q += threads) {
     const int lo = q * 16 - offc;  // the tile's byte at this vector's start
     if (lo >= 0 && lo + 16 <= bytes) {
       *reinterpret_cast<uint4*>(c0 + q * 16) = *reinterpret_cast<const uint4*>(buf + q * 16);
@@ -271,11 +271,13 @@ __device__ __forceinline__ void WriteTile(const OutLayout& o, const char* buf, c
 // Copies a staged tile that is not one run of C (problems with several
 // n-tiles): `rows` rows of NT staged values (layout `o`, o.n == NT), of which
 // the first `cols` go to C's row segments at c_tile + r * row_stride bytes,
-// consecutive threads on consecutive columns.
+// consecutive threads (the first `threads` of the block) on consecutive
+// columns.
 template <int NT>
 __device__ __forceinline__ void WriteTileColumns(const OutLayout& o, const char* buf, char* c_tile,
-                                                 int64_t row_stride, int rows, int cols) {
-  for (int q = threadIdx.x; q < rows * NT; q += blockDim.x) {
+                                                 int64_t row_stride, int rows, int cols,
+                                                 int threads) {
+  for (int q = threadIdx.x; q < rows * NT; q += threads) {
     const int r = q / NT, j = q % NT;
     if (j >= cols) continue;
     const char* src = buf + r * o.row_units * 16 + j * o.osize;

@@ -313,25 +313,31 @@ __device__ __forceinline__ void StoreOut(const Tsm2Args& p, int64_t idx, AccType
 }
 
 // A finished tile's output through shared memory `buf`: one run of C
-// (n <= t2), or NT-column row segments of it. Every thread calls `put(o,
-// offc, rows)`, which stages its rows of the tile (PutRow); the block then
-// copies the staging out as 16-byte vectors.
-template <int NT, int kRows, typename Put>
+// (n <= t2), or NT-column row segments of it. The first `threads` threads of
+// the block call `put(o, offc, rows)`, which stages their rows of the tile
+// (PutRow), meet at `sync()`, and copy the staging out as 16-byte vectors.
+template <int NT, int kRows, typename Put, typename Sync>
 __device__ __forceinline__ void WriteRTile(const Tsm2Args& p, const Cursor& uc, char* buf,
-                                           Put&& put) {
+                                           int threads, Put&& put, Sync&& sync) {
   const int64_t row0 = static_cast<int64_t>(uc.row_tile) * kRows;
   const int64_t n0 = static_cast<int64_t>(uc.n_tile) * NT;
   const OutLayout& o = p.n_tiles == 1 ? p.out : p.out_wide;
   const int rows = static_cast<int>(p.m - row0 < kRows ? p.m - row0 : kRows);
   char* c_tile = static_cast<char*>(p.c) + ((uc.batch * p.m + row0) * p.n + n0) * p.out.osize;
   put(o, static_cast<int>(Low4(c_tile)), rows);
-  __syncthreads();
+  sync();
   if (p.n_tiles == 1) {
-    WriteTile(o, buf, c_tile, rows);
+    WriteTile(o, buf, c_tile, rows, threads);
   } else {
     const int cols = static_cast<int>(p.n - n0 < NT ? p.n - n0 : NT);
-    WriteTileColumns<NT>(o, buf, c_tile, p.n * p.out.osize, rows, cols);
+    WriteTileColumns<NT>(o, buf, c_tile, p.n * p.out.osize, rows, cols, threads);
   }
+}
+// The same by the whole block.
+template <int NT, int kRows, typename Put>
+__device__ __forceinline__ void WriteRTile(const Tsm2Args& p, const Cursor& uc, char* buf,
+                                           Put&& put) {
+  WriteRTile<NT, kRows>(p, uc, buf, blockDim.x, put, [] { __syncthreads(); });
 }
 
 template <typename T, int NT, typename Cfg>

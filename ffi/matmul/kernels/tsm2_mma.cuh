@@ -163,6 +163,37 @@ __device__ __forceinline__ uint32_t PairAt(const char* row, int kk, int limit) {
   return lo | (hi << 16);
 }
 
+// acc += A fragment a (16 rows x 16 k) * B stage at k16 step s, for each
+// 8-column n-tile. b_ld: this lane's ldmatrix address in the B stage (B
+// columns (lane / 16) * 8 + lane % 8 of an n-tile pair, k offset
+// ((lane / 8) % 2) * 8).
+template <typename T, int kN8, int kBColBytes>
+__device__ __forceinline__ void MmaK16(const uint32_t (&a)[4], const char* b_ld, int s,
+                                       float (&acc)[kN8][4]) {
+#pragma unroll
+  for (int t = 0; t + 1 < kN8; t += 2) {
+    uint32_t b[4];
+    LdMatrixX4(b_ld + t * 8 * kBColBytes + s * 32, b);
+    const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+    MmaHalf<T>(acc[t], a, b0);
+    MmaHalf<T>(acc[t + 1], a, b1);
+  }
+  if constexpr (kN8 % 2 == 1) {
+    constexpr int t = kN8 - 1;
+    const int lane = threadIdx.x % 32;
+    uint32_t b[2];
+    LdMatrixX2(b_ld - (lane / 16) * 8 * kBColBytes + t * 8 * kBColBytes + s * 32, b);
+    MmaHalf<T>(acc[t], a, b);
+  }
+}
+
+// This lane's ldmatrix address in a B stage of column stride kBColBytes.
+template <int kBColBytes>
+__device__ __forceinline__ const char* BLdAddress(const char* b_st) {
+  const int lane = threadIdx.x % 32;
+  return b_st + ((lane / 16) * 8 + lane % 8) * kBColBytes + ((lane / 8) % 2) * 16;
+}
+
 // acc += A[warp's 16 rows, first `limit` k of the stage] * B stage.
 // a_w: the stage byte of (the warp's first row, the chunk's first k);
 // Whole: every k of the chunk is in A and rows are whole vectors (ldmatrix).
@@ -171,12 +202,9 @@ __device__ __forceinline__ void MmaStage(const char* a_w, int row_bytes, const c
                                          int limit, float (&acc)[Cfg::kNTiles8][4]) {
   const int lane = threadIdx.x % 32;
   const int steps = Whole ? Cfg::kChunkK / 16 : (limit + 15) / 16;
-  // ldmatrix addresses: A rows lane % 16 at k offset (lane / 16) * 8; B
-  // columns (lane / 16) * 8 + lane % 8 of an n-tile pair, k offset
-  // ((lane / 8) % 2) * 8.
+  // ldmatrix addresses of A: rows lane % 16 at k offset (lane / 16) * 8.
   const char* a_ld = a_w + (lane % 16) * row_bytes + (lane / 16) * 16;
-  const char* b_ld =
-      b_st + ((lane / 16) * 8 + lane % 8) * (Cfg::kBStride * 2) + ((lane / 8) % 2) * 16;
+  const char* b_ld = BLdAddress<Cfg::kBColBytes>(b_st);
   // Element reads: the lane's rows lane / 4 and lane / 4 + 8, k pair 2 * (lane % 4).
   const char* a_r0 = a_w + (lane / 4) * row_bytes;
   const char* a_r1 = a_r0 + 8 * row_bytes;
@@ -193,66 +221,45 @@ __device__ __forceinline__ void MmaStage(const char* a_w, int row_bytes, const c
       a[2] = PairAt(a_r0, k0 + 8, limit);
       a[3] = PairAt(a_r1, k0 + 8, limit);
     }
-#pragma unroll
-    for (int t = 0; t + 1 < Cfg::kNTiles8; t += 2) {
-      uint32_t b[4];
-      LdMatrixX4(b_ld + t * 8 * Cfg::kBColBytes + s * 32, b);
-      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      MmaHalf<T>(acc[t], a, b0);
-      MmaHalf<T>(acc[t + 1], a, b1);
-    }
-    if constexpr (Cfg::kNTiles8 % 2 == 1) {
-      constexpr int t = Cfg::kNTiles8 - 1;
-      uint32_t b[2];
-      LdMatrixX2(b_ld - (lane / 16) * 8 * Cfg::kBColBytes + t * 8 * Cfg::kBColBytes + s * 32, b);
-      MmaHalf<T>(acc[t], a, b);
-    }
+    MmaK16<T, Cfg::kNTiles8, Cfg::kBColBytes>(a, b_ld, s, acc);
   }
 }
 
-// f32: acc += A[warp's 16 rows, first `limit` k of the stage] * B stage in
+// f32: acc += A[warp's 16 rows, `steps` k8 steps of the stage] * B stage in
 // three TF32 products. This stage's hi*hi products are summed from zero and
 // added to `acc` with f32 adds; hi*lo and lo*hi go into `cross`. Lane (g, t)
-// reads A rows g and g + 8 at k t and t + 4, and B column g of each n-tile
-// (both planes) at the same k: with stage rows and columns 68 words apart the
-// 32 lanes hit 32 banks. Whole: every k of the chunk is in A.
-template <typename Cfg, bool Whole>
-__device__ __forceinline__ void MmaStageTf32(const char* a_w, int row_bytes, const char* b_st,
-                                             int limit, float (&acc)[Cfg::kNTiles8][4],
-                                             float (&cross)[Cfg::kNTiles8][4]) {
+// takes A rows g and g + 8 at k t and t + 4 of each step (load_a(s, a) gives
+// them as a[0..3] = (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)), and B
+// column g of each n-tile (both planes) at the same k. B's fragments come
+// from one ldmatrix per n-tile: an 8 x 8 matrix of 16-bit elements is 8
+// columns x 4 words, and lane (g, t) gets word t of column g, which is the
+// TF32 fragment; the four matrices are the planes' k t and t + 4. With
+// stage columns 68 words apart the eight addresses of a matrix hit distinct
+// banks.
+template <typename Cfg, typename LoadA>
+__device__ __forceinline__ void MmaStageTf32With(int steps, LoadA&& load_a, const char* b_st,
+                                                 float (&acc)[Cfg::kNTiles8][4],
+                                                 float (&cross)[Cfg::kNTiles8][4]) {
   constexpr int kN8 = Cfg::kNTiles8;
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int steps = Whole ? Cfg::kChunkK / 8 : (limit + 7) / 8;
-  const float* a_r0 = reinterpret_cast<const float*>(a_w + g * row_bytes);
-  const float* a_r1 = reinterpret_cast<const float*>(a_w + (g + 8) * row_bytes);
-  const uint32_t* b_hi = reinterpret_cast<const uint32_t*>(b_st + g * Cfg::kBColBytes);
-  const uint32_t* b_lo =
-      reinterpret_cast<const uint32_t*>(b_st + Cfg::kBPlaneBytes + g * Cfg::kBColBytes);
-  constexpr int kColWords = 8 * Cfg::kBStride;  // from one n-tile's column g to the next's
+  const int lane = threadIdx.x % 32;
+  // Matrices 0-3: the high plane at k 0-3 and 4-7 of a step, then the low plane's.
+  const char* b_ld =
+      b_st + (lane / 16) * Cfg::kBPlaneBytes + (lane % 8) * Cfg::kBColBytes + ((lane / 8) % 2) * 16;
   float part[kN8][4];
 #pragma unroll
   for (int j = 0; j < kN8; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.0f;
 #pragma unroll 2
   for (int s = 0; s < steps; ++s) {
-    const int k0 = s * 8 + t;
     float a[4];
-    if constexpr (Whole) {
-      a[0] = a_r0[k0], a[1] = a_r1[k0], a[2] = a_r0[k0 + 4], a[3] = a_r1[k0 + 4];
-    } else {
-      a[0] = k0 < limit ? a_r0[k0] : 0.0f;
-      a[1] = k0 < limit ? a_r1[k0] : 0.0f;
-      a[2] = k0 + 4 < limit ? a_r0[k0 + 4] : 0.0f;
-      a[3] = k0 + 4 < limit ? a_r1[k0 + 4] : 0.0f;
-    }
+    load_a(s, a);
     uint32_t ah[4], al[4], bh[kN8][2], bl[kN8][2];
 #pragma unroll
     for (int e = 0; e < 4; ++e) SplitTf32Trunc(a[e], ah[e], al[e]);
 #pragma unroll
     for (int j = 0; j < kN8; ++j) {
-      bh[j][0] = b_hi[j * kColWords + k0];
-      bh[j][1] = b_hi[j * kColWords + k0 + 4];
-      bl[j][0] = b_lo[j * kColWords + k0];
-      bl[j][1] = b_lo[j * kColWords + k0 + 4];
+      uint32_t b[4];
+      LdMatrixX4(b_ld + j * 8 * Cfg::kBColBytes + s * 32, b);
+      bh[j][0] = b[0], bh[j][1] = b[1], bl[j][0] = b[2], bl[j][1] = b[3];
     }
     // Three passes over the n-tiles, so that the two MMAs into one cross sum
     // are 2 kN8 MMAs apart instead of back to back.
@@ -268,6 +275,34 @@ __device__ __forceinline__ void MmaStageTf32(const char* a_w, int row_bytes, con
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] += part[j][e];
   }
+}
+
+// The same over the first `limit` k of a cp.async stage: a_w is the stage
+// byte of (the warp's first row, the chunk's first k), rows row_bytes apart
+// (68 words for whole stages: conflict-free). Whole: every k of the chunk
+// is in A.
+template <typename Cfg, bool Whole>
+__device__ __forceinline__ void MmaStageTf32(const char* a_w, int row_bytes, const char* b_st,
+                                             int limit, float (&acc)[Cfg::kNTiles8][4],
+                                             float (&cross)[Cfg::kNTiles8][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const float* a_r0 = reinterpret_cast<const float*>(a_w + g * row_bytes);
+  const float* a_r1 = reinterpret_cast<const float*>(a_w + (g + 8) * row_bytes);
+  const int steps = Whole ? Cfg::kChunkK / 8 : (limit + 7) / 8;
+  MmaStageTf32With<Cfg>(
+      steps,
+      [&](int s, float (&a)[4]) {
+        const int k0 = s * 8 + t;
+        if constexpr (Whole) {
+          a[0] = a_r0[k0], a[1] = a_r1[k0], a[2] = a_r0[k0 + 4], a[3] = a_r1[k0 + 4];
+        } else {
+          a[0] = k0 < limit ? a_r0[k0] : 0.0f;
+          a[1] = k0 < limit ? a_r1[k0] : 0.0f;
+          a[2] = k0 + 4 < limit ? a_r0[k0 + 4] : 0.0f;
+          a[3] = k0 + 4 < limit ? a_r1[k0 + 4] : 0.0f;
+        }
+      },
+      b_st, acc, cross);
 }
 
 // f32 with a NaN in a block's cross sums (an Inf or NaN among the inputs):

@@ -248,10 +248,10 @@ __global__ void __launch_bounds__(Cfg::kMaxThreads, Cfg::kMinBlocks)
     }
     __syncthreads();
     if (p.n_tiles == 1) {
-      WriteTile(o, out_buf, c_tile, rows);
+      WriteTile(o, out_buf, c_tile, rows, blockDim.x);
     } else {
       const int cols = static_cast<int>(p.n - n0 < NT ? p.n - n0 : NT);
-      WriteTileColumns<NT>(o, out_buf, c_tile, p.n * p.out.osize, rows, cols);
+      WriteTileColumns<NT>(o, out_buf, c_tile, p.n * p.out.osize, rows, cols, blockDim.x);
     }
     // The buffer is next written after the next iteration's __syncthreads.
     InitSums(acc, p.k);

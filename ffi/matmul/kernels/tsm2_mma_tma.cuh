@@ -1,0 +1,325 @@
+// TSM2R on tensor cores with tensor-map copies (sm_90 and later), for rows
+// of whole 16-byte vectors: the tile of tsm2_mma.cuh (128 rows x 256 bytes
+// per stage, a warp per 16 rows, B's stage images, bf16/f16 MMAs or f32's
+// three TF32 products with the exact recomputation where a NaN appears, the
+// persistent grid over (row tile, k-chunk) units and the fixed-order fix-up)
+// with its ring filled by the copy engines instead of by every thread's
+// cp.async.
+//
+// Why: with cp.async each stage is 2,048 16-byte copies issued by the 256
+// threads, and the block meets at a barrier every stage, so a stage is
+// reused only once its slowest warp is done and every thread has issued its
+// next copies. Nsight Compute showed that tile holding DRAM at 28-34% of
+// its peak on the H200 with 200 KB of ring in flight per SM, stalled on
+// shared-memory results and the barrier. Here one thread of a ninth warp
+// issues a stage as two tensor-map boxes of A (128 rows x 128 bytes, the
+// 128-byte swizzle) and one bulk copy of B's image, all completing on the
+// stage's "full" mbarrier; each consumer warp arrives on the stage's "empty"
+// mbarrier once its MMAs have read it, and the producer refills the slot
+// when all eight have. No warp waits for another except at a tile's end.
+//
+// Edges are the copies' job: rows past m and k past the row's end arrive as
+// zeros (the boxes' out-of-bounds fill), and B's image is zero past k and n,
+// so every stage is whole MMAs.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a type only: nothing links libcuda)
+
+#include <cstdint>
+#include <type_traits>
+
+#include "ffi/common/cluster_pipe.cuh"
+#include "ffi/common/half_mma.cuh"
+#include "ffi/common/tf32.cuh"
+#include "ffi/matmul/kernels/tsm2.cuh"
+#include "ffi/matmul/kernels/tsm2_mma.cuh"
+#include "ffi/matmul/tiles.h"
+
+namespace tsm2 {
+
+template <typename T, int NT>
+struct Tsm2MmaTmaConfig {
+  static constexpr bool kTf32 = std::is_same_v<T, float>;
+  static_assert(sizeof(T) == 2 || kTf32, "bf16, f16 and f32");
+  static_assert(NT % 8 == 0, "the n-tile is whole MMA columns");
+  static constexpr int kItem = static_cast<int>(sizeof(T));
+  static constexpr int kRows = kRMmaRows;
+  static constexpr int kConsumerWarps = kRows / 16;
+  static constexpr int kConsumers = 32 * kConsumerWarps;
+  static constexpr int kThreads = kConsumers + 32;   // and the producer's warp
+  static constexpr int kChunkK = RMmaChunkK(kItem);  // t1
+  static constexpr int kSegBytes = kRMmaSegBytes;
+  static constexpr bool kVecRows = true;
+  static constexpr int kBoxK = 128 / kItem;  // one 128-byte swizzled row
+  static constexpr int kBoxBytes = kRows * 128;
+  static constexpr int kAStageBytes = kChunkK / kBoxK * kBoxBytes;
+  static constexpr int kBStride = RMmaBStride(kItem);
+  static constexpr int kBColBytes = kBStride * kItem;
+  static constexpr int kBPlaneBytes = NT * kBColBytes;
+  static constexpr int kBStageBytes = RMmaBStageBytes(kItem, NT);
+  static constexpr int kStageTx = kAStageBytes + kBStageBytes;  // bytes a stage's copies complete
+  static constexpr int kNTiles8 = NT / 8;
+  static constexpr int kRedStride = NT | 1;
+  static constexpr int kRedBytes = RReduceBytes(kRows, NT, kItem);
+  // Shared memory besides the ring: 1 KB to align it (the swizzle follows
+  // address bits), a full and an empty mbarrier per stage, the output staging.
+  static constexpr int kFixedBytes = 1024 + 16 * kMaxStages + kRedBytes;
+  static_assert(kChunkK % kBoxK == 0 && kBoxBytes % 1024 == 0, "stages of whole swizzle atoms");
+  static_assert(kBStageBytes % 16 == 0, "bulk copies of whole 16-byte vectors");
+  static_assert(kRows * kRedStride * 4 <= kRedBytes, "the fragments fit the output staging");
+};
+
+// The consumer warps' barrier (the producer's warp never joins it).
+template <int kConsumers>
+__device__ __forceinline__ void ConsumerSync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
+}
+
+// Whether `v` holds in any consumer thread (a barrier for them all).
+template <int kConsumers>
+__device__ __forceinline__ bool ConsumerAny(bool v) {
+  uint32_t any;
+  asm volatile(
+      "{\n"
+      ".reg .pred p, q;\n"
+      "setp.ne.u32 p, %1, 0;\n"
+      "bar.red.or.pred q, 1, %2, p;\n"
+      "selp.u32 %0, 1, 0, q;\n"
+      "}\n"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(v)), "n"(kConsumers)
+      : "memory");
+  return any != 0;
+}
+
+// acc += A[the warp's 16 rows of the stage, all its k] * B stage. a_st: the
+// stage's first box; rows are 128-byte box rows in the 128-byte swizzle
+// (16-byte chunk c of row r at c ^ (r % 8)).
+template <typename T, typename Cfg>
+__device__ __forceinline__ void MmaStageSwizzled(const char* a_st, const char* b_st, int warp,
+                                                 float (&acc)[Cfg::kNTiles8][4]) {
+  const int lane = threadIdx.x % 32;
+  // ldmatrix rows lane % 16 of the warp's 16, at k chunk lane / 16 of a step.
+  const int row = warp * 16 + lane % 16;
+  const char* a_row = a_st + row * 128;
+  const int swz = row % 8;
+  const char* b_ld = BLdAddress<Cfg::kBColBytes>(b_st);
+#pragma unroll
+  for (int s = 0; s < Cfg::kChunkK / 16; ++s) {
+    constexpr int kStepsPerBox = Cfg::kBoxK / 16;
+    const int chunk = (s % kStepsPerBox) * 2 + lane / 16;
+    uint32_t a[4];
+    LdMatrixX4(a_row + (s / kStepsPerBox) * Cfg::kBoxBytes + ((chunk ^ swz) * 16), a);
+    MmaK16<T, Cfg::kNTiles8, Cfg::kBColBytes>(a, b_ld, s, acc);
+  }
+}
+
+// f32: the same in three TF32 products (tsm2_mma.cuh MmaStageTf32With). A's
+// fragments come from ldmatrix as bf16's do: an 8 x 8 matrix of 16-bit
+// elements is 8 rows x 4 words, and lane (g, t) gets word t of row g, which
+// is the TF32 fragment (matrices: rows 0-7 and 8-15 at k 0-3, then at k 4-7).
+template <typename Cfg>
+__device__ __forceinline__ void MmaStageTf32Swizzled(const char* a_st, const char* b_st, int warp,
+                                                     float (&acc)[Cfg::kNTiles8][4],
+                                                     float (&cross)[Cfg::kNTiles8][4]) {
+  const int lane = threadIdx.x % 32;
+  const int row = warp * 16 + lane % 16;
+  const char* a_row = a_st + row * 128;
+  const int swz = row % 8;
+  MmaStageTf32With<Cfg>(
+      Cfg::kChunkK / 8,
+      [&](int s, float (&a)[4]) {
+        constexpr int kStepsPerBox = Cfg::kBoxK / 8;
+        const int chunk = (s % kStepsPerBox) * 2 + lane / 16;
+        uint32_t w[4];
+        LdMatrixX4(a_row + (s / kStepsPerBox) * Cfg::kBoxBytes + ((chunk ^ swz) * 16), w);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[e] = __uint_as_float(w[e]);
+      },
+      b_st, acc, cross);
+}
+
+// The producer (one thread): every unit's stage into the ring, `stages`
+// ahead of the consumers, as two tensor-map boxes of A and a bulk copy of
+// B's stage image completing on the stage's full mbarrier.
+template <typename Cfg>
+__device__ __forceinline__ void ProduceStages(const Tsm2Args& p, const CUtensorMap* a_map,
+                                              int64_t u_begin, int64_t count, char* a_ring,
+                                              char* b_ring, uint32_t full, uint32_t empty) {
+  constexpr int kRows = Cfg::kRows;
+  const int stages = p.stages;
+  PrefetchTensorMap(a_map);
+  const uint64_t evict_first = L2EvictFirst();  // A is read once
+  Cursor at = DecodeUnit(p, u_begin);
+  int slot = 0;
+  uint32_t phase = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (i >= stages) MbarWait(empty + 8 * slot, phase ^ 1);
+    const uint32_t bar = full + 8 * slot;
+    MbarArriveExpectTx(bar, Cfg::kStageTx);
+    const uint32_t a_st = SmemAddr(a_ring + slot * Cfg::kAStageBytes);
+    const int k0 = at.chunk * Cfg::kChunkK, r0 = at.row_tile * kRows;
+    const int batch = p.a_batch_stride == 0 ? 0 : at.batch;
+#pragma unroll
+    for (int b = 0; b < Cfg::kChunkK / Cfg::kBoxK; ++b) {
+      TmaLoad3d(a_st + b * Cfg::kBoxBytes, a_map, k0 + b * Cfg::kBoxK, r0, batch, bar, evict_first);
+    }
+    const int64_t b_batch = p.b_batch_stride == 0 ? 0 : at.batch;
+    const char* image =
+        static_cast<const char*>(p.b_image) +
+        ((b_batch * p.n_tiles + at.n_tile) * p.chunks + at.chunk) * Cfg::kBStageBytes;
+    BulkCopyToShared(SmemAddr(b_ring + slot * Cfg::kBStageBytes), image, Cfg::kBStageBytes, bar);
+    Advance(p, at);
+    if (++slot == stages) slot = 0, phase ^= 1;
+  }
+}
+
+// The consumers (a warp per 16 rows): each stage's MMAs, then each finished
+// tile's sums out through the output staging (or to the workspace where the
+// tile is split between blocks).
+template <typename T, int NT, typename Cfg>
+__device__ __forceinline__ void ConsumeStages(const Tsm2Args& p, int64_t u_begin, int64_t count,
+                                              const char* a_ring, const char* b_ring, uint32_t full,
+                                              uint32_t empty, char* red_bytes) {
+  constexpr int kRows = Cfg::kRows, kN8 = Cfg::kNTiles8;
+  const int stages = p.stages;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* red = reinterpret_cast<float*>(red_bytes);
+  float acc[kN8][4], cross[kN8][4];  // cross: f32's hi*lo + lo*hi
+#pragma unroll
+  for (int t = 0; t < kN8; ++t) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[t][e] = cross[t][e] = 0.0f;
+  }
+
+  Cursor uc = DecodeUnit(p, u_begin);
+  int slot = 0;
+  uint32_t phase = 0;
+  for (int64_t it = 0; it < count; ++it) {
+    MbarWait(full + 8 * slot, phase);
+    // Warps whose rows are all past m (the last row tile) have nothing to add.
+    if (static_cast<int64_t>(uc.row_tile) * kRows + warp * 16 < p.m) {
+      const char* a_st = a_ring + slot * Cfg::kAStageBytes;
+      const char* b_st = b_ring + slot * Cfg::kBStageBytes;
+      if constexpr (Cfg::kTf32) {
+        MmaStageTf32Swizzled<Cfg>(a_st, b_st, warp, acc, cross);
+      } else {
+        MmaStageSwizzled<T, Cfg>(a_st, b_st, warp, acc);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) MbarArrive(empty + 8 * slot);
+    if (++slot == stages) slot = 0, phase ^= 1;
+
+    if (uc.chunk == p.chunks - 1 || it == count - 1) {
+      const bool begun_here = it >= uc.chunk;
+      const bool whole = begun_here && uc.chunk == p.chunks - 1;
+      // This lane's sums: rows r and r + 8 of its warp's 16, columns c, c + 1
+      // of each 8-column n-tile.
+      const int r = warp * 16 + lane / 4, c = 2 * (lane % 4);
+      if constexpr (Cfg::kTf32) {
+        // A NaN in the cross sums of rows below m: an Inf or NaN among the
+        // inputs, which the split turned into NaN (tsm2_mma.cuh).
+        bool poisoned = false;
+#pragma unroll
+        for (int t = 0; t < kN8; ++t) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t row = static_cast<int64_t>(uc.row_tile) * kRows + r + 8 * (e / 2);
+            poisoned |= row < p.m && isnan(cross[t][e]);
+            acc[t][e] += cross[t][e];
+            cross[t][e] = 0.0f;
+          }
+        }
+        if (ConsumerAny<Cfg::kConsumers>(poisoned)) {
+          // This block's part of the tile: from its first chunk of it to this one.
+          const int64_t first = begun_here ? 0 : uc.chunk - it;
+          const int64_t end = (static_cast<int64_t>(uc.chunk) + 1) * Cfg::kChunkK;
+          ExactSums<Cfg>(p, uc, first * Cfg::kChunkK, end < p.k ? end : p.k, acc);
+        }
+      }
+      if (!whole) {
+        float* part = static_cast<float*>(p.partials) +
+                      (static_cast<int64_t>(blockIdx.x) * 2 + (begun_here ? 1 : 0)) * kRows * NT;
+#pragma unroll
+        for (int t = 0; t < kN8; ++t) {
+          part[r * NT + t * 8 + c] = acc[t][0];
+          part[r * NT + t * 8 + c + 1] = acc[t][1];
+          part[(r + 8) * NT + t * 8 + c] = acc[t][2];
+          part[(r + 8) * NT + t * 8 + c + 1] = acc[t][3];
+        }
+      } else {
+        // The previous tile's staging has been copied out (no barrier per
+        // stage orders it here).
+        ConsumerSync<Cfg::kConsumers>();
+#pragma unroll
+        for (int t = 0; t < kN8; ++t) {
+          red[r * Cfg::kRedStride + t * 8 + c] = acc[t][0];
+          red[r * Cfg::kRedStride + t * 8 + c + 1] = acc[t][1];
+          red[(r + 8) * Cfg::kRedStride + t * 8 + c] = acc[t][2];
+          red[(r + 8) * Cfg::kRedStride + t * 8 + c + 1] = acc[t][3];
+        }
+        ConsumerSync<Cfg::kConsumers>();
+        WriteRTile<NT, kRows>(
+            p, uc, red_bytes, Cfg::kConsumers,
+            [&](const OutLayout& o, int offc, int rows) {
+              float row[NT];
+              const int own = threadIdx.x;
+              if (own < rows) {
+#pragma unroll
+                for (int j = 0; j < NT; ++j) row[j] = red[own * Cfg::kRedStride + j];
+              }
+              ConsumerSync<Cfg::kConsumers>();  // every row is read before the staging takes it
+              if (own < rows) PutRow<T, NT>(o, p.out_f32, red_bytes, own, offc, row);
+            },
+            [] { ConsumerSync<Cfg::kConsumers>(); });
+      }
+#pragma unroll
+      for (int t = 0; t < kN8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    }
+    Advance(p, uc);
+  }
+}
+
+// a_map: A as [batch_a][m][k], boxes of kRows x 128 bytes in the 128-byte
+// swizzle (tensor_maps.h EncodeRowTensorMap); a batch of 1 where A is shared.
+template <typename T, int NT, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    Tsm2MmaTmaKernel(const __grid_constant__ Tsm2Args p,
+                     const __grid_constant__ CUtensorMap a_map) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(16) char smem_raw[];
+  const uint32_t raw = SmemAddr(smem_raw);
+  char* a_ring = smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  const int stages = p.stages;
+  char* b_ring = a_ring + stages * Cfg::kAStageBytes;
+  const uint32_t full = SmemAddr(b_ring + stages * Cfg::kBStageBytes), empty = full + 8 * stages;
+  char* red_bytes = b_ring + stages * Cfg::kBStageBytes + 16 * stages;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t u_begin = UnitBegin(blockIdx.x, p.units, p.blocks);
+  const int64_t count = UnitBegin(blockIdx.x + 1, p.units, p.blocks) - u_begin;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      MbarInit(full + 8 * s, 1);
+      MbarInit(empty + 8 * s, Cfg::kConsumerWarps);
+    }
+    MbarInitFence();
+  }
+  __syncthreads();
+
+  // The producer's warp (one thread issues) and the consumers' warps meet
+  // again only at the end, where every stage has been consumed.
+  if (warp == Cfg::kConsumerWarps) {
+    if (lane == 0) ProduceStages<Cfg>(p, &a_map, u_begin, count, a_ring, b_ring, full, empty);
+  } else {
+    ConsumeStages<T, NT, Cfg>(p, u_begin, count, a_ring, b_ring, full, empty, red_bytes);
+  }
+  __syncthreads();
+#else
+  __trap();  // the planner launches it on sm_90 and later only
+#endif
+}
+
+}  // namespace tsm2
