@@ -166,12 +166,9 @@ print("sweep calls:", count)
 """
 
 
-@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
-def test_tiled_kmeans_sanitizers_report_no_errors(tmp_path, tool):
-    _assert_sanitizer_clean(tmp_path, TILED_SWEEP, tool, "Kmeans")
-
-
+# tsm2_abft_encode, tsm2_abft_verify, tsm2_colsums, tsm2_repair_column and tsm2_abft_judge
+# (kernels named "Abft..."), whose blocks share shared-memory buffers between barriers and
+# whose warps share row weights by shuffles.
 ABFT_SWEEP = """
 import sys
 import jax, jax.numpy as jnp, numpy as np
@@ -221,15 +218,6 @@ print("sweep calls:", count)
 """
 
 
-@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
-def test_abft_kernels_sanitizers_report_no_errors(tmp_path, tool):
-    """tsm2_abft_encode, tsm2_abft_verify, tsm2_colsums, tsm2_repair_column and
-    tsm2_abft_judge (kernels named "Abft..."), whose blocks share shared-memory buffers
-    between barriers and whose warps share row weights by shuffles."""
-    _assert_sanitizer_clean(tmp_path, ABFT_SWEEP, tool, "Abft")
-
-
 S_SWEEP = """
 import itertools, sys
 import jax, jax.numpy as jnp, numpy as np
@@ -256,12 +244,6 @@ for (m, k, n), dtype, batch in runs:
     count += 1
 print("sweep calls:", count)
 """
-
-
-@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
-def test_small_left_sanitizers_report_no_errors(tmp_path, tool):
-    _assert_sanitizer_clean(tmp_path, S_SWEEP, tool, "Tsm2S")
 
 
 # The row stream (kernels/row_stream.cuh): B's rows of 1, 4, 8 and 16 in each dtype that
@@ -298,12 +280,6 @@ print("sweep calls:", count)
 """
 
 
-@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
-def test_row_stream_sanitizers_report_no_errors(tmp_path, tool):
-    _assert_sanitizer_clean(tmp_path, ROW_STREAM_SWEEP, tool, "Tsm2RowStream")
-
-
 # TSM2T's flat stages (ffi/matmul/split_plan.h TUsesFlat): runs of rows starting anywhere
 # in a vector, the matrix's last vector partial, tiles whose threads read past a run into
 # its slot's slack, one split and many.
@@ -324,12 +300,6 @@ for dtype in [jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16]:
         count += 1
 print("sweep calls:", count)
 """
-
-
-@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
-def test_tn_flat_sanitizers_report_no_errors(tmp_path, tool):
-    _assert_sanitizer_clean(tmp_path, T_FLAT_SWEEP, tool, "Tsm2TKernel")
 
 
 # TSM2R on tensor cores (ffi/matmul/kernels/tsm2_mma.cuh, and tsm2_mma_tma.cuh for 2-byte
@@ -363,7 +333,21 @@ print("sweep calls:", count)
 """
 
 
+# Sweeps run under every tool: each sweep's source, and the part of a kernel's name that
+# selects the kernels compute-sanitizer instruments (--kernel-name kns=...).
+EVERY_TOOL_SWEEPS = {
+    "tiled_kmeans": (TILED_SWEEP, "Kmeans"),
+    "abft_kernels": (ABFT_SWEEP, "Abft"),
+    "small_left": (S_SWEEP, "Tsm2S"),
+    "row_stream": (ROW_STREAM_SWEEP, "Tsm2RowStream"),
+    "tn_flat": (T_FLAT_SWEEP, "Tsm2TKernel"),
+    "r_tensor_core_tile": (R_MMA_SWEEP, "Tsm2Mma"),
+}
+
+
 @pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
-def test_r_tensor_core_tile_sanitizers_report_no_errors(tmp_path, tool):
-    _assert_sanitizer_clean(tmp_path, R_MMA_SWEEP, tool, "Tsm2Mma")
+@pytest.mark.parametrize("sweep", list(EVERY_TOOL_SWEEPS))
+def test_sanitizers_report_no_errors(tmp_path, sweep, tool):
+    source, kernels = EVERY_TOOL_SWEEPS[sweep]
+    _assert_sanitizer_clean(tmp_path, source, tool, kernels)
