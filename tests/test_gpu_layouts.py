@@ -54,10 +54,12 @@ def test_nt_through_the_streaming_kernels(dtype, m, k, n, kernel):
 
 
 # TSM2L's row-per-thread kernel (ffi/matmul/kernels/row_per_thread.cuh) takes rows
-# of exactly 16 or 32 bytes and n <= 8: every such k per dtype, n on and off
-# the whole-vector output path, m just past a block step (1024 rows of 16
-# bytes, 512 of 32) and past a whole grid stride (264 blocks on an H100), in
-# nn and nt, with a batch whose B is shared (one run over batch * m rows).
+# of exactly 16 or 32 bytes and n <= 8: every such k per dtype, n on and off the
+# whole-vector output path (n < 8 on rows of one vector: a warp's rows are staged
+# and written as one run, whose last vector is partial for odd n), m just past a
+# block step (1024 rows of 16 bytes, 512 of 32), inside a warp's rows (513) and
+# past a whole grid stride (264 blocks on an H100), in nn and nt, with a batch
+# whose B is shared (one run over batch * m rows).
 def _row_ks(dtype):
     itemsize = jnp.dtype(dtype).itemsize
     return [16 // itemsize, 32 // itemsize]
@@ -65,7 +67,7 @@ def _row_ks(dtype):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
 @pytest.mark.parametrize("layout", [NN, NT], ids=["nn", "nt"])
-@pytest.mark.parametrize("n", [1, 3, 4, 5, 8])
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 7, 8])
 def test_row_per_thread_kernel(dtype, layout, n):
     rng = np.random.default_rng(n + 10 * layout)
     for k in _row_ks(dtype):
@@ -77,21 +79,23 @@ def test_row_per_thread_kernel(dtype, layout, n):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
 @pytest.mark.parametrize(("a_batch", "b_batch"), [(3, None), (3, 1), (3, 3), (None, 3)], ids=str)
-def test_row_per_thread_kernel_batched(dtype, a_batch, b_batch):
+@pytest.mark.parametrize("n", [6, 8])
+def test_row_per_thread_kernel_batched(dtype, a_batch, b_batch, n):
     """A batch with B shared runs as one pass over batch * m rows; the others fall back."""
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(7 + n)
     for k in _row_ks(dtype):
         a_shape = (1031, k) if a_batch is None else (a_batch, 1031, k)
-        b_shape = (k, 8) if b_batch is None else (b_batch, k, 8)
+        b_shape = (k, n) if b_batch is None else (b_batch, k, n)
         a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
         check(_run(a, b, TSM2L, NN), a, b, NN)
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
-def test_row_per_thread_kernel_writes_f32(dtype):
-    rng = np.random.default_rng(8)
+@pytest.mark.parametrize("n", [3, 8])
+def test_row_per_thread_kernel_writes_f32(dtype, n):
+    rng = np.random.default_rng(8 + n)
     for k in _row_ks(dtype):
-        a, b = rand(rng, (4099, k), dtype), rand(rng, (k, 8), dtype)
+        a, b = rand(rng, (4099, k), dtype), rand(rng, (k, n), dtype)
         c = _run(a, b, TSM2L, NN, jnp.float32)
         assert c.dtype == jnp.float32
         check(c, a, b, NN)

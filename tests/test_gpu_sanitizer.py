@@ -6,7 +6,8 @@ summary to report 0 errors; the k-means kernels (named "Kmeans": the fused
 step and centroid update, the tiled assignment and both paths of its sums)
 also run under racecheck and synccheck, since they share shared-memory
 buffers between barriers, and so do the ABFT kernels (named "Abft..."), the row
-stream, TSM2T's flat stages, TSM2S and TSM2R's tensor-core tile ("Tsm2Mma...").
+stream, TSM2T's flat stages, TSM2S, TSM2R's tensor-core tile ("Tsm2Mma...") and
+TSM2L's row-per-thread kernel.
 Skipped without a GPU or without compute-sanitizer.
 """
 
@@ -333,6 +334,32 @@ print("sweep calls:", count)
 """
 
 
+# TSM2L's row-per-thread kernel (ffi/matmul/kernels/row_per_thread.cuh), whose warps
+# stage their rows of C in shared memory where a lane's row of A is one vector and its
+# row of C not whole vectors:
+# rows of 16 and 32 bytes, n on and off that path, odd n (a partial last vector), f32
+# outputs of half products, and m ending inside a warp's rows.
+ROW_PER_THREAD_SWEEP = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, {tests!r})
+from _helpers import assert_close_to_reference, ffi_product, rand
+
+rng = np.random.default_rng(0)
+count = 0
+for dtype in [jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16]:
+    size = jnp.dtype(dtype).itemsize
+    outs = [None, jnp.float32] if size == 2 else [None]
+    for k, n, m, out in [(k, n, m, out) for k in (16 // size, 32 // size) for n in (1, 3, 7, 8)
+                         for m in (1, 1041) for out in outs]:
+        a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+        assert_close_to_reference(jax.block_until_ready(ffi_product(a, b, 1, 0, out)), a, b)
+        count += 1
+print("sweep calls:", count)
+"""
+
+
 # Sweeps run under every tool: each sweep's source, and the part of a kernel's name that
 # selects the kernels compute-sanitizer instruments (--kernel-name kns=...).
 EVERY_TOOL_SWEEPS = {
@@ -342,6 +369,7 @@ EVERY_TOOL_SWEEPS = {
     "row_stream": (ROW_STREAM_SWEEP, "Tsm2RowStream"),
     "tn_flat": (T_FLAT_SWEEP, "Tsm2TKernel"),
     "r_tensor_core_tile": (R_MMA_SWEEP, "Tsm2Mma"),
+    "row_per_thread": (ROW_PER_THREAD_SWEEP, "Tsm2LRow"),
 }
 
 

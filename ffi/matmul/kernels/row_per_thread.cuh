@@ -34,6 +34,8 @@ struct RowArgs {
   bool out_f32;  // C is f32 although T is bf16/f16
   bool b_trans;  // B is given as n x k (layout NT)
   bool c_vec;    // n == NT, whole 16-byte output vectors per lane, C 16-byte aligned
+  bool c_warp;   // otherwise, rows of one vector and C 16-byte aligned: a warp's
+                 // 32 rows are written as one run
 };
 
 // KV 16-byte vectors per row (k = KV * kVec<T> exactly) and as many lanes per
@@ -45,6 +47,9 @@ struct RowConfig {
   static constexpr int kK = KV * kVec<T>;
   static constexpr int kRowsPerStep = kThreads / KV * U;  // rows one block covers per step
   static constexpr int kOutPerLane = NT >= KV ? NT / KV : NT;
+  // A warp's staged output (rows of one vector: 32 rows of up to NT values,
+  // f32 for an f32 C of bf16/f16 products, else T).
+  static constexpr int kWarpStageBytes = KV == 1 ? 32 * NT * (sizeof(T) > 4 ? 8 : 4) : 16;
   static_assert(KV == 1 || KV == 2, "rows of 16 or 32 bytes");
   static_assert(NT >= 1 && NT <= 8, "wider B is compute-bound here (bf16 16x16: 55%)");
 };
@@ -82,6 +87,34 @@ __device__ __forceinline__ void StoreLaneOut(const RowArgs& p, int64_t row, int 
   }
 }
 
+// Rows of one vector, a lane each: the warp's rows [row0, row0 + 32) of C,
+// at most `left` of them, are one contiguous run that starts 16-byte aligned
+// (row0 is a multiple of 32 and a row has n values of 2 bytes or more). Each
+// lane puts its row in the warp's stage, then the warp writes the run as
+// 16-byte vectors. Written lane by lane instead, rows of 7 bf16 values take
+// 7 store instructions, each touching 14 sectors for 2 sectors of data.
+template <typename U, int W, typename Acc>
+__device__ __forceinline__ void StoreWarpRows(const RowArgs& p, U* stage, int64_t row0,
+                                              int64_t left, bool writes, const Acc (&out)[W]) {
+  const int lane = threadIdx.x % 32;
+  if (writes) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      if (j < p.n) FromAcc(out[j], stage + lane * p.n + j);
+    }
+  }
+  __syncwarp();
+  constexpr int kPerVec = 16 / static_cast<int>(sizeof(U));
+  const int values = static_cast<int>((left < 32 ? left : 32) * p.n);
+  U* dst = static_cast<U*>(p.c) + row0 * p.n;
+  const int vecs = left > 0 ? values / kPerVec : 0;
+  for (int v = lane; v < vecs; v += 32) {
+    reinterpret_cast<uint4*>(dst)[v] = reinterpret_cast<const uint4*>(stage)[v];
+  }
+  for (int e = vecs * kPerVec + lane; e < values; e += 32) dst[e] = stage[e];
+  __syncwarp();  // the stage is written again at the next step
+}
+
 template <typename T, int KV, int NT, int U, int MinBlocks>
 __global__ void __launch_bounds__(256, MinBlocks)
     Tsm2LRowKernel(const __grid_constant__ RowArgs p) {
@@ -89,6 +122,8 @@ __global__ void __launch_bounds__(256, MinBlocks)
   using Acc = AccType<T>;
   constexpr int K = Cfg::kK, V = kVec<T>, W = Cfg::kOutPerLane;
   __shared__ __align__(16) Acc bs[K * NT];  // B[kk][j], columns past n zero
+  __shared__ __align__(16) unsigned char stages[Cfg::kThreads / 32][Cfg::kWarpStageBytes];
+  unsigned char* stage = stages[threadIdx.x / 32];
   const T* b = static_cast<const T*>(p.b);
   for (int e = threadIdx.x; e < K * NT; e += blockDim.x) {
     const int kk = e / NT, j = e % NT;
@@ -128,13 +163,24 @@ __global__ void __launch_bounds__(256, MinBlocks)
         for (int j = 0; j < NT; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], 1);
       }
       const int64_t vec = base + threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-      if (vec < total && (NT >= KV || h == 0)) {
-        // Lane h writes outputs [h * W, (h + 1) * W); selected with constant
-        // indices so that acc stays in registers.
-        Acc out[W];
+      const bool writes = vec < total && (NT >= KV || h == 0);
+      // Lane h writes outputs [h * W, (h + 1) * W); selected with constant
+      // indices so that acc stays in registers.
+      Acc out[W];
 #pragma unroll
-        for (int j = 0; j < W; ++j) out[j] = (NT >= KV && h == 1) ? acc[(W + j) % NT] : acc[j];
-        StoreLaneOut<T, W>(p, vec / KV, NT >= KV ? h * W : 0, out);
+      for (int j = 0; j < W; ++j) out[j] = (NT >= KV && h == 1) ? acc[(W + j) % NT] : acc[j];
+      const int j0 = NT >= KV ? h * W : 0;
+      if (KV == 1 && p.c_warp) {
+        // Every lane of the warp takes this branch (p is uniform), as
+        // __syncwarp needs; a vector is a row here.
+        const int64_t row0 = vec - threadIdx.x % 32, left = total - row0;
+        if (p.out_f32) {
+          StoreWarpRows<float>(p, reinterpret_cast<float*>(stage), row0, left, writes, out);
+        } else {
+          StoreWarpRows<T>(p, reinterpret_cast<T*>(stage), row0, left, writes, out);
+        }
+      } else if (writes) {
+        StoreLaneOut<T, W>(p, vec / KV, j0, out);
       }
     }
 #pragma unroll
