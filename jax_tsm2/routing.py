@@ -24,8 +24,8 @@ kernels could run a shape (``candidates``):
 - TSM2L (nn, nt): k and n small enough for B to sit on chip;
 - TSM2R (nn, nt): a skinny B (n small), any contraction;
 - TSM2S (nn only): a few rows of A (m <= 16) times any B;
-- TSM2T (tn only): both output dimensions small (m, n <= 512), the contraction
-  k the huge one; deterministic (no float atomics).
+- TSM2T (tn only): a small result (m * n <= 512 * 512 outputs, either side up
+  to that), the contraction k the huge one; deterministic (no float atomics).
 
 Other shapes, and layouts a kernel does not take (``ffi/matmul/kinds.h``
 KernelTakesLayout), go to XLA's dot. Where several kernels take a shape, the
@@ -113,9 +113,12 @@ TSM2L_MAX_N = 64
 TSM2R_MAX_N = 64
 # TSM2S: a few rows of A times a large B (ffi/matmul/split_plan.h kSMaxM).
 TSM2S_MAX_M = _ffi.S_MAX_M
-# TSM2T: A^T @ B with a small result (both m and n) and a huge contraction.
-TSM2T_MAX_M = 512
-TSM2T_MAX_N = 512
+# TSM2T: A^T @ B with a small result and a huge contraction. The bound is on the
+# result's entries, not on each side: an elongated result (a randomized SVD's
+# A.T @ Q, 2000 x 32) tiles as well as a square one, B read once per tile of
+# m (the model counts that), and the calibration or the model then decides
+# against XLA's dot.
+TSM2T_MAX_OUTPUTS = 512 * 512
 
 
 SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
@@ -179,10 +182,11 @@ def candidates(p: Problem, layout: str) -> tuple[tuple[str, ...], str]:
         (('tsm2s',), 'nn: m=8 <= 16: TSM2S')
     """
     if layout == "tn":
-        if p.m <= TSM2T_MAX_M and p.n <= TSM2T_MAX_N:
-            why = f"m={p.m} <= {TSM2T_MAX_M} and n={p.n} <= {TSM2T_MAX_N}"
+        if p.m * p.n <= TSM2T_MAX_OUTPUTS:
+            why = f"m * n = {p.m} * {p.n} <= {TSM2T_MAX_OUTPUTS}"
             return ("tsm2t",), f"tn: {why}, contraction k={p.k}: TSM2T"
-        return (), f"tn: m={p.m} or n={p.n} > {TSM2T_MAX_M}: the result is not small"
+        why = f"m * n = {p.m} * {p.n} > {TSM2T_MAX_OUTPUTS}"
+        return (), f"tn: {why}: the result is not small"
     names, whys = [], []
     if p.k <= TSM2L_MAX_K and p.n <= TSM2L_MAX_N:
         names.append("tsm2l")
