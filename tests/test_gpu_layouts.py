@@ -134,6 +134,11 @@ def test_small_left_kernel(dtype, m, k, n):
         (20_011, 16, 256),
         (9_001, 128, 16),
         (4_099, 24, 120),
+        # Elongated results (routing takes up to 512 * 512 entries, any aspect): many
+        # tiles along m, or along n, each reading all of the other operand.
+        (9_001, 2_003, 33),
+        (5_003, 4_099, 7),
+        (2_001, 7, 4_097),
     ],
 )
 def test_tn_kernel(dtype, k, m, n):
