@@ -91,6 +91,28 @@ def test_each_mode_of_the_assignment(n, d, k, dtype):
     check_step(_step(x, c, w), x, c, w)
 
 
+@pytest.mark.parametrize(
+    ("n", "d", "k", "dtype"),
+    [
+        (40_009, 256, 300, jnp.float32),  # X resident, one copy: eight steps a tile
+        (30_011, 64, 1031, jnp.float32),  # resident, three copies: two steps a tile
+        (30_011, 520, 300, jnp.float32),  # streamed
+        (1_000, 64, 20_000, jnp.float32),  # centroid tiles split over blocks
+        (40_009, 256, 300, jnp.bfloat16),  # resident
+        (33_001, 96, 700, jnp.float16),  # resident, a step of 192 bytes: the last half empty
+        (257, 8, 3, jnp.float32),  # one step of 32 bytes, k far below a tile
+    ],
+)
+def test_each_mode_of_the_warpgroup_assignment(n, d, k, dtype):
+    """The modes of sm_90a's warpgroup kernel (kmeans_assign_wgmma.cuh), which takes f32
+    in the TF32 mode and bf16/f16 in either (KmeansAssignKernel elsewhere)."""
+    rng = np.random.default_rng(n + d + k)
+    x, c, w = data(rng, n, d, k, dtype)
+    fast = dtype == jnp.float32
+    got = _step(x, c, w, precision="tensorfloat32" if fast else "float32")
+    check_step(got, x, c, w, extra_rel=TF32_REL if fast else 0.0)
+
+
 @pytest.mark.parametrize("precision", tiled.PRECISIONS)
 def test_ties_nan_and_inf_as_the_cpu_reference(precision):
     rng = np.random.default_rng(3)

@@ -147,11 +147,12 @@ from jax_tsm2.clustering import tiled
 
 rng = np.random.default_rng(0)
 count = 0
-# The assignment in each of its modes (one centroid tile; resident X over several;
-# streamed; rows not of whole 16-byte chunks, loaded element by element; centroid tiles
-# split over blocks) and the sums on both paths (one bucket; rows sorted by label).
+# The assignment in each of its modes (one centroid tile; resident X over several, which
+# needs row tiles for every block; streamed; rows not of whole 16-byte chunks, loaded
+# element by element; centroid tiles split over blocks), on sm_90a's warpgroup kernel too
+# (f32 TF32, bf16), and the sums on both paths (one bucket; rows sorted by label).
 cases = [(1, 1, 1), (67, 3, 40), (301, 17, 129), (1031, 64, 300), (257, 257, 70),
-         (130, 520, 300), (1000, 64, 5000)]
+         (130, 520, 300), (1000, 64, 5000), (34_000, 64, 300)]
 for (n, d, k), dtype in itertools.product(cases, [jnp.float32, jnp.bfloat16]):
     x, c, w = data(rng, n, d, k, dtype)
     x_sq = jnp.sum(x.astype(jnp.float32) ** 2, axis=1)

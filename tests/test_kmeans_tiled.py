@@ -359,6 +359,15 @@ def test_plan_splits_the_centroid_tiles_where_rows_are_few():
     assert _plan("float32", 0, 64, 100)["assign_workspace_bytes"] == 16 * 25 + 16
 
 
+def test_plan_sizes_the_tf32_copy_of_the_centroids():
+    """f32's TF32 mode adds room for the centroids rounded to TF32 (sm_90a's warpgroup
+    kernel reads them), 16-byte aligned after the assignment's workspace; other dtypes
+    have no such copy."""
+    for n, d, k in ((0, 64, 100), (1000, 33, 9_000), (10**6, 1024, 4096)):
+        assert _plan("float32", n, d, k)["assign_tf32_copy_bytes"] == -(-k * d * 4 // 16) * 16 + 16
+    assert "assign_tf32_copy_bytes" not in _plan("bfloat16", 1000, 64, 100)
+
+
 def test_plan_chunks_fill_the_gpu_and_size_the_partials():
     p = _plan("float32", 10**6, 64, 40)
     assert p["piece"] == 0 and p["buckets"] == 1 and p["chunks"] == 264

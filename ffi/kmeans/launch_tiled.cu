@@ -11,17 +11,21 @@
 #include <type_traits>
 
 #include "ffi/common/cuda_types.cuh"
+#include "ffi/common/device.h"
 #include "ffi/kmeans/kernels/kmeans_assign.cuh"
+#include "ffi/kmeans/kernels/kmeans_assign_wgmma.cuh"
 #include "ffi/kmeans/kernels/kmeans_sums.cuh"
 #include "ffi/kmeans/launch_sums_sorted.cuh"
 #include "ffi/kmeans/tiled_launcher.h"
 #include "ffi/kmeans/tiled_plan.h"
+#include "ffi/matmul/tensor_maps.h"
 
 namespace tsm2 {
 namespace {
 
 // What the plans take from the device, asked once per device.
 struct TiledDevice {
+  int cc = 0;  // 10 * major + minor
   int sms = 0;
   int smem_optin = 0;   // dynamic shared memory a block may opt in to
   int smem_per_sm = 0;  // what an SM holds
@@ -36,6 +40,7 @@ Status QueryDevice(TiledDevice* out) {
   auto it = cache.find(dev);
   if (it == cache.end()) {
     TiledDevice t;
+    TSM2_CUDA_RETURN_IF_ERROR(ComputeCapability(&t.cc));  // JAX_TSM2_PRETEND_CC caps it
     TSM2_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&t.sms, cudaDevAttrMultiProcessorCount, dev));
     TSM2_CUDA_RETURN_IF_ERROR(
         cudaDeviceGetAttribute(&t.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -87,6 +92,51 @@ Status LaunchAssignKernel(const KmeansAssignArgs& a, const KmeansAssignPlan& pla
   return Status{};
 }
 
+// Whether this build carries sm_90a machine code (CMakeLists.txt defines
+// TSM2_KMEANS_WGMMA where CMAKE_CUDA_ARCHITECTURES lists 90a) and the GPU
+// runs it: the warpgroup assignment's condition besides the operands'.
+constexpr bool kBuiltForSm90a =
+#if defined(TSM2_KMEANS_WGMMA)
+    true;
+#else
+    false;
+#endif
+
+// The warpgroup assignment (f32 in the TF32 mode, bf16, f16) where the build,
+// the GPU and the operands allow it: rows of whole 16-byte vectors, 16-byte
+// aligned, dimensions the tensor maps' 32-bit coordinates hold. Sets *done.
+// `c` is the centroids the products read: for f32, the rounded copy.
+template <typename T>
+Status LaunchAssignWg(const KmeansAssignArgs& base, const void* c, const KmeansAssignPlan& plan,
+                      const TiledDevice& dev, cudaStream_t stream, bool* done) {
+  *done = false;
+  constexpr int kItem = static_cast<int>(sizeof(T));
+  if (!kBuiltForSm90a || dev.cc != 90 || c == nullptr || !Aligned16(base.x) || !Aligned16(c) ||
+      !RowTensorMapFits(kItem, 1, base.n, base.d) || !RowTensorMapFits(kItem, 1, base.k, base.d)) {
+    return Status{};
+  }
+  const KmeansAssignWgPlan wp = KmeansAssignWgPlanOf(plan, dev.smem_optin);
+  if (!wp.ok) return Status{};
+  KmeansAssignWgArgs w{};
+  w.a = base;
+  w.a.stages = wp.stages;
+  w.a.resident = wp.resident;
+  w.a.res_slots = wp.res_slots;
+  TSM2_CUDA_RETURN_IF_ERROR(
+      EncodeRowTensorMap(&w.x_map, MapType<T>(), kItem, base.x, 1, base.n, base.d, kAssignRows));
+  TSM2_CUDA_RETURN_IF_ERROR(
+      EncodeRowTensorMap(&w.c_map, MapType<T>(), kItem, c, 1, base.k, base.d, kAssignCents));
+  const void* kernel = reinterpret_cast<const void*>(&KmeansAssignWgKernel<T>);
+  int per_sm = 0;
+  TSM2_RETURN_IF_ERROR(ResidentBlocks(kernel, kAssignWgThreads, wp.smem_bytes, dev, &per_sm));
+  const int64_t grid = std::min<int64_t>(plan.items, int64_t{per_sm} * dev.sms);
+  KmeansAssignWgKernel<T><<<static_cast<unsigned>(grid), kAssignWgThreads,
+                            static_cast<size_t>(wp.smem_bytes), stream>>>(w);
+  TSM2_RETURN_IF_LAUNCH_FAILED("KmeansAssignWgKernel");
+  *done = true;
+  return Status{};
+}
+
 template <typename T>
 Status LaunchAssign(const DeviceKmeansAssign& p, cudaStream_t stream) {
   if (p.n == 0) return Status{};
@@ -111,10 +161,22 @@ Status LaunchAssign(const DeviceKmeansAssign& p, cudaStream_t stream) {
   const T* x = static_cast<const T*>(p.x);
   const T* c = static_cast<const T*>(p.c);
 
+  // The warpgroup kernel's operands: f32 in the TF32 mode reads the rounded
+  // copy of the centroids where the workspace holds it; bf16/f16 the centroids.
+  const bool wg_mode = !std::is_same_v<T, float> || p.precision == KmeansPrecision::kTensorFloat32;
+  const void* wg_c = std::is_same_v<T, float> ? nullptr : p.c;
+  float* c_round = nullptr;
+  const int64_t round_at = CeilDiv(plan.workspace_bytes, 16) * 16;
+  if (std::is_same_v<T, float> && wg_mode &&
+      static_cast<int64_t>(p.workspace_bytes) >= round_at + p.k * p.d * 4) {
+    c_round = reinterpret_cast<float*>(ws + round_at);
+    wg_c = c_round;
+  }
+
   TSM2_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, kAssignFlagsBytes, stream));
   const int64_t csq_blocks = std::min<int64_t>(CeilDiv(p.k, 8), int64_t{4} * dev.sms);
   KmeansCsqKernel<T><<<static_cast<unsigned>(csq_blocks), 256, 0, stream>>>(
-      c, p.k, static_cast<int>(p.d), csq, flags);
+      c, p.k, static_cast<int>(p.d), csq, flags, c_round);
   TSM2_RETURN_IF_LAUNCH_FAILED("KmeansCsqKernel");
 
   KmeansAssignArgs a{};
@@ -138,6 +200,10 @@ Status LaunchAssign(const DeviceKmeansAssign& p, cudaStream_t stream) {
   a.res_slots = plan.res_slots;
   a.resident = plan.resident;
   const bool async = (p.d * itemsize) % 16 == 0 && Aligned16(p.x) && Aligned16(p.c);
+  // f32's split products (the default) stay on KmeansAssignKernel: they need
+  // each operand's high and low TF32 parts, which the boxes do not hold.
+  bool done = false;
+  if (wg_mode) TSM2_RETURN_IF_ERROR(LaunchAssignWg<T>(a, wg_c, plan, dev, stream, &done));
   using Launch = Status (*)(const KmeansAssignArgs&, const KmeansAssignPlan&, const TiledDevice&,
                             cudaStream_t);
   Launch launch =
@@ -147,7 +213,7 @@ Status LaunchAssign(const DeviceKmeansAssign& p, cudaStream_t stream) {
       launch = async ? &LaunchAssignKernel<T, true, true> : &LaunchAssignKernel<T, true, false>;
     }
   }
-  TSM2_RETURN_IF_ERROR(launch(a, plan, dev, stream));
+  if (!done) TSM2_RETURN_IF_ERROR(launch(a, plan, dev, stream));
   const unsigned row_blocks =
       static_cast<unsigned>(std::min<int64_t>(CeilDiv(p.n, 256), int64_t{4} * dev.sms));
   if (plan.splits > 1) {

@@ -154,6 +154,67 @@ constexpr KmeansAssignPlan KmeansAssignPlanOf(int itemsize, int64_t n, int64_t d
   return p;
 }
 
+// The warpgroup variant of the assignment (sm_90a, kernels/
+// kmeans_assign_wgmma.cuh): the same items, splits and steps as the plan
+// above, its sub-tiles tensor-map boxes of 128 rows x 128 bytes in the
+// 128-byte swizzle (no padding), filled by a producer warp into a ring of
+// `stages` slots, each with the centroid tile's norms and a full and an
+// empty mbarrier; X resident as above where it fits.
+constexpr int kAssignWgSubTile = kAssignRows * kAssignStepBytes;  // 16,384
+constexpr int kAssignWgCsqBytes = kAssignCents * 4;
+constexpr int kAssignWgMaxStages = 8;
+constexpr int kAssignWgConsumers = 256;                     // two warpgroups, 64 rows each
+constexpr int kAssignWgThreads = kAssignWgConsumers + 128;  // and the producer's warpgroup
+
+// f32 in the TF32 mode on the warpgroup kernel multiplies centroids rounded
+// to nearest TF32 (as KmeansAssignKernel does), read from a copy that
+// KmeansCsqKernel writes at the first 16-byte boundary after the plan's
+// workspace, where the buffer holds it (Python sizes it so); the rows of X
+// are rounded where they land in shared memory.
+constexpr int64_t KmeansAssignTf32CopyBytes(int64_t k, int64_t d) {
+  return CeilDiv(k * d * 4, 16) * 16 + 16;
+}
+
+struct KmeansAssignWgPlan {
+  bool ok = false;
+  bool resident = false;
+  int stages = 0, res_slots = 0;
+  int64_t smem_bytes = 0;
+};
+
+// Shared memory: 1 KB to align the ring (the swizzle follows address bits),
+// the slots (C, X unless resident, the norms), the resident X copies, the
+// barriers.
+constexpr int64_t KmeansAssignWgBytes(int stages, bool resident, int res_slots, int64_t qd) {
+  const int64_t slot = kAssignWgSubTile * (resident ? 1 : 2) + kAssignWgCsqBytes;
+  return 1024 + stages * slot + (resident ? res_slots * qd * kAssignWgSubTile : 0) + 16 * stages;
+}
+
+constexpr KmeansAssignWgPlan KmeansAssignWgPlanOf(const KmeansAssignPlan& base,
+                                                  int64_t smem_optin) {
+  KmeansAssignWgPlan p;
+  if (!base.ok) return p;
+  const bool reuse = base.ctiles / base.splits >= 2;
+  for (int s = 6; reuse && s >= 3 && !p.resident; --s) {
+    const int r = static_cast<int>(CeilDiv(s, base.qd));
+    if (KmeansAssignWgBytes(s, true, r, base.qd) <= smem_optin) {
+      p.resident = true;
+      p.stages = s;
+      p.res_slots = r;
+    }
+  }
+  for (int s = kAssignWgMaxStages; !p.resident && s >= 2; --s) {
+    if (KmeansAssignWgBytes(s, false, 0, base.qd) <= smem_optin) {
+      p.stages = s;
+      break;
+    }
+  }
+  if (p.stages == 0) return p;
+  p.smem_bytes = KmeansAssignWgBytes(p.stages, p.resident, p.res_slots, base.qd);
+  p.ok = true;
+  return p;
+}
+
 // ---------------------------------------------------------------- sums
 
 constexpr int kSumsThreads = 256;

@@ -141,6 +141,10 @@ def ffi_assign(
             "(it takes float32, bfloat16 and float16); use impl='auto' or 'jnp'"
         )
     plan = _ffi.kmeans_tiled_plan(x.dtype, n, d, k)
+    workspace = plan.get("assign_workspace_bytes", 16)
+    if precision == "tensorfloat32":
+        # Room for the centroids rounded to TF32, which sm_90a's warpgroup kernel reads.
+        workspace += plan.get("assign_tf32_copy_bytes", 0)
     c = c.astype(x.dtype)
     x_sq = x_sq.astype(jnp.float32)
     x, x_sq, c = _compat.match_varying(x, x_sq, c)
@@ -150,7 +154,7 @@ def ffi_assign(
         (
             out((n,), jnp.int32),
             out((n,), jnp.float32),
-            out((plan.get("assign_workspace_bytes", 16),), jnp.uint8),
+            out((workspace,), jnp.uint8),
         ),
         vmap_method="sequential",
     )

@@ -511,11 +511,12 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
 }
 
 // ||c||^2 of every centroid (one warp per centroid, f32), and how many are
-// not finite (flags[0], zeroed before the launch).
+// not finite (flags[0], zeroed before the launch); where c_round is not
+// null (f32), the centroids rounded to nearest TF32 too.
 template <typename T>
 __global__ void __launch_bounds__(256)
     KmeansCsqKernel(const T* __restrict__ c, int64_t k, int d, float* __restrict__ csq,
-                    int32_t* __restrict__ flags) {
+                    int32_t* __restrict__ flags, float* __restrict__ c_round) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
   for (int64_t j = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32; j < k; j += warps) {
@@ -523,6 +524,11 @@ __global__ void __launch_bounds__(256)
     for (int e = lane; e < d; e += 32) {
       const float v = ToAcc(c[j * d + e]);
       s = fmaf(v, v, s);
+      if constexpr (std::is_same_v<T, float>) {
+        if (c_round != nullptr) {
+          c_round[j * d + e] = __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
+        }
+      }
     }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);

@@ -1,0 +1,335 @@
+// The tiled assignment on sm_90a's warpgroup MMAs: the closest centroid of
+// every row from X C^T, for f32 data in the TF32 mode and for bf16/f16, with
+// the same items, splits, steps, ranking and results as KmeansAssignKernel
+// (kmeans_assign.cuh; plan in tiled_plan.h, KmeansAssignWgPlanOf).
+//
+// Why a second kernel: the mma.sync tile issues every MMA, fragment load and
+// copy from the same eight warps, which meet at a block barrier each step,
+// so the tensor cores idle while the warps rank a tile's candidates (Nsight
+// Compute: 0.43 instructions issued per scheduler per cycle, a fifth of the
+// TF32 peak). Here the copies are tensor-map boxes issued by one producer
+// thread, the products are asynchronous wgmma reading both operands from
+// shared memory, and the consumers wait on mbarriers only: no block barrier
+// after the start.
+//
+// Layout: two consumer warpgroups own 64 rows each of the block's 128-row X
+// tile against all 128 centroids of a tile (m64n128, 64 accumulators a
+// thread); a ninth warp produces. A ring slot is a C sub-tile (128
+// centroids x 128 bytes), the X sub-tile unless X is resident, and the
+// tile's ||c||^2 (+Inf past k or not finite), which the producer's lanes
+// write. Edges are the boxes' zero fill: rows past n, centroids past k and
+// bytes past d arrive as zeros.
+//
+// Ranking: each lane's 2 rows x 32 candidates take key = ||c||^2 - 2 x.c
+// (one fma each); the tile's lowest key of a row is found by a tree of
+// minima, and only where it beats the row's running best is the lowest
+// index holding it searched for, so that a tile that improves no row costs
+// two instructions a candidate. Equal keys keep the lower index, as in
+// KmeansAssignKernel, so both kernels agree on ties.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a type only)
+
+#include <cstdint>
+#include <type_traits>
+
+#include "ffi/common/cluster_pipe.cuh"
+#include "ffi/kmeans/kernels/kmeans_assign.cuh"
+#include "ffi/kmeans/kernels/wgmma.cuh"
+#include "ffi/kmeans/tiled_plan.h"
+
+namespace tsm2 {
+
+struct KmeansAssignWgArgs {
+  KmeansAssignArgs a;  // stages, resident and res_slots are the warpgroup plan's
+  CUtensorMap x_map, c_map;
+};
+
+// Where a block's shared memory holds what (1,024-byte aligned `base`): the
+// C ring, the X ring (streamed X) or the resident X copies, every sub-tile
+// on a 1,024-byte boundary as the swizzle needs; then the norms' ring and
+// the full and empty mbarriers.
+struct KmeansWgSmem {
+  char* c_ring;
+  char* x_tiles;  // the X ring (stream) or the resident copies
+  float* csq;     // [stages][kAssignCents]
+  uint32_t full, empty;
+
+  __device__ __forceinline__ KmeansWgSmem(char* base, const KmeansAssignArgs& a) {
+    c_ring = base;
+    x_tiles = c_ring + a.stages * kAssignWgSubTile;
+    const int x_subs = a.resident ? a.res_slots * a.qd : a.stages;
+    csq = reinterpret_cast<float*>(x_tiles + x_subs * kAssignWgSubTile);
+    full = SmemAddr(csq + a.stages * kAssignCents);
+    empty = full + 8 * a.stages;
+  }
+  // The X sub-tile of step (cursor, slot).
+  __device__ __forceinline__ char* XSub(const KmeansAssignArgs& a, const KmeansAssignCursor& cur,
+                                        int slot) const {
+    return x_tiles + (a.resident ? cur.res * a.qd + cur.q : slot) * kAssignWgSubTile;
+  }
+};
+
+// A tensor-map box of a 3-D map at (c0, c1, 0) into shared memory, completing
+// on `bar`, with or without an L2 eviction hint.
+__device__ __forceinline__ void KmeansTmaBox(uint32_t dst, const CUtensorMap* map, int c0, int c1,
+                                             uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(0), "r"(bar)
+      : "memory");
+}
+
+// The producer's warp: every step's boxes (lane 0) and the centroid tile's
+// norms (all lanes) into the ring, `stages` steps ahead of the consumers.
+template <typename T>
+__device__ __forceinline__ void KmeansWgProduce(const KmeansAssignWgArgs& w,
+                                                const KmeansWgSmem& sm) {
+  const KmeansAssignArgs& a = w.a;
+  const int lane = threadIdx.x % 32;
+  constexpr int kElems = kAssignStepBytes / static_cast<int>(sizeof(T));
+  if (lane == 0) {
+    PrefetchTensorMap(&w.x_map);
+    PrefetchTensorMap(&w.c_map);
+  }
+  KmeansAssignCursor cur;
+  cur.Start(a);
+  int slot = 0;
+  uint32_t phase = 0;
+  for (int64_t i = 0; cur.valid; ++i) {
+    if (i >= a.stages) MbarWait(sm.empty + 8 * slot, phase ^ 1);
+    float* csq = sm.csq + slot * kAssignCents;
+#pragma unroll
+    for (int e = 0; e < kAssignCents / 32; ++e) {
+      const int col = cur.j * kAssignCents + e * 32 + lane;
+      const float v = col < a.k ? a.csq[col] : KmeansPosInf();
+      csq[e * 32 + lane] = isfinite(v) ? v : KmeansPosInf();
+    }
+    if (lane == 0) {
+      const bool x_too = !a.resident || cur.j == cur.j0;
+      const uint32_t bar = sm.full + 8 * slot;
+      MbarArriveExpectTx(bar, kAssignWgSubTile * (x_too ? 2 : 1));
+      KmeansTmaBox(SmemAddr(sm.c_ring + slot * kAssignWgSubTile), &w.c_map, cur.q * kElems,
+                   cur.j * kAssignCents, bar);
+      if (x_too) {
+        KmeansTmaBox(SmemAddr(sm.XSub(a, cur, slot)), &w.x_map, cur.q * kElems,
+                     static_cast<int>(cur.tile * kAssignRows), bar);
+      }
+    }
+    MbarArrive(sm.full + 8 * slot);  // this lane's norms are written
+    cur.Next(a);
+    if (++slot == a.stages) slot = 0, phase ^= 1;
+  }
+}
+
+// A lane's two rows of a finished centroid tile into their running best:
+// acc holds x.c, then the keys. The minimum runs as four interleaved
+// chains, so that ranking one set of accumulators needs few registers
+// besides the two sets.
+__device__ __forceinline__ void KmeansWgRank(float (&acc)[64], const float* csq, int t,
+                                             int32_t cbase, float (&best_key)[2],
+                                             int32_t (&best_idx)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float m[4] = {KmeansPosInf(), KmeansPosInf(), KmeansPosInf(), KmeansPosInf()};
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const float2 cs = *reinterpret_cast<const float2*>(csq + 8 * j + 2 * t);
+      float& k0 = acc[4 * j + 2 * h];
+      float& k1 = acc[4 * j + 2 * h + 1];
+      k0 = fmaf(-2.0f, k0, cs.x);
+      k1 = fmaf(-2.0f, k1, cs.y);
+      m[(2 * j) % 4] = fminf(m[(2 * j) % 4], k0);
+      m[(2 * j + 1) % 4] = fminf(m[(2 * j + 1) % 4], k1);
+    }
+    const float low = fminf(fminf(m[0], m[1]), fminf(m[2], m[3]));
+    // A NaN key (a row with a non-finite element: KmeansFixupKernel redoes
+    // it) never compares below the best.
+    if (low < best_key[h]) {
+      int32_t at = 0;
+#pragma unroll
+      for (int j = 15; j >= 0; --j) {
+        if (acc[4 * j + 2 * h + 1] == low) at = 8 * j + 1;
+        if (acc[4 * j + 2 * h] == low) at = 8 * j;
+      }
+      best_key[h] = low;
+      best_idx[h] = cbase + at + 2 * t;
+    }
+  }
+}
+
+// The consumers: warpgroup wg's 64 rows of each item against its centroid
+// tiles, then each row's (key, index) out. Two sets of accumulators take
+// the centroid tiles in turn, so that a tile's ranking runs while the next
+// tile's first products are on the tensor cores: a step waits only for the
+// step before it (wgmma.wait_group 1), except at an item's end.
+template <typename T>
+struct KmeansWgConsumer {
+  const KmeansAssignArgs& a;
+  const KmeansWgSmem& sm;
+  int lane, warp, wg, g, t, a_off;
+  KmeansAssignCursor cur;
+  int slot = 0;
+  uint32_t phase = 0;
+  // The step before this one: its slot, still to release (-1: none), and
+  // whether it ended a tile whose keys (in the other set) are still to rank.
+  int prev_slot = -1;
+  bool rank_prev = false;
+  int32_t prev_cbase = 0;
+  float best_key[2];
+  int32_t best_idx[2];
+
+  __device__ __forceinline__ KmeansWgConsumer(const KmeansAssignArgs& a_, const KmeansWgSmem& sm_)
+      : a(a_), sm(sm_) {
+    const int tid = threadIdx.x;
+    lane = tid % 32;
+    warp = tid / 32;
+    wg = warp / 4;
+    g = lane / 4;
+    t = lane % 4;
+    a_off = wg * 64 * kAssignStepBytes;  // the warpgroup's rows of a sub-tile
+    cur.Start(a);
+  }
+
+  __device__ __forceinline__ void Release(int s) {
+    __syncwarp();
+    if (lane == 0) MbarArrive(sm.empty + 8 * s);
+  }
+
+  // The warpgroup's rows of a newly landed X sub-tile (f32), rounded to
+  // nearest TF32 in place (the centroids come rounded), then made visible to
+  // the MMAs' proxy before any of its warps multiplies.
+  __device__ __forceinline__ void RoundX() {
+    uint4* rows = reinterpret_cast<uint4*>(sm.XSub(a, cur, slot) + a_off);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint4 v = rows[(threadIdx.x % 128) + 128 * i];
+      v.x = (v.x + 0x1000u) & 0xffffe000u;
+      v.y = (v.y + 0x1000u) & 0xffffe000u;
+      v.z = (v.z + 0x1000u) & 0xffffe000u;
+      v.w = (v.w + 0x1000u) & 0xffffe000u;
+      rows[(threadIdx.x % 128) + 128 * i] = v;
+    }
+    FenceProxyAsyncShared();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+  }
+
+  // The four lanes of each row agree on the item's result; lane t == 0 writes it.
+  __device__ __forceinline__ void WriteItem() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int off = 1; off <= 2; off *= 2) {
+        const float ok = __shfl_xor_sync(0xffffffffu, best_key[h], off);
+        const int32_t oi = __shfl_xor_sync(0xffffffffu, best_idx[h], off);
+        KmeansLexMin(best_key[h], best_idx[h], ok, oi);
+      }
+      const int64_t row = cur.tile * kAssignRows + wg * 64 + (warp % 4) * 16 + g + 8 * h;
+      if (t == 0 && row < a.n) {
+        if (a.splits == 1) {
+          KmeansAssignWrite(a.x_sq[row], best_key[h], best_idx[h], a.labels + row, a.mind + row);
+        } else {
+          const int64_t at = (cur.item % a.splits) * a.n + row;
+          a.split_key[at] = best_key[h];
+          a.split_idx[at] = best_idx[h];
+        }
+      }
+    }
+  }
+
+  // One centroid tile (its qd steps) into `acc`; `other` holds the previous
+  // tile's products where they are still to rank.
+  __device__ __forceinline__ void Tile(float (&acc)[64], float (&other)[64]) {
+    do {
+      if (cur.j == cur.j0 && cur.q == 0) {
+        best_key[0] = best_key[1] = KmeansPosInf();
+        best_idx[0] = best_idx[1] = kAssignNoLabel;
+      }
+      const uint32_t xa = SmemAddr(sm.XSub(a, cur, slot) + a_off);
+      const uint32_t ca = SmemAddr(sm.c_ring + slot * kAssignWgSubTile);
+      MbarWait(sm.full + 8 * slot, phase);
+      if constexpr (std::is_same_v<T, float>) {
+        if (!a.resident || cur.j == cur.j0) RoundX();
+      }
+      WgmmaFence();
+      WgmmaFenceOperands(acc);
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        WgmmaM64N128<T>(acc, WgmmaDescSw128(xa + 32 * ks), WgmmaDescSw128(ca + 32 * ks),
+                        cur.q > 0 || ks > 0);
+      }
+      WgmmaCommit();
+      if (prev_slot >= 0) {
+        WgmmaWait<1>();  // the step before this one has read its slot
+        if (rank_prev) {
+          WgmmaFenceOperands(other);
+          KmeansWgRank(other, sm.csq + prev_slot * kAssignCents, t, prev_cbase, best_key, best_idx);
+        }
+        Release(prev_slot);
+      }
+      const bool tile_done = cur.q == a.qd - 1;
+      if (tile_done && cur.j == cur.j1 - 1) {
+        WgmmaWait<0>();
+        WgmmaFenceOperands(acc);
+        KmeansWgRank(acc, sm.csq + slot * kAssignCents, t, cur.j * kAssignCents, best_key,
+                     best_idx);
+        Release(slot);
+        prev_slot = -1;
+        rank_prev = false;
+        WriteItem();
+      } else {
+        prev_slot = slot;
+        rank_prev = tile_done;
+        prev_cbase = cur.j * kAssignCents;
+      }
+      cur.Next(a);
+      if (++slot == a.stages) slot = 0, phase ^= 1;
+    } while (cur.valid && cur.q != 0);
+  }
+
+  __device__ __forceinline__ void Run() {
+    float acc0[64], acc1[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc0[i] = acc1[i] = 0.0f;
+    while (cur.valid) {
+      Tile(acc0, acc1);
+      if (!cur.valid) break;
+      Tile(acc1, acc0);
+    }
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kAssignWgThreads, 1)
+    KmeansAssignWgKernel(const __grid_constant__ KmeansAssignWgArgs w) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(16) char smem_raw[];
+  char* base =
+      reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const KmeansAssignArgs& a = w.a;
+  const KmeansWgSmem sm(base, a);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < a.stages; ++s) {
+      MbarInit(sm.full + 8 * s, 33);  // the producer's 32 lanes and its expect-tx arrival
+      MbarInit(sm.empty + 8 * s, kAssignWgConsumers / 32);
+    }
+    MbarInitFence();
+    FenceProxyAsyncShared();
+  }
+  __syncthreads();
+  // The producer's warpgroup gives its registers to the consumers' (two sets
+  // of 64 accumulators and the ranking): one warp of it issues the copies.
+  if (threadIdx.x >= kAssignWgConsumers) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (threadIdx.x < kAssignWgConsumers + 32) KmeansWgProduce<T>(w, sm);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    KmeansWgConsumer<T>(a, sm).Run();
+  }
+#else
+  __trap();  // the launcher picks it on sm_90a builds and GPUs only
+#endif
+}
+
+}  // namespace tsm2
