@@ -192,10 +192,10 @@ struct KmeansWgConsumer {
     cur.Start(a);
   }
 
-  __device__ __forceinline__ void Release(int s) {
-    __syncwarp();
-    if (lane == 0) MbarArrive(sm.empty + 8 * s);
-  }
+  // Every consumer thread arrives once it is done with slot s (its MMAs have
+  // read the sub-tiles and it has read the norms), so that each thread's
+  // reads are ordered before the producer's next writes by its own arrival.
+  __device__ __forceinline__ void Release(int s) { MbarArrive(sm.empty + 8 * s); }
 
   // The warpgroup's rows of a newly landed X sub-tile (f32), rounded to
   // nearest TF32 in place (the centroids come rounded), then made visible to
@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(kAssignWgThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < a.stages; ++s) {
       MbarInit(sm.full + 8 * s, 33);  // the producer's 32 lanes and its expect-tx arrival
-      MbarInit(sm.empty + 8 * s, kAssignWgConsumers / 32);
+      MbarInit(sm.empty + 8 * s, kAssignWgConsumers);
     }
     MbarInitFence();
     FenceProxyAsyncShared();
