@@ -13,16 +13,17 @@
 // after the start.
 //
 // Layout: two consumer warpgroups own 64 rows each of the block's 128-row X
-// tile against all 128 centroids of a tile (m64n128, 64 accumulators a
-// thread); a ninth warp produces. A ring slot is a C sub-tile (128
+// tile against all 128 centroids of a tile (m64n128, two sets of 64
+// accumulators a thread); one warp of a third warpgroup produces, and that
+// warpgroup gives its registers to the consumers. A ring slot is a C sub-tile (128
 // centroids x 128 bytes), the X sub-tile unless X is resident, and the
 // tile's ||c||^2 (+Inf past k or not finite), which the producer's lanes
 // write. Edges are the boxes' zero fill: rows past n, centroids past k and
 // bytes past d arrive as zeros.
 //
 // Ranking: each lane's 2 rows x 32 candidates take key = ||c||^2 - 2 x.c
-// (one fma each); the tile's lowest key of a row is found by a tree of
-// minima, and only where it beats the row's running best is the lowest
+// (one fma each); the tile's lowest key of a row is found by four
+// interleaved chains of minima, and only where it beats the row's running best is the lowest
 // index holding it searched for, so that a tile that improves no row costs
 // two instructions a candidate. Equal keys keep the lower index, as in
 // KmeansAssignKernel, so both kernels agree on ties.
