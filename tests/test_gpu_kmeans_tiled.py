@@ -98,6 +98,8 @@ def test_each_mode_of_the_assignment(n, d, k, dtype):
         (30_011, 64, 1031, jnp.float32),  # resident, three copies: two steps a tile
         (30_011, 520, 300, jnp.float32),  # streamed
         (1_000, 64, 20_000, jnp.float32),  # centroid tiles split over blocks
+        (60_013, 64, 100, jnp.float32),  # one tile an item: ranked during the next item's steps
+        (60_013, 200, 100, jnp.bfloat16),  # the same, four steps a tile
         (40_009, 256, 300, jnp.bfloat16),  # resident
         (33_001, 96, 700, jnp.float16),  # resident, a step of 192 bytes: the last half empty
         (257, 8, 3, jnp.float32),  # one step of 32 bytes, k far below a tile

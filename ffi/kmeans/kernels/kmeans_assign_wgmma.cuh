@@ -15,11 +15,18 @@
 // Layout: two consumer warpgroups own 64 rows each of the block's 128-row X
 // tile against all 128 centroids of a tile (m64n128, two sets of 64
 // accumulators a thread); one warp of a third warpgroup produces, and that
-// warpgroup gives its registers to the consumers. A ring slot is a C sub-tile (128
-// centroids x 128 bytes), the X sub-tile unless X is resident, and the
-// tile's ||c||^2 (+Inf past k or not finite), which the producer's lanes
-// write. Edges are the boxes' zero fill: rows past n, centroids past k and
-// bytes past d arrive as zeros.
+// warpgroup gives its registers to the consumers. A ring slot is a C
+// sub-tile (128 centroids x 128 bytes), the X sub-tile unless X is
+// resident, and, in a tile's last step's slot, the tile's ||c||^2 (+Inf past
+// k or not finite), which the producer's lanes write. Edges are the boxes'
+// zero fill: rows past n, centroids past k and bytes past d arrive as zeros.
+//
+// Pipelining: a warpgroup ranks a tile while the next tile's first steps run
+// on the tensor cores (KmeansWgConsumer::rank_at), holding the ranked tile's
+// last slot for its norms until then. Ranking is the larger half of the
+// consumers' instructions (Nsight Compute at 1e6 x 64, k = 4096, TF32: the
+// tensor pipe busy 39% of the time, the minima, compares and selects 41% of
+// the warps' samples).
 //
 // Ranking: each lane's 2 rows x 32 candidates take key = ||c||^2 - 2 x.c
 // (one fma each); the tile's lowest key of a row is found by four
@@ -100,12 +107,14 @@ __device__ __forceinline__ void KmeansWgProduce(const KmeansAssignWgArgs& w,
   uint32_t phase = 0;
   for (int64_t i = 0; cur.valid; ++i) {
     if (i >= a.stages) MbarWait(sm.empty + 8 * slot, phase ^ 1);
-    float* csq = sm.csq + slot * kAssignCents;
+    if (cur.q == a.qd - 1) {  // the ranking reads a tile's norms from its last step's slot
+      float* csq = sm.csq + slot * kAssignCents;
 #pragma unroll
-    for (int e = 0; e < kAssignCents / 32; ++e) {
-      const int col = cur.j * kAssignCents + e * 32 + lane;
-      const float v = col < a.k ? a.csq[col] : KmeansPosInf();
-      csq[e * 32 + lane] = isfinite(v) ? v : KmeansPosInf();
+      for (int e = 0; e < kAssignCents / 32; ++e) {
+        const int col = cur.j * kAssignCents + e * 32 + lane;
+        const float v = col < a.k ? a.csq[col] : KmeansPosInf();
+        csq[e * 32 + lane] = isfinite(v) ? v : KmeansPosInf();
+      }
     }
     if (lane == 0) {
       const bool x_too = !a.resident || cur.j == cur.j0;
@@ -162,34 +171,45 @@ __device__ __forceinline__ void KmeansWgRank(float (&acc)[64], const float* csq,
 
 // The consumers: warpgroup wg's 64 rows of each item against its centroid
 // tiles, then each row's (key, index) out. Two sets of accumulators take
-// the centroid tiles in turn, so that a tile's ranking runs while the next
-// tile's first products are on the tensor cores: a step waits only for the
-// step before it (wgmma.wait_group 1), except at an item's end.
+// the centroid tiles in turn, and a tile is ranked only once the next
+// tile's first steps are on the tensor cores (all of them where the ring
+// has the slots), so that the ranking, the CUDA-core half of the work,
+// overlaps the products. A step's slot is released once its products are
+// done, except a tile's last step's slot, whose norms the ranking reads: it
+// is released after the ranking.
 template <typename T>
 struct KmeansWgConsumer {
   const KmeansAssignArgs& a;
   const KmeansWgSmem& sm;
-  int lane, warp, wg, g, t, a_off;
+  int warp, wg, g, t, a_off;
   KmeansAssignCursor cur;
   int slot = 0;
   uint32_t phase = 0;
-  // The step before this one: its slot, still to release (-1: none), and
-  // whether it ended a tile whose keys (in the other set) are still to rank.
-  int prev_slot = -1;
-  bool rank_prev = false;
-  int32_t prev_cbase = 0;
+  int prev_slot = -1;  // the step before this one's slot, still to release (-1: none)
+  int rank_at;         // the step of a tile after which the previous tile is ranked
+  // The tile still to rank (in the other set of accumulators).
+  bool pend = false, pend_first = false, pend_last = false;
+  int pend_slot = 0;  // its last step's slot: the norms
+  int32_t pend_cbase = 0;
+  int64_t pend_tile = 0, pend_item = 0;
+  float pend_xsq[2];  // the rows' ||x||^2, loaded a tile ahead of their write
   float best_key[2];
   int32_t best_idx[2];
 
   __device__ __forceinline__ KmeansWgConsumer(const KmeansAssignArgs& a_, const KmeansWgSmem& sm_)
       : a(a_), sm(sm_) {
     const int tid = threadIdx.x;
-    lane = tid % 32;
+    const int lane = tid % 32;
     warp = tid / 32;
     wg = warp / 4;
     g = lane / 4;
     t = lane % 4;
     a_off = wg * 64 * kAssignStepBytes;  // the warpgroup's rows of a sub-tile
+    // Ranked once the next tile's products run, but early enough that the
+    // producer keeps two slots of lead: the held slot and the steps issued
+    // before the ranking are slots it cannot refill meanwhile.
+    const int lag = a.qd < a.stages - 3 ? a.qd : a.stages - 3;
+    rank_at = lag > 1 ? lag - 1 : 0;
     cur.Start(a);
   }
 
@@ -216,6 +236,11 @@ struct KmeansWgConsumer {
     asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
   }
 
+  // The row of half h of this lane's rows in row tile `tile`.
+  __device__ __forceinline__ int64_t Row(int64_t tile, int h) const {
+    return tile * kAssignRows + wg * 64 + (warp % 4) * 16 + g + 8 * h;
+  }
+
   // The four lanes of each row agree on the item's result; lane t == 0 writes it.
   __device__ __forceinline__ void WriteItem() {
 #pragma unroll
@@ -226,12 +251,12 @@ struct KmeansWgConsumer {
         const int32_t oi = __shfl_xor_sync(0xffffffffu, best_idx[h], off);
         KmeansLexMin(best_key[h], best_idx[h], ok, oi);
       }
-      const int64_t row = cur.tile * kAssignRows + wg * 64 + (warp % 4) * 16 + g + 8 * h;
+      const int64_t row = Row(pend_tile, h);
       if (t == 0 && row < a.n) {
         if (a.splits == 1) {
-          KmeansAssignWrite(a.x_sq[row], best_key[h], best_idx[h], a.labels + row, a.mind + row);
+          KmeansAssignWrite(pend_xsq[h], best_key[h], best_idx[h], a.labels + row, a.mind + row);
         } else {
-          const int64_t at = (cur.item % a.splits) * a.n + row;
+          const int64_t at = (pend_item % a.splits) * a.n + row;
           a.split_key[at] = best_key[h];
           a.split_idx[at] = best_idx[h];
         }
@@ -239,54 +264,80 @@ struct KmeansWgConsumer {
     }
   }
 
-  // One centroid tile (its qd steps) into `acc`; `other` holds the previous
-  // tile's products where they are still to rank.
-  __device__ __forceinline__ void Tile(float (&acc)[64], float (&other)[64]) {
-    do {
-      if (cur.j == cur.j0 && cur.q == 0) {
-        best_key[0] = best_key[1] = KmeansPosInf();
-        best_idx[0] = best_idx[1] = kAssignNoLabel;
-      }
-      const uint32_t xa = SmemAddr(sm.XSub(a, cur, slot) + a_off);
-      const uint32_t ca = SmemAddr(sm.c_ring + slot * kAssignWgSubTile);
-      MbarWait(sm.full + 8 * slot, phase);
-      if constexpr (std::is_same_v<T, float>) {
-        if (!a.resident || cur.j == cur.j0) RoundX();
-      }
-      WgmmaFence();
-      WgmmaFenceOperands(acc);
+  // The pending tile's keys (in `acc`, whose products are done) into the
+  // rows' running best, the item's result out after its last tile, and the
+  // tile's last slot released.
+  __device__ __forceinline__ void RankPending(float (&acc)[64]) {
+    if (pend_first) {
+      best_key[0] = best_key[1] = KmeansPosInf();
+      best_idx[0] = best_idx[1] = kAssignNoLabel;
+    }
+    WgmmaFenceOperands(acc);
+    KmeansWgRank(acc, sm.csq + pend_slot * kAssignCents, t, pend_cbase, best_key, best_idx);
+    if (pend_last) WriteItem();
+    Release(pend_slot);
+    pend = false;
+  }
+
+  // A step of the tile in `acc` issued, and the step before it released
+  // once its products are done (after the wait, all but this step's are),
+  // except a tile's last step: its slot holds the norms, which the tile's
+  // ranking reads.
+  __device__ __forceinline__ void Step(float (&acc)[64]) {
+    const uint32_t xa = SmemAddr(sm.XSub(a, cur, slot) + a_off);
+    const uint32_t ca = SmemAddr(sm.c_ring + slot * kAssignWgSubTile);
+    MbarWait(sm.full + 8 * slot, phase);
+    if constexpr (std::is_same_v<T, float>) {
+      if (!a.resident || cur.j == cur.j0) RoundX();
+    }
+    WgmmaFence();
+    WgmmaFenceOperands(acc);
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        WgmmaM64N128<T>(acc, WgmmaDescSw128(xa + 32 * ks), WgmmaDescSw128(ca + 32 * ks),
-                        cur.q > 0 || ks > 0);
+    for (int ks = 0; ks < 4; ++ks) {
+      WgmmaM64N128<T>(acc, WgmmaDescSw128(xa + 32 * ks), WgmmaDescSw128(ca + 32 * ks),
+                      cur.q > 0 || ks > 0);
+    }
+    WgmmaCommit();
+    WgmmaWait<1>();
+    if (prev_slot >= 0) Release(prev_slot);
+    prev_slot = cur.q == a.qd - 1 ? -1 : slot;
+    cur.Next(a);
+    if (++slot == a.stages) slot = 0, phase ^= 1;
+  }
+
+  // One centroid tile (its qd steps) into `acc`; `other` holds the previous
+  // tile's products, ranked after step rank_at of this one. Two loops
+  // around the ranking rather than a test in one loop: ptxas then sees that
+  // the ranking reads finished accumulators, where a ranking inside the
+  // loop of steps makes it wait for every MMA.
+  __device__ __forceinline__ void Tile(float (&acc)[64], float (&other)[64]) {
+    const int32_t cbase = cur.j * kAssignCents;
+    const bool first = cur.j == cur.j0, last = cur.j == cur.j1 - 1;
+    const int64_t tile = cur.tile, item = cur.item;
+    float xsq[2] = {0.0f, 0.0f};
+    if (last && a.splits == 1 && t == 0) {  // in flight while the tile runs
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (Row(tile, h) < a.n) xsq[h] = a.x_sq[Row(tile, h)];
       }
-      WgmmaCommit();
-      if (prev_slot >= 0) {
-        WgmmaWait<1>();  // the step before this one has read its slot
-        if (rank_prev) {
-          WgmmaFenceOperands(other);
-          KmeansWgRank(other, sm.csq + prev_slot * kAssignCents, t, prev_cbase, best_key, best_idx);
-        }
-        Release(prev_slot);
-      }
-      const bool tile_done = cur.q == a.qd - 1;
-      if (tile_done && cur.j == cur.j1 - 1) {
-        WgmmaWait<0>();
-        WgmmaFenceOperands(acc);
-        KmeansWgRank(acc, sm.csq + slot * kAssignCents, t, cur.j * kAssignCents, best_key,
-                     best_idx);
-        Release(slot);
-        prev_slot = -1;
-        rank_prev = false;
-        WriteItem();
-      } else {
-        prev_slot = slot;
-        rank_prev = tile_done;
-        prev_cbase = cur.j * kAssignCents;
-      }
-      cur.Next(a);
-      if (++slot == a.stages) slot = 0, phase ^= 1;
-    } while (cur.valid && cur.q != 0);
+    }
+    do {
+      Step(acc);
+    } while (cur.valid && cur.q != 0 && cur.q <= rank_at);
+    if (pend) {
+      WgmmaFenceOperands(other);
+      RankPending(other);
+    }
+    while (cur.valid && cur.q != 0) Step(acc);
+    pend = true;
+    pend_first = first;
+    pend_last = last;
+    pend_slot = slot == 0 ? a.stages - 1 : slot - 1;  // the tile's last step's
+    pend_cbase = cbase;
+    pend_tile = tile;
+    pend_item = item;
+    pend_xsq[0] = xsq[0];
+    pend_xsq[1] = xsq[1];
   }
 
   __device__ __forceinline__ void Run() {
@@ -295,8 +346,16 @@ struct KmeansWgConsumer {
     for (int i = 0; i < 64; ++i) acc0[i] = acc1[i] = 0.0f;
     while (cur.valid) {
       Tile(acc0, acc1);
-      if (!cur.valid) break;
+      if (!cur.valid) {
+        WgmmaWait<0>();
+        RankPending(acc0);
+        break;
+      }
       Tile(acc1, acc0);
+      if (!cur.valid) {
+        WgmmaWait<0>();
+        RankPending(acc1);
+      }
     }
   }
 };
@@ -306,8 +365,10 @@ __global__ void __launch_bounds__(kAssignWgThreads, 1)
     KmeansAssignWgKernel(const __grid_constant__ KmeansAssignWgArgs w) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) char smem_raw[];
-  char* base =
-      reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  // Aligned by an offset from smem_raw rather than by integer casts, so that
+  // the compiler still knows every pointer below is shared memory (LDS/STS,
+  // not generic loads).
+  char* base = smem_raw + ((1024 - SmemAddr(smem_raw) % 1024) % 1024);
   const KmeansAssignArgs& a = w.a;
   const KmeansWgSmem sm(base, a);
   if (threadIdx.x == 0) {
