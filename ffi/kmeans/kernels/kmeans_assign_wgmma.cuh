@@ -172,11 +172,11 @@ __device__ __forceinline__ void KmeansWgRank(float (&acc)[64], const float* csq,
 // The consumers: warpgroup wg's 64 rows of each item against its centroid
 // tiles, then each row's (key, index) out. Two sets of accumulators take
 // the centroid tiles in turn, and a tile is ranked only once the next
-// tile's first steps are on the tensor cores (all of them where the ring
-// has the slots), so that the ranking, the CUDA-core half of the work,
-// overlaps the products. A step's slot is released once its products are
-// done, except a tile's last step's slot, whose norms the ranking reads: it
-// is released after the ranking.
+// tile's first steps are on the tensor cores (up to stages - 3 of them, so
+// that the producer stays ahead), so that the ranking, the CUDA-core half of
+// the work, overlaps the products. A step's slot is released once its
+// products are done, except a tile's last step's slot, whose norms the
+// ranking reads: it is released after the ranking.
 template <typename T>
 struct KmeansWgConsumer {
   const KmeansAssignArgs& a;
