@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ffi/hostmem/pinning.h"
+#include "ffi/hostmem/staging.h"
 #endif
 
 #include "ffi/abft/handlers.h"
@@ -566,6 +567,22 @@ void HostUnregister(uintptr_t address, int device) {
                              cudaGetErrorString(e) + ")");
   }
 }
+
+// Waits for `device`'s queued work, then frees the chunks tsm2_host_rows
+// staged from the pinned memory at `device_ptr` (hostmem/staging.h).
+void HostRowsRelease(uintptr_t device_ptr, int device) {
+  if (cudaError_t e = tsm2::ReleaseStaging(device_ptr, device); e != cudaSuccess) {
+    throw std::runtime_error(std::string("releasing the staged chunks failed: ") +
+                             cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  }
+}
+
+// (hits, misses) of the staged chunks of `device_ptr`'s readers, or None.
+nb::object HostRowsStagingCounts(uintptr_t device_ptr, int device) {
+  int64_t hits = 0, misses = 0;
+  if (!tsm2::StagingCounts(device_ptr, device, &hits, &misses)) return nb::none();
+  return nb::make_tuple(hits, misses);
+}
 #endif
 
 // The definitions Python builds its tables from (jax_tsm2/_ffi.py): kernel
@@ -613,6 +630,13 @@ NB_MODULE(_tsm2_ext, m) {
         "Pins host memory in place for tsm2_host_rows: {device_ptr, registered, read_only}.");
   m.def("host_unregister", &HostUnregister, nb::arg("address"), nb::arg("device"),
         "Waits for the device's work, then releases a registration host_register made.");
+  m.def("host_rows_release", &HostRowsRelease, nb::arg("device_ptr"), nb::arg("device"),
+        "Waits for the device's work, then frees the chunks tsm2_host_rows staged from the "
+        "pinned memory at device_ptr.");
+  m.def("host_rows_staging_counts", &HostRowsStagingCounts, nb::arg("device_ptr"),
+        nb::arg("device"),
+        "(hits, misses): reads of device_ptr's chunks served from a copy made ahead, and not; "
+        "None where no reader has staging. Synchronizes the device.");
 #endif
   m.def("workspace_bytes", &WorkspaceBytes, nb::arg("dtype"), nb::arg("kernel"), nb::arg("batch"),
         nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),

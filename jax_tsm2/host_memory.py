@@ -8,6 +8,14 @@ over the host link at its DMA rate (rows past the end are zeros). The chunk inde
 operand, so one compiled program reads every chunk. On leaving the ``with`` block the
 registration is released, after the device has finished what was queued on it.
 
+Reads in order are served ahead: after each read, a copy engine copies the chunk after it
+into one of two device buffers (``rows`` rows each, besides the caller's budget), so that a
+loop that reads chunk ``i`` and then computes on it has chunk ``i + 1`` on the device while
+it computes, and the read is a copy in device memory. The read's kernel checks the chunk it
+is asked for against the one copied, and reads any other over the link as before: the order
+of reads changes their speed, never their result. As a copy may be taken before its read is
+queued, the array must not change while it is pinned.
+
 Only CUDA builds on a CUDA device pin (``pinning_unavailable`` says why not elsewhere); the
 registration costs time once (the driver locks every page: seconds for tens of GB).
 
@@ -55,10 +63,18 @@ class HostRows:
     rows: int
     row_shape: tuple[int, ...]
     dtype: str
+    device: int = 0  # the CUDA ordinal the memory was registered from
 
     @property
     def row_bytes(self) -> int:
         return int(np.prod(self.row_shape, dtype=np.int64)) * jnp.dtype(self.dtype).itemsize
+
+    def staging_counts(self) -> tuple[int, int] | None:
+        """``(hits, misses)``: reads served from a chunk copied ahead, and reads of a chunk
+        other than the one copied (over the link); None before the first read or where the
+        device buffers could not be had. Waits for the device's queued work."""
+        counts = _tsm2_ext.host_rows_staging_counts(self.address, self.device)
+        return None if counts is None else (int(counts[0]), int(counts[1]))
 
     def __call__(self, chunk: Any) -> jax.Array:
         """Rows ``[chunk * rows, chunk * rows + rows)`` on the device, zeros past the end."""
@@ -126,8 +142,12 @@ def pinned(x: np.ndarray, rows: int) -> Iterator[HostRows]:
     ordinal = _ordinal(_device())
     address = int(x.__array_interface__["data"][0])
     reg = _tsm2_ext.host_register(address, int(x.nbytes), ordinal)
+    device_ptr = int(reg["device_ptr"])
     try:
-        yield HostRows(int(reg["device_ptr"]), x.shape[0], int(rows), x.shape[1:], x.dtype.name)
+        yield HostRows(device_ptr, x.shape[0], int(rows), x.shape[1:], x.dtype.name, ordinal)
     finally:
-        if reg["registered"]:
-            _tsm2_ext.host_unregister(address, ordinal)
+        try:
+            _tsm2_ext.host_rows_release(device_ptr, ordinal)
+        finally:
+            if reg["registered"]:
+                _tsm2_ext.host_unregister(address, ordinal)

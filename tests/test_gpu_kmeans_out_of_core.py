@@ -45,6 +45,45 @@ def test_host_rows_reads_every_chunk_and_zeros_past_the_end(dtype, n, d, rows):
                 np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
+@pytest.mark.parametrize(("n", "d", "rows"), [(10007, 33, 1000), (4096, 16, 4096)])
+def test_reads_in_order_are_served_from_copies_made_ahead(n, d, rows):
+    x = data(np.random.default_rng(d), n, d, np.float32)
+    chunks = -(-n // rows)
+
+    def want(i):
+        out = np.zeros((rows, d), x.dtype)
+        if 0 <= i < chunks:
+            part = x[i * rows : (i + 1) * rows]
+            out[: len(part)] = part
+        return out
+
+    with host_memory.pinned(x, rows) as read:
+        f = jax.jit(read)
+        for i in [*range(chunks), *range(chunks)]:  # two passes: the second from chunk 0 again
+            np.testing.assert_array_equal(np.asarray(f(jnp.int32(i))), want(i))
+        assert read.staging_counts() == (2 * chunks, 0)
+        # Out of order: the copy made ahead is of another chunk, the read goes over the link.
+        order = [chunks - 1, 0, 0, chunks, -1] if chunks > 1 else [0, 1, -1, 0]
+        for i in order:
+            np.testing.assert_array_equal(np.asarray(f(jnp.int32(i))), want(i))
+        hits, misses = read.staging_counts()
+        assert hits + misses == 2 * chunks + len(order) and misses >= 2, (hits, misses)
+
+        # A pass as the fits run it: one program looping over the chunks, a step between reads.
+        @jax.jit
+        def column_sums(x0):
+            def body(i, acc):
+                return acc + jnp.sum(read(i) * x0, axis=0)
+
+            return jax.lax.fori_loop(0, chunks, body, jnp.zeros((d,), jnp.float32))
+
+        before = read.staging_counts()[0]
+        got = np.asarray(column_sums(jnp.float32(1.0)))
+        np.testing.assert_allclose(got, x.astype(np.float64).sum(0), rtol=1e-5)
+        # Every read of the loop but possibly its first found its chunk copied ahead.
+        assert read.staging_counts()[0] - before >= chunks - 1
+
+
 @pytest.mark.parametrize("dtype", DTYPES[:3], ids=lambda t: np.dtype(t).name)
 @pytest.mark.parametrize("weighted", [False, True])
 def test_pinned_fit_equals_the_device_put_fit(dtype, weighted):

@@ -361,6 +361,40 @@ print("sweep calls:", count)
 """
 
 
+# tsm2_host_rows (ffi/hostmem/kernels/host_rows.cuh) on pinned host memory: reads in order
+# (served from the chunks a copy engine staged ahead), out of order and past either end
+# (read over the link), rows and bases that take loads of 16, 8, 4 and 2 bytes.
+HOST_ROWS_SWEEP = """
+import jax, jax.numpy as jnp, numpy as np
+from jax_tsm2 import host_memory
+
+rng = np.random.default_rng(0)
+count = 0
+for d, dtype, skip in [(16, np.float32, 0), (1, np.float64, 0), (3, np.float32, 1),
+                       (5, np.float16, 1), (7, np.float16, 3)]:
+    x = rng.normal(size=(1003 + skip, d)).astype(dtype)[skip:]
+    rows = 128
+    chunks = -(-x.shape[0] // rows)
+    with host_memory.pinned(x, rows) as read:
+        f = jax.jit(read)
+        for i in [*range(chunks), chunks, -1, 3, 1, 0, chunks - 1]:
+            got = np.asarray(f(jnp.int32(i)))
+            want = np.zeros((rows, *x.shape[1:]), x.dtype)
+            if 0 <= i < chunks:
+                part = x[i * rows : (i + 1) * rows]
+                want[: len(part)] = part
+            assert (got.view(np.uint8) == want.view(np.uint8)).all(), i
+            count += 1
+        assert read.staging_counts()[0] >= chunks, read.staging_counts()
+print("sweep calls:", count)
+"""
+
+
+@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="no compute-sanitizer")
+def test_host_rows_memcheck_reports_no_errors(tmp_path):
+    _assert_sanitizer_clean(tmp_path, HOST_ROWS_SWEEP, "memcheck", "HostRows")
+
+
 # Sweeps run under every tool: each sweep's source, and the part of a kernel's name that
 # selects the kernels compute-sanitizer instruments (--kernel-name kns=...).
 EVERY_TOOL_SWEEPS = {

@@ -113,6 +113,10 @@ def test_device_rows_pads_the_last_chunk_with_zeros():
 # ---------------------------------------------------------------- the choice of path
 
 
+@pytest.mark.skipif(
+    host_memory.pinning_unavailable(np.ones((2, 2), np.float32)) is None,
+    reason="this machine pins host memory (a CUDA build on a CUDA device)",
+)
 def test_without_a_gpu_the_fit_copies_chunk_by_chunk():
     x = np.ones((1000, 4), np.float32)
     path = out_of_core.stream_path(x, 3, 64 << 10)

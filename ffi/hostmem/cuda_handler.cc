@@ -1,9 +1,11 @@
 // The CUDA handler of tsm2_host_rows (handlers.h): checks the chunk index
-// and the result against the attributes, launches on XLA's stream, reports
-// a failure as an ffi::Error.
+// and the result against the attributes, has the chunk it expects copied
+// ahead (staging.h), launches on XLA's stream, reports a failure as an
+// ffi::Error.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "ffi/common/cuda_error.h"
@@ -33,12 +35,27 @@ ffi::Error HostRowsImpl(cudaStream_t stream, ffi::AnyBuffer chunk, ffi::Result<f
         what);
   }
   (void)cudaGetLastError();  // never blame this launch for an earlier failure
+  ChunkStaging* staging = nullptr;
+  TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
+      "tsm2_host_rows",
+      StagingFor(HostRowsSource{static_cast<uintptr_t>(host_ptr), total_rows, row_bytes, rows},
+                 &staging),
+      what);
+  std::unique_lock<std::mutex> lock;
+  StagedChunk staged;
+  if (staging != nullptr && rows > 0) {
+    lock = std::unique_lock<std::mutex>(staging->mutex());
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED("tsm2_host_rows", staging->Begin(stream, &staged), what);
+  }
   TSM2_FFI_RETURN_IF_LAUNCH_FAILED(
       "tsm2_host_rows",
       LaunchHostRows(reinterpret_cast<const void*>(static_cast<uintptr_t>(host_ptr)), total_rows,
                      row_bytes, static_cast<const int32_t*>(chunk.untyped_data()), rows,
-                     out->untyped_data(), stream),
+                     out->untyped_data(), staged, stream),
       what);
+  if (lock.owns_lock()) {
+    TSM2_FFI_RETURN_IF_LAUNCH_FAILED("tsm2_host_rows", staging->End(stream), what);
+  }
   return ffi::Error::Success();
 }
 

@@ -6,7 +6,8 @@ the device chunk by chunk, one of two ways (``stream_path`` picks):
 
 * pinned: the array is page-locked in place for the fit (:mod:`jax_tsm2.host_memory`) and a
   pass is one XLA program (:mod:`jax_tsm2.clustering.program_passes`) that reads each chunk
-  over the host link inside the program; the labels stay on the device until the end.
+  inside the program, a copy engine bringing the next chunk while the current one's step
+  runs; the labels stay on the device until the end.
 * copied: ``jax.device_put`` of each chunk from pageable memory and one jitted step per
   chunk; the copy of the next chunk is issued before the current chunk's step runs (JAX
   dispatches both asynchronously); the labels go back to host memory every pass.
@@ -62,7 +63,9 @@ def plan_chunks(
 
     A row costs its bytes twice (the copy and the centred copy the step reads), its squared
     norm, weight, label and distance, and, should the step fall back to XLA's products, a row
-    of ``k`` distances. Two chunks are in flight (one copying, one computing). Besides,
+    of ``k`` distances. Two chunks are in flight (one copying, one computing); on the pinned
+    path the second chunk's share holds the two device buffers the next chunks are copied
+    into ahead of their reads (:mod:`jax_tsm2.host_memory`). Besides,
     ``resident_bytes_per_row`` of every row (padded to whole chunks) stay on the device for
     the whole fit: the labels (and weights) of the single-program passes.
 

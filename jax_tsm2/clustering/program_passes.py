@@ -6,7 +6,8 @@ Where the data can be read from inside a program (host memory pinned in place an
 runs the same per-chunk work as the chunk-by-chunk passes of ``out_of_core`` (the same jitted
 functions, in the same order, so sums add up in chunk order as there), and carries the sums.
 The labels of all rows stay on the device for the whole fit (one ``int32`` per row, updated
-in place), and reach the host once. No host work or synchronization runs inside a pass.
+in place), and reach the host once. Nothing inside a pass waits for the host (the pinned
+reader's handler queues the copy of the chunk after each read as it launches the read).
 
 ``read`` is static (hashable) and ``source`` is its operand: the pinned reader takes none,
 tests read from a device array (``lax.dynamic_slice`` of chunk ``i``).
