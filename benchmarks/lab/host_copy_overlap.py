@@ -1,9 +1,8 @@
-"""Does a chunk's copy over the host link overlap the previous chunk's k-means step?
+"""Does ``jax.device_put`` of a page-locked chunk overlap the previous chunk's k-means step?
 
-The out-of-core fit's pinned path reads each chunk with a kernel (``tsm2_host_rows``) inside
-one program per pass, so a chunk's read and its step share the SMs and run in turn. The
-copy engines would not share them, but a DMA needs the chunk's address when it is issued.
-This probe measures the alternative before any of it is built: the chunks as page-locked
+The out-of-core fit's pinned path has the copy engines bring each chunk ahead of its read
+inside one program per pass (``ffi/hostmem/staging.h``). This probe measures a way of doing
+that from Python instead: the chunks as page-locked
 JAX arrays (``memory_kind="pinned_host"``, each a copy made once), then one pass of
 ``jax.device_put`` of chunk ``i`` (a DMA on the runtime's host-to-device stream) followed by
 the jitted step of ``out_of_core``'s passes (``chunk_work.step``) on it, all dispatched
