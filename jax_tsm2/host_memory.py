@@ -73,7 +73,8 @@ class HostRows:
         """``(hits, misses)``: reads served from a chunk copied ahead, and reads of a chunk
         other than the one copied (over the link); None before the first read or where the
         device buffers could not be had. Waits for the device's queued work."""
-        counts = _tsm2_ext.host_rows_staging_counts(self.address, self.device)
+        query = getattr(_tsm2_ext, "host_rows_staging_counts", None)  # CUDA builds only
+        counts = None if query is None else query(self.address, self.device)
         return None if counts is None else (int(counts[0]), int(counts[1]))
 
     def __call__(self, chunk: Any) -> jax.Array:

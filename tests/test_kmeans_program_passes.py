@@ -230,6 +230,7 @@ def test_memmaps_and_tight_budgets_are_not_pinned_by_default(pinnable, tmp_path)
 
 def test_a_pinned_pass_lowers_for_cuda_to_one_loop_reading_with_tsm2_host_rows():
     rows = host_memory.HostRows(0x7F12_3456_7000, 10007, 1000, (16,), "float32")
+    assert rows.staging_counts() is None  # never read: nothing staged
     read = out_of_core._PinnedReader(rows)
     c, mu = jnp.zeros((8, 16), jnp.float32), jnp.zeros(16, jnp.float32)
     kw = dict(read=read, rows=1000, chunks=11, n=10007)
