@@ -324,10 +324,7 @@ struct KmeansWgConsumer {
     do {
       Step(acc);
     } while (cur.valid && cur.q != 0 && cur.q <= rank_at);
-    if (pend) {
-      WgmmaFenceOperands(other);
-      RankPending(other);
-    }
+    if (pend) RankPending(other);
     while (cur.valid && cur.q != 0) Step(acc);
     pend = true;
     pend_first = first;
