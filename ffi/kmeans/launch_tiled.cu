@@ -102,21 +102,29 @@ constexpr bool kBuiltForSm90a =
     false;
 #endif
 
-// The warpgroup assignment (f32 in the TF32 mode, bf16, f16) where the build,
-// the GPU and the operands allow it: rows of whole 16-byte vectors, 16-byte
-// aligned, dimensions the tensor maps' 32-bit coordinates hold. Sets *done.
-// `c` is the centroids the products read: for f32, the rounded copy.
+// Whether the build, the GPU and X allow the warpgroup assignment (f32 in the
+// TF32 mode, bf16, f16): X 16-byte aligned, dimensions the tensor maps'
+// 32-bit coordinates hold, a plan that fits the GPU's shared memory.
+template <typename T>
+bool AssignWgRuns(const void* x, int64_t n, int64_t d, int64_t k, const KmeansAssignPlan& plan,
+                  const TiledDevice& dev) {
+  constexpr int kItem = static_cast<int>(sizeof(T));
+  return kBuiltForSm90a && dev.cc == 90 && Aligned16(x) && RowTensorMapFits(kItem, 1, n, d) &&
+         RowTensorMapFits(kItem, 1, k, d) && KmeansAssignWgPlanOf(plan, dev.smem_optin).ok;
+}
+
+// The warpgroup assignment where AssignWgRuns and `c`, the centroids the
+// products read (for f32, the rounded copy), allow it. Sets *done.
 template <typename T>
 Status LaunchAssignWg(const KmeansAssignArgs& base, const void* c, const KmeansAssignPlan& plan,
                       const TiledDevice& dev, cudaStream_t stream, bool* done) {
   *done = false;
-  constexpr int kItem = static_cast<int>(sizeof(T));
-  if (!kBuiltForSm90a || dev.cc != 90 || c == nullptr || !Aligned16(base.x) || !Aligned16(c) ||
-      !RowTensorMapFits(kItem, 1, base.n, base.d) || !RowTensorMapFits(kItem, 1, base.k, base.d)) {
+  if (c == nullptr || !Aligned16(c) ||
+      !AssignWgRuns<T>(base.x, base.n, base.d, base.k, plan, dev)) {
     return Status{};
   }
+  constexpr int kItem = static_cast<int>(sizeof(T));
   const KmeansAssignWgPlan wp = KmeansAssignWgPlanOf(plan, dev.smem_optin);
-  if (!wp.ok) return Status{};
   KmeansAssignWgArgs w{};
   w.a = base;
   w.a.stages = wp.stages;
@@ -162,8 +170,11 @@ Status LaunchAssign(const DeviceKmeansAssign& p, cudaStream_t stream) {
   const T* c = static_cast<const T*>(p.c);
 
   // The warpgroup kernel's operands: f32 in the TF32 mode reads the rounded
-  // copy of the centroids where the workspace holds it; bf16/f16 the centroids.
-  const bool wg_mode = !std::is_same_v<T, float> || p.precision == KmeansPrecision::kTensorFloat32;
+  // copy of the centroids, made only where that kernel runs and the
+  // workspace holds it; bf16/f16 the centroids.
+  const bool wg_mode =
+      (!std::is_same_v<T, float> || p.precision == KmeansPrecision::kTensorFloat32) &&
+      AssignWgRuns<T>(p.x, p.n, p.d, p.k, plan, dev);
   const void* wg_c = std::is_same_v<T, float> ? nullptr : p.c;
   float* c_round = nullptr;
   const int64_t round_at = CeilDiv(plan.workspace_bytes, 16) * 16;
