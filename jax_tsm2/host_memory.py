@@ -12,10 +12,10 @@ Reads in order are served ahead: after each read, a copy engine copies the chunk
 into one of two device buffers (``rows`` rows each, allocated outside XLA's memory pool;
 where they cannot be had, every read goes over the link), so that a loop that reads chunk
 ``i`` and then computes on it has chunk ``i + 1`` on the device while it computes, and the
-read is a copy in device memory. The read's kernel checks the chunk it
-is asked for against the one copied, and reads any other over the link as before: the order
-of reads changes their speed, never their result. As a copy may be taken before its read is
-queued, the array must not change while it is pinned.
+read is a copy in device memory. The read's kernel checks the chunk it is asked for against
+the one copied, and reads any other over the link as before: the order of reads changes
+their speed, never their result. As a copy may be taken before its read is queued, the
+array must not change while it is pinned.
 
 Only CUDA builds on a CUDA device pin (``pinning_unavailable`` says why not elsewhere); the
 registration costs time once (the driver locks every page: seconds for tens of GB).
