@@ -233,7 +233,25 @@ nb::dict TileConfigFor(const std::string& dtype, int32_t kernel, int64_t k, int6
   nb::dict d =
       TileDict(tsm2::TileFor(family_l, k, n, itemsize), itemsize, tsm2::NTileFor(n), l_tile);
   // Shapes the row-per-thread kernel takes (when B is shared across a batch).
-  d["row_kernel"] = tsm2::UsesRowKernel(family_l, k, n, itemsize);
+  const bool row_kernel = tsm2::UsesRowKernel(family_l, k, n, itemsize);
+  d["row_kernel"] = row_kernel;
+  // Shapes TSM2L's tensor-core tile takes on GPUs with mma.sync (one product,
+  // or B shared across the batch; C in the operands' type), where the row
+  // kernel does not: its k and n padded to the MMA's.
+  const bool l_mma = !row_kernel && tsm2::UsesLMma(family_l, k, n, itemsize, 80, false);
+  d["l_mma"] = l_mma;
+  if (l_mma) {
+    const int kp = tsm2::LMmaKPad(k, itemsize), nt = tsm2::LMmaNTile(itemsize, tsm2::NTileFor(n));
+    d["l_mma_k"] = kp;
+    d["l_mma_n"] = nt;
+    // Its footprint at two stages (the plan deepens the ring on the device).
+    nb::dict t;
+    t["threads"] = tsm2::kLMmaWarps * 32;
+    t["smem_bytes"] = tsm2::LMmaBBytes(itemsize, kp, nt) +
+                      2 * tsm2::kLMmaWarps * tsm2::LMmaStageBytes(itemsize, kp);
+    t["min_blocks"] = tsm2::LMmaMinBlocks(itemsize, kp, nt);
+    d["l_mma_tile"] = t;
+  }
   // Shapes the row stream takes (one product, layout nn or nt): its
   // instantiation (row_stream_plan.h).
   if (tsm2::UsesRowStream(l_tile, 1, k, n, itemsize)) {

@@ -360,6 +360,29 @@ for dtype in [jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16]:
 print("sweep calls:", count)
 """
 
+# TSM2L's tensor-core tile (ffi/matmul/kernels/tsm2l_mma.cuh): each padded k (8-byte pieces
+# and whole vectors), n whose rows take the lanes' stores and odd n (the warp's staging),
+# layouts nn and nt, a row count that ends mid-tile and mid-block.
+L_MMA_SWEEP = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+sys.path.insert(0, {tests!r})
+from _helpers import assert_close_to_reference, ffi_product, rand
+
+rng = np.random.default_rng(0)
+count = 0
+for dtype, ks, ns in [(jnp.float32, (8, 12, 20, 44, 64), (9, 16, 37, 64)),
+                      (jnp.bfloat16, (16, 24, 64), (5, 28, 33)),
+                      (jnp.float16, (8, 40), (13, 64))]:
+    for k in ks:
+        for n in ns:
+            for m, layout in [(1, 0), (1041, 0), (1041, 1)]:
+                a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+                c = ffi_product(a, b.T if layout else b, 1, layout)
+                assert_close_to_reference(jax.block_until_ready(c), a, b)
+                count += 1
+print("sweep calls:", count)
+"""
 
 # tsm2_host_rows (ffi/hostmem/kernels/host_rows.cuh) on pinned host memory: reads in order
 # (served from the chunks a copy engine staged ahead), out of order and past either end
@@ -405,6 +428,7 @@ EVERY_TOOL_SWEEPS = {
     "tn_flat": (T_FLAT_SWEEP, "Tsm2TKernel"),
     "r_tensor_core_tile": (R_MMA_SWEEP, "Tsm2Mma"),
     "row_per_thread": (ROW_PER_THREAD_SWEEP, "Tsm2LRow"),
+    "l_tensor_core_tile": (L_MMA_SWEEP, "Tsm2LMma"),
 }
 
 

@@ -16,6 +16,9 @@
 //                   L tile (TSM2L, k <= 64) kernels/tsm2l.cuh (Tsm2LKernel)
 //                   L row-per-thread (rows of 16 or 32 bytes, n <= 8),
 //                                          kernels/row_per_thread.cuh
+//                   L tile on tensor cores (rows of whole vectors; bf16/f16
+//                   n > 4, f32 n > 8; sm_80+)
+//                                          kernels/tsm2l_mma.cuh
 //                 each tile in two forms: rows of whole 16-byte vectors,
 //                 and rows of any other length; the ring depth and the
 //                 grid from the device (launch_tiles.cuh).
@@ -44,6 +47,7 @@
 
 #include "ffi/common/device.h"
 #include "ffi/common/status.h"
+#include "ffi/matmul/launch_l_mma.cuh"
 #include "ffi/matmul/launch_row_stream.cuh"
 #include "ffi/matmul/launch_split.cuh"
 #include "ffi/matmul/launch_tiles.cuh"
@@ -105,6 +109,17 @@ Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
       if (p.k * static_cast<int64_t>(sizeof(T)) == 32 && RowVariant<T, NT, 2>::Takes(p)) {
         return RowVariant<T, NT, 2>::Plan(p, plan);
       }
+    }
+  }
+  // Only the n-tiles UsesLMma can take are instantiated on tensor cores.
+  if constexpr (sizeof(T) == 2 ? NT > 4 : std::is_same_v<T, float> && NT > 8) {
+    int cc = 0;
+    TSM2_CUDA_RETURN_IF_ERROR(ComputeCapability(&cc));
+    if (UsesLMma(true, p.k, p.n, sizeof(T), cc, p.out_f32)) {
+      const Status s = PlanLMma<T, LMmaNTile(sizeof(T), NT) / 8>(p, plan);
+      // A batch with B per product, a misaligned A, or no room on this GPU:
+      // the L tile runs instead.
+      if (s.ok() || s.error != cudaErrorInvalidConfiguration) return s;
     }
   }
   return vec_rows ? Tsm2LVariant<T, NT, true>::Plan(p, plan)

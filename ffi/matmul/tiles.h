@@ -152,6 +152,54 @@ inline bool UsesLTile(bool family_l, int64_t k, int /*itemsize*/) {
   return family_l && k <= kLMaxK;
 }
 
+// TSM2L on tensor cores (kernels/tsm2l_mma.cuh), on GPUs with mma.sync: rows
+// of A of whole 16-byte vectors (k <= kLMaxK), bf16 and f16 past n = 4, f32
+// past n = 8 (three TF32 products of split operands), where the L tile's
+// CUDA-core FMAs, not the memory, set the pace, up to n = 64 (one block holds
+// all of B; wider B takes the L tile's n-tiles). Rows of 16 or 32 bytes with
+// n <= 8 keep the row-per-thread kernel, and an f32 C of 2-byte products the
+// L tile.
+constexpr int kLMmaWarps = 8;
+constexpr int kLMmaMaxN = 64;
+inline bool UsesLMma(bool family_l, int64_t k, int64_t n, int itemsize, int cc, bool out_f32) {
+  const bool wide = itemsize == 2 ? n > 4 : itemsize == 4 && n > 8;
+  return family_l && wide && n <= kLMmaMaxN && cc >= 80 && !out_f32 && k <= kLMaxK &&
+         k * itemsize % 16 == 0;
+}
+// k rounded up so that each lane of a quad loads whole vectors of every row,
+// or one 8-byte piece of rows of at most 32 bytes.
+constexpr int LMmaKPad(int64_t k, int itemsize) {
+  if (k * itemsize <= 32) return 32 / itemsize;
+  const int quad = 4 * (16 / itemsize);
+  return static_cast<int>((k + quad - 1) / quad * quad);
+}
+// MMA columns: n rounded up to 8, to 16 for 2-byte types (tiles in pairs).
+constexpr int LMmaNTile(int itemsize, int nt) {
+  const int w = itemsize == 2 ? 16 : 8;
+  return (nt + w - 1) / w * w;
+}
+// Bytes between two rows of a stage, so that the lanes of one shared-memory
+// load phase meet distinct banks: 32-byte rows (8-byte pieces: four rows of
+// a half warp fill 128 bytes), else padded to 64 bytes off a multiple of 128
+// (16-byte vectors: two rows of a quarter warp).
+constexpr int LMmaRowStride(int row_bytes) {
+  if (row_bytes <= 32) return 32;
+  const int s = (row_bytes + 63) / 64 * 64;
+  return s % 128 == 0 ? s + 64 : s;
+}
+// Shared memory of B's fragments for k padded to kp and n_tile columns.
+constexpr int LMmaBBytes(int itemsize, int kp, int n_tile) {
+  return (itemsize == 4 ? kp / 8 : kp / 16) * (n_tile / 8) * 32 * (itemsize == 4 ? 16 : 8);
+}
+// Blocks per SM the tile is compiled for (__launch_bounds__): two (128
+// registers a thread), but one for f32 with all of k and the widest B, whose
+// three sets of sums spilled at 128.
+constexpr int LMmaMinBlocks(int itemsize, int kp, int n_tile) {
+  return itemsize == 4 && kp == 64 && n_tile >= 56 ? 1 : 2;
+}
+// One warp's stage: 16 rows.
+constexpr int LMmaStageBytes(int itemsize, int kp) { return 16 * LMmaRowStride(kp * itemsize); }
+
 // --- Shared memory, in the same arithmetic as the kernels ------------------
 
 // Bytes between two rows of an R stage of A. Rows that are whole 16-byte
