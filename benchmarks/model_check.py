@@ -125,6 +125,18 @@ def on_flat_t(rec: dict[str, Any]) -> bool:
     return plan["flat"]
 
 
+def on_l_mma(rec: dict[str, Any]) -> bool:
+    """Whether TSM2L now runs ``rec``'s product on tensor cores
+    (``ffi/matmul/kernels/tsm2l_mma.cuh``): one product in nn or nt whose rows are whole
+    vectors and whose B is wide. Every committed file predates that tile: their records of
+    such products timed the CUDA-core L tile."""
+    prods = products(rec)
+    if len(prods) != 1 or prods[0][0] not in ("nn", "nt") or len(prods[0][1]) != 3:
+        return False
+    _, k, n = prods[0][1]
+    return bool(_tsm2_ext.tile_config(_DTYPES[rec["dtype"]], 1, k, n).get("l_mma"))
+
+
 def superseded(label: str, rec: dict[str, Any]) -> bool:
     """Whether ``rec``'s kernel was rewritten since file ``label`` measured it."""
     old = SUPERSEDED.get(label, frozenset())
@@ -136,6 +148,8 @@ def superseded(label: str, rec: dict[str, Any]) -> bool:
     ):
         return True
     if rec.get("dtype") in _DTYPES and "tsm2t" in kernels and on_flat_t(rec):
+        return True
+    if rec.get("dtype") in _DTYPES and "tsm2l" in kernels and on_l_mma(rec):
         return True
     return (
         label in BEFORE_R_TENSOR_CORES

@@ -65,6 +65,13 @@ def test_tile_parameters_come_from_the_extension():
             if t["row_kernel"]:  # 16/32-byte rows: the row-per-thread kernel, no tile
                 assert p.params["tile"] == "row" and p.bound in ("memory", "launch")
                 continue
+            if t["l_mma"]:  # rows of whole vectors, wide B: TSM2L's tensor-core tile
+                assert kernel == "tsm2l" and dtype != "float64" and n > 8, (dtype, k, n)
+                assert p.params["tile"] == "L mma" and p.params["t2 (n_tile)"] == t["l_mma_n"]
+                assert p.params["k_padded"] == t["l_mma_k"] >= k and p.occupancy.blocks_per_sm
+                tile = t["l_mma_tile"]
+                assert tile["smem_bytes"] + H100.smem_reserved_per_block <= H100.smem_per_sm
+                continue
             if t["row_stream"]:  # one product of a skinny width: the row stream, no tile
                 rs = t["row_stream"]
                 assert p.params["tile"] == "row stream" and p.params["n_b"] == rs["n_b"]
@@ -96,9 +103,17 @@ def test_row_kernel_shapes():
     assert tile((10**7, 8, 8), "bfloat16") == "row"  # 16-byte rows
     assert tile((10**7, 8, 8), "float32") == "row"  # 32-byte rows
     assert tile((10**7, 4, 3), "float64") == "row"
-    assert tile((10**7, 16, 16), "bfloat16") == "L"  # n > 8
     assert tile((10**7, 5, 8), "float32") == "L"  # 20-byte rows
     assert tile((4, 10**6, 8, 8), "bfloat16") == "L"  # a batch may have its own B
+    # Rows of whole vectors with wide B: the tensor-core tile (bf16 past n = 4, f32 past 8).
+    assert tile((10**7, 16, 16), "bfloat16") == "L mma"
+    assert tile((10**7, 64, 64), "float32") == "L mma"
+    assert tile((10**7, 64, 8), "float32") == "L"
+    assert tile((10**7, 13, 16), "bfloat16") == "L"  # 26-byte rows
+    assert tile((4, 10**6, 16, 16), "bfloat16") == "L"
+    assert tile((10**6, 32, 100), "float32") == "L"  # past n = 64: the L tile's n-tiles
+    p = model.predict((10**7, 64, 64), "float32", "nn", "tsm2l", device=H100)
+    assert p.params["k_padded"] == 64 and p.bound in ("memory", "compute"), p.params
 
 
 def test_occupancy_matches_hand_count():
@@ -109,8 +124,12 @@ def test_occupancy_matches_hand_count():
     # One product: the row stream, one 512-thread block per SM.
     p = model.predict((20480, 20480, 8), "float32", "nn", "tsm2r", device=H100)
     assert (p.occupancy.blocks_per_sm, p.occupancy.warps_per_sm) == (1, 16)
-    # bf16 L 64x64: 125 KB -> one 256-thread block, 8 warps.
+    # bf16 L 64x64 on tensor cores: 56 KB at two stages, compiled for two 256-thread
+    # blocks per SM (128 registers) -> 2 blocks, 16 warps.
     p = model.predict((10**7, 64, 64), "bfloat16", "nn", "tsm2l", device=H100)
+    assert (p.occupancy.blocks_per_sm, p.occupancy.warps_per_sm) == (2, 16)
+    # bf16 L 64x64 with rows of 26 bytes: the CUDA-core tile, 125 KB -> one block, 8 warps.
+    p = model.predict((10**7, 13, 64), "bfloat16", "nn", "tsm2l", device=H100)
     assert (p.occupancy.blocks_per_sm, p.occupancy.warps_per_sm) == (1, 8)
 
 
@@ -191,11 +210,12 @@ def test_model_error_per_family_on_committed_h100_results():
     mc, rows = _committed_rows()
     fams = mc.by_family(rows)
     kernel_rows = [r for r in rows if r["group"] == "kernel"]
-    # R 5, L 36 (calibration-r-l); NT 1 + 1, GRAD 2 + 2 (calibration-layouts, suite-layouts);
+    # R 5, L 18 (calibration-r-l); NT 1 + 1, GRAD 2 + 2 (calibration-layouts, suite-layouts);
     # S 30 (f32, bf16, f16) and TN 6 (suite-layouts). Left out (model_check.superseded):
-    # bf16/f16 TSM2R past n = 4, whose records timed the CUDA-core tile, and the products the
-    # row stream now runs (R and NT up to n = 16), whose records timed a row tile.
-    assert len(kernel_rows) >= 83
+    # bf16/f16 TSM2R past n = 4, whose records timed the CUDA-core tile, the products the
+    # row stream now runs (R and NT up to n = 16), whose records timed a row tile, and the
+    # L products TSM2L's tensor-core tile now runs, whose records timed the CUDA-core tile.
+    assert len(kernel_rows) >= 65
     seen = {(s["family"], s["group"]) for s in fams}
     for fam in ("R", "L", "NT", "S", "TN", "GRAD"):
         assert {(fam, "kernel"), (fam, "xla")} <= seen, fam

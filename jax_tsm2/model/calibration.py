@@ -102,6 +102,16 @@ class Calibration:
       on bf16/f32/f64 rows of 1e7: 0.90. Its FMAs (at most 16 x 8 per row)
       are far below the FMA rate at that stream, so it is modelled as memory-bound.
 
+    TSM2L's tensor-core tile (rows of whole 16-byte vectors, bf16/f16 past
+    ``n = 4``, f32 past ``n = 8``):
+
+    - ``lmma_eta_stream``: the fraction of the read ceiling it streams A and C
+      at, as the row-per-thread kernel: a warp's ring of 16-row stages, its
+      outputs stored as whole sectors.
+    - ``lmma_eta_mma``: the fraction of the tensor cores' dense rate its
+      ``mma.sync`` products reach where they bind (f32 at wide ``k`` and
+      ``n``: three TF32 products per product).
+
     XLA's dot (jax 0.11.2), fitted to the same file (family TN):
 
     - ``xla_tn_passes``: in layout tn (``A^T @ B`` on row-major operands)
@@ -202,6 +212,8 @@ class Calibration:
     )
     split_eta_fma: tuple[tuple[str, float], ...] = (("tsm2s", 0.17), ("tsm2t", TSM2T_ETA_FMA))
     row_eta_stream: float = 0.90
+    lmma_eta_stream: float = 0.90
+    lmma_eta_mma: float = 0.5
     xla_tn_passes: float = 3.0
     xla_tn_mid_passes: float = 3.6
     xla_tn_big_bytes: float = 200e6

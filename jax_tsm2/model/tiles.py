@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from jax_tsm2._ffi import _tsm2_ext
 from jax_tsm2.model.calibration import Calibration
-from jax_tsm2.model.device import Device
+from jax_tsm2.model.device import DOT_FLOPS_PER_CLK, Device, arch_entry
 from jax_tsm2.model.prediction import (
     KERNEL_IDS,
     Prediction,
@@ -58,6 +58,10 @@ def tile_prediction(
     # a Problem does not say, so a batched problem keeps the tile's prediction.
     if kernel == "tsm2l" and t.get("row_kernel") and p.batch is None:
         return _row_prediction(p, dtype, layout, dev, cal)
+    # Rows of whole vectors with wide B run on tensor cores where the GPU has
+    # mma.sync (kernels/tsm2l_mma.cuh); batched, only where B is shared.
+    if kernel == "tsm2l" and t.get("l_mma") and p.batch is None and tuple(dev.cc) >= (8, 0):
+        return _row_prediction(p, dtype, layout, dev, cal, mma=t)
     # One product in nn or nt of a width the row stream takes runs there
     # (plan.cuh PlanTile), unless its plan does not fit this GPU.
     if t.get("row_stream") and p.batch is None and layout in ("nn", "nt"):
@@ -213,20 +217,58 @@ def tile_prediction(
 
 
 def _row_prediction(
-    p: Problem, dtype: str, layout: str, dev: Device, cal: Calibration
+    p: Problem,
+    dtype: str,
+    layout: str,
+    dev: Device,
+    cal: Calibration,
+    mma: dict | None = None,
 ) -> Prediction:
-    """TSM2L's row-per-thread kernel: a stream of A in and C out at ``row_eta_stream``."""
+    """A stream of A in and C out: TSM2L's row-per-thread kernel at ``row_eta_stream``,
+    or with ``mma`` (``tile_config``'s entries of the tensor-core tile) that tile at
+    ``lmma_eta_stream``, bound by its products where they outrun the stream."""
     isz = itemsize(dtype)
     dram = (p.m * p.k + p.k * p.n + p.m * p.n) * isz
-    t_mem = dram / (dev.bandwidth(cal) * cal.row_eta_stream)
-    seconds, bound = total(t_mem, cal.t_launch, cal.t_floor, t_mem, 0.0)
+    bw = dev.bandwidth(cal)
+    t_mem = dram / (bw * (cal.lmma_eta_stream if mma else cal.row_eta_stream))
+    t_cmp = 0.0
+    occ = None
+    if mma:
+        kp, np_ = mma["l_mma_k"], mma["l_mma_n"]
+        key = "f16" if isz == 2 else "tf32"
+        products = 1 if isz == 2 else 3  # f32: hi*hi + hi*lo + lo*hi
+        peak = arch_entry(DOT_FLOPS_PER_CLK, dev.cc)[key] * dev.sm_count * dev.clock_hz
+        t_cmp = products * 2.0 * p.m * kp * np_ / (peak * cal.lmma_eta_mma)
+        tile = mma["l_mma_tile"]
+        regs = dev.regs_per_sm // (tile["threads"] * tile["min_blocks"])
+        occ = occupancy(dev, tile["threads"], tile["smem_bytes"], regs, tile["min_blocks"])
+    body = soft_max(t_mem, t_cmp, cal.P) if mma else t_mem
+    seconds, bound = total(body, cal.t_launch, cal.t_floor, t_mem, t_cmp)
     t2 = t2_threshold(dev, dtype, cal)
     ratio = per_row_ratio(p)
     what = f"n = {p.n}" if p.k > 4 * p.n else f"k*n/(k+n) = {ratio:.3g}"
-    reason = (
-        f"memory-bound: {what} below the t2 threshold of {t2:.0f} on this GPU; rows of "
-        f"{p.k * isz} bytes run the row-per-thread kernel"
-    )
+    if mma:
+        # The launch floor, when it binds, is prefixed below.
+        inner = "compute" if t_cmp > t_mem else "memory"
+        reason = (
+            f"{inner}-bound on tensor cores: rows of {p.k * isz} bytes and n = {p.n} run "
+            f"TSM2L's mma.sync tile ({'three TF32 products' if isz == 4 else 'one product'} "
+            f"of k {kp} x n {np_})"
+        )
+        params = {
+            "tile": "L mma",
+            "t2 (n_tile)": np_,
+            "k_padded": kp,
+            "rows": 16,
+            "threads": tile["threads"],
+            "smem_bytes": tile["smem_bytes"],
+        }
+    else:
+        reason = (
+            f"memory-bound: {what} below the t2 threshold of {t2:.0f} on this GPU; rows of "
+            f"{p.k * isz} bytes run the row-per-thread kernel"
+        )
+        params = {"tile": "row", "t2 (n_tile)": p.n, "rows_per_lane": 4}
     if bound == "launch":
         reason = f"launch-bound: {dram / 1e6:.3g} MB under the per-call floor ({reason})"
     return Prediction(
@@ -238,10 +280,10 @@ def _row_prediction(
         bytes=dram,
         bound=bound,
         t_mem=t_mem,
-        t_cmp=0.0,
-        t_overhead=seconds - t_mem,
-        occupancy=None,
-        params={"tile": "row", "t2 (n_tile)": p.n, "rows_per_lane": 4},
+        t_cmp=t_cmp,
+        t_overhead=seconds - body,
+        occupancy=occ,
+        params=params,
         t2_threshold=t2,
         tile_threshold=None,
         reason=reason,
