@@ -469,6 +469,38 @@ def test_a_kernels_layout_bound_comes_from_the_probes_near_the_shape():
     assert corr.layout_extreme("xla", shape, "float16", "nn") == pytest.approx(1.0)
 
 
+def test_a_kernels_own_bound_comes_from_its_regime():
+    """Probes of one cell (nn f32, rows aligned) in two regimes: R shapes, where TSM2R
+    measured at 1-1.2x its model, and L shapes (millions of rows, k of a few), at 5x. An R
+    shape of the cell is bounded by the R probes near it; an L shape by the L probes; a
+    shape near only one probe of its cell by its layout's probes near it in every dtype;
+    and only where none is near by the whole cell."""
+
+    def record(dtype, m, k, n, factor):
+        p = Problem(None, m, k, n)
+        secs = {t: _model_seconds(t, p, dtype, "nn") * f
+                for t, f in (("tsm2r", factor), ("xla", 1.0))}  # fmt: skip
+        return calibrate.Record(dtype, "nn", p, secs)
+
+    r_probes = [record("float32", 8192, 16384, 4, 1.0), record("float32", 16384, 8192, 8, 1.2)]
+    l_probes = [record("float32", 4_000_000, 8, 4, 5.0), record("float32", 8_000_000, 4, 8, 5.0)]
+    data = dataclasses.replace(measured({}, per_cell=1, families=("R",)), records=())
+    corr = calibrate.Corrections(dataclasses.replace(data, records=(*r_probes, *l_probes)), DEV)
+    r_shape, l_shape = Problem(None, 12000, 12000, 4), Problem(None, 6_000_000, 4, 4)
+    assert calibrate.rows_aligned(r_shape, "float32", "nn")
+    assert corr.extreme("tsm2r", r_shape, "float32", "nn") == pytest.approx(1.2)
+    assert corr.extreme("tsm2r", l_shape, "float32", "nn") == pytest.approx(5.0)
+    # One R probe of its own cell near: the layout's R probes in f64 bound it.
+    f64 = [record("float64", 8000, 16000, 4, 1.5), record("float64", 16000, 8000, 8, 1.5)]
+    one = (r_probes[0], *l_probes, *f64)
+    corr = calibrate.Corrections(dataclasses.replace(data, records=one), DEV)
+    assert corr.extreme("tsm2r", r_shape, "float32", "nn") == pytest.approx(1.5)
+    # Nothing near in any dtype: the cell's least favourable correction.
+    far = (r_probes[0], *l_probes)
+    corr = calibrate.Corrections(dataclasses.replace(data, records=far), DEV)
+    assert corr.extreme("tsm2r", r_shape, "float32", "nn") == pytest.approx(5.0)
+
+
 def test_the_layouts_probes_never_decide_at_the_models_launch_floor():
     """A product small enough that the model's own constants put the kernel or XLA's dot at
     their per-call floor: no probe measured there, and the layout's probes do not decide

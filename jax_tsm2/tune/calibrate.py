@@ -604,28 +604,33 @@ def _extreme(pts: Points | None, target: str, p: Problem) -> float | None:
     return math.exp(float(resid.min() if target == "xla" else resid.max()))
 
 
-# A kernel's least favourable correction among the layout's probes is taken over those
-# within NEAR_WIDTHS kernel widths (BANDWIDTH_OCTAVES) of a shape, where at least
-# NEAR_PROBES lie there (a maximum over one probe bounds nothing).
-NEAR_WIDTHS = 3.0
+# A kernel's least favourable correction is taken over the probes within NEAR_WIDTHS
+# kernel widths (BANDWIDTH_OCTAVES) of a shape, where at least NEAR_PROBES lie there (a
+# maximum over one probe bounds nothing). Three octaves: a kernel's regime (rows against
+# B's width) changes over a few octaves of each size, and on an H200 grid a radius of 4.5
+# octaves still let probes of the L regime (millions of rows, k of a few) bound TSM2R on
+# R products of ten thousand rows at 4-6x its model.
+NEAR_WIDTHS = 2.0
 NEAR_PROBES = 2
 
 
-def _near_extreme(pts: Points, p: Problem, bound: float) -> float:
+def _near_extreme(pts: Points | None, p: Problem) -> float | None:
     """A kernel's least favourable correction among the probes ``pts`` near ``p``, or
-    ``bound`` (over all of them) where fewer than NEAR_PROBES are near.
+    None where fewer than NEAR_PROBES are near.
 
-    A kernel's residuals follow its regime, which the layout's probes mix: on an H200,
-    TSM2R ran its nn probes of a few rows against a wide ``B`` at 4-6x the model, and those
-    of thousands of rows against a skinny ``B`` at 0.8-1.5x. The maximum over the whole
-    layout put every R product at the first, and left TSM2R's 2-3x wins there to XLA's
-    dot. Unlike XLA's dot, whose algorithm switches between neighbouring shapes, a kernel
-    runs one code path per regime, so its probes near a shape bound it there."""
+    A kernel's residuals follow its regime, which a cell's probes mix: on an H200, TSM2R
+    ran its nn probes of a few rows against a wide ``B`` at 4-6x the model, and those of
+    thousands of rows against a skinny ``B`` at 0.8-1.5x. The maximum over all of them put
+    every R product at the first, and left TSM2R's 2-3x wins there to XLA's dot. Unlike
+    XLA's dot, whose algorithm switches between neighbouring shapes, a kernel runs one
+    code path per regime, so its probes near a shape bound it there."""
+    if pts is None:
+        return None
     coords, resid = pts
     dist = np.sqrt(np.sum((coords - _coords(p)) ** 2, axis=1))
     near = dist <= NEAR_WIDTHS * BANDWIDTH_OCTAVES
     if int(near.sum()) < NEAR_PROBES:
-        return bound
+        return None
     return math.exp(float(resid[near].max()))
 
 
@@ -714,6 +719,11 @@ class Corrections:
         bounds far from the probes trades XLA's dot for a kernel only where every
         measurement says it would win.
 
+        A kernel's bound is that of its regime (``_near_extreme``): the least favourable
+        correction among its own cell's probes near ``p``, else among its layout's probes
+        near ``p`` in every dtype (``layout_extreme``'s), and over the whole cell only where
+        neither has probes near.
+
         Example:
             >>> from jax_tsm2 import model
             >>> probe = Record("float32", "nn", Problem(None, 10**6, 8, 8),
@@ -725,9 +735,16 @@ class Corrections:
             >>> corr.extreme("tsm2l", Problem(None, 10**3, 8, 8), "float32", "nn") is None
             True
         """
-        return _extreme(
-            self._points.get((target, layout, dtype, _kind(p, dtype, layout))), target, p
-        )
+        pts = self._points.get((target, layout, dtype, _kind(p, dtype, layout)))
+        bound = _extreme(pts, target, p)
+        if bound is None or target == "xla":
+            return bound
+        near = _near_extreme(pts, p)
+        if near is None:
+            near = _near_extreme(
+                self._layout_points.get((target, layout, _kind(p, dtype, layout))), p
+            )
+        return bound if near is None else near
 
     def measured(self, p: Problem, dtype: str, layout: str) -> dict[str, float] | None:
         """Seconds per target measured by a probe of exactly this product, or None."""
@@ -774,7 +791,8 @@ class Corrections:
         bound = _extreme(pts, target, p)
         if bound is None or target == "xla":
             return bound
-        return _near_extreme(pts, p, bound)
+        near = _near_extreme(pts, p)
+        return bound if near is None else near
 
 
 def xla_best_case(p: Problem, dtype: str, device: model.Device, launch_s: float) -> float:
