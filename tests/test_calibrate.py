@@ -433,7 +433,12 @@ def test_where_no_probe_of_its_dtype_and_kind_spans_a_shape_the_layouts_probes_b
     assert model.predict(shape, "float16", "nn", "tsm2s", DEV).bound != "launch"
     d = calibrate.decide(shape, "float16", "nn", ["tsm2s"], corr)
     assert d.target == want, d
-    assert "least favourable correction" in d.reason
+    # At 3x, TSM2S is also predicted below MIN_FLOOR_FRACTION of the read ceiling, which
+    # keeps XLA's dot before the bound is weighed.
+    slow = d.seconds["tsm2s"] * calibrate.MIN_FLOOR_FRACTION > calibrate.xla_best_case(
+        shape, "float16", corr.device, data.launch_seconds
+    )
+    assert ("one pass at the read ceiling" if slow else "least favourable correction") in d.reason
     if want == "tsm2s":
         assert d.margin == calibrate.BASE_MARGIN
     # Outside the sizes any probe of the layout spans, no bound is known: XLA's dot.
@@ -499,6 +504,25 @@ def test_a_kernels_own_bound_comes_from_its_regime():
     far = (r_probes[0], *l_probes)
     corr = calibrate.Corrections(dataclasses.replace(data, records=far), DEV)
     assert corr.extreme("tsm2r", r_shape, "float32", "nn") == pytest.approx(5.0)
+
+
+def test_a_kernel_predicted_far_below_the_read_ceiling_never_beats_xla():
+    """XLA's dot is predicted 3x slower than TSM2S, but TSM2S itself is predicted at a
+    third of one pass at the read ceiling: XLA's dot may run another algorithm there, so
+    routing keeps it; at twice that fraction the kernel is picked."""
+    p = Problem(None, 14, 9976, 7952)
+    best_case = calibrate.xla_best_case(p, "float64", DEV.with_bandwidth(4e12), 2e-6)
+    for fraction, want in ((0.3, "xla"), (0.6, "tsm2s")):
+        secs = {"tsm2s": best_case / fraction, "xla": 3 * best_case / fraction}
+        probe = calibrate.Record("float64", "nn", p, secs)
+        data = calibrate.CalibrationData({"key": "GPU"}, 4e12, 2e-6, (probe,), {})
+        corr = calibrate.Corrections(data, DEV)
+        near = Problem(None, 14, 9977, 7952)  # not the probe itself: decided by prediction
+        d = calibrate.decide(near, "float64", "nn", ["tsm2s"], corr)
+        assert d.target == want, (fraction, d.reason)
+        assert d.seconds["xla"] > 2 * d.seconds["tsm2s"]
+        if want == "xla":
+            assert "one pass at the read ceiling" in d.reason
 
 
 def test_the_layouts_probes_never_decide_at_the_models_launch_floor():
