@@ -111,11 +111,12 @@ def _replay_module():
 # path and the probes near it saw the slow one. A product a later run timed again with the
 # present kernels (RETIMED) is scored with that time instead. The runs from seed 6151 on
 # timed the present kernels but for TSM2R's tensor-map ring (before seed 3571) and TSM2L's
-# tensor-core tile (before seed 3163), and have no loss; seeds 3163 and 6967 were drawn after the shipped calibration was made, and
-# 6967 routed with it on the GPU before MIN_FLOOR_FRACTION (one loss there, S f64 14 x 9976
-# x 7952 sent to TSM2S: 354 us where XLA's dot took 154). Family APP: TSM2T takes the
-# randomized SVD's A.T @ Q (a 2000 x 32 result), 1.8x faster than XLA's dot, and leaves
-# the LoRA backward products (4096 x 16), where it is 15% slower, to XLA's dot.
+# tensor-core tile (before seed 3163), and have no loss; seeds 3163 and 6967 were drawn after
+# the shipped calibration was made, and 6967 routed with it on the GPU before
+# MIN_FLOOR_FRACTION (one loss there, S f64 14 x 9976 x 7952 sent to TSM2S: 354 us where
+# XLA's dot took 154). Family APP: TSM2T takes the randomized SVD's A.T @ Q (a 2000 x 32
+# result), 1.8x faster than XLA's dot, and leaves the LoRA backward products (4096 x 16),
+# where it is 15% slower, to XLA's dot.
 H200_RUNS = {
     "grid_seed1129": (1.01, 7),
     "grid_seed29": (1.04, 4),
