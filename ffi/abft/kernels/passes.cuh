@@ -359,18 +359,19 @@ __global__ void __launch_bounds__(kColsumsThreads)
     for (int r = 0; r < kScale; ++r) sc[r][e] = 0.0;
   }
 
-  // Adds rows base + u * stride (u < U) held in cur. Pass B: staged_w (a
+  // Adds rows base + u * stride (u < U), row u's vector given by row_of(u). Pass B: staged_w (a
   // std::bool_constant) says whether ws holds the rows' weights (kAbftBWeights
   // per row, row u at ws + u * kAbftBWeights), else they come from a_values.
   // Passes A and C: weights_of(u, row) gives the row's SignRamp.
-  auto process = [&](int64_t base, const uint4(&cur)[U], auto staged_w, const double* ws,
-                     auto weights_of) {
+  const float tiny_f = static_cast<float>(tiny);
+  auto process = [&](int64_t base, auto row_of, auto staged_w, const double* ws, auto weights_of) {
+    bool tiny_seen = false;  // pass A: a zero or subnormal among the rows
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t row = base + u * stride;
       if (row >= r_end) break;  // the rest of this thread's rows are past the split too
       AccType<T> xs[V];
-      Unpack<T>(cur[u], xs);
+      Unpack<T>(row_of(u), xs);
       if constexpr (kPass == kAbftPassB) {
         double v1h, v1l = 0.0, v2h, v2l = 0.0, alpha, nu, sub;
         if constexpr (decltype(staged_w)::value) {
@@ -406,8 +407,6 @@ __global__ void __launch_bounds__(kColsumsThreads)
         // are applied once, after the rows.
         const SignRamp w = weights_of(u, row);
         const double sign = w.sign, ramp = w.ramp;
-        const float tiny_f = static_cast<float>(tiny);
-        bool tiny_seen = false;
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           const double x = static_cast<double>(xs[e]), ax = Fabs(x);
@@ -420,14 +419,6 @@ __global__ void __launch_bounds__(kColsumsThreads)
           } else {
             const double t = NormTermOf<T>(static_cast<float>(xs[e]), x);
             sc[1][e] = Fma(t, t, sc[1][e]);
-          }
-        }
-        // Zeros and subnormals are rare in most data: a branch the warp skips as one.
-        if (kPass == kAbftPassA && __any_sync(__activemask(), tiny_seen)) {
-#pragma unroll
-          for (int e = 0; e < V; ++e) {
-            const float af = fabsf(static_cast<float>(xs[e]));
-            if (af < tiny_f) sc[2][e] += static_cast<double>(af);
           }
         }
       } else {
@@ -446,6 +437,23 @@ __global__ void __launch_bounds__(kColsumsThreads)
           } else {
             const double t = s * NormTermOf<T>(static_cast<float>(xs[e]), x);
             sc[1][e] = Fma(t, t, sc[1][e]);
+          }
+        }
+      }
+    }
+    // Zeros and subnormals are rare in most data: one vote for all U rows, a branch the
+    // warp skips as one. Each column's tiny values are added in row order, as ever.
+    if constexpr (kUnscaled && kPass == kAbftPassA) {
+      if (__any_sync(__activemask(), tiny_seen)) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (base + u * stride >= r_end) break;
+          AccType<T> xs[V];
+          Unpack<T>(row_of(u), xs);
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            const float af = fabsf(static_cast<float>(xs[e]));
+            if (af < tiny_f) sc[2][e] += static_cast<double>(af);
           }
         }
       }
@@ -486,13 +494,26 @@ __global__ void __launch_bounds__(kColsumsThreads)
           return SignRampOf(row, p.inv_m);
         }
       };
-      // Stage st's rows: base + u * stride.
       auto issue = [&](int st, int64_t base) {
         if constexpr (kStagedW) {
           if (w_copier) {
             const bool valid = base + w_u * stride < r_end;
             CpAsync8(&ring[(st * (kColsumsThreads / 32) + warp) * U * kW + lane],
                      valid ? p.a_values + w_src + base : p.a_values, valid);
+          }
+        }
+        // A stage whose rows all lie in the split is issued without a test per row (not in
+        // pass B, whose registers the weights ring already fills).
+        if constexpr (kPass != kAbftPassB) {
+          if (col < p.cols && base + (U - 1) * stride < r_end) {
+            uint4* dst = &stage[st * U * kColsumsThreads + threadIdx.x];
+            const T* src = data + base * p.cols + col;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+              CpAsync16(dst + u * kColsumsThreads, src + u * stride * p.cols, true);
+            }
+            CpAsyncCommit();
+            return;
           }
         }
 #pragma unroll
@@ -504,13 +525,14 @@ __global__ void __launch_bounds__(kColsumsThreads)
         }
         CpAsyncCommit();
       };
+      static_assert((kAbftStages & (kAbftStages - 1)) == 0 && (kBatch & (kBatch - 1)) == 0,
+                    "the ring indices wrap by a mask");
 #pragma unroll
       for (int st = 0; st < kAbftStages - 1; ++st) issue(st, first + st * step);
       int st = 0;
       for (int64_t base = first; base < r_end; base += step) {
         if constexpr (kStagedW) __syncwarp();  // the warp is done reading the slice refilled next
-        issue(static_cast<int>((st + kAbftStages - 1) % kAbftStages),
-              base + (kAbftStages - 1) * step);
+        issue((st + kAbftStages - 1) & (kAbftStages - 1), base + (kAbftStages - 1) * step);
         if constexpr (decltype(shared_rows)::value) {
           if (in_batch == 0) {
             batch = SignRampOf(base + (lane % U) * stride + (lane / U) * step, p.inv_m);
@@ -518,14 +540,22 @@ __global__ void __launch_bounds__(kColsumsThreads)
         }
         CpAsyncWait<kAbftStages - 1>();  // this stage's group has landed (groups land in order)
         if constexpr (kStagedW) __syncwarp();  // and so have the other lanes' weight copies
-        uint4 cur[U];
+        // Each row is read from the stage as it is added, so that the stage's rows do not
+        // all hold registers at once (the f64 sums leave few to spare).
+        uint4* rows = &stage[st * U * kColsumsThreads + threadIdx.x];
+        if constexpr (kInject) {
+          uint4 cur[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u) cur[u] = stage[(st * U + u) * kColsumsThreads + threadIdx.x];
-        if constexpr (kInject) PlantFault<T, U>(p, base, stride, r_end, col, cur);
-        process(base, cur, staged_w, &ring[(st * (kColsumsThreads / 32) + warp) * U * kW],
-                weights_of);
-        st = (st + 1) % kAbftStages;
-        in_batch = (in_batch + 1) % kBatch;
+          for (int u = 0; u < U; ++u) cur[u] = rows[u * kColsumsThreads];
+          PlantFault<T, U>(p, base, stride, r_end, col, cur);
+#pragma unroll
+          for (int u = 0; u < U; ++u) rows[u * kColsumsThreads] = cur[u];
+        }
+        auto row_of = [&](int u) { return rows[u * kColsumsThreads]; };
+        const double* ws = &ring[(st * (kColsumsThreads / 32) + warp) * U * kW];
+        process(base, row_of, staged_w, ws, weights_of);
+        st = (st + 1) & (kAbftStages - 1);
+        in_batch = (in_batch + 1) & (kBatch - 1);
       }
       CpAsyncWait<0>();  // the zero-filled stages past the end, before the memory is reused
     };
@@ -548,7 +578,7 @@ __global__ void __launch_bounds__(kColsumsThreads)
       uint4 cur[U];
       LoadPassRows<T, U>(p, base, stride, r_end, col, cur);
       if constexpr (kInject) PlantFault<T, U>(p, base, stride, r_end, col, cur);
-      process(base, cur, std::false_type{}, nullptr, weights_of);
+      process(base, [&](int u) { return cur[u]; }, std::false_type{}, nullptr, weights_of);
     }
   }
   AllowNextToStart();  // every load of this block has landed: the next kernel may be scheduled
