@@ -525,6 +525,25 @@ def test_a_kernel_predicted_far_below_the_read_ceiling_never_beats_xla():
             assert "one pass at the read ceiling" in d.reason
 
 
+def test_an_f64_kernel_needs_more_of_the_read_ceiling_than_others():
+    """The same probe, TSM2R predicted at half of one pass at the read ceiling and XLA's dot
+    3x slower: in f32 the kernel is picked, in f64 (whose kernels run further from the
+    ceiling, where XLA's dot's fast algorithm wins more often) XLA's dot keeps it."""
+    assert calibrate.MIN_FLOOR_FRACTION < 0.5 < calibrate.MIN_FLOOR_FRACTION_F64
+    p = Problem(None, 16613, 4626, 12)
+    for dtype, want in (("float32", "tsm2r"), ("float64", "xla")):
+        best_case = calibrate.xla_best_case(p, dtype, DEV.with_bandwidth(4e12), 2e-6)
+        secs = {"tsm2r": best_case / 0.5, "xla": 3 * best_case / 0.5}
+        probe = calibrate.Record(dtype, "nt", p, secs)
+        data = calibrate.CalibrationData({"key": "GPU"}, 4e12, 2e-6, (probe,), {})
+        corr = calibrate.Corrections(data, DEV)
+        near = Problem(None, 16614, 4626, 12)  # not the probe itself: decided by prediction
+        d = calibrate.decide(near, dtype, "nt", ["tsm2r"], corr)
+        assert d.target == want, (dtype, d.reason)
+        if want == "xla":
+            assert f"below {calibrate.MIN_FLOOR_FRACTION_F64:.0%}" in d.reason
+
+
 def test_the_layouts_probes_never_decide_at_the_models_launch_floor():
     """A product small enough that the model's own constants put the kernel or XLA's dot at
     their per-call floor: no probe measured there, and the layout's probes do not decide

@@ -115,6 +115,20 @@ UNCALIBRATED_MARGIN = 0.3
 # there, whatever the probes nearby measured of it (replayed on the H200 grids that timed
 # the present kernels, this left none of them a loss, for up to 5% of their geomean).
 MIN_FLOOR_FRACTION = 0.4
+# In f64 the kernels run further from the read ceiling (TSM2R at 37-41% of it on NT
+# products of thousands of columns), so more of their predictions fall where XLA's dot's
+# fast algorithm wins: on an H200, f64 NT 16613 x 4626 x 12 ran XLA's dot at 86% of one
+# pass at the read ceiling where the probe at 9050 x 9390 x 16 had it at 26%, and TSM2R,
+# predicted at 59%, ran 2.1x slower. Replayed on the committed H200 runs, 55% is the least
+# fraction (in steps of 5%) at which none of the present kernels' runs loses on an f64
+# product, for up to 4% of a run's geomean (f64 wins left to XLA's dot).
+MIN_FLOOR_FRACTION_F64 = 0.55
+
+
+def min_floor_fraction(dtype: str) -> float:
+    """The least fraction of one pass at the read ceiling a kernel must be predicted at
+    to be routed to in ``dtype`` (``MIN_FLOOR_FRACTION``, ``MIN_FLOOR_FRACTION_F64``)."""
+    return MIN_FLOOR_FRACTION_F64 if dtype == "float64" else MIN_FLOOR_FRACTION
 
 
 @dataclasses.dataclass(frozen=True)
@@ -899,8 +913,11 @@ def decide(
     if not kernels:
         return Decision("xla", secs, 0.0, "no kernel takes this problem")
     best = min(kernels, key=secs.__getitem__)
-    if best_case < MIN_FLOOR_FRACTION * secs[best]:
-        return Decision("xla", secs, 0.0, _slow_kernel_reason(best, secs[best], best_case))
+    fraction = min_floor_fraction(dtype)
+    if best_case < fraction * secs[best]:
+        return Decision(
+            "xla", secs, 0.0, _slow_kernel_reason(best, secs[best], best_case, fraction)
+        )
     if best in at_bound:
         where = (
             f"on this GPU's calibration ({best} at the least favourable correction its "
@@ -912,11 +929,11 @@ def decide(
     return _pick(secs, best, margin, "predicted", "on this GPU's calibration")
 
 
-def _slow_kernel_reason(kernel: str, seconds: float, best_case: float) -> str:
+def _slow_kernel_reason(kernel: str, seconds: float, best_case: float, fraction: float) -> str:
     return (
         f"XLA's dot: {kernel} predicted {seconds * 1e6:.1f} us, {best_case / seconds:.0%} of "
         f"one pass at the read ceiling ({best_case * 1e6:.1f} us); below "
-        f"{MIN_FLOOR_FRACTION:.0%}, one of XLA's dot's algorithms may well run faster"
+        f"{fraction:.0%}, one of XLA's dot's algorithms may well run faster"
     )
 
 
