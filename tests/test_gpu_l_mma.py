@@ -1,7 +1,7 @@
 """TSM2L's tensor-core tile (ffi/matmul/kernels/tsm2l_mma.cuh) against float64.
 
 Every instantiation the planner can pick (k padded to 8, 16, 32, 48 or 64 elements for
-f32, 16, 32 or 64 for bf16/f16; each width of 8 or 16 MMA columns), in layouts nn and nt,
+f32 and f64, 16, 32 or 64 for bf16/f16; each width of 8 or 16 MMA columns), in layouts nn and nt,
 with row counts that end mid-tile, outputs whose rows take vector stores and rows
 that do not, a batch sharing B, and f32 Inf/NaN (which takes the exact fallback).
 Skipped without a CUDA device and a CUDA build (conftest.py).
@@ -35,11 +35,13 @@ dtype_ids = lambda d: jnp.dtype(d).name
 # short where there are such rows) and one n per MMA width, odd where it can be.
 K_BY_DTYPE = {
     jnp.float32: (4, 12, 20, 44, 64),
+    jnp.float64: (6, 14, 30, 34, 64),
     jnp.bfloat16: (16, 24, 64),
     jnp.float16: (8, 32, 40),
 }
 N_BY_DTYPE = {
     jnp.float32: (9, 16, 23, 32, 37, 48, 55, 64),
+    jnp.float64: (9, 16, 23, 32, 37, 48, 55, 64),
     jnp.bfloat16: (5, 28, 33, 64),
     jnp.float16: (16, 31, 48, 61),
 }

@@ -360,18 +360,20 @@ for dtype in [jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16]:
 print("sweep calls:", count)
 """
 
-# TSM2L's tensor-core tile (ffi/matmul/kernels/tsm2l_mma.cuh): each padded k (8-byte pieces
-# and whole vectors), n whose rows take the lanes' stores and odd n (the warp's staging),
-# layouts nn and nt, a row count that ends mid-tile and mid-block.
+# TSM2L's tensor-core tile (ffi/matmul/kernels/tsm2l_mma.cuh): each dtype, each padded k
+# (8-byte pieces and whole vectors), n whose rows take the lanes' stores and odd n (the
+# warp's staging), layouts nn and nt, a row count that ends mid-tile and mid-block.
 L_MMA_SWEEP = """
 import sys
 import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, {tests!r})
 from _helpers import assert_close_to_reference, ffi_product, rand
 
 rng = np.random.default_rng(0)
 count = 0
 for dtype, ks, ns in [(jnp.float32, (8, 12, 20, 44, 64), (9, 16, 37, 64)),
+                      (jnp.float64, (6, 30, 64), (9, 37, 64)),
                       (jnp.bfloat16, (16, 24, 64), (5, 28, 33)),
                       (jnp.float16, (8, 40), (13, 64))]:
     for k in ks:

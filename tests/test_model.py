@@ -108,6 +108,9 @@ def test_row_kernel_shapes():
     # Rows of whole vectors with wide B: the tensor-core tile (bf16 past n = 4, f32 past 8).
     assert tile((10**7, 16, 16), "bfloat16") == "L mma"
     assert tile((10**7, 64, 64), "float32") == "L mma"
+    assert tile((10**7, 64, 64), "float64") == "L mma"  # DMMA
+    assert tile((10**7, 6, 9), "float64") == "L mma"  # 48-byte rows
+    assert tile((10**7, 4, 16), "float64") == "L"  # 32-byte rows: the FMAs do not bind
     assert tile((10**7, 64, 8), "float32") == "L"
     assert tile((10**7, 13, 16), "bfloat16") == "L"  # 26-byte rows
     assert tile((4, 10**6, 16, 16), "bfloat16") == "L"

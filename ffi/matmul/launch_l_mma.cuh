@@ -43,8 +43,8 @@ struct LMmaVariant {
     a.tiles = CeilDiv(a.rows, int64_t{16});
     a.stages = stages;
     a.b_trans = p.layout == Layout::kNT;
-    // A lane's adjacent outputs: two for f32, four for 2-byte types.
-    constexpr int kOut = Cfg::kTf32 ? 2 : 4;
+    // A lane's adjacent outputs: two for f32 and f64, four for 2-byte types.
+    constexpr int kOut = Cfg::kHalf ? 4 : 2;
     a.c_vec = p.n % kOut == 0 && reinterpret_cast<uintptr_t>(p.c) % (kOut * sizeof(T)) == 0;
     return a;
   }
@@ -109,20 +109,20 @@ struct LMmaVariant {
   }
 };
 
-// The instantiation for k padded as LMmaKPad pads it: f32 8, 16, 32, 48 or
-// 64; bf16 and f16 16, 32 or 64.
+// The instantiation for k padded as LMmaKPad pads it: f32 and f64 8, 16, 32,
+// 48 or 64; bf16 and f16 16, 32 or 64.
 template <typename T, int N8>
 Status PlanLMma(const DeviceMatmul& p, MatmulPlan* plan) {
   switch (LMmaKPad(p.k, sizeof(T))) {
     case 8:
-      if constexpr (sizeof(T) == 4) return LMmaVariant<T, 8, N8>::Plan(p, plan);
+      if constexpr (sizeof(T) >= 4) return LMmaVariant<T, 8, N8>::Plan(p, plan);
       break;
     case 16:
       return LMmaVariant<T, 16, N8>::Plan(p, plan);
     case 32:
       return LMmaVariant<T, 32, N8>::Plan(p, plan);
     case 48:
-      if constexpr (sizeof(T) == 4) return LMmaVariant<T, 48, N8>::Plan(p, plan);
+      if constexpr (sizeof(T) >= 4) return LMmaVariant<T, 48, N8>::Plan(p, plan);
       break;
     case 64:
       return LMmaVariant<T, 64, N8>::Plan(p, plan);

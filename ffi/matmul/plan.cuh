@@ -112,7 +112,7 @@ Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
     }
   }
   // Only the n-tiles UsesLMma can take are instantiated on tensor cores.
-  if constexpr (sizeof(T) == 2 ? NT > 4 : std::is_same_v<T, float> && NT > 8) {
+  if constexpr (sizeof(T) == 2 ? NT > 4 : NT > 8) {
     int cc = 0;
     TSM2_CUDA_RETURN_IF_ERROR(ComputeCapability(&cc));
     if (UsesLMma(true, p.k, p.n, sizeof(T), cc, p.out_f32)) {

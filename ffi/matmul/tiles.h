@@ -154,21 +154,23 @@ inline bool UsesLTile(bool family_l, int64_t k, int /*itemsize*/) {
 
 // TSM2L on tensor cores (kernels/tsm2l_mma.cuh), on GPUs with mma.sync: rows
 // of A of whole 16-byte vectors (k <= kLMaxK), bf16 and f16 past n = 4, f32
-// past n = 8 (three TF32 products of split operands), where the L tile's
-// CUDA-core FMAs, not the memory, set the pace, up to n = 64 (one block holds
-// all of B; wider B takes the L tile's n-tiles). Rows of 16 or 32 bytes with
-// n <= 8 keep the row-per-thread kernel, and an f32 C of 2-byte products the
-// L tile.
+// past n = 8 (three TF32 products of split operands) and f64 past n = 8 with
+// rows past 32 bytes (DMMA), where the L tile's CUDA-core FMAs, not the
+// memory, set the pace, up to n = 64 (one block holds all of B; wider B takes
+// the L tile's n-tiles). Rows of 16 or 32 bytes with n <= 8 keep the
+// row-per-thread kernel, and an f32 C of 2-byte products the L tile.
 constexpr int kLMmaWarps = 8;
 constexpr int kLMmaMaxN = 64;
 inline bool UsesLMma(bool family_l, int64_t k, int64_t n, int itemsize, int cc, bool out_f32) {
-  const bool wide = itemsize == 2 ? n > 4 : itemsize == 4 && n > 8;
+  const bool wide = itemsize == 2 ? n > 4 : n > 8 && (itemsize == 4 || k * itemsize > 32);
   return family_l && wide && n <= kLMmaMaxN && cc >= 80 && !out_f32 && k <= kLMaxK &&
          k * itemsize % 16 == 0;
 }
 // k rounded up so that each lane of a quad loads whole vectors of every row,
-// or one 8-byte piece of rows of at most 32 bytes.
+// or one 8-byte piece of rows of at most 32 bytes. f64 takes f32's paddings
+// (8, then multiples of 16), so that both instantiate the same five.
 constexpr int LMmaKPad(int64_t k, int itemsize) {
+  if (itemsize == 8) return k <= 8 ? 8 : static_cast<int>((k + 15) / 16 * 16);
   if (k * itemsize <= 32) return 32 / itemsize;
   const int quad = 4 * (16 / itemsize);
   return static_cast<int>((k + quad - 1) / quad * quad);
@@ -189,7 +191,8 @@ constexpr int LMmaRowStride(int row_bytes) {
 }
 // Shared memory of B's fragments for k padded to kp and n_tile columns.
 constexpr int LMmaBBytes(int itemsize, int kp, int n_tile) {
-  return (itemsize == 4 ? kp / 8 : kp / 16) * (n_tile / 8) * 32 * (itemsize == 4 ? 16 : 8);
+  const int steps = itemsize == 8 ? kp / 4 : itemsize == 4 ? kp / 8 : kp / 16;
+  return steps * (n_tile / 8) * 32 * (itemsize == 4 ? 16 : 8);
 }
 // Blocks per SM the tile is compiled for (__launch_bounds__): two (128
 // registers a thread), but one for f32 with all of k and the widest B, whose

@@ -103,14 +103,14 @@ class Calibration:
       are far below the FMA rate at that stream, so it is modelled as memory-bound.
 
     TSM2L's tensor-core tile (rows of whole 16-byte vectors, bf16/f16 past
-    ``n = 4``, f32 past ``n = 8``):
+    ``n = 4``, f32 and f64 past ``n = 8``):
 
     - ``lmma_eta_stream``: the fraction of the read ceiling it streams A and C
       at, as the row-per-thread kernel: a warp's ring of 16-row stages, its
       outputs stored as whole sectors.
     - ``lmma_eta_mma``: the fraction of the tensor cores' dense rate its
       ``mma.sync`` products reach where they bind (f32 at wide ``k`` and
-      ``n``: three TF32 products per product).
+      ``n``: three TF32 products per product; f64: one DMMA product).
 
     XLA's dot (jax 0.11.2), fitted to the same file (family TN):
 

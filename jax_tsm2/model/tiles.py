@@ -216,6 +216,10 @@ def tile_prediction(
     )
 
 
+# What one product of TSM2L's tensor-core tile costs, by itemsize.
+_L_MMA_PRODUCTS = {2: "one product", 4: "three TF32 products", 8: "one DMMA product"}
+
+
 def _row_prediction(
     p: Problem,
     dtype: str,
@@ -235,8 +239,8 @@ def _row_prediction(
     occ = None
     if mma:
         kp, np_ = mma["l_mma_k"], mma["l_mma_n"]
-        key = "f16" if isz == 2 else "tf32"
-        products = 1 if isz == 2 else 3  # f32: hi*hi + hi*lo + lo*hi
+        key = {2: "f16", 4: "tf32", 8: "f64"}[isz]
+        products = 3 if isz == 4 else 1  # f32: hi*hi + hi*lo + lo*hi
         peak = arch_entry(DOT_FLOPS_PER_CLK, dev.cc)[key] * dev.sm_count * dev.clock_hz
         t_cmp = products * 2.0 * p.m * kp * np_ / (peak * cal.lmma_eta_mma)
         tile = mma["l_mma_tile"]
@@ -252,8 +256,7 @@ def _row_prediction(
         inner = "compute" if t_cmp > t_mem else "memory"
         reason = (
             f"{inner}-bound on tensor cores: rows of {p.k * isz} bytes and n = {p.n} run "
-            f"TSM2L's mma.sync tile ({'three TF32 products' if isz == 4 else 'one product'} "
-            f"of k {kp} x n {np_})"
+            f"TSM2L's mma.sync tile ({_L_MMA_PRODUCTS[isz]} of k {kp} x n {np_})"
         )
         params = {
             "tile": "L mma",

@@ -1,9 +1,10 @@
 // TSM2L on tensor cores: a tall A with rows of whole 16-byte vectors
-// (k <= 64) times a small B, for bf16 and f16 (m16n8k16, f32 sums) and f32
-// (m16n8k8 TF32, three products of split operands: f32 accuracy, tf32.cuh).
-// On CUDA cores an L row costs k * n FMAs for k + n elements moved, which
-// binds past n of about 8 (2-byte types) or 16 (f32); on tensor cores the
-// same rows stream at the memory's pace.
+// (k <= 64) times a small B, for bf16 and f16 (m16n8k16, f32 sums), f32
+// (m16n8k8 TF32, three products of split operands: f32 accuracy, tf32.cuh)
+// and f64 (m8n8k4 DMMA, f64 sums, f64_mma.cuh). On CUDA cores an L row costs
+// k * n FMAs for k + n elements moved, which binds past n of about 8 (2-byte
+// types) or 16 (f32, f64); on tensor cores the same rows stream at the
+// memory's pace.
 //
 // - A warp owns a 16-row tile at a time (the MMA's m), tiles dealt to the
 //   warps of a persistent grid in turn; there is no block barrier after B is
@@ -14,10 +15,11 @@
 //   ... (rows of at most 32 bytes: the 8-byte piece q). The contraction's
 //   order is free, so the MMA's k slots are mapped onto those vectors
 //   (LMmaPhysK below) and B's fragments are built with the same map: a
-//   lane's A fragments for two MMA steps are one vector it loaded.
+//   lane's A fragments for two MMA steps are one vector it loaded. f64 runs
+//   the 16 rows as two m8 products that share B's fragment.
 // - B (k x n) is laid out once per block in shared memory as the lanes'
 //   fragments in MMA order (f32: both TF32 parts), one 16-byte (f32) or
-//   8-byte (bf16/f16) load per fragment.
+//   8-byte (bf16/f16, f64) load per fragment.
 // - The ring's depth is the plan's (launch_l_mma.cuh): as many 16-row stages
 //   per warp as keep the device's bytes in flight per SM.
 // - C leaves from the accumulators: a lane holds two adjacent outputs of a row
@@ -35,6 +37,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ffi/common/f64_mma.cuh"
 #include "ffi/common/half_mma.cuh"
 #include "ffi/common/kernel_utils.cuh"
 #include "ffi/common/tf32.cuh"
@@ -62,14 +65,17 @@ struct LMmaArgs {
 template <typename T, int KP, int N8>
 struct LMmaConfig {
   static constexpr bool kTf32 = std::is_same_v<T, float>;
-  static_assert(kTf32 || sizeof(T) == 2, "bf16, f16 and f32");
+  static constexpr bool kF64 = std::is_same_v<T, double>;
+  static constexpr bool kHalf = sizeof(T) == 2;  // columns of tile pairs interleaved
+  static_assert(kTf32 || kF64 || kHalf, "bf16, f16, f32 and f64");
+  using Acc = std::conditional_t<kF64, double, float>;
   static constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   static constexpr int kPiece = KP / 4;  // elements of a row one lane loads
   static_assert(KP * sizeof(T) == 32 || (KP % (4 * kVec) == 0 && KP <= kLMaxK),
                 "k in 8-byte pieces or whole vectors of a quad");
-  static_assert(kTf32 || N8 % 2 == 0, "2-byte types pair their MMA tiles");
+  static_assert(!kHalf || N8 % 2 == 0, "2-byte types pair their MMA tiles");
   static constexpr int kVecs = kPiece / kVec;  // vectors a lane loads per row (0: 8 bytes)
-  static constexpr int kSteps = kTf32 ? KP / 8 : KP / 16;
+  static constexpr int kSteps = kTf32 ? KP / 8 : kF64 ? KP / 4 : KP / 16;
   static constexpr int kThreads = kLMmaWarps * 32;
   static constexpr int kRowStride = LMmaRowStride(KP * static_cast<int>(sizeof(T)));
   static constexpr int kStageBytes = 16 * kRowStride;
@@ -91,12 +97,13 @@ __device__ __forceinline__ int LMmaPhysK(int q, int v) {
   }
 }
 
-// Column of C that MMA column `col` of MMA tile `t` holds: itself for f32;
-// for 2-byte types, pairs of tiles interleave their columns two at a time so
-// that a lane's outputs of tiles 2p and 2p + 1 are four adjacent columns.
-template <bool kTf32>
+// Column of C that MMA column `col` of MMA tile `t` holds: itself for f32
+// and f64; for 2-byte types, pairs of tiles interleave their columns two at a
+// time so that a lane's outputs of tiles 2p and 2p + 1 are four adjacent
+// columns.
+template <bool kHalf>
 __device__ __forceinline__ int LMmaPhysN(int t, int col) {
-  if constexpr (kTf32) {
+  if constexpr (!kHalf) {
     return 8 * t + col;
   } else {
     return 16 * (t / 2) + 4 * (col / 2) + 2 * (t % 2) + col % 2;
@@ -123,16 +130,21 @@ __device__ __forceinline__ float LMmaB(const LMmaArgs& p, int64_t kk, int64_t j)
 // B's fragments, lane by lane in MMA order: for step s, tile t and lane
 // (g, q), the values of B the lane's MMA operand holds at the k of lane q's
 // A values of that step. f32: {hi(k0), hi(k0 + 1), lo(k0), lo(k0 + 1)}, with
-// k0 = LMmaPhysK(q, 2 s); 2-byte types: two pairs of elements at
-// LMmaPhysK(q, 4 s) and the two after.
+// k0 = LMmaPhysK(q, 2 s); f64: the one element at LMmaPhysK(q, s); 2-byte
+// types: two pairs of elements at LMmaPhysK(q, 4 s) and the two after.
 template <typename T, typename Cfg, int N8>
 __device__ __forceinline__ void LMmaBuildB(const LMmaArgs& p, unsigned char* image) {
   constexpr int kEntries = Cfg::kSteps * N8 * 32;
   for (int e = threadIdx.x; e < kEntries; e += Cfg::kThreads) {
     const int lane = e % 32, t = (e / 32) % N8, s = e / (32 * N8);
     const int g = lane / 4, q = lane % 4;
-    const int j = LMmaPhysN<Cfg::kTf32>(t, g);
-    if constexpr (Cfg::kTf32) {
+    const int j = LMmaPhysN<Cfg::kHalf>(t, g);
+    if constexpr (Cfg::kF64) {
+      const int64_t kk = LMmaPhysK<Cfg>(q, s);
+      const double* b = static_cast<const double*>(p.b);
+      const double v = kk < p.k && j < p.n ? b[p.b_trans ? j * p.k + kk : kk * p.n + j] : 0.0;
+      reinterpret_cast<double*>(image)[e] = v;
+    } else if constexpr (Cfg::kTf32) {
       const int k0 = LMmaPhysK<Cfg>(q, 2 * s);
       uint32_t h0, l0, h1, l1;
       SplitTf32(LMmaB<T>(p, k0, j), h0, l0);
@@ -181,23 +193,27 @@ __device__ __forceinline__ void LMmaCopyTile(const LMmaArgs& p, int64_t tile,
 
 // Lane (g, q)'s outputs of the tile into rows of n elements from `out`: rows
 // g and g + 8 (acc[t][0..1] and acc[t][2..3]) at the columns LMmaPhysN
-// gives, as one store per row and tile (f32: two outputs; 2-byte types: four
-// over a pair of tiles) where kVec says n and `out` allow it.
+// gives, as one store per row and tile (f32, f64: two outputs; 2-byte types:
+// four over a pair of tiles) where kVec says n and `out` allow it.
 template <typename T, typename Cfg, int N8, bool kVec>
 __device__ __forceinline__ void LMmaPut(T* out, int64_t rows, int64_t n,
-                                        const float (&acc)[N8][4]) {
+                                        const typename Cfg::Acc (&acc)[N8][4]) {
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (g + 8 * h >= rows) continue;
     T* row = out + (g + 8 * h) * n;
-    if constexpr (Cfg::kTf32) {
+    if constexpr (!Cfg::kHalf) {
 #pragma unroll
       for (int t = 0; t < N8; ++t) {
-        const int j = LMmaPhysN<true>(t, 2 * q);
+        const int j = LMmaPhysN<false>(t, 2 * q);
         if constexpr (kVec) {  // n even: j < n means j + 1 < n
           if (j < n) {
-            *reinterpret_cast<float2*>(row + j) = make_float2(acc[t][2 * h], acc[t][2 * h + 1]);
+            if constexpr (Cfg::kF64) {
+              *reinterpret_cast<double2*>(row + j) = make_double2(acc[t][2 * h], acc[t][2 * h + 1]);
+            } else {
+              *reinterpret_cast<float2*>(row + j) = make_float2(acc[t][2 * h], acc[t][2 * h + 1]);
+            }
           }
         } else {
           if (j < n) row[j] = acc[t][2 * h];
@@ -207,7 +223,7 @@ __device__ __forceinline__ void LMmaPut(T* out, int64_t rows, int64_t n,
     } else {
 #pragma unroll
       for (int t = 0; t < N8; t += 2) {
-        const int j = LMmaPhysN<false>(t, 2 * q);  // four adjacent columns from here
+        const int j = LMmaPhysN<true>(t, 2 * q);  // four adjacent columns from here
         const uint32_t w0 = LMmaBits16<T>(acc[t][2 * h]) | LMmaBits16<T>(acc[t][2 * h + 1]) << 16;
         const uint32_t w1 = LMmaBits16<T>(acc[t + 1][2 * h]) | LMmaBits16<T>(acc[t + 1][2 * h + 1])
                                                                    << 16;
@@ -233,7 +249,7 @@ __device__ __forceinline__ void LMmaPut(T* out, int64_t rows, int64_t n,
 // its `staging` in shared memory and writes the span as 16-byte vectors.
 template <typename T, typename Cfg, int N8>
 __device__ __forceinline__ void LMmaStore(const LMmaArgs& p, int64_t tile, T* staging,
-                                          const float (&acc)[N8][4]) {
+                                          const typename Cfg::Acc (&acc)[N8][4]) {
   const int64_t rows = p.rows - tile * 16 < 16 ? p.rows - tile * 16 : 16;
   T* c = static_cast<T*>(p.c) + tile * 16 * p.n;
   if (p.c_vec) {
@@ -267,7 +283,7 @@ __device__ __forceinline__ void LMmaExactSums(const LMmaArgs& p, int64_t tile,
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t row = tile * 16 + g + 8 * (e / 2);
-      const int64_t j = LMmaPhysN<true>(t, 2 * q + e % 2);
+      const int64_t j = LMmaPhysN<false>(t, 2 * q + e % 2);
       if (row >= p.rows || j >= p.n) continue;
       float v = 0.0f;
       for (int64_t kk = 0; kk < p.k; ++kk) {
@@ -281,8 +297,9 @@ __device__ __forceinline__ void LMmaExactSums(const LMmaArgs& p, int64_t tile,
 // Calls step(s, a) for each MMA step s with lane (g, q)'s words 2 s and
 // 2 s + 1 of rows g and g + 8, a[] = {(g, 2 s), (g + 8, 2 s), (g, 2 s + 1),
 // (g + 8, 2 s + 1)}: the step's A fragment (f32: values 2 s and 2 s + 1;
-// 2-byte types: values 4 s to 4 s + 3). A vector serves two steps and is
-// loaded once for both.
+// 2-byte types: values 4 s to 4 s + 3; f64: value s, words {0, 2} of row g
+// and {1, 3} of row g + 8). A vector serves two steps and is loaded once for
+// both.
 template <typename Cfg, typename Step>
 __device__ __forceinline__ void LMmaForSteps(const unsigned char* stage, Step&& step) {
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
@@ -308,11 +325,25 @@ __device__ __forceinline__ void LMmaForSteps(const unsigned char* stage, Step&& 
 // The products of one stage: sums from zero (every tile is all of k).
 template <typename T, typename Cfg, int N8>
 __device__ __forceinline__ void LMmaTile(const unsigned char* stage, const unsigned char* b_img,
-                                         float (&acc)[N8][4], bool& nan) {
+                                         typename Cfg::Acc (&acc)[N8][4], bool& nan) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int t = 0; t < N8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-  if constexpr (Cfg::kTf32) {
+  for (int t = 0; t < N8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0;
+  if constexpr (Cfg::kF64) {
+    // IEEE products and sums: NaN and Inf come out as plain FMAs give them.
+    const double* frags = reinterpret_cast<const double*>(b_img);
+    LMmaForSteps<Cfg>(stage, [&](int s, const uint32_t (&a)[4]) {
+      const double a0 = __hiloint2double(static_cast<int>(a[2]), static_cast<int>(a[0]));
+      const double a1 = __hiloint2double(static_cast<int>(a[3]), static_cast<int>(a[1]));
+#pragma unroll
+      for (int t = 0; t < N8; ++t) {
+        const double f = frags[(s * N8 + t) * 32 + lane];
+        MmaF64(acc[t][0], acc[t][1], a0, f);
+        MmaF64(acc[t][2], acc[t][3], a1, f);
+      }
+    });
+    nan = false;
+  } else if constexpr (Cfg::kTf32) {
     float cross[N8][4];
 #pragma unroll
     for (int t = 0; t < N8; ++t) cross[t][0] = cross[t][1] = cross[t][2] = cross[t][3] = 0.0f;
@@ -388,7 +419,7 @@ __global__ void __launch_bounds__(kLMmaWarps * 32, (LMmaConfig<T, KP, N8>::kMinB
     }
     CpAsyncCommit();
     CpAsyncWaitAtMost(p.stages - 1);
-    float acc[N8][4];
+    typename Cfg::Acc acc[N8][4];
     bool nan = false;
     LMmaTile<T, Cfg, N8>(ring + read * Cfg::kStageBytes, smem, acc, nan);
     if constexpr (Cfg::kTf32) {
