@@ -13,6 +13,11 @@ compared on.
         jax_tsm2/calibrations/calibration-NVIDIA-H200-sm90-132sm.json \\
         grid/bench.json app/bench.json --verbose
     python benchmarks/routing_replay.py none --theoretical-tbps 4.8 grid/bench.json
+    python benchmarks/routing_replay.py CAL.json grid/bench.json --retimed streams.json
+
+With ``--retimed FILE[#RUN]`` (repeatable), the kernel times a ``benchmarks/stream_kernels.py``
+file (or its run ``RUN``) measured on products of the runs replace what the runs recorded:
+a grid record may have timed a kernel since changed.
 
 With ``none`` in place of the file, routing runs as on a GPU with no calibration
 (``JAX_TSM2_CALIBRATION=off``, no tune cache: ``routing.route`` in mode "auto"), on a device
@@ -84,6 +89,45 @@ def read_cases(path: pathlib.Path) -> tuple[list[Case], dict[str, Any]]:
         )
         case.seconds[r["impl"]] = float(r["seconds"])
     return [c for c in cases.values() if "jnp" in c.seconds], doc["device"]
+
+
+def retime(cases: list[Case], path: pathlib.Path, run: str | None = None) -> int:
+    """Replace, in ``cases``, each kernel time that a ``benchmarks/stream_kernels.py`` file
+    measured again on the same product (a grid record may have timed a kernel since
+    changed); ``run`` names the run of a file of several. Returns how many were replaced.
+
+    Example:
+        >>> import tempfile
+        >>> row = {"layout": "nn", "dtype": "f32", "m": 8, "k": 4096, "n": 4096,
+        ...        "kernel": "tsm2s", "kernel_us": 20.0}
+        >>> f = pathlib.Path(tempfile.mkdtemp()) / "streams.json"
+        >>> _ = f.write_text(json.dumps({"rows": [row]}))
+        >>> case = Case("S:8x4096x4096", "S", "f32", ([8, 4096], [4096, 4096]),
+        ...             {"jnp": 3e-5, "tsm2s": 4e-5})
+        >>> retime([case], f), round(case.seconds["tsm2s"] * 1e6, 3)
+        (1, 20.0)
+    """
+    doc = json.loads(path.read_text())
+    if run is not None:
+        runs = doc["runs"]
+        if run not in runs:
+            raise KeyError(f"{path} has no run {run!r}; it has {sorted(runs)}")
+        doc = runs[run]
+    again = {
+        (row["layout"], row["dtype"], (row["m"], row["k"], row["n"]), row["kernel"]): (
+            row["kernel_us"] * 1e-6
+        )
+        for row in doc["rows"]
+    }
+    replaced = 0
+    for case in cases:
+        p, layout = _problem(case.family, case.shapes)
+        for kernel in list(case.seconds):
+            key = (layout, case.dtype, (p.m, p.k, p.n), kernel)
+            if key in again:
+                case.seconds[kernel] = again[key]
+                replaced += 1
+    return replaced
 
 
 def device_of(recorded: dict[str, Any]) -> model.Device:
@@ -257,6 +301,14 @@ def main(argv: list[str] | None = None) -> int:
         help="with none: the GPU's theoretical DRAM bandwidth in TB/s, as its driver reports",
     )
     ap.add_argument(
+        "--retimed",
+        action="append",
+        default=[],
+        metavar="FILE[#RUN]",
+        help="a benchmarks/stream_kernels.py file (and the name of one of its runs) whose "
+        "kernel times replace the runs' records of the same products; repeatable",
+    )
+    ap.add_argument(
         "--model-error",
         action="store_true",
         help="also print the calibrated model's error per target on the runs",
@@ -283,6 +335,13 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, KeyError, TypeError) as e:
             ap.error(f"{path} is not a harness run (bench.json): {e!r}")
         cases += found
+    for spec in args.retimed:
+        path, _, run = spec.partition("#")
+        try:
+            n = retime(cases, pathlib.Path(path), run or None)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"--retimed {spec}: {e!r}")
+        print(f"{path}: {n} kernel times of the runs replaced")
     device = device_of(recorded or {})
     if data is None:
         # The driver's bus width and memory clock: only their product, the theoretical

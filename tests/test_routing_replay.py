@@ -71,6 +71,27 @@ def test_bad_arguments_get_the_usage(tmp_path):
     assert r.returncode == 2 and "not a harness run" in r.stderr
 
 
+def test_retimed_kernel_times_replace_the_records(tmp_path):
+    """``--retimed``: a kernel timed again (benchmarks/stream_kernels.py) on a product of
+    the run is scored at its new time: the loss above becomes a win. A run named that the
+    file lacks, or a missing file, gets the usage."""
+    cal = _calibration(tmp_path / "cal.json")
+    run = _run(tmp_path / "bench.json", {"TN:gram": (10**6, {"jnp": 1.8e-4, "tsm2t": 4.0e-4})})
+    row = {"kernel": "tsm2t", "dtype": "f32", "layout": "tn", "m": 32, "k": 10**6, "n": 32,
+           "kernel_us": 61.0}  # fmt: skip
+    streams = tmp_path / "streams.json"
+    streams.write_text(json.dumps({"runs": {"after": {"rows": [row]}}}))
+    r = _replay(str(cal), str(run))
+    assert r.returncode == 0 and "1 losses" in r.stdout, r.stdout + r.stderr
+    r = _replay(str(cal), str(run), "--retimed", f"{streams}#after")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 kernel times of the runs replaced" in r.stdout and "0 losses" in r.stdout, r.stdout
+    r = _replay(str(cal), str(run), "--retimed", f"{streams}#before")
+    assert r.returncode == 2 and "usage:" in r.stderr and "no run 'before'" in r.stderr
+    r = _replay(str(cal), str(run), "--retimed", str(tmp_path / "missing.json"))
+    assert r.returncode == 2 and "usage:" in r.stderr
+
+
 def test_replays_routing_without_a_calibration(tmp_path):
     """``none``: routing as on a GPU with no calibration. TN f32 32 x 1e6 x 32: the model
     alone predicts TSM2T slower than XLA's dot at its best (one pass), so XLA's dot is kept
@@ -153,18 +174,8 @@ RETIMED = (
 def _with_retimed(cases, runs):
     """``cases`` with each kernel time that a RETIMED run measured again replaced by it."""
     rr = _replay_module()
-    again = {}
     for name, run in RETIMED:
-        doc = json.loads((runs / f"{name}.json").read_text())
-        for row in (doc if run is None else doc["runs"][run])["rows"]:
-            shape = f"{row['m']}x{row['k']}x{row['n']}"
-            again[(row["layout"], row["dtype"], shape, row["kernel"])] = row["kernel_us"] * 1e-6
-    for case in cases:
-        shape = case.name.split(":", 1)[1]
-        for kernel in list(case.seconds):
-            key = (rr.LAYOUTS[case.family], case.dtype, shape, kernel)
-            if key in again:
-                case.seconds[kernel] = again[key]
+        rr.retime(cases, runs / f"{name}.json", run)
     return cases
 
 
