@@ -80,6 +80,42 @@ def test_every_tile_variant(dtype, n_tile):
             assert_close_to_reference(c, a, b)
 
 
+@pytest.mark.parametrize(
+    ("m", "k", "n"),
+    [
+        (1, 36, 64),
+        (65, 100, 56),
+        (100, 2052, 64),
+        (129, 64, 40),
+        (1025, 4, 24),
+        (300, 20000, 64),
+        (257, 20000, 33),
+        (4099, 1000, 16),
+    ],
+)
+def test_r_f32_tensor_core_tile_keeps_f32_accuracy(m, k, n):
+    """f32 TSM2R past n = 8: three TF32 products of split operands (warpgroup MMAs on sm_90a).
+
+    k is a multiple of 4 (rows of whole 16-byte vectors: the tensor-map ring); m = 1, 65,
+    100 and 129 leave a row tile's second warpgroup empty or part-filled. Besides the
+    worst-case bound, the largest error must stay within 4x that of NumPy's float32
+    product plus 2^-18 of the products' root sum of squares (the split's own error is up
+    to 2^-20 of each term of A, in random directions). One plain TF32 product (2^-11 a
+    term) or sums left to drift in the tensor cores' truncating accumulation over all of
+    k would exceed it.
+    """
+    rng = np.random.default_rng(m * 7 + k * 3 + n)
+    a, b = rand(rng, (m, k), jnp.float32), rand(rng, (k, n), jnp.float32)
+    c = jax.jit(ffi_matmul, static_argnums=2)(a, b, TSM2R)
+    assert_close_to_reference(c, a, b)
+    a64, b64 = as_f64(a), as_f64(b)
+    ref = a64 @ b64
+    err = np.abs(as_f64(c) - ref).max()
+    err32 = np.abs(np.asarray(a) @ np.asarray(b) - ref).max()
+    slack = 2.0**-18 * np.sqrt(np.square(a64) @ np.square(b64)).max()
+    assert err <= 4 * err32 + slack, (err, err32, slack)
+
+
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
 @pytest.mark.parametrize(("m", "k", "n"), [(1000, 257, 7), (4099, 13, 64), (65, 4097, 33)])
 def test_half_inputs_write_f32(dtype, m, k, n):

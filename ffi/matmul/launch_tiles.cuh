@@ -290,7 +290,8 @@ struct RTileVariant {
     }
     if constexpr (kMma) {
       const int64_t images = BBatches(p) * a.n_tiles * a.chunks;
-      Tsm2MmaImageKernel<T, NT><<<static_cast<unsigned>(images), kImageThreads, 0, stream>>>(a);
+      Tsm2MmaImageKernel<T, NT, kKind == RTileKind::kMmaTma>
+          <<<static_cast<unsigned>(images), kImageThreads, 0, stream>>>(a);
       TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2MmaImageKernel");
       if constexpr (kKind == RTileKind::kMmaTma) {
         CUtensorMap a_map;

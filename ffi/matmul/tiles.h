@@ -301,9 +301,12 @@ constexpr int RMmaNTile(int nt) { return (nt + 7) / 8 * 8; }
 constexpr int RMmaMinBlocks(int itemsize, int nt) {
   return nt <= (itemsize == 4 ? 16 : 40) ? 2 : 1;
 }
-// Bytes of one stage image of B (all planes) for an n-tile of nt.
+// Bytes of one stage image of B (all planes) for an n-tile of nt. f32's
+// image is also the warpgroup tile's K-major swizzled layout (smaller: no
+// padding), whose ring slots must start on 1,024-byte swizzle atoms.
 constexpr int RMmaBStageBytes(int itemsize, int nt) {
-  return RMmaBPlanes(itemsize) * nt * RMmaBStride(itemsize) * itemsize;
+  const int bytes = RMmaBPlanes(itemsize) * nt * RMmaBStride(itemsize) * itemsize;
+  return itemsize == 4 ? (bytes + 1023) / 1024 * 1024 : bytes;
 }
 // B rearranged for the tensor-core tile (one pass before it): for each batch
 // entry of B, n-tile and k-chunk, a stage image, zero past k and n. Rounded

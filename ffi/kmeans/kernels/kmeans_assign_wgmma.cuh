@@ -42,8 +42,8 @@
 #include <type_traits>
 
 #include "ffi/common/cluster_pipe.cuh"
+#include "ffi/common/wgmma.cuh"
 #include "ffi/kmeans/kernels/kmeans_assign.cuh"
-#include "ffi/kmeans/kernels/wgmma.cuh"
 #include "ffi/kmeans/tiled_plan.h"
 
 namespace tsm2 {

@@ -44,6 +44,15 @@
 #include "ffi/matmul/kernels/tsm2.cuh"
 #include "ffi/matmul/tiles.h"
 
+// Whether this compilation pass runs the tensor-map R tile's f32 products
+// on warpgroup MMAs (sm_90a machine code: tsm2_mma_tma.cuh). The B image
+// the tile reads is laid out to match, by the same pass.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TSM2_R_WGMMA_TF32 1
+#else
+#define TSM2_R_WGMMA_TF32 0
+#endif
+
 namespace tsm2 {
 
 template <typename T, int NT, bool VecRows>
@@ -81,9 +90,12 @@ struct Tsm2MmaConfig {
 // (tf32.cuh SplitTf32). Reads are coalesced in either layout through a
 // transposing shared tile. The loops are unrolled so that a thread's loads
 // are in flight together: one at a time, the 11 blocks of R f16 1454 x 1371 x
-// 51 took 18 us (Nsight Compute) for 147 KB.
+// 51 took 18 us (Nsight Compute) for 147 KB. kForWgmma (f32 images for the
+// tensor-map tile, where it runs on warpgroup MMAs): each plane as the
+// chunk's 32-k boxes of NT rows x 128 bytes in the 128-byte swizzle (16-byte
+// chunk c of row j at c ^ (j % 8)), B^T K-major as wgmma reads it.
 constexpr int kImageThreads = 256;
-template <typename T, int NT>
+template <typename T, int NT, bool kForWgmma = false>
 __global__ void __launch_bounds__(kImageThreads)
     Tsm2MmaImageKernel(const __grid_constant__ Tsm2Args p) {
   constexpr int kChunkK = RMmaChunkK(sizeof(T)), kStride = RMmaBStride(sizeof(T));
@@ -118,9 +130,26 @@ __global__ void __launch_bounds__(kImageThreads)
     }
   }
   __syncthreads();
+  char* image = static_cast<char*>(const_cast<void*>(p.b_image)) +
+                blockIdx.x * int64_t{RMmaBStageBytes(sizeof(T), NT)};
+  if constexpr (kTf32 && kForWgmma && TSM2_R_WGMMA_TF32) {
+    constexpr int kPlaneWords = NT * kChunkK;
+    constexpr int kWords = RMmaBStageBytes(4, NT) / 4;
+    uint32_t* out = reinterpret_cast<uint32_t*>(image);
+    for (int e = threadIdx.x; e < kWords; e += kImageThreads) {
+      uint32_t hi = 0, lo = 0;  // the stage's tail past both planes stays zero
+      if (e < 2 * kPlaneWords) {
+        const int w = e % kPlaneWords, box = w / (NT * 32), j = (w / 32) % NT, pos = w % 32;
+        const int kk = box * 32 + ((pos / 4) ^ (j % 8)) * 4 + pos % 4;
+        SplitTf32(__uint_as_float(tile[j][kk]), hi, lo);
+      }
+      out[e] = e < kPlaneWords ? hi : lo;
+    }
+    return;
+  }
   constexpr int kPlanes = RMmaBPlanes(sizeof(T));
-  Bits* out = static_cast<Bits*>(const_cast<void*>(p.b_image)) +
-              blockIdx.x * int64_t{kPlanes} * NT * kStride;
+  Bits* out = reinterpret_cast<Bits*>(image);
+  static_assert(kPlanes * NT * kStride * int{sizeof(Bits)} <= RMmaBStageBytes(sizeof(T), NT));
   constexpr int kStores = (NT * kStride + kImageThreads - 1) / kImageThreads;
 #pragma unroll
   for (int i = 0; i < kStores; ++i) {

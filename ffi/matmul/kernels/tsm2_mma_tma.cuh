@@ -31,6 +31,7 @@
 #include "ffi/common/cluster_pipe.cuh"
 #include "ffi/common/half_mma.cuh"
 #include "ffi/common/tf32.cuh"
+#include "ffi/common/wgmma.cuh"
 #include "ffi/matmul/kernels/tsm2.cuh"
 #include "ffi/matmul/kernels/tsm2_mma.cuh"
 #include "ffi/matmul/tiles.h"
@@ -64,6 +65,12 @@ struct Tsm2MmaTmaConfig {
   // Shared memory besides the ring: 1 KB to align it (the swizzle follows
   // address bits), a full and an empty mbarrier per stage, the output staging.
   static constexpr int kFixedBytes = 1024 + 16 * kMaxStages + kRedBytes;
+  // f32 on warpgroup MMAs: B's stage image as K-major swizzled boxes
+  // (Tsm2MmaImageKernel kForWgmma), a box per 32 k of NT rows x 128 bytes.
+  static constexpr int kWgBoxBytes = NT * 128;
+  static constexpr int kWgPlaneBytes = kChunkK / kBoxK * kWgBoxBytes;
+  static_assert(!kTf32 || (2 * kWgPlaneBytes <= kBStageBytes && kBStageBytes % 1024 == 0),
+                "both planes fit the stage image, whose ring slots are whole swizzle atoms");
   static_assert(kChunkK % kBoxK == 0 && kBoxBytes % 1024 == 0, "stages of whole swizzle atoms");
   static_assert(kBStageBytes % 16 == 0, "bulk copies of whole 16-byte vectors");
   static_assert(kRows * kRedStride * 4 <= kRedBytes, "the fragments fit the output staging");
@@ -114,7 +121,8 @@ __device__ __forceinline__ void MmaStageSwizzled(const char* a_st, const char* b
   }
 }
 
-// f32: the same in three TF32 products (tsm2_mma.cuh MmaStageTf32With). A's
+// f32: the same in three TF32 products (tsm2_mma.cuh MmaStageTf32With),
+// where the warpgroup MMAs below are not built. A's
 // fragments come from ldmatrix as bf16's do: an 8 x 8 matrix of 16-bit
 // elements is 8 rows x 4 words, and lane (g, t) gets word t of row g, which
 // is the TF32 fragment (matrices: rows 0-7 and 8-15 at k 0-3, then at k 4-7).
@@ -138,6 +146,58 @@ __device__ __forceinline__ void MmaStageTf32Swizzled(const char* a_st, const cha
       },
       b_st, acc, cross);
 }
+
+#if TSM2_R_WGMMA_TF32
+// f32 on sm_90a: the same three TF32 products as warpgroup MMAs, which take
+// a warpgroup's 64 x NT x 8 products per instruction instead of mma.sync's
+// 16 x 8 x 8. On mma.sync the tile ran R 20480 x 20480 x 64 in 1.11 ms on
+// an H200 (145 TFLOP/s of TF32 products, a third of the memory floor); on
+// warpgroup MMAs, in 0.71 ms. Each warp splits its A fragments (ldmatrix,
+// as above) in registers and the warpgroup's MMAs read them from there and
+// B's hi and lo planes from the stage image. A k-step's MMAs run while the
+// warp loads and splits the next. `part` takes the stage's sums from zero,
+// added to `acc` with f32 adds as in MmaStageTf32With, but with the cross
+// terms in it too: a third set of sums does not fit beside the others at
+// 64 columns (ptxas spilled), since a warp scheduler's 16,384 registers
+// serve three of the block's nine warps. An Inf or NaN among the inputs
+// then shows as a NaN in `acc`. The warpgroup's 64 rows are warp w's 16 at
+// 16 w, the rows the epilogue expects.
+template <typename Cfg>
+__device__ __forceinline__ void WgmmaStageTf32(const char* a_st, const char* b_st, int warp,
+                                               float (&acc)[Cfg::kNTiles8][4],
+                                               float (&part)[Cfg::kNTiles8][4]) {
+  constexpr int kSteps = Cfg::kBoxK / 8;  // k-steps of 8 per 128-byte box
+  const int lane = threadIdx.x % 32;
+  const int row = warp * 16 + lane % 16;
+  const char* a_row = a_st + row * 128;
+  const int swz = row % 8;
+  const uint32_t b_hi = SmemAddr(b_st), b_lo = b_hi + Cfg::kWgPlaneBytes;
+  uint32_t ah[2][4], al[2][4];
+#pragma unroll
+  for (int s = 0; s < Cfg::kChunkK / 8; ++s) {
+    const int box = s / kSteps, ks = s % kSteps, buf = s % 2;
+    uint32_t w[4];
+    LdMatrixX4(a_row + box * Cfg::kBoxBytes + (((2 * ks + lane / 16) ^ swz) * 16), w);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) SplitTf32Trunc(__uint_as_float(w[e]), ah[buf][e], al[buf][e]);
+    WgmmaFence();
+    const uint32_t off = box * Cfg::kWgBoxBytes + 32 * ks;
+    WgmmaTf32RegARow(part, ah[buf], WgmmaDescSw128(b_hi + off), s > 0);
+    WgmmaTf32RegARow(part, ah[buf], WgmmaDescSw128(b_lo + off), true);
+    WgmmaTf32RegARow(part, al[buf], WgmmaDescSw128(b_hi + off), true);
+    WgmmaCommit();
+    // The previous step's products are done: its fragments may be overwritten.
+    WgmmaWait<1>();
+  }
+  WgmmaWait<0>();
+  WgmmaFenceTiles(part);
+#pragma unroll
+  for (int j = 0; j < Cfg::kNTiles8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] += part[j][e];
+  }
+}
+#endif
 
 // The producer (one thread): every unit's stage into the ring, `stages`
 // ahead of the consumers, as two tensor-map boxes of A and a bulk copy of
@@ -174,6 +234,29 @@ __device__ __forceinline__ void ProduceStages(const Tsm2Args& p, const CUtensorM
   }
 }
 
+// A finished tile's sums, staged in `red` (row r's at r * kRedStride), out
+// to C by the consumers. Not inlined: it needs a whole row in registers,
+// which beside the main loop's sums made ptxas spill inside that loop (it
+// has 168 registers a thread: a warp scheduler's 16,384 serve three of the
+// block's nine warps).
+template <typename T, int NT, typename Cfg>
+__device__ __noinline__ void WriteStagedTile(const Tsm2Args& p, const Cursor& uc, char* red_bytes) {
+  const float* red = reinterpret_cast<const float*>(red_bytes);
+  WriteRTile<NT, Cfg::kRows>(
+      p, uc, red_bytes, Cfg::kConsumers,
+      [&](const OutLayout& o, int offc, int rows) {
+        float row[NT];
+        const int own = threadIdx.x;
+        if (own < rows) {
+#pragma unroll
+          for (int j = 0; j < NT; ++j) row[j] = red[own * Cfg::kRedStride + j];
+        }
+        ConsumerSync<Cfg::kConsumers>();  // every row is read before the staging takes it
+        if (own < rows) PutRow<T, NT>(o, p.out_f32, red_bytes, own, offc, row);
+      },
+      [] { ConsumerSync<Cfg::kConsumers>(); });
+}
+
 // The consumers (a warp per 16 rows): each stage's MMAs, then each finished
 // tile's sums out through the output staging (or to the workspace where the
 // tile is split between blocks).
@@ -185,11 +268,17 @@ __device__ __forceinline__ void ConsumeStages(const Tsm2Args& p, int64_t u_begin
   const int stages = p.stages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float* red = reinterpret_cast<float*>(red_bytes);
-  float acc[kN8][4], cross[kN8][4];  // cross: f32's hi*lo + lo*hi
+  // Warpgroup MMAs are the 128 threads' together: a warpgroup skips a stage
+  // only where all its 64 rows are past m.
+  constexpr bool kWgmma = Cfg::kTf32 && TSM2_R_WGMMA_TF32;
+  const int first_row = kWgmma ? warp / 4 * 64 : warp * 16;
+  float acc[kN8][4];
+  float cross[kWgmma ? 1 : kN8][4];           // mma.sync's f32 hi*lo + lo*hi
+  [[maybe_unused]] float stage_sums[kN8][4];  // warpgroup MMAs: a stage's sums
 #pragma unroll
   for (int t = 0; t < kN8; ++t) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[t][e] = cross[t][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) acc[t][e] = cross[t < (kWgmma ? 1 : kN8) ? t : 0][e] = 0.0f;
   }
 
   Cursor uc = DecodeUnit(p, u_begin);
@@ -198,10 +287,14 @@ __device__ __forceinline__ void ConsumeStages(const Tsm2Args& p, int64_t u_begin
   for (int64_t it = 0; it < count; ++it) {
     MbarWait(full + 8 * slot, phase);
     // Warps whose rows are all past m (the last row tile) have nothing to add.
-    if (static_cast<int64_t>(uc.row_tile) * kRows + warp * 16 < p.m) {
+    if (static_cast<int64_t>(uc.row_tile) * kRows + first_row < p.m) {
       const char* a_st = a_ring + slot * Cfg::kAStageBytes;
       const char* b_st = b_ring + slot * Cfg::kBStageBytes;
-      if constexpr (Cfg::kTf32) {
+      if constexpr (kWgmma) {
+#if TSM2_R_WGMMA_TF32
+        WgmmaStageTf32<Cfg>(a_st, b_st, warp, acc, stage_sums);
+#endif
+      } else if constexpr (Cfg::kTf32) {
         MmaStageTf32Swizzled<Cfg>(a_st, b_st, warp, acc, cross);
       } else {
         MmaStageSwizzled<T, Cfg>(a_st, b_st, warp, acc);
@@ -218,17 +311,22 @@ __device__ __forceinline__ void ConsumeStages(const Tsm2Args& p, int64_t u_begin
       // of each 8-column n-tile.
       const int r = warp * 16 + lane / 4, c = 2 * (lane % 4);
       if constexpr (Cfg::kTf32) {
-        // A NaN in the cross sums of rows below m: an Inf or NaN among the
-        // inputs, which the split turned into NaN (tsm2_mma.cuh).
+        // A NaN in the cross sums (warpgroup MMAs: the sums) of rows below m:
+        // an Inf or NaN among the inputs, which the split turned into NaN
+        // (tsm2_mma.cuh).
         bool poisoned = false;
 #pragma unroll
         for (int t = 0; t < kN8; ++t) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int64_t row = static_cast<int64_t>(uc.row_tile) * kRows + r + 8 * (e / 2);
-            poisoned |= row < p.m && isnan(cross[t][e]);
-            acc[t][e] += cross[t][e];
-            cross[t][e] = 0.0f;
+            if constexpr (kWgmma) {
+              poisoned |= row < p.m && isnan(acc[t][e]);
+            } else {
+              poisoned |= row < p.m && isnan(cross[t][e]);
+              acc[t][e] += cross[t][e];
+              cross[t][e] = 0.0f;
+            }
           }
         }
         if (ConsumerAny<Cfg::kConsumers>(poisoned)) {
@@ -260,19 +358,7 @@ __device__ __forceinline__ void ConsumeStages(const Tsm2Args& p, int64_t u_begin
           red[(r + 8) * Cfg::kRedStride + t * 8 + c + 1] = acc[t][3];
         }
         ConsumerSync<Cfg::kConsumers>();
-        WriteRTile<NT, kRows>(
-            p, uc, red_bytes, Cfg::kConsumers,
-            [&](const OutLayout& o, int offc, int rows) {
-              float row[NT];
-              const int own = threadIdx.x;
-              if (own < rows) {
-#pragma unroll
-                for (int j = 0; j < NT; ++j) row[j] = red[own * Cfg::kRedStride + j];
-              }
-              ConsumerSync<Cfg::kConsumers>();  // every row is read before the staging takes it
-              if (own < rows) PutRow<T, NT>(o, p.out_f32, red_bytes, own, offc, row);
-            },
-            [] { ConsumerSync<Cfg::kConsumers>(); });
+        WriteStagedTile<T, NT, Cfg>(p, uc, red_bytes);
       }
 #pragma unroll
       for (int t = 0; t < kN8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
