@@ -304,12 +304,14 @@ print("sweep calls:", count)
 """
 
 
-# TSM2R on tensor cores (ffi/matmul/kernels/tsm2_mma.cuh, and tsm2_mma_tma.cuh for 2-byte
-# rows of whole vectors on sm_90), which shares its output staging between the fragments
-# and the rows it writes: n-tiles of 8 to 64 columns, rows of whole vectors and not, tiles
-# split between blocks (long k) and the fix-up, a last chunk that ends inside the first of
-# its two tensor-map boxes (k = 8200), and an Inf in f32's A (the block recomputes its part
-# of the tile with exact sums).
+# TSM2R on tensor cores (ffi/matmul/kernels/tsm2_mma.cuh, and tsm2_mma_tma.cuh for rows of
+# whole vectors on sm_90, with f32's warpgroup MMAs on sm_90a), which shares its output
+# staging between the fragments and the rows it writes: n-tiles of 8 to 64 columns (f32 at
+# 17, 51 and 64 columns: n-tiles of 24, 56 and 64, warpgroup MMAs of 64, 32, 16 and 8; f64
+# on DMMA, whose rows of an odd k stay on the CUDA cores),
+# rows of whole vectors and not, tiles split between blocks (long k) and the fix-up, a last
+# chunk that ends inside the first of its two tensor-map boxes (k = 8200), and an Inf in
+# f32's A (the block recomputes its part of the tile with exact sums) at 12 and 60 columns.
 R_MMA_SWEEP = """
 import sys
 import jax, jax.numpy as jnp, numpy as np
@@ -319,15 +321,15 @@ from _helpers import assert_close_to_reference, ffi_matmul, rand
 
 rng = np.random.default_rng(0)
 count = 0
-for dtype, ns in [(jnp.float32, (9, 16, 17)), (jnp.bfloat16, (5, 40, 41)),
-                  (jnp.float16, (33, 64))]:
+for dtype, ns in [(jnp.float32, (9, 17, 51, 64)), (jnp.bfloat16, (5, 40, 41)),
+                  (jnp.float16, (33, 64)), (jnp.float64, (9, 33, 64))]:
     for m, k, n in [(129 + n, 1024, n) for n in ns] + [(300, 9001, ns[0]), (67, 999, ns[-1]),
                                                        (300, 8200, ns[1])]:
         a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
         assert_close_to_reference(jax.block_until_ready(ffi_matmul(a, b, 0)), a, b)
         count += 1
-for k in (2001, 2000):
-    a, b = rand(rng, (300, k), jnp.float32), rand(rng, (k, 12), jnp.float32)
+for k, n in ((2001, 12), (2000, 12), (2000, 60)):
+    a, b = rand(rng, (300, k), jnp.float32), rand(rng, (k, n), jnp.float32)
     c = np.asarray(jax.block_until_ready(ffi_matmul(a.at[7, 1500].set(jnp.inf), b, 0)))
     assert np.isfinite(np.delete(c, 7, axis=0)).all() and np.isinf(c[7]).all(), c[7]
     count += 1

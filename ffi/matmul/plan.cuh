@@ -79,7 +79,7 @@ Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
     if (s.ok() || s.error != cudaErrorInvalidConfiguration) return s;
   }
   // Only the n-tiles UsesRMma can take are instantiated on tensor cores.
-  if constexpr (sizeof(T) == 2 || (std::is_same_v<T, float> && NT > 8)) {
+  if constexpr (sizeof(T) == 2 || (sizeof(T) >= 4 && NT > 8)) {
     int cc = 0;
     TSM2_CUDA_RETURN_IF_ERROR(ComputeCapability(&cc));
     if (UsesRMma(f == Kernel::kTsm2l, p.k, p.n, sizeof(T), cc)) {
@@ -90,11 +90,14 @@ Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
         const Status s = Tsm2MmaTmaVariant<T, kMmaNT>::Plan(p, plan);
         if (s.ok() || s.error != cudaErrorInvalidConfiguration) return s;
       }
-      const Status s = vec_rows ? Tsm2MmaVariant<T, kMmaNT, true>::Plan(p, plan)
-                                : Tsm2MmaVariant<T, kMmaNT, false>::Plan(p, plan);
-      // Where two of its stages do not fit the GPU's shared memory (the wide
-      // n-tiles on 99 KB parts), the CUDA-core tile runs instead.
-      if (s.ok() || s.error != cudaErrorInvalidConfiguration) return s;
+      // f64 has no cp.async tensor-core tile: the CUDA-core tile takes it.
+      if constexpr (sizeof(T) != 8) {
+        const Status s = vec_rows ? Tsm2MmaVariant<T, kMmaNT, true>::Plan(p, plan)
+                                  : Tsm2MmaVariant<T, kMmaNT, false>::Plan(p, plan);
+        // Where two of its stages do not fit the GPU's shared memory (the wide
+        // n-tiles on 99 KB parts), the CUDA-core tile runs instead.
+        if (s.ok() || s.error != cudaErrorInvalidConfiguration) return s;
+      }
     }
   }
   if (!UsesLTile(f == Kernel::kTsm2l, p.k, sizeof(T))) {

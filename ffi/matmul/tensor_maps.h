@@ -34,12 +34,13 @@ inline TensorMapEncoder GetTensorMapEncoder() {
 
 template <typename T>
 constexpr CUtensorMapDataType MapType() {
-  static_assert(
-      std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, float>,
-      "bf16, f16 or f32");
-  return std::is_same_v<T, __half>  ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-         : std::is_same_v<T, float> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                    : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> ||
+                    std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "bf16, f16, f32 or f64");
+  return std::is_same_v<T, __half>   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+         : std::is_same_v<T, float>  ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+         : std::is_same_v<T, double> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT64
+                                     : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 }
 
 // Whether EncodeRowTensorMap takes an array of these dimensions (its

@@ -14,6 +14,7 @@
 // `stages` is the footprint's nominal depth, for the Python model.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -291,8 +292,10 @@ constexpr int RMmaChunkK(int itemsize) { return kRMmaSegBytes / itemsize; }
 constexpr int RMmaBStride(int itemsize) { return RMmaChunkK(itemsize) + 16 / itemsize; }
 // f32 B is staged as two TF32 planes, its high and low parts.
 constexpr int RMmaBPlanes(int itemsize) { return itemsize == 4 ? 2 : 1; }
+// f64 past n = 8 runs there too, on DMMA, but only through the tensor-map
+// ring (sm_90 and later, rows of whole vectors; kernels/tsm2_mma_tma.cuh).
 inline bool UsesRMma(bool family_l, int64_t k, int64_t n, int itemsize, int cc) {
-  const bool wide = itemsize == 2 ? n > 4 : itemsize == 4 && n > 8;
+  const bool wide = itemsize == 2 ? n > 4 : (itemsize == 4 || (itemsize == 8 && cc >= 90)) && n > 8;
   return !UsesLTile(family_l, k, itemsize) && wide && cc >= 80 && k > 1;
 }
 constexpr int RMmaNTile(int nt) { return (nt + 7) / 8 * 8; }
@@ -322,13 +325,16 @@ inline int64_t RMmaBImageBytes(int64_t b_batches, int64_t k, int64_t n, int item
 // a tail tile), or 0 when every tile is one chunk and nothing is ever split.
 inline int64_t PartialBytesPerBlock(int itemsize, int64_t k, int64_t n, bool family_l, int cc) {
   if (UsesLTile(family_l, k, itemsize)) return 0;
-  if (UsesRMma(family_l, k, n, itemsize, cc)) {
-    return k <= RMmaChunkK(itemsize) ? 0 : int64_t{2} * kRMmaRows * RMmaNTile(NTileFor(n)) * 4;
-  }
   const int nt = NTileFor(n);
   const TileConfig t = RTile(itemsize, nt);
-  if (k <= ChunkK(t, itemsize)) return 0;
-  return int64_t{2} * t.rows * nt * AccSize(itemsize);
+  const int64_t core = k <= ChunkK(t, itemsize) ? 0 : int64_t{2} * t.rows * nt * AccSize(itemsize);
+  if (UsesRMma(family_l, k, n, itemsize, cc)) {
+    const int64_t mma =
+        k <= RMmaChunkK(itemsize) ? 0 : int64_t{2} * kRMmaRows * RMmaNTile(nt) * AccSize(itemsize);
+    // f64 falls back to the CUDA-core tile where A cannot be tensor-mapped.
+    return itemsize == 8 ? std::max(mma, core) : mma;
+  }
+  return core;
 }
 
 // --- The ring depth, from the device ------------------------------------------

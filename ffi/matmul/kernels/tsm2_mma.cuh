@@ -90,18 +90,19 @@ struct Tsm2MmaConfig {
 // (tf32.cuh SplitTf32). Reads are coalesced in either layout through a
 // transposing shared tile. The loops are unrolled so that a thread's loads
 // are in flight together: one at a time, the 11 blocks of R f16 1454 x 1371 x
-// 51 took 18 us (Nsight Compute) for 147 KB. kForWgmma (f32 images for the
-// tensor-map tile, where it runs on warpgroup MMAs): each plane as the
-// chunk's 32-k boxes of NT rows x 128 bytes in the 128-byte swizzle (16-byte
-// chunk c of row j at c ^ (j % 8)), B^T K-major as wgmma reads it.
+// 51 took 18 us (Nsight Compute) for 147 KB. kForWgmma (images for the
+// tensor-map tile): f32, where that tile runs on warpgroup MMAs, as each
+// plane's chunk of 32-k boxes of NT rows x 128 bytes in the 128-byte swizzle
+// (16-byte chunk c of row j at c ^ (j % 8)), B^T K-major as wgmma reads it;
+// f64 in the DMMA's fragment order.
 constexpr int kImageThreads = 256;
 template <typename T, int NT, bool kForWgmma = false>
 __global__ void __launch_bounds__(kImageThreads)
     Tsm2MmaImageKernel(const __grid_constant__ Tsm2Args p) {
   constexpr int kChunkK = RMmaChunkK(sizeof(T)), kStride = RMmaBStride(sizeof(T));
-  constexpr bool kTf32 = std::is_same_v<T, float>;
+  constexpr bool kTf32 = std::is_same_v<T, float>, kF64 = std::is_same_v<T, double>;
   // Bits moved as they are: the image is B's own elements, rearranged.
-  using Bits = std::conditional_t<kTf32, uint32_t, uint16_t>;
+  using Bits = std::conditional_t<kF64, uint64_t, std::conditional_t<kTf32, uint32_t, uint16_t>>;
   __shared__ Bits tile[NT][kChunkK + 2];
   const int64_t chunk = blockIdx.x % p.chunks;
   const int64_t rest = blockIdx.x / p.chunks;
@@ -132,6 +133,18 @@ __global__ void __launch_bounds__(kImageThreads)
   __syncthreads();
   char* image = static_cast<char*>(const_cast<void*>(p.b_image)) +
                 blockIdx.x * int64_t{RMmaBStageBytes(sizeof(T), NT)};
+  if constexpr (kF64) {
+    // Fragment order (tsm2_mma_tma.cuh MmaStageF64Swizzled): per k-step of 4
+    // and n-tile, lane (g, q)'s B[4 s + q][8 t + g].
+    static_assert(kForWgmma, "f64 runs on the tensor-map tile only");
+    constexpr int kN8 = NT / 8, kWords = RMmaBStageBytes(8, NT) / 8;
+    uint64_t* out = reinterpret_cast<uint64_t*>(image);
+    for (int e = threadIdx.x; e < kWords; e += kImageThreads) {
+      const int lane = e % 32, t = e / 32 % kN8, s = e / (32 * kN8);
+      out[e] = e < NT * kChunkK ? tile[8 * t + lane / 4][4 * s + lane % 4] : uint64_t{0};
+    }
+    return;
+  }
   if constexpr (kTf32 && kForWgmma && TSM2_R_WGMMA_TF32) {
     constexpr int kPlaneWords = NT * kChunkK;
     constexpr int kWords = RMmaBStageBytes(4, NT) / 4;

@@ -4,7 +4,8 @@
 // three TF32 products with the exact recomputation where a NaN appears, the
 // persistent grid over (row tile, k-chunk) units and the fixed-order fix-up)
 // with its ring filled by the copy engines instead of by every thread's
-// cp.async.
+// cp.async. f64 (DMMA) runs on this tile only: where its rows cannot be
+// tensor-mapped, the CUDA-core tile takes it.
 //
 // Why: with cp.async each stage is 2,048 16-byte copies issued by the 256
 // threads, and the block meets at a barrier every stage, so a stage is
@@ -29,6 +30,7 @@
 #include <type_traits>
 
 #include "ffi/common/cluster_pipe.cuh"
+#include "ffi/common/f64_mma.cuh"
 #include "ffi/common/half_mma.cuh"
 #include "ffi/common/tf32.cuh"
 #include "ffi/common/wgmma.cuh"
@@ -41,7 +43,9 @@ namespace tsm2 {
 template <typename T, int NT>
 struct Tsm2MmaTmaConfig {
   static constexpr bool kTf32 = std::is_same_v<T, float>;
-  static_assert(sizeof(T) == 2 || kTf32, "bf16, f16 and f32");
+  static constexpr bool kF64 = std::is_same_v<T, double>;
+  static_assert(sizeof(T) == 2 || kTf32 || kF64, "bf16, f16, f32 and f64");
+  using Acc = AccType<T>;
   static_assert(NT % 8 == 0, "the n-tile is whole MMA columns");
   static constexpr int kItem = static_cast<int>(sizeof(T));
   static constexpr int kRows = kRMmaRows;
@@ -73,7 +77,8 @@ struct Tsm2MmaTmaConfig {
                 "both planes fit the stage image, whose ring slots are whole swizzle atoms");
   static_assert(kChunkK % kBoxK == 0 && kBoxBytes % 1024 == 0, "stages of whole swizzle atoms");
   static_assert(kBStageBytes % 16 == 0, "bulk copies of whole 16-byte vectors");
-  static_assert(kRows * kRedStride * 4 <= kRedBytes, "the fragments fit the output staging");
+  static_assert(kRows * kRedStride * int{sizeof(Acc)} <= kRedBytes,
+                "the fragments fit the output staging");
 };
 
 // The consumer warps' barrier (the producer's warp never joins it).
@@ -145,6 +150,38 @@ __device__ __forceinline__ void MmaStageTf32Swizzled(const char* a_st, const cha
         for (int e = 0; e < 4; ++e) a[e] = __uint_as_float(w[e]);
       },
       b_st, acc, cross);
+}
+
+// f64: m8n8k4 DMMAs (f64_mma.cuh), two per n-tile and k-step of 4: the
+// warp's rows g and g + 8. ldmatrix hands out 32-bit words, so a lane reads
+// its elements of A (row g or g + 8, k q of the step) from the swizzled box
+// itself; B's image is in fragment order (Tsm2MmaImageKernel), a conflict-free
+// 8-byte load per lane and n-tile. The sums are IEEE f64 operations, so an
+// Inf or NaN needs no recomputation.
+template <typename Cfg>
+__device__ __forceinline__ void MmaStageF64Swizzled(const char* a_st, const char* b_st, int warp,
+                                                    double (&acc)[Cfg::kNTiles8][4]) {
+  constexpr int kN8 = Cfg::kNTiles8, kPerBox = Cfg::kBoxK;  // elements of a box row
+  const int lane = threadIdx.x % 32, q = lane % 4;
+  const int r0 = warp * 16 + lane / 4;  // and r0 + 8, the same row of a swizzle atom
+  const char* row0 = a_st + r0 * 128;
+  const int swz = r0 % 8;
+  const double* frags = reinterpret_cast<const double*>(b_st);
+  // Two k-steps at a time: unrolled whole, the loads hoisted ahead of the
+  // DMMAs spilled at 64 columns.
+#pragma unroll 2
+  for (int s = 0; s < Cfg::kChunkK / 4; ++s) {
+    const int k = 4 * s + q, kb = k % kPerBox;
+    const int off = k / kPerBox * Cfg::kBoxBytes + ((kb / 2) ^ swz) * 16 + kb % 2 * 8;
+    const double a0 = *reinterpret_cast<const double*>(row0 + off);
+    const double a1 = *reinterpret_cast<const double*>(row0 + 8 * 128 + off);
+#pragma unroll
+    for (int t = 0; t < kN8; ++t) {
+      const double b = frags[(s * kN8 + t) * 32 + lane];
+      MmaF64(acc[t][0], acc[t][1], a0, b);
+      MmaF64(acc[t][2], acc[t][3], a1, b);
+    }
+  }
 }
 
 #if TSM2_R_WGMMA_TF32
@@ -241,11 +278,12 @@ __device__ __forceinline__ void ProduceStages(const Tsm2Args& p, const CUtensorM
 // block's nine warps).
 template <typename T, int NT, typename Cfg>
 __device__ __noinline__ void WriteStagedTile(const Tsm2Args& p, const Cursor& uc, char* red_bytes) {
-  const float* red = reinterpret_cast<const float*>(red_bytes);
+  using Acc = typename Cfg::Acc;
+  const Acc* red = reinterpret_cast<const Acc*>(red_bytes);
   WriteRTile<NT, Cfg::kRows>(
       p, uc, red_bytes, Cfg::kConsumers,
       [&](const OutLayout& o, int offc, int rows) {
-        float row[NT];
+        Acc row[NT];
         const int own = threadIdx.x;
         if (own < rows) {
 #pragma unroll
@@ -267,12 +305,13 @@ __device__ __forceinline__ void ConsumeStages(const Tsm2Args& p, int64_t u_begin
   constexpr int kRows = Cfg::kRows, kN8 = Cfg::kNTiles8;
   const int stages = p.stages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* red = reinterpret_cast<float*>(red_bytes);
+  using Acc = typename Cfg::Acc;
+  Acc* red = reinterpret_cast<Acc*>(red_bytes);
   // Warpgroup MMAs are the 128 threads' together: a warpgroup skips a stage
   // only where all its 64 rows are past m.
   constexpr bool kWgmma = Cfg::kTf32 && TSM2_R_WGMMA_TF32;
   const int first_row = kWgmma ? warp / 4 * 64 : warp * 16;
-  float acc[kN8][4];
+  Acc acc[kN8][4];
   float cross[kWgmma ? 1 : kN8][4];           // mma.sync's f32 hi*lo + lo*hi
   [[maybe_unused]] float stage_sums[kN8][4];  // warpgroup MMAs: a stage's sums
 #pragma unroll
@@ -296,6 +335,8 @@ __device__ __forceinline__ void ConsumeStages(const Tsm2Args& p, int64_t u_begin
 #endif
       } else if constexpr (Cfg::kTf32) {
         MmaStageTf32Swizzled<Cfg>(a_st, b_st, warp, acc, cross);
+      } else if constexpr (Cfg::kF64) {
+        MmaStageF64Swizzled<Cfg>(a_st, b_st, warp, acc);
       } else {
         MmaStageSwizzled<T, Cfg>(a_st, b_st, warp, acc);
       }
@@ -337,8 +378,8 @@ __device__ __forceinline__ void ConsumeStages(const Tsm2Args& p, int64_t u_begin
         }
       }
       if (!whole) {
-        float* part = static_cast<float*>(p.partials) +
-                      (static_cast<int64_t>(blockIdx.x) * 2 + (begun_here ? 1 : 0)) * kRows * NT;
+        Acc* part = static_cast<Acc*>(p.partials) +
+                    (static_cast<int64_t>(blockIdx.x) * 2 + (begun_here ? 1 : 0)) * kRows * NT;
 #pragma unroll
         for (int t = 0; t < kN8; ++t) {
           part[r * NT + t * 8 + c] = acc[t][0];
