@@ -15,9 +15,9 @@
 // shared-memory results and the barrier. Here one thread of a ninth warp
 // issues a stage as two tensor-map boxes of A (128 rows x 128 bytes, the
 // 128-byte swizzle) and one bulk copy of B's image, all completing on the
-// stage's "full" mbarrier; each consumer warp arrives on the stage's "empty"
-// mbarrier once its MMAs have read it, and the producer refills the slot
-// when all eight have. No warp waits for another except at a tile's end.
+// stage's "full" mbarrier; each consumer thread arrives on the stage's
+// "empty" mbarrier once its MMAs have read it, and the producer refills the
+// slot when all 256 have. No warp waits for another except at a tile's end.
 //
 // Edges are the copies' job: rows past m and k past the row's end arrive as
 // zeros (the boxes' out-of-bounds fill), and B's image is zero past k and n,
@@ -341,8 +341,11 @@ __device__ __forceinline__ void ConsumeStages(const Tsm2Args& p, int64_t u_begin
         MmaStageSwizzled<T, Cfg>(a_st, b_st, warp, acc);
       }
     }
-    __syncwarp();
-    if (lane == 0) MbarArrive(empty + 8 * slot);
+    // Every consumer thread arrives once it has read the stage: f64's
+    // fragments are each lane's own loads, and one lane's arrival after a
+    // __syncwarp() leaves compute-sanitizer's racecheck reporting them
+    // against the producer's next copy into the slot.
+    MbarArrive(empty + 8 * slot);
     if (++slot == stages) slot = 0, phase ^= 1;
 
     if (uc.chunk == p.chunks - 1 || it == count - 1) {
@@ -430,7 +433,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
       MbarInit(full + 8 * s, 1);
-      MbarInit(empty + 8 * s, Cfg::kConsumerWarps);
+      MbarInit(empty + 8 * s, Cfg::kConsumers);
     }
     MbarInitFence();
   }
