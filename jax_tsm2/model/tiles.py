@@ -73,10 +73,13 @@ def tile_prediction(
     # mma.sync and room for two of their stages (kernels/tsm2_mma.cuh; the
     # plan falls back to the CUDA-core tile otherwise): a warp per 16 rows and
     # no k-groups. f32 past n = 8 runs there too (three TF32 products per
-    # product) but is modelled as the CUDA-core tile: on an H200 the
-    # tensor-core tile ran 1.1-1.9x faster than that tile on every f32 shape
-    # timed (benchmarks/results/h200/stream_kernels_f32_r.json), so the older
-    # prediction errs towards XLA's dot on a GPU with no calibration.
+    # product; warpgroup MMAs on sm_90a) but is modelled as the CUDA-core
+    # tile: on an H200 the tensor-core tile ran 1.1-3.7x faster than that tile
+    # on every f32 shape timed (benchmarks/results/h200/stream_kernels_f32_r.json,
+    # stream_kernels_r_wgmma.json), so the older prediction errs towards XLA's
+    # dot on a GPU with no calibration. f64 past n = 8 on sm_90 (DMMA through
+    # the tensor-map ring) is modelled so too: tile_config reports the tiles
+    # of an sm_80 GPU, where f64 stays on the CUDA cores.
     mma = (
         bool(t.get("mma"))
         and isz == 2
