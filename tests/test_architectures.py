@@ -223,14 +223,18 @@ def test_kmeans_plans_follow_the_gpu(cc, smem, steps):
         ("bfloat16", 1, 9, False),  # k = 1 too (a single product's signed zero)
         ("float32", 1000, 51, True),  # three TF32 products, B in two planes
         ("float32", 1000, 8, False),  # f32 up to n = 8 stays on the CUDA cores
-        ("float64", 1000, 51, False),
+        ("float64", 1000, 51, True),  # DMMA, on sm_90 only (the tensor-map ring)
+        ("float64", 1000, 8, False),  # f64 up to n = 8 stays on the CUDA cores
     ],
 )
 def test_r_workspace_holds_b_images_where_the_tensor_cores_run(dtype, k, n, tensor_cores):
-    """The tensor-core R tile (sm_80 and later) reads B rearranged into the workspace, ahead
-    of the partial sums: per batch entry an image per (n-tile, chunk of 256 bytes of each row),
-    rounded up to 256 bytes; below sm_80, and off its shapes, the workspace is the CUDA-core
-    tile's."""
+    """The tensor-core R tile (sm_80 and later; f64 from sm_90) reads B rearranged into the
+    workspace, ahead of the partial sums: per batch entry an image per (n-tile, chunk of 256
+    bytes of each row), f32's rounded up to 1,024 bytes (swizzle atoms), the whole rounded up
+    to 256 bytes; below sm_80, and off its shapes, the workspace is the CUDA-core tile's.
+    f64 keeps room for the CUDA-core tile's partial sums too (it takes rows that cannot be
+    tensor-mapped), and ``tile_config`` describes an sm_80 GPU's tiles, where f64 stays on
+    the CUDA cores."""
     sms = 132
     ws = {
         cc: _tsm2_ext.workspace_bytes(dtype, R, 3, 700, k, n, sms, cc, H100_SMEM) for cc in (75, 90)
@@ -239,14 +243,20 @@ def test_r_workspace_holds_b_images_where_the_tensor_cores_run(dtype, k, n, tens
     nt = -(-max(n, 1) // 8) * 8 if n > 4 else n
     isz = jnp.dtype(dtype).itemsize
     chunk, planes = 256 // isz, 2 if isz == 4 else 1
-    per_batch = -(-k // chunk) * -(-n // nt) * planes * nt * (chunk + 16 // isz) * isz
+    stage = planes * nt * (chunk + 16 // isz) * isz
+    if isz == 4:
+        stage = -(-stage // 1024) * 1024
+    per_batch = -(-k // chunk) * -(-n // nt) * stage
     if tensor_cores:
-        partials = 0 if k <= chunk else 2 * 128 * nt * 4 * 4 * sms
+        acc = 8 if isz == 8 else 4
+        partials = 0 if k <= chunk else 2 * 128 * nt * acc * 4 * sms
+        if isz == 8:
+            partials = max(partials, ws[75])
         assert ws[90] == partials + -(-3 * per_batch // 256) * 256
         assert images > 0
     else:
         assert ws[90] == ws[75]
-    assert _tsm2_ext.tile_config(dtype, R, k, n)["mma"] is tensor_cores
+    assert _tsm2_ext.tile_config(dtype, R, k, n)["mma"] is (tensor_cores and isz != 8)
 
 
 def test_the_tensor_core_r_tile_is_modelled_only_where_it_fits():
