@@ -126,9 +126,9 @@ __device__ __forceinline__ void MmaStageSwizzled(const char* a_st, const char* b
   }
 }
 
-// f32: the same in three TF32 products (tsm2_mma.cuh MmaStageTf32With),
-// where the warpgroup MMAs below are not built. A's
-// fragments come from ldmatrix as bf16's do: an 8 x 8 matrix of 16-bit
+// f32: the same in three TF32 products (tsm2_mma.cuh MmaStageTf32With), in
+// builds without the warpgroup MMAs below. A's fragments come from ldmatrix
+// as bf16's do: an 8 x 8 matrix of 16-bit
 // elements is 8 rows x 4 words, and lane (g, t) gets word t of row g, which
 // is the TF32 fragment (matrices: rows 0-7 and 8-15 at k 0-3, then at k 4-7).
 template <typename Cfg>
@@ -311,13 +311,19 @@ __device__ __forceinline__ void ConsumeStages(const Tsm2Args& p, int64_t u_begin
   // only where all its 64 rows are past m.
   constexpr bool kWgmma = Cfg::kTf32 && TSM2_R_WGMMA_TF32;
   const int first_row = kWgmma ? warp / 4 * 64 : warp * 16;
+  constexpr int kCross = kWgmma ? 1 : kN8;
   Acc acc[kN8][4];
-  float cross[kWgmma ? 1 : kN8][4];           // mma.sync's f32 hi*lo + lo*hi
+  float cross[kCross][4];                     // mma.sync's f32 hi*lo + lo*hi
   [[maybe_unused]] float stage_sums[kN8][4];  // warpgroup MMAs: a stage's sums
 #pragma unroll
   for (int t = 0; t < kN8; ++t) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[t][e] = cross[t < (kWgmma ? 1 : kN8) ? t : 0][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) acc[t][e] = 0.0f;
+  }
+#pragma unroll
+  for (int t = 0; t < kCross; ++t) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) cross[t][e] = 0.0f;
   }
 
   Cursor uc = DecodeUnit(p, u_begin);
