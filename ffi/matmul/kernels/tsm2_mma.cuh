@@ -90,13 +90,13 @@ struct Tsm2MmaConfig {
 // (tf32.cuh SplitTf32). Reads are coalesced in either layout through a
 // transposing shared tile. The loops are unrolled so that a thread's loads
 // are in flight together: one at a time, the 11 blocks of R f16 1454 x 1371 x
-// 51 took 18 us (Nsight Compute) for 147 KB. kForWgmma (images for the
-// tensor-map tile): f32, where that tile runs on warpgroup MMAs, as each
+// 51 took 18 us (Nsight Compute) for 147 KB. kForTmaTile (images for
+// tsm2_mma_tma.cuh's tile): f32, where that tile runs on warpgroup MMAs, as each
 // plane's chunk of 32-k boxes of NT rows x 128 bytes in the 128-byte swizzle
 // (16-byte chunk c of row j at c ^ (j % 8)), B^T K-major as wgmma reads it;
 // f64 in the DMMA's fragment order.
 constexpr int kImageThreads = 256;
-template <typename T, int NT, bool kForWgmma = false>
+template <typename T, int NT, bool kForTmaTile = false>
 __global__ void __launch_bounds__(kImageThreads)
     Tsm2MmaImageKernel(const __grid_constant__ Tsm2Args p) {
   constexpr int kChunkK = RMmaChunkK(sizeof(T)), kStride = RMmaBStride(sizeof(T));
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kImageThreads)
   if constexpr (kF64) {
     // Fragment order (tsm2_mma_tma.cuh MmaStageF64Swizzled): per k-step of 4
     // and n-tile, lane (g, q)'s B[4 s + q][8 t + g].
-    static_assert(kForWgmma, "f64 runs on the tensor-map tile only");
+    static_assert(kForTmaTile, "f64 runs on the tensor-map tile only");
     constexpr int kN8 = NT / 8, kWords = RMmaBStageBytes(8, NT) / 8;
     uint64_t* out = reinterpret_cast<uint64_t*>(image);
     for (int e = threadIdx.x; e < kWords; e += kImageThreads) {
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kImageThreads)
     }
     return;
   }
-  if constexpr (kTf32 && kForWgmma && TSM2_R_WGMMA_TF32) {
+  if constexpr (kTf32 && kForTmaTile && TSM2_R_WGMMA_TF32) {
     constexpr int kPlaneWords = NT * kChunkK;
     constexpr int kWords = RMmaBStageBytes(4, NT) / 4;
     uint32_t* out = reinterpret_cast<uint32_t*>(image);

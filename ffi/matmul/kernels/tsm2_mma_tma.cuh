@@ -70,7 +70,7 @@ struct Tsm2MmaTmaConfig {
   // address bits), a full and an empty mbarrier per stage, the output staging.
   static constexpr int kFixedBytes = 1024 + 16 * kMaxStages + kRedBytes;
   // f32 on warpgroup MMAs: B's stage image as K-major swizzled boxes
-  // (Tsm2MmaImageKernel kForWgmma), a box per 32 k of NT rows x 128 bytes.
+  // (Tsm2MmaImageKernel with kForTmaTile), a box per 32 k of NT rows x 128 bytes.
   static constexpr int kWgBoxBytes = NT * 128;
   static constexpr int kWgPlaneBytes = kChunkK / kBoxK * kWgBoxBytes;
   static_assert(!kTf32 || (2 * kWgPlaneBytes <= kBStageBytes && kBStageBytes % 1024 == 0),
