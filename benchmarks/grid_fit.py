@@ -63,8 +63,6 @@ FITTED: tuple[tuple[str, str | int | None, tuple[float, ...], tuple[str, ...]], 
     ("scalar_elems_per_clk", "tile", (0.8, 1.0, 1.2, 1.4, 1.7, 2.0), ("tsm2r", "tsm2l")),
     ("xla_short_k", None, (1500, 2000, 2400, 3000, 3600), ("jnp",)),
     ("xla_short_k_passes", None, (1.0, 1.2, 1.4, 1.7), ("jnp",)),
-    # s_scalar_cycles is fitted to the kernel lab: the grids timed the register
-    # copy that cp.async replaced.
     ("scalar_elems_per_clk", "tsm2t", (0.4, 0.5, 0.65, 0.8, 1.0), ("tsm2t",)),
     ("split_eta_stream", "tsm2t", (0.6, 0.7, 0.8, 0.9, 0.95, 0.97), ("tsm2t",)),
     ("split_eta_fma", "tsm2t", (0.2, 0.3, 0.4, 0.5, 0.6, 0.8), ("tsm2t",)),

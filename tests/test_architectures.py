@@ -16,6 +16,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from _helpers import has_custom_call, lowered_text, package_env, run_python
 
@@ -193,6 +194,21 @@ def test_s_plans_take_the_sm90_kernels_only_where_they_run(dtype, m, k, n, sm90_
         assert not plan["tma"] and not plan["cluster"], (cc, plan)
         ws = _tsm2_ext.workspace_bytes(dtype, S, 1, m, k, n, sms, cc=cc, smem_optin=smem)
         assert ws == plan["workspace_bytes"]
+
+
+@pytest.mark.parametrize("sms", [58, 108, 132, 170])
+def test_s_split_plans_stay_in_one_wave(sms):
+    """The CUDA-core and tensor-core S plans split the contraction into as many ranges as
+    one wave of four blocks per SM holds, never a few blocks more (a second wave of a few
+    blocks takes as long as the first); on the device PlanS takes fewer where fewer fit."""
+    rng = np.random.default_rng(sms)
+    for _ in range(300):
+        dtype = rng.choice(["float32", "float64", "bfloat16", "float16"])
+        m, k, n = int(rng.integers(1, 17)), int(rng.integers(1, 30000)), int(rng.integers(1, 20000))
+        plan = _tsm2_ext.split_plan(dtype, S, 1, m, k, n, sms, cc=80, smem_optin=A100_SMEM)
+        blocks = plan["tiles_n"] * plan["splits"]
+        assert plan["splits"] == 1 or blocks <= 4 * sms, (dtype, m, k, n, plan)
+        assert plan["splits"] * plan["split_len"] >= k > (plan["splits"] - 1) * plan["split_len"]
 
 
 @pytest.mark.parametrize(

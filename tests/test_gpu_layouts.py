@@ -113,6 +113,32 @@ def test_small_left_kernel(dtype, m, k, n):
     check(_run(a, b, TSM2S, NN), a, b, NN)
 
 
+# S rows that are not whole copies start at every alignment and are copied as the
+# 16-byte vectors that hold them (small_left.cuh windows): n at each residue of an
+# 8-element vector, batch entries that start unaligned (and a shared B), the last
+# window running past the end of B, NaN and Inf in B's first columns (each window's
+# columns past n hold the next row's first elements, whose sums must stay unstored),
+# and the tensor-core tiles (m >= 8 in bf16/f16) gathering their fragments.
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize("m", [1, 3, 8, 16])
+@pytest.mark.parametrize("n", [129, 130, 131, 133, 135, 1001, 2050])
+def test_small_left_windows(dtype, m, n):
+    k = 299  # not a multiple of 8: neither clusters nor tensor maps
+    plan = _s_plan(dtype, 3, m, k, n)
+    assert not plan["cluster"] and not plan["tma"], plan
+    rng = np.random.default_rng(m * 13 + n)
+    a, b = rand(rng, (3, m, k), dtype), rand(rng, (3, k, n), dtype)
+    check(_run(a, b, TSM2S, NN), a, b, NN)
+    check(_run(a[0], b, TSM2S, NN), a[0], b, NN)
+    check(_run(a, b[1], TSM2S, NN), a, b[1], NN)
+    b_special = b.at[:, :, 0].set(jnp.inf).at[:, 5, 1].set(jnp.nan)
+    c = np.asarray(_run(a, b_special, TSM2S, NN), np.float64)
+    ref = np.asarray(a, np.float64) @ np.asarray(b_special, np.float64)
+    finite = np.isfinite(ref)
+    assert np.array_equal(np.isnan(c), np.isnan(ref)), "NaN only where the product has one"
+    assert np.array_equal(c[~finite & ~np.isnan(ref)], ref[~finite & ~np.isnan(ref)])
+
+
 # T: tiles from 4 x 4 (16 row groups) to 8 x 8 blocks of 512 x 8 and 64 x 64,
 # outputs past a tile (m or n > 256 or 4096 / tile), unaligned m and n
 # (element-wise staging), a contraction of 1 and one spanning many splits.

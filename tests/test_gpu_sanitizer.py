@@ -223,19 +223,22 @@ print("sweep calls:", count)
 S_SWEEP = """
 import itertools, sys
 import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, {tests!r})
 from _helpers import assert_close_to_reference, ffi_matmul, rand
 
 # TSM2S for bf16/f16 on tensor cores: clusters with no split, with splits and
 # batched, a part-filled tile; tensor-map tiles of 64 columns (n = 4104) and
 # of 128 (n = 8712, and 4240 batched); 128-column cp.async tiles with odd n
-# (element copies). f32 (unbatched): the clusters on CUDA cores, and the
-# split kernel beyond them.
+# (rows copied in 16-byte windows, the last running past B's end). f32 and f64
+# (unbatched, and batched where n is odd): the clusters on CUDA cores, and the
+# split kernel beyond them, in windows where n is not a whole vector.
 rng = np.random.default_rng(1)
 shapes = [(1, 8, 8), (3, 4104, 8), (9, 2048, 264), (16, 1000, 1000), (8, 200, 4240),
-          (13, 33, 4241), (7, 1000, 4104), (5, 1000, 8712)]
+          (13, 33, 4241), (7, 1000, 4104), (5, 1000, 8712), (3, 299, 131), (16, 77, 1001)]
 runs = list(itertools.product(shapes, [jnp.bfloat16, jnp.float16], [None, 3]))
-runs += list(itertools.product(shapes, [jnp.float32], [None]))
+runs += list(itertools.product(shapes, [jnp.float32, jnp.float64], [None]))
+runs += list(itertools.product(shapes[-2:], [jnp.float32, jnp.float64], [3]))
 count = 0
 for (m, k, n), dtype, batch in runs:
     a_shape = (m, k) if batch is None else (batch, m, k)

@@ -69,6 +69,7 @@ struct SplitLauncher {
     a.split_len = s.split_len;
     a.out_f32 = p.out_f32;
     a.vec_ok = plan.vec_ok;
+    a.b_window = plan.b_window;
     a.flat_a = s.flat_a;
     a.flat_b = s.flat_b;
     return a;
@@ -76,13 +77,24 @@ struct SplitLauncher {
 
   // --- TSM2S -------------------------------------------------------------
 
+  // Blocks of each kernel resident per SM on this device (the first call also
+  // opts the kernel in to its shared memory; PlanS asks before any launch).
+  template <int MT>
+  static cudaError_t SCoreBlocksPerSm(int* per_sm) {
+    return BlocksPerSm(reinterpret_cast<const void*>(&Tsm2SKernel<T, MT, STune>), kSThreads,
+                       SSmem<T, MT, STune>::kBytes, per_sm);
+  }
+  static cudaError_t SMmaBlocksPerSm(int* per_sm) {
+    return BlocksPerSm(reinterpret_cast<const void*>(&Tsm2SMmaKernel<T, STune>), kSThreads,
+                       SMmaSmem<T, STune>::kBytes, per_sm);
+  }
+
   template <int MT>
   static Status LaunchSCore(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
     constexpr int kSmem = SSmem<T, MT, STune>::kBytes;
     constexpr auto kKernel = &Tsm2SKernel<T, MT, STune>;
-    int per_sm = 0;  // also opts the kernel in to kSmem bytes of shared memory
-    TSM2_CUDA_RETURN_IF_ERROR(
-        BlocksPerSm(reinterpret_cast<const void*>(kKernel), kSThreads, kSmem, &per_sm));
+    int per_sm = 0;
+    TSM2_CUDA_RETURN_IF_ERROR(SCoreBlocksPerSm<MT>(&per_sm));
     kKernel<<<plan.blocks, kSThreads, kSmem, stream>>>(Args(p, plan));
     TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2SKernel");
     return Status{};
@@ -91,9 +103,8 @@ struct SplitLauncher {
   static Status LaunchSMma(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
     constexpr int kSmem = SMmaSmem<T, STune>::kBytes;
     constexpr auto kKernel = &Tsm2SMmaKernel<T, STune>;
-    int per_sm = 0;  // also opts the kernel in to kSmem bytes of shared memory
-    TSM2_CUDA_RETURN_IF_ERROR(
-        BlocksPerSm(reinterpret_cast<const void*>(kKernel), kSThreads, kSmem, &per_sm));
+    int per_sm = 0;
+    TSM2_CUDA_RETURN_IF_ERROR(SMmaBlocksPerSm(&per_sm));
     kKernel<<<plan.blocks, kSThreads, kSmem, stream>>>(Args(p, plan));
     TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2SMmaKernel");
     return Status{};

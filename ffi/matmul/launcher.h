@@ -55,6 +55,7 @@ struct MatmulPlan {
   int smem_bytes = 0;               // R, L: dynamic shared memory per block
   SplitPlan split;                  // S, T: output tiles and contraction splits (split_plan.h)
   bool vec_ok = false;              // S, T: the operands allow the kernel's 16-byte copies
+  bool b_window = false;            // S: B's rows copied in 16-byte windows (small_left.cuh)
   // The row stream (kernels/row_stream.cuh): k per split, row groups per
   // split, rows between rows of one alignment (units and split.splits above).
   int64_t k_chunk = 0, row_groups = 0;

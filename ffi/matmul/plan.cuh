@@ -200,6 +200,9 @@ Status PlanS(const DeviceMatmul& p, MatmulPlan* plan) {
   const SplitPlan& s = plan->split;
   plan->vec_ok =
       p.n % SCols<T>::kCpt == 0 && reinterpret_cast<uintptr_t>(p.b) % SCols<T>::kBytes == 0;
+  // Other rows are copied in 16-byte windows, which never start before an
+  // aligned B (XLA's buffers are).
+  plan->b_window = !plan->vec_ok && reinterpret_cast<uintptr_t>(p.b) % 16 == 0;
   const int64_t mt = Pow2AtLeast(p.m);
   if constexpr (sizeof(T) == 2) {
     if (s.tma) {
@@ -211,6 +214,7 @@ Status PlanS(const DeviceMatmul& p, MatmulPlan* plan) {
       if (reinterpret_cast<uintptr_t>(p.c) % 16 != 0) {
         return TSM2_FAIL(cudaErrorInvalidValue, "the tensor-map S kernel needs C 16-byte aligned");
       }
+      plan->b_window = false;
       plan->launch = s.tile_n == 64 ? &L::template LaunchSTma<64> : &L::template LaunchSTma<128>;
       plan->kernel_name = "Tsm2STmaKernel";
       return Status{};
@@ -227,6 +231,7 @@ Status PlanS(const DeviceMatmul& p, MatmulPlan* plan) {
                      reinterpret_cast<uintptr_t>(p.b) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(p.c) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0;
+      plan->b_window = false;
       plan->kernel_name = "Tsm2SClusterKernel";
       if constexpr (sizeof(T) == 2) {  // m16 tiles whatever m
         plan->launch = plan->vec_ok ? &L::template LaunchSCluster<16, true>
@@ -241,16 +246,30 @@ Status PlanS(const DeviceMatmul& p, MatmulPlan* plan) {
       }
     }
   }
+  // The plan aimed for STune::kBlocksPerSm blocks per SM; where fewer of the
+  // kernel fit (f32 rings, f64 with many rows of A), it is one wave of those.
+  int fit = 0;
   if constexpr (sizeof(T) == 2) {
     if (s.mma && HasMmaSync()) {
       plan->launch = &L::LaunchSMma;
       plan->kernel_name = "Tsm2SMmaKernel";
-      return Status{};
+      TSM2_CUDA_RETURN_IF_ERROR(L::SMmaBlocksPerSm(&fit));
     }
   }
-  plan->kernel_name = "Tsm2SKernel";
-  return WithRowsOfA(
-      mt, [&](auto rows) { plan->launch = &L::template LaunchSCore<decltype(rows)::value>; });
+  if (fit == 0) {
+    plan->kernel_name = "Tsm2SKernel";
+    cudaError_t asked = cudaSuccess;
+    TSM2_RETURN_IF_ERROR(WithRowsOfA(mt, [&](auto rows) {
+      constexpr int kMt = decltype(rows)::value;
+      plan->launch = &L::template LaunchSCore<kMt>;
+      asked = L::template SCoreBlocksPerSm<kMt>(&fit);
+    }));
+    TSM2_CUDA_RETURN_IF_ERROR(asked);
+  }
+  if (fit < STune::kBlocksPerSm) {
+    SChooseSplits(sizeof(T), p.batch, p.m, p.k, plan->sm_count, std::max(fit, 1), &plan->split);
+  }
+  return Status{};
 }
 
 // --- TSM2T ------------------------------------------------------------------
@@ -319,6 +338,11 @@ Status PlanSplit(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
                                    reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
                                        reinterpret_cast<uintptr_t>(p.b) % 16 == 0)
                     : SPlan<STune>(sizeof(T), p.batch, p.m, p.k, p.n, plan->sm_count, cc, smem);
+  plan->split = s;
+  // The kernel; PlanS may take fewer splits where fewer of its blocks fit an SM.
+  TSM2_RETURN_IF_ERROR(
+      (f == Kernel::kTsm2t ? PlanT<T, STune, TTune>(p, plan) : PlanS<T, STune, TTune>(p, plan)));
+  s = plan->split;
   size_t need = SplitWorkspaceBytes(s, sizeof(T), p.batch, p.m, p.n);
   if (need > p.workspace_bytes) {
     s.splits = 1;
@@ -331,8 +355,6 @@ Status PlanSplit(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
   plan->split = s;
   plan->blocks = static_cast<int>(s.Blocks(p.batch));
   plan->workspace_bytes = need;
-  TSM2_RETURN_IF_ERROR(
-      (f == Kernel::kTsm2t ? PlanT<T, STune, TTune>(p, plan) : PlanS<T, STune, TTune>(p, plan)));
   if (s.splits > 1) {
     // Many splits (T): a block per 32 outputs, its warps over the splits;
     // else a thread per output.

@@ -223,8 +223,7 @@ SplitPlan TPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, in
 
 // S: C[m, n] = A[m, k] @ B[k, n] with m <= kSMaxM. A warp covers 32 vectors of
 // B's columns (one per thread), the 8 warps of a block take interleaved rows
-// of its split and are added at the end. Splits are capped so that partial
-// sums stay below an eighth of B's bytes.
+// of its split and are added at the end.
 constexpr int kSThreads = 256;
 constexpr int kSMaxM = 16;
 constexpr int kSRowsPerStep = 8 * 4;  // 8 warps x 4 rows in flight per thread
@@ -359,6 +358,19 @@ int STmaCols(int itemsize, int64_t batch, int64_t k, int64_t n, int sm_count, in
 
 inline int SColsPerThread(int itemsize) { return itemsize == 8 ? 2 : 4; }
 
+// Splits of the CUDA-core and tensor-core S plans for `per_sm` resident blocks
+// per SM: Tune::kBlocksPerSm, or as many as fit where the kernel's registers or
+// shared memory allow fewer (PlanS asks the device). One wave at most: a few
+// blocks left for a second wave take as long as the whole first one. H200, S
+// forced (f16 9 x 3981 x 13727, 108 tiles): 5 splits made 540 blocks for 528
+// slots and ran at 24% of the floor. Splits are capped so that partial sums stay
+// below an eighth of B's bytes.
+inline void SChooseSplits(int itemsize, int64_t batch, int64_t m, int64_t k, int sm_count,
+                          int per_sm, SplitPlan* s) {
+  const int64_t max_splits = std::max<int64_t>(1, k * itemsize / (8 * 4 * std::max<int64_t>(m, 1)));
+  ChooseSplits(batch * s->tiles_n, k, sm_count, per_sm, max_splits, s, /*one_wave=*/true);
+}
+
 template <typename Tune = STuning>
 SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, int sm_count, int cc,
                 int smem_optin) {
@@ -398,8 +410,7 @@ SplitPlan SPlan(int itemsize, int64_t batch, int64_t m, int64_t k, int64_t n, in
   s.tiles_n = CeilDiv(n, s.tile_n);
   s.step = kSRowsPerStep;
   s.mma = itemsize == 2 && m >= Tune::kMmaMinM && k > 1;  // k = 1: as in TPlan
-  const int64_t max_splits = std::max<int64_t>(1, k * itemsize / (8 * 4 * std::max<int64_t>(m, 1)));
-  ChooseSplits(batch * s.tiles_n, k, sm_count, Tune::kBlocksPerSm, max_splits, &s);
+  SChooseSplits(itemsize, batch, m, k, sm_count, Tune::kBlocksPerSm, &s);
   return s;
 }
 

@@ -130,25 +130,16 @@ class Calibration:
     other half):
 
     - ``scalar_elems_per_clk``: where a kernel's operand rows are not whole
-      16-byte vectors (R, L tiles: k; S: n; T: m or n not a multiple of
+      16-byte vectors (R, L tiles: k; T: m or n not a multiple of
       16 / itemsize) it copies element by element, and streams at a rate in
       elements, whatever the dtype: on the grid R and L tiles about 1.2
       elements per clock per SM (bf16 at 18-22% of the ceiling, f32 at 41%),
       TSM2T's bf16/f16 about 0.65 of its padded stage rows (half 5-11%); TSM2T
-      f32/f64: ``t_async_bytes_per_clk``; TSM2S: ``s_scalar_cycles`` below.
+      f32/f64: ``t_async_bytes_per_clk``. (TSM2S copies any rows in 16-byte
+      windows.)
     Refitted to both grids (seeds 0 and 1, 226 shapes; ``grid_fit.py`` fits on
     one and tests on the other, then fits on both):
 
-    - ``s_scalar_cycles``: (per copy, per element and row of A) SM cycles per
-      element of TSM2S's element-by-element copy of B (``n`` not a multiple of
-      16 / itemsize): 4/8-byte cp.async for f32/f64, 4-byte pairs for bf16/f16
-      with n even (a copy per two elements), else through registers; each
-      element feeds ``m`` FMAs, at a quarter of the rate in f64. Fitted to the
-      kernel lab's four element-copy shapes (+6, -14, +2, -12%) and the 15
-      element-copy shapes of grid seeds 3 (second
-      half) and 4 above the launch floor (median |error| 5.7%, all within 36%;
-      f32 14x14138x3143 +29%, f16 1x1297x10767 +36%); (0.36, 0.056) with half
-      the rate in f64 had a 14% median and f64 at -14 to -31%.
     - ``t_async_bytes_per_clk``: TSM2T's f32/f64 element copies (4/8-byte
       cp.async), in bytes per clock per SM of the elements its tiles read; the
       same lab: f32 2885541x11x67 and 1e6x13x7, f64 202954x23x5 and 99991x61x59
@@ -221,7 +212,6 @@ class Calibration:
         ("tile", 1.2),
         ("tsm2t", TSM2T_SCALAR_ELEMS_PER_CLK),
     )
-    s_scalar_cycles: tuple[float, float] = (0.40, 0.035)
     cluster_eta_stream: float = 1.05
     cluster_l2_weight: float = 0.5
     tma_eta_stream: float = 1.04

@@ -104,29 +104,16 @@ def split_prediction(
     # bf16/f16 ones in pairs where the operand has an even number of columns,
     # through cp.async (tn.cuh LoadTSlice), at a rate in bytes of the elements
     # it reads; other bf16/f16 elements at a rate in elements of its padded
-    # tiles' rows. S: see ``s_scalar_cycles``.
+    # tiles' rows. S copies any rows of an aligned B (every XLA buffer) in
+    # 16-byte windows (small_left.cuh), so it always streams.
     kv = 16 // isz
-    if kernel == "tsm2s":
-        vec = p.n % (2 if isz == 8 else 4) == 0
-        elems = (p.batch or 1) * p.k * p.n
-    else:
-        # Flat stages (split_plan.h TUsesFlat) copy whole vectors whatever the rows.
-        vec = plan.get("flat", False) or all(
-            v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"])
-        )
-    if not vec and kernel == "tsm2s":
-        # S's element copy feeds m FMAs per element of B: its cost grows with m,
-        # at a quarter of the rate in f64 (fitted: twice the FMA pipe's cost and
-        # twice the accumulator registers). bf16/f16 copy pairs when n is even
-        # (small_left.cuh LoadSBStage), so their per-copy cost halves.
-        per_copy, per_fma = cal.s_scalar_cycles
-        per_copy /= 2 if isz == 2 and p.n % 2 == 0 else 1
-        # The tensor-core S (m >= 8 bf16/f16) costs as 16 rows at a quarter of
-        # the rate (kernel lab, bf16 15 x 10567 x 10659: 0.52 cycles per element).
-        rows = 16 / 4 if plan.get("mma") else p.m * (4 if acc == "f64" else 1)
-        cycles = elems * (per_copy + per_fma * rows)
-        t_mem = max(t_mem, cycles / (active * dev.clock_hz))
-    elif not vec:
+    # Flat stages (split_plan.h TUsesFlat) copy whole vectors whatever the rows.
+    vec = (
+        kernel == "tsm2s"
+        or plan.get("flat", False)
+        or all(v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"]))
+    )
+    if not vec:
         tiles = plan["tiles_m"] * plan["tiles_n"]
         copied, elems = 0, 0  # bytes through cp.async, elements through registers
         for cols, reads, width in (

@@ -9,7 +9,11 @@
 // once for all m outputs).
 //
 // Rows of B reach shared memory through a cp.async ring (STuning::kStages stages of
-// kSRowsPerStep rows), so the loads in flight hold no registers; the rows of
+// kSRowsPerStep rows), so the loads in flight hold no registers. Where n is not
+// a whole number of copies (an odd n in bf16, say), the rows of a tile start at
+// every alignment; each is then copied as the 16-byte vectors that hold it
+// (a "window" one vector longer than the tile) and read from the element it
+// starts at, so that any n streams in 16-byte copies. The rows of
 // A a stage needs are staged beside them, transposed, so that one thread
 // reads a row's m values of A with vector loads (broadcasts: every thread of
 // the block reads the same ones). The eight warps of a block share its column
@@ -34,7 +38,30 @@ struct SCols {
   static constexpr int kCpt = sizeof(T) == 8 ? 2 : 4;  // SColsPerThread
   static constexpr int kBytes = kCpt * static_cast<int>(sizeof(T));
   static constexpr int kTileCols = 32 * kCpt;
-  static constexpr int kBStageBytes = kSRowsPerStep * kTileCols * static_cast<int>(sizeof(T));
+  // A stage row's slot: the tile's columns, or the 16-byte vectors that hold
+  // them wherever the row starts (one more vector).
+  static constexpr int kWindowVecs = kTileCols / kVec<T> + 1;
+  static constexpr int kLd = kWindowVecs * kVec<T>;
+  static constexpr int kBStageBytes = kSRowsPerStep * kLd * static_cast<int>(sizeof(T));
+};
+
+// Where row `row` of a tile of B starts in its stage slot: 0 for rows copied
+// as they are, else the element of its first 16-byte vector it starts at.
+// `base` is the shift of (b + col0), `n_mod` is n modulo the vector (both 0
+// where rows are not windowed); b is 16-byte aligned, so the shift of
+// b + row * n + col0 depends only on the low bits of row and n.
+template <typename T>
+struct SRowShift {
+  int base = 0, n_mod = 0;
+  __device__ __forceinline__ SRowShift(const SplitArgs& p, const T* b, int64_t col0) {
+    if (p.b_window) {
+      base = static_cast<int>(reinterpret_cast<uintptr_t>(b + col0) % 16 / sizeof(T));
+      n_mod = static_cast<int>(p.n % kVec<T>);
+    }
+  }
+  __device__ __forceinline__ int operator()(int64_t row) const {
+    return (base + static_cast<int>(row & (kVec<T> - 1)) * n_mod) & (kVec<T> - 1);
+  }
 };
 
 template <typename T, int MT, typename Tune = STuning>
@@ -49,21 +76,43 @@ struct SSmem {
   static constexpr int kAPerThread = (kSRowsPerStep * MT + kSThreads - 1) / kSThreads;
 };
 
+// The tile column of this thread's sums c: vector loads give a thread kCpt
+// neighbouring columns, element loads from windows columns 32 apart.
+template <typename T>
+__device__ __forceinline__ int SColOf(const SplitArgs& p, int c) {
+  const int lane = threadIdx.x % 32;
+  return p.b_window ? lane + 32 * c : lane * SCols<T>::kCpt + c;
+}
+
 // Queues the copy of B rows [r0, r0 + kSRowsPerStep) of this column tile into
-// a stage, rows kLd elements apart; rows past r_end and columns past n are
-// zero-filled.
-template <typename T, int kLd = SCols<T>::kTileCols>
+// a stage, rows kLd elements apart. Rows past r_end are zero-filled; so are
+// columns past n, except in a window, where they hold the next row's first
+// elements (their sums are never stored).
+template <typename T, int kLd = SCols<T>::kLd>
 __device__ __forceinline__ void LoadSBStage(const SplitArgs& p, const T* b, int64_t col0,
                                             int64_t r0, int64_t r_end, char* stage) {
   constexpr int kCpt = SCols<T>::kCpt, kBytes = SCols<T>::kBytes;
+  static_assert(kLd >= SCols<T>::kLd, "a slot holds a window");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t col = col0 + lane * kCpt;
-  // Half types whose rows start on 4-byte boundaries can copy pairs.
-  const bool pairs = p.n % 2 == 0 && reinterpret_cast<uintptr_t>(b) % 4 == 0;
 #pragma unroll
   for (int u = 0; u < kSRowsPerWarp; ++u) {
     const int r = warp * kSRowsPerWarp + u;
     const int64_t row = r0 + r;
+    if (p.b_window) {
+      // The vectors from the one that holds (row, col0) on; the last of B's
+      // may run past its end, whose bytes are not read.
+      const T* first = b + row * p.n + col0;
+      first -= reinterpret_cast<uintptr_t>(first) % 16 / sizeof(T);
+      const int64_t left = (b + p.k * p.n - first) * static_cast<int64_t>(sizeof(T));
+      T* slot = reinterpret_cast<T*>(stage) + r * kLd;
+      for (int v = lane; v < SCols<T>::kWindowVecs; v += 32) {
+        const int64_t tail = left - 16 * int64_t{v};
+        const int bytes = row >= r_end || tail <= 0 ? 0 : tail < 16 ? static_cast<int>(tail) : 16;
+        CpAsync16Head(slot + v * kVec<T>, bytes > 0 ? first + v * kVec<T> : b, bytes);
+      }
+      continue;
+    }
     T* dst = reinterpret_cast<T*>(stage) + r * kLd + lane * kCpt;
     if (p.vec_ok) {
       const bool valid = row < r_end && col < p.n;
@@ -87,13 +136,7 @@ __device__ __forceinline__ void LoadSBStage(const SplitArgs& p, const T* b, int6
           CpAsync4(dst + c, src, valid);
         }
       }
-    } else if (pairs) {  // bf16/f16 pairs: n even, so a pair is wholly in or out
-#pragma unroll
-      for (int c = 0; c < kCpt; c += 2) {
-        const bool valid = row < r_end && col + c < p.n;
-        CpAsync4(dst + c, valid ? b + row * p.n + col + c : b, valid);
-      }
-    } else {
+    } else {  // bf16/f16 where B is not even 16-byte aligned (never an XLA buffer)
 #pragma unroll
       for (int c = 0; c < kCpt; ++c) {
         dst[c] = row < r_end && col + c < p.n ? b[row * p.n + col + c] : T(0.0f);
@@ -146,6 +189,7 @@ __global__ void __launch_bounds__(kSThreads) Tsm2SKernel(const __grid_constant__
   const T* a = static_cast<const T*>(p.a) + blk.batch * p.a_batch_stride;
   const T* b = static_cast<const T*>(p.b) + blk.batch * p.b_batch_stride;
   const int64_t steps = (r_end - r_begin + kSRowsPerStep - 1) / kSRowsPerStep;
+  const SRowShift<T> shift(p, b, col0);
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -177,16 +221,24 @@ __global__ void __launch_bounds__(kSThreads) Tsm2SKernel(const __grid_constant__
     const char* st = smem + (it % kStages) * Sm::kStageBytes;
     const T* b_st = reinterpret_cast<const T*>(st);
     const Acc* a_st = reinterpret_cast<const Acc*>(st + SCols<T>::kBStageBytes);
+    const int64_t r0 = r_begin + it * kSRowsPerStep;
 #pragma unroll
     for (int u = 0; u < kSRowsPerWarp; ++u) {
       const int r = warp * kSRowsPerWarp + u;
       Acc bv[kCpt], av[MT];
-      if constexpr (SCols<T>::kBytes == 16) {
-        Unpack<T>(*reinterpret_cast<const uint4*>(b_st + r * SCols<T>::kTileCols + lane * kCpt),
-                  bv);
+      const T* bs = b_st + r * SCols<T>::kLd + lane * kCpt;
+      if (p.b_window) {
+        // The row starts anywhere in its first vector, so the loads are of
+        // single elements: lane takes columns lane + 32 c, which keeps a
+        // warp's loads on distinct banks (SColOf).
+        bs = b_st + r * SCols<T>::kLd + shift(r0 + r) + lane;
+#pragma unroll
+        for (int c = 0; c < kCpt; ++c) bv[c] = ToAcc(bs[32 * c]);
+      } else if constexpr (SCols<T>::kBytes == 16) {
+        Unpack<T>(*reinterpret_cast<const uint4*>(bs), bv);
       } else {
         T raw[kCpt];
-        memcpy(raw, b_st + r * SCols<T>::kTileCols + lane * kCpt, sizeof raw);
+        memcpy(raw, bs, sizeof raw);
 #pragma unroll
         for (int c = 0; c < kCpt; ++c) bv[c] = ToAcc(raw[c]);
       }
@@ -206,7 +258,7 @@ __global__ void __launch_bounds__(kSThreads) Tsm2SKernel(const __grid_constant__
   Acc* red = reinterpret_cast<Acc*>(smem);  // [8][kTileCols]
   for (int i = 0; i < MT && i < p.m; ++i) {
 #pragma unroll
-    for (int c = 0; c < kCpt; ++c) red[warp * SCols<T>::kTileCols + lane * kCpt + c] = acc[i][c];
+    for (int c = 0; c < kCpt; ++c) red[warp * SCols<T>::kTileCols + SColOf<T>(p, c)] = acc[i][c];
     __syncthreads();
     if (threadIdx.x < SCols<T>::kTileCols) {
       Acc sum = -0.0f;

@@ -14,7 +14,10 @@
 //
 // A stage holds B row by row (kLdb apart) and A transposed (A^T[r][i], kLda
 // apart, i >= m zero): ldmatrix.trans reads both, as in tn_half.cuh, and the
-// kTMmaPad padding makes both row strides odd multiples of 16 bytes.
+// kTMmaPad padding makes both row strides odd multiples of 16 bytes. Rows of B
+// copied in windows (small_left.cuh) start anywhere in their slot's first
+// vector, where ldmatrix cannot read them: lanes then gather B's fragments
+// element by element.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +37,7 @@ struct SMmaSmem {
   static constexpr int kBytes = Tune::kStages * kStageBytes;
   static constexpr int kAPerThread = kSRowsPerStep * 16 / kSThreads;
   static_assert(kCols == 8 * 16, "8 warps of 16 columns");
+  static_assert(kLdb >= SCols<T>::kLd, "a B row's slot holds its window");
   static_assert(kSRowsPerStep % 16 == 0 && kSRowsPerStep * 16 % kSThreads == 0, "whole steps");
 };
 
@@ -59,6 +63,24 @@ __device__ __forceinline__ void StoreSMmaA(const T (&regs)[SMmaSmem<T>::kAPerThr
   }
 }
 
+// B's m16n8k16 fragment for the 16 rows from `r` (stage row r0 + r) and the 8
+// columns from `col` of a stage whose rows are windows: what ldmatrix.trans
+// gives, rows 2 (lane % 4) and the next (and 8 more) of column lane / 4.
+template <typename T, int kLdb>
+__device__ __forceinline__ void GatherSMmaB(const T* st, const SRowShift<T>& shift, int64_t r0,
+                                            int r, int col, uint32_t (&fb)[2]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int k = r + 2 * (lane % 4) + 8 * h;
+    const auto lo =
+        reinterpret_cast<const uint16_t*>(st)[k * kLdb + shift(r0 + k) + col + lane / 4];
+    const auto hi =
+        reinterpret_cast<const uint16_t*>(st)[(k + 1) * kLdb + shift(r0 + k + 1) + col + lane / 4];
+    fb[h] = uint32_t{lo} | uint32_t{hi} << 16;
+  }
+}
+
 // Tune::kBlocksPerSm resident blocks, as the plan assumes: 64 registers, no
 // spills (ptxas -v; 111 without the bound, which left room for two).
 template <typename T, typename Tune>
@@ -78,6 +100,7 @@ __global__ void __launch_bounds__(kSThreads, Tune::kBlocksPerSm)
   const T* a = static_cast<const T*>(p.a) + blk.batch * p.a_batch_stride;
   const T* b = static_cast<const T*>(p.b) + blk.batch * p.b_batch_stride;
   const int64_t steps = (r_end - r_begin + kSRowsPerStep - 1) / kSRowsPerStep;
+  const SRowShift<T> shift(p, b, col0);
 
   // The row and column this lane addresses for ldmatrix (tn_half.cuh): A's
   // four matrices are (M 0-7, K 0-7), (M 8-15, K 0-7), (M 0-7, K 8-15),
@@ -117,12 +140,19 @@ __global__ void __launch_bounds__(kSThreads, Tune::kBlocksPerSm)
     const T* st = ring + (it % kStages) * Sm::kStageElems;
     float part[2][4];
     InitSums(part, p.k);
+    const int64_t r0 = r_begin + it * kSRowsPerStep;
 #pragma unroll
     for (int r = 0; r < kSRowsPerStep; r += 16) {
       uint32_t fa[4], fb[2][2];
       LdMatrixX4Trans(st + a_off + r * kLda, fa);
 #pragma unroll
-      for (int j = 0; j < 2; ++j) LdMatrixX2Trans(st + b_off + r * kLdb + 8 * j, fb[j]);
+      for (int j = 0; j < 2; ++j) {
+        if (p.b_window) {
+          GatherSMmaB<T, kLdb>(st, shift, r0, r, 16 * warp + 8 * j, fb[j]);
+        } else {
+          LdMatrixX2Trans(st + b_off + r * kLdb + 8 * j, fb[j]);
+        }
+      }
 #pragma unroll
       for (int j = 0; j < 2; ++j) MmaHalf<T>(part[j], fa, fb[j]);
     }

@@ -21,6 +21,7 @@ struct SplitArgs {
   int64_t step, splits, split_len;
   bool out_f32;            // C is f32 although T is bf16/f16
   bool vec_ok;             // operand rows are whole, aligned vectors: 16-byte copies are safe
+  bool b_window;           // S: B's rows are copied as the 16-byte vectors that hold them
   int64_t flat_a, flat_b;  // T flat stages (split_plan.h TUsesFlat): elements of each run's slot
 };
 
