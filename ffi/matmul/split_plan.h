@@ -121,7 +121,7 @@ constexpr bool TUsesMma(int itemsize, int64_t tile_m, int64_t tile_n) {
 // about kTStageBytesLarge (constexpr: the kernels are compiled per tile).
 constexpr int64_t TMmaStep(int itemsize, int64_t tile_m, int64_t tile_n) {
   const int64_t padded = (tile_m + tile_n + 2 * kTMmaPad) * itemsize;
-  // Rows per MMA: m8n8k4 f64, m16n8k8 TF32, m16n8k16 bf16/f16.
+  // Contraction rows per MMA: m16n8k4 f64, m16n8k8 TF32, m16n8k16 bf16/f16.
   const int64_t mk = itemsize == 8 ? 4 : itemsize == 4 ? 8 : 16;
   return std::max(mk, kTStageBytesLarge / padded / mk * mk);
 }

@@ -193,13 +193,13 @@ __device__ __forceinline__ void LoadTStage(const SplitArgs& p, const T* a, const
 // stage copies unroll (the first TF32 version, with run-time shapes, issued
 // 131 instructions per contraction row at 64 x 64 and ran at 66% of the read
 // ceiling).
-// A TM x TN tile is cut into MM x 8 MMA tiles (MM = 8 for the f64 m8n8k4,
-// 16 for the TF32 m16n8k8), RW x CW of them per warp, starting at tile
+// A TM x TN tile is cut into 16 x 8 MMA tiles (f64's 16-row DMMA, TF32's
+// m16n8k8, bf16/f16's m16n8k16), RW x CW of them per warp, starting at tile
 // `first` in row-major order; RW > 1 only where CW spans a whole row of them.
 // Stage rows are padded by kTMmaPad elements.
 template <typename T, int TM, int TN>
 struct TMmaTile {
-  static constexpr int kMM = sizeof(T) == 8 ? 8 : 16;
+  static constexpr int kMM = 16;
   static constexpr int kPerWarp = TM * TN / (kMM * 8) / (kTThreads / 32);
   static constexpr int kTileCols = TN / 8;
   static constexpr int kCW = kPerWarp <= kTileCols ? kPerWarp : kTileCols;

@@ -152,8 +152,8 @@ __device__ __forceinline__ void MmaStageTf32Swizzled(const char* a_st, const cha
       b_st, acc, cross);
 }
 
-// f64: m8n8k4 DMMAs (f64_mma.cuh), two per n-tile and k-step of 4: the
-// warp's rows g and g + 8. ldmatrix hands out 32-bit words, so a lane reads
+// f64: a 16-row DMMA (f64_mma.cuh) per n-tile and k-step of 4, the warp's
+// rows g and g + 8. ldmatrix hands out 32-bit words, so a lane reads
 // its elements of A (row g or g + 8, k q of the step) from the swizzled box
 // itself; B's image is in fragment order (Tsm2MmaImageKernel), a conflict-free
 // 8-byte load per lane and n-tile. The sums are IEEE f64 operations, so an
@@ -178,8 +178,7 @@ __device__ __forceinline__ void MmaStageF64Swizzled(const char* a_st, const char
 #pragma unroll
     for (int t = 0; t < kN8; ++t) {
       const double b = frags[(s * kN8 + t) * 32 + lane];
-      MmaF64(acc[t][0], acc[t][1], a0, b);
-      MmaF64(acc[t][2], acc[t][3], a1, b);
+      MmaF64(acc[t], a0, a1, b);
     }
   }
 }

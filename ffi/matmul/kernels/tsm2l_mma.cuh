@@ -1,7 +1,7 @@
 // TSM2L on tensor cores: a tall A with rows of whole 16-byte vectors
 // (k <= 64) times a small B, for bf16 and f16 (m16n8k16, f32 sums), f32
 // (m16n8k8 TF32, three products of split operands: f32 accuracy, tf32.cuh)
-// and f64 (m8n8k4 DMMA, f64 sums, f64_mma.cuh). On CUDA cores an L row costs
+// and f64 (DMMA of 16 rows, f64 sums, f64_mma.cuh). On CUDA cores an L row costs
 // k * n FMAs for k + n elements moved, which binds past n of about 8 (2-byte
 // types) or 16 (f32, f64); on tensor cores the same rows stream at the
 // memory's pace.
@@ -338,8 +338,7 @@ __device__ __forceinline__ void LMmaTile(const unsigned char* stage, const unsig
 #pragma unroll
       for (int t = 0; t < N8; ++t) {
         const double f = frags[(s * N8 + t) * 32 + lane];
-        MmaF64(acc[t][0], acc[t][1], a0, f);
-        MmaF64(acc[t][2], acc[t][3], a1, f);
+        MmaF64(acc[t], a0, a1, f);
       }
     });
     nan = false;
