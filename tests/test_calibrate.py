@@ -13,6 +13,7 @@ import math
 import os
 import threading
 import time
+import types
 import warnings
 
 import filelock
@@ -273,6 +274,56 @@ def test_budget_stops_starting_probes():
         log=None,
     )
     assert 1 <= len(data.records) < len(probes)
+
+
+class Clock:
+    """A monotonic clock that advances only when told (``tick``)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def tick(self, seconds):
+        self.now += seconds
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_the_budget_holds_the_whole_run(monkeypatch, batched):
+    """A probe (a batch of probes, compiled together) is started only where one as long as
+    the last still fits what is left: with probes of 1 s and a budget of 5.5 s, five run one
+    by one (four in batches of two) and the run ends within the budget (stopping only once
+    the budget had passed, both ran six, to 6 s)."""
+    clock = Clock()
+    monkeypatch.setattr(calibrate, "time", types.SimpleNamespace(monotonic=clock))
+    probes = calibrate.design(per_cell=12, families=("R",), dtypes=("float32",))
+    assert len(probes) > 8
+    if batched:
+        timer = Batched()
+        run = timer.run
+
+        def run_one_second(prep):  # each probe of a batch takes a second to time
+            clock.tick(1.0)
+            return run(prep)
+
+        timer.run = run_one_second
+    else:
+        inner = fake_timer({})
+        per_probe = {}
+
+        def timer(target, p, dtype, layout):  # each probe takes a second in all
+            clock.tick(1.0 / len(per_probe.setdefault(p, calibrate.tuner.candidates(
+                p, dtype, layout, DEV))))  # fmt: skip
+            return inner(target, p, dtype, layout)
+
+    data = calibrate.measure(
+        probes, timer, DEV, read_bytes_per_s=3e12, launch_seconds=5e-6, budget_s=5.5,
+        log=None, workers=1,
+    )  # fmt: skip
+    # Batches of two probes (one worker): 2 s each; the third batch ends at 6 s > 5.5.
+    assert len(data.records) == (4 if batched else 5)
+    assert clock.now <= 5.5
 
 
 def test_file_round_trip_and_lookup(tmp_path, monkeypatch):

@@ -437,8 +437,11 @@ def measure(
 ) -> CalibrationData:
     """Times every target of every probe with ``timer`` (``tune.tuner.GpuTimer`` on a GPU).
 
-    Stops starting new probes once ``budget_s`` seconds have passed (the
-    probes' round-robin order keeps the cells even). A target whose timing
+    Keeps within ``budget_s`` seconds: a probe (with a batched timer, a batch of
+    probes, compiled before any of it is timed) starts only where what is left of
+    the budget still holds one as long as the last, so a run ends short of the
+    budget rather than past it (the probes' round-robin order keeps the cells
+    even); the first probe always runs. A target whose timing
     fails is left out of its record; a probe where every target failed is
     dropped. ``progress`` wraps the iteration over the timed probes (e.g.
     ``tqdm``). A timer with ``prepare`` and ``run`` (``GpuTimer``) has a batch
@@ -450,15 +453,17 @@ def measure(
 
     dev = device.with_bandwidth(read_bytes_per_s)
     start = time.monotonic()
-    spent = lambda: budget_s is not None and time.monotonic() - start > budget_s
+    left = lambda: math.inf if budget_s is None else budget_s - (time.monotonic() - start)
     records: list[Record] = []
     probes = list(probes)
     timed = (
-        _timed_in_batches(probes, timer, dev, spent, workers)
+        _timed_in_batches(probes, timer, dev, left, workers)
         if hasattr(timer, "prepare") and hasattr(timer, "run")
-        else _timed_one_by_one(probes, timer, dev, spent)
+        else _timed_one_by_one(probes, timer, dev, left)
     )
+    count = 0
     for q, got in progress(timed) if progress else timed:
+        count += 1
         got = {t: v if isinstance(v, str) else _finite(v) for t, v in got.items()}
         secs = {t: s for t, s in got.items() if isinstance(s, float)}
         if secs:
@@ -470,8 +475,11 @@ def measure(
             )
             p = q.problem
             log(f"{q.family} {q.dtype} {p.m}x{p.k}x{p.n}: {cells}")
-    if log and len(records) < len(probes) and spent():
-        log(f"time budget of {budget_s:.0f} s spent: {len(records)} probes measured")
+    if log and count < len(probes):
+        log(
+            f"time budget of {budget_s:.0f} s: {count} of {len(probes)} probes timed, "
+            f"{len(records)} measured"
+        )
     if not records:
         raise RuntimeError("calibration measured nothing: every probe failed")
     from jax_tsm2 import __version__
@@ -493,20 +501,24 @@ Timed = Iterator[tuple[Probe, dict[str, "float | str"]]]
 
 
 def _timed_one_by_one(
-    probes: Sequence[Probe], timer: Timer, dev: model.Device, spent: Callable[[], bool]
+    probes: Sequence[Probe], timer: Timer, dev: model.Device, left: Callable[[], float]
 ) -> Timed:
+    last = 0.0  # the last probe's seconds
     for i, q in enumerate(probes):
-        if i and spent():
+        if i and left() < last:
             return
+        t0 = time.monotonic()
         targets = tuner.candidates(q.problem, q.dtype, q.layout, dev)
-        yield q, tuner.time_candidates(timer, targets, q.problem, q.dtype, q.layout)
+        got = tuner.time_candidates(timer, targets, q.problem, q.dtype, q.layout)
+        last = time.monotonic() - t0
+        yield q, got
 
 
 def _timed_in_batches(
     probes: Sequence[Probe],
     timer: Any,
     dev: model.Device,
-    spent: Callable[[], bool],
+    left: Callable[[], float],
     workers: int | None,
 ) -> Timed:
     import concurrent.futures
@@ -514,10 +526,14 @@ def _timed_in_batches(
     workers = max(1, min(8, os.cpu_count() or 1) if workers is None else workers)
     why = lambda err: f"{type(err).__name__}: {err}"
     batch = 2 * workers  # enough to keep every worker busy through uneven compile times
+    batch_s = 0.0  # the last batch's seconds, compiling and timing
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         for lo in range(0, len(probes), batch):
-            if lo and spent():
+            # A batch's compiling is most of its cost, and wasted where the budget ends
+            # before its probes are timed: one is started only where one as long fits.
+            if lo and left() < batch_s:
                 return
+            t0 = time.monotonic()
             chunk = probes[lo : lo + batch]
             targets = [tuner.candidates(q.problem, q.dtype, q.layout, dev) for q in chunk]
             preps = [
@@ -526,13 +542,14 @@ def _timed_in_batches(
             ]
             concurrent.futures.wait(preps)
             for i, (q, ts, prep) in enumerate(zip(chunk, targets, preps, strict=True)):
-                if (lo or i) and spent():
+                if (lo or i) and left() <= 0:
                     return
                 try:
                     got = timer.run(prep.result())
                 except Exception as err:  # a probe that cannot be timed at all
                     got = {t: err for t in ts}
                 yield q, {t: why(v) if isinstance(v, Exception) else v for t, v in got.items()}
+            batch_s = time.monotonic() - t0
 
 
 def _finite(v: Any) -> float | str:
@@ -1131,9 +1148,10 @@ def run(
     """Calibrates the current GPU: measures its ceilings and the probes, stores the result.
 
     Needs a CUDA GPU and a CUDA build of jax_tsm2 (RuntimeError otherwise).
-    New probes stop starting after ``budget_s`` seconds of compiling and timing
-    them (on an H200, about one probe per second: 150 s measure ~150 of the
-    design's ``20 * per_cell``); the ceilings add about ten seconds. The same as
+    Compiling and timing the probes keeps within ``budget_s`` seconds (``measure``:
+    no probe is started that the rest of the budget could not hold; on an H200,
+    about one probe per second: 150 s measure ~120 of the design's
+    ``20 * per_cell``); the ceilings add about ten seconds. The same as
     ``python -m jax_tsm2.tune --calibrate``; routing uses the stored file from
     the next lowering on.
 
