@@ -150,11 +150,14 @@ def test_kmeans_through_the_kernel_matches_the_jnp_path():
     assert int(got.n_iter) == int(ref.n_iter)
 
 
-# The f32 tensor-core step: every row class (128, 256), one and two 16-centroid
-# tiles, d just past a class and not a multiple of 16.
-@pytest.mark.parametrize("d", (64, 68, 100, 128, 132, 200, 252, 256))
-@pytest.mark.parametrize("k", (9, 16, 17, 32))
+# The f32 tensor-core step: every row class (64, 128, 256), one and two
+# 16-centroid tiles, d just past a class and not a multiple of 16.
+@pytest.mark.parametrize("d", (4, 12, 16, 36, 60, 64, 68, 100, 128, 132, 200, 252, 256))
+@pytest.mark.parametrize("k", (1, 3, 8, 9, 16, 17, 32))
 def test_tensor_core_step_matches_float64_reference(d, k):
+    if k < 9 and d > 64:
+        pytest.skip("past d = 64 the CUDA-core step takes k < 9")
+    assert _ffi.kmeans_plan(jnp.float32, 4099, d, k)["step"] == "tensor_cores"
     rng = np.random.default_rng(d * 37 + k)
     x, c, w = data(rng, 4099, d, k, jnp.float32)
     check_step(_step(x, c, w), x, c, w)

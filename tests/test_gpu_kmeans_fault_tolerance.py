@@ -86,7 +86,19 @@ def test_faults_detected_and_corrected_through_the_kernels(k):
 
 @pytest.mark.parametrize(
     ("d", "k"),
-    [(1, 1), (3, 2), (64, 16), (257, 31), (256, 16), (128, 20), (509, 13), (4096, 16)],
+    [
+        (1, 1),
+        (3, 2),
+        (12, 3),
+        (40, 8),
+        (64, 16),
+        (64, 24),
+        (257, 31),
+        (256, 16),
+        (128, 20),
+        (509, 13),
+        (4096, 16),
+    ],
 )
 @pytest.mark.parametrize("kind", ["normal", "uniform", "blobs"])
 def test_row_check_clean_and_flipped_through_the_kernels(d, k, kind):

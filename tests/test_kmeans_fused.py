@@ -171,6 +171,11 @@ def test_plan_covers_the_documented_range():
     [
         ("float32", 256, 16, "tensor_cores"),
         ("float32", 256, 8, "cuda_cores"),  # k <= 8: the CUDA-core step is faster
+        ("float32", 128, 8, "cuda_cores"),
+        ("float32", 64, 8, "tensor_cores"),  # rows of up to 64 elements: the narrow class
+        ("float32", 4, 1, "tensor_cores"),
+        ("float32", 36, 32, "tensor_cores"),
+        ("float32", 30, 16, "cuda_cores"),  # rows not in whole 16-byte chunks
         ("float32", 260, 16, "tensor_cores_cluster"),  # one block: d <= 512
         ("float32", 1020, 16, "tensor_cores_cluster"),
         ("float32", 1024, 16, "tensor_cores_cluster"),

@@ -3,8 +3,10 @@
 // checks each against a float64 reference, and times back-to-back launches
 // with cudaEvents against our streaming-read kernel over the same X. The
 // step's tuning struct (ffi/kmeans/plan.h KmeansTuning) can be varied per
-// run: production's ("default"), without the wide-row step ("no_wide"), or
-// with 64-row tiles for the one-tile tensor-core step ("tile64").
+// run: production's ("default"), without the wide-row step ("no_wide"),
+// with 64-row tiles for the one-tile tensor-core step of rows of 129..256
+// elements ("tile64"), or without the narrow row class (rows of up to 64
+// elements on the CUDA-core step or the 128 class, "no_narrow").
 //
 // Checks: every label is a closest centroid of the exact (float64, direct
 // form) distances up to a rounding bound (and the exact one where the two
@@ -21,7 +23,7 @@
 //     benchmarks/lab/kmeans_lab.cu ffi/harness/launch.cu -o build/labs/kmeans_lab
 //   build/labs/kmeans_lab [filter] [tunings]
 //     filter: comma-separated substrings of case names; tunings: comma-separated
-//     of default, no_wide, tile64 (default: default)
+//     of default, no_wide, tile64, no_narrow (default: default)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -144,6 +146,9 @@ struct NoWideTuning : tsm2::KmeansTuning {
 };
 struct Tile64Tuning : tsm2::KmeansTuning {
   static constexpr int kOneTileRows = 64;
+};
+struct NoNarrowTuning : tsm2::KmeansTuning {
+  static constexpr bool kNarrow = false;
 };
 
 template <typename T, typename Tune>
@@ -328,8 +333,8 @@ int main(int argc, char** argv) {
   for (std::string rest = tunings; !rest.empty();) {
     const size_t comma = rest.find(',');
     const std::string t = rest.substr(0, comma);
-    if (t != "default" && t != "no_wide" && t != "tile64") {
-      std::fprintf(stderr, "usage: %s [filter] [default,no_wide,tile64]\n", argv[0]);
+    if (t != "default" && t != "no_wide" && t != "tile64" && t != "no_narrow") {
+      std::fprintf(stderr, "usage: %s [filter] [default,no_wide,tile64,no_narrow]\n", argv[0]);
       return 2;
     }
     rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
@@ -349,6 +354,22 @@ int main(int argc, char** argv) {
       {"f32 1e6x256 k=8", 1000000, 256, 8, 0},
       {"f32 1e6x128 k=16", 1000000, 128, 16, 0},
       {"f32 1e6x64 k=4", 1000000, 64, 4, 0},
+      {"f32 1e6x64 k=8", 1000000, 64, 8, 0},
+      {"f32 1e6x64 k=16", 1000000, 64, 16, 0},
+      {"f32 1e6x64 k=32", 1000000, 64, 32, 0},
+      {"f32 1e6x32 k=16", 1000000, 32, 16, 0},
+      {"f32 1e6x16 k=16", 1000000, 16, 16, 0},
+      {"f32 odd 5003x4 k=2", 5003, 4, 2, 0},
+      {"f32 odd 5003x8 k=31", 5003, 8, 31, 0},
+      {"f32 odd 5003x12 k=7", 5003, 12, 7, 0},
+      {"f32 1e6x48 k=12", 1000000, 48, 12, 0},
+      {"f32 1e6x128 k=8", 1000000, 128, 8, 0},
+      {"f32 1e6x128 k=32", 1000000, 128, 32, 0},
+      {"f32 1e6x96 k=16", 1000000, 96, 16, 0},
+      {"f32 1e6x100 k=24", 1000000, 100, 24, 0},
+      {"f32 1e7x64 k=16", 10000000, 64, 16, 0},
+      {"f32 odd 30011x44 k=23", 30011, 44, 23, 0},
+      {"f32 odd 17x20 k=3", 17, 20, 3, 0},
       {"f32 2.5e5x1024 k=16", 250000, 1024, 16, 0},
       {"f32 5e5x768 k=16", 500000, 768, 16, 0},
       {"f32 5e5x516 k=12", 500000, 516, 12, 0},
@@ -394,6 +415,7 @@ int main(int argc, char** argv) {
     if (lab::Wanted("default", tunings)) RunCase<tsm2::KmeansTuning>(cs, "default");
     if (lab::Wanted("no_wide", tunings)) RunCase<NoWideTuning>(cs, "no_wide");
     if (lab::Wanted("tile64", tunings)) RunCase<Tile64Tuning>(cs, "tile64");
+    if (lab::Wanted("no_narrow", tunings)) RunCase<NoNarrowTuning>(cs, "no_narrow");
   }
   return 0;
 }

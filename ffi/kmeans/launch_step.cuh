@@ -73,8 +73,8 @@ Status KmeansReduce(const DeviceKmeans& p, const KmeansStepPlan& plan, cudaStrea
 // (owners) its persistent grid can keep resident, and how to launch its step
 // kernel over plan.owners of them; PlanKmeansVariant does the rest for all.
 
-// The f32 tensor-core step (kernels/kmeans_mma.cuh): DC the row class (128
-// or 256 elements), MT the 16-centroid tiles, ROWS the rows of a tile.
+// The f32 tensor-core step (kernels/kmeans_mma.cuh): DC the row class (64,
+// 128 or 256 elements), MT the 16-centroid tiles, ROWS the rows of a tile.
 template <int DC, int MT, int ROWS, int CHECK = 0>
 struct KmeansMmaVariant {
   using Cfg = KmeansMmaConfig<DC, MT, ROWS, CHECK>;
@@ -318,19 +318,25 @@ Status PlanWithClass(const DeviceKmeans& p, int cls, KmeansStepPlan* plan) {
   }
 }
 
-// The f32 tensor-core step's variant: the row class (128 or 256 elements)
-// and one or two 16-centroid tiles, with Tune::kOneTileRows rows per tile
-// for one tile.
+// The f32 tensor-core step's variant: the row class (64, 128 or 256
+// elements) and one or two 16-centroid tiles, with Tune's rows per tile for
+// one tile.
 template <typename Tune, int CHECK = 0>
 Status PlanMmaVariant(const DeviceKmeans& p, KmeansStepPlan* plan) {
   const bool wide = p.d > 128, two = p.k > 16;
-  constexpr int kOne = Tune::kOneTileRows, kTwo = kKmeansMmaRows;
+  constexpr int kOne = Tune::kOneTileRows, kShort = Tune::kOneTileRowsShort, kTwo = kKmeansMmaRows;
+  if constexpr (Tune::kNarrow) {
+    if (p.d <= 64) {
+      return two ? PlanKmeansVariant<KmeansMmaVariant<64, 2, kTwo, CHECK>>(p, plan)
+                 : PlanKmeansVariant<KmeansMmaVariant<64, 1, kShort, CHECK>>(p, plan);
+    }
+  }
   if (wide) {
     return two ? PlanKmeansVariant<KmeansMmaVariant<256, 2, kTwo, CHECK>>(p, plan)
                : PlanKmeansVariant<KmeansMmaVariant<256, 1, kOne, CHECK>>(p, plan);
   }
   return two ? PlanKmeansVariant<KmeansMmaVariant<128, 2, kTwo, CHECK>>(p, plan)
-             : PlanKmeansVariant<KmeansMmaVariant<128, 1, kOne, CHECK>>(p, plan);
+             : PlanKmeansVariant<KmeansMmaVariant<128, 1, kShort, CHECK>>(p, plan);
 }
 
 // CHECK > 0: the row-checked step (kernels/kmeans_row_check.cuh), 2 with its

@@ -32,7 +32,7 @@ constexpr int kKmeansMaxCluster = 8;
 // The workspace holds one partial (sums, counts, inertia) per block (per
 // cluster for clustered variants); Python sizes it for this many blocks per
 // SM and the launcher never uses more.
-constexpr int kKmeansMaxBlocksPerSm = 2;
+constexpr int kKmeansMaxBlocksPerSm = 3;          // the narrow tensor-core step's
 constexpr int64_t kKmeansSmemLimit = 227 * 1024;  // opt-in shared memory per block, sm_80/90
 
 constexpr int64_t KmeansRoundUp(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
@@ -180,20 +180,17 @@ constexpr int64_t KmeansMaxOwners(const KmeansPlan& p, int64_t n, int sm_count) 
   return wanted < cap ? wanted : cap;
 }
 
-// The f32 tensor-core step (kernels/kmeans_mma.cuh) takes rows of 64..256
+// The f32 tensor-core step (kernels/kmeans_mma.cuh) takes rows of 4..256
 // elements in whole 16-byte chunks (the launcher also needs X 16-byte
 // aligned), 64 rows per tile and one block per SM (kOneTileRows rows and two
-// blocks per SM for k <= 16): it never needs more partials than
-// KmeansMaxOwners (two blocks per SM) allows the CUDA-core step. It pads k
-// to 16 centroids, so below 9 the CUDA-core step is faster (H100, n = 1e6:
+// blocks per SM for k <= 16, three for rows of up to 64 elements): it never
+// needs more partials than KmeansMaxOwners allows. It pads k to 16
+// centroids, so past d = 64 the CUDA-core step is faster below 9 (H100, n = 1e6:
 // d = 256, k = 8: 431 against 487 us; d = 64, k = 4: 204 against 276 us).
 // With 64-row tiles it was also slower above 8 (d = 256, k = 16: 576 against
 // 496 us; d = 128, k = 16: 433 against 353 us); 32-row tiles for k <= 16
 // took it to 448 and 307 us.
 constexpr int kKmeansMmaRows = 64;
-constexpr bool KmeansMmaTakes(int itemsize, int64_t d, int64_t k) {
-  return itemsize == 4 && d >= 64 && d <= 256 && d % 4 == 0 && k >= 9 && k <= kKmeansMaxK;
-}
 
 // The f32 tensor-core step for wide rows (kernels/kmeans_wide.cuh): each
 // block of a cluster owns kKmeansWideCols columns (its centroid values sit in
@@ -215,14 +212,31 @@ constexpr int KmeansWideCluster(int64_t d) {
 // The step's tuning: production instantiates it as it is, the lab
 // (benchmarks/lab/kmeans_lab.cu) variants derived from it.
 struct KmeansTuning {
-  // Rows per tile of the tensor-core step for k <= 16 (one centroid tile),
-  // two blocks per SM.
+  // Rows per tile of the tensor-core step for k <= 16 (one centroid tile):
+  // rows of 129..256 elements, and of up to 128 (kmeans_mma.cuh says why).
   static constexpr int kOneTileRows = 32;
+  static constexpr int kOneTileRowsShort = 64;
   // Whether plans use the wide-row step, and from which d (260: the first d
   // in whole 16-byte chunks past KmeansMmaTakes).
   static constexpr bool kWide = true;
   static constexpr int kWideMinD = 260;
+  // Whether rows of up to 64 elements take the tensor-core step in a row
+  // class of their own (DC = 64: every warp on the sums, three blocks per
+  // SM) at any k, rather than the CUDA-core step below d = 64 or k = 9 and
+  // the 128 class at d = 64. H200, n = 1e6 (us, CUDA-core or 128 class ->
+  // narrow class): d = 16 and 32, k = 16: 447 -> 169 and 173; d = 48, k = 12:
+  // 446 -> 201; d = 64, k = 8: 255 -> 207; d = 64, k = 16: 225 -> 208; d = 64,
+  // k = 4: 205 -> 206. Past d = 64 the CUDA-core step stays faster below
+  // k = 9 (d = 128, k = 8: 253 against 285 us).
+  static constexpr bool kNarrow = true;
 };
+
+template <typename Tune = KmeansTuning>
+constexpr bool KmeansMmaTakes(int itemsize, int64_t d, int64_t k) {
+  if (itemsize != 4 || d % 4 != 0 || d > 256 || k < 1 || k > kKmeansMaxK) return false;
+  if (Tune::kNarrow && d <= 64) return d >= 4;
+  return d >= 64 && k >= 9;
+}
 
 template <typename Tune = KmeansTuning>
 constexpr bool KmeansWideTakes(int itemsize, int64_t d, int64_t k) {
@@ -252,7 +266,7 @@ constexpr KmeansStep KmeansStepFor(int itemsize, int64_t d, int64_t k, int cc, i
     if (cc >= kKmeansClusterCc && KmeansWideTakes<Tune>(itemsize, d, k)) {
       return KmeansStep::kTensorCoresCluster;
     }
-    if (KmeansMmaTakes(itemsize, d, k)) return KmeansStep::kTensorCores;
+    if (KmeansMmaTakes<Tune>(itemsize, d, k)) return KmeansStep::kTensorCores;
   }
   return KmeansStep::kCudaCores;
 }

@@ -15,12 +15,11 @@
 // staged in shared memory (cp.async, kStages tiles in flight) rather than
 // kept in registers, and read twice from there.
 //
-// A tile of 64 rows (32 for one centroid tile, two blocks per SM): row group
-// r (rows 8r..8r+7) gets its distances from one warp, or from two warps each
-// taking half of the chunk pairs, then labels go to shared memory (one
-// barrier); then warp w takes columns w * DC / kWarps.. of every row for the
-// sums, whose accumulators stay in registers for the whole run. Every sum is
-// added in one fixed order: results are bitwise reproducible.
+// A tile of 64 or 32 rows (KmeansMmaConfig): row group r (rows 8r..8r+7)
+// gets its distances from one warp, or from two warps each taking half of
+// the chunk pairs, then labels go to shared memory (one barrier); then warp w takes columns w * DC
+// / kWarps.. of every row for the sums, whose accumulators stay in registers for the whole run.
+// Every sum is added in one fixed order: results are bitwise reproducible.
 //
 // Rows are stored with their 16-byte chunks XOR-swizzled (KmeansMmaSwizzle):
 // both the distance reads (two rows x four chunks per quarter warp) and the
@@ -121,24 +120,35 @@ __device__ __forceinline__ void ForEachSum(float (&sacc)[MT][NT][4], int g, int 
 
 template <int DC, int MT, int ROWS = kKmeansMmaRows, int CHECK = 0>
 struct KmeansMmaConfig {
-  // Tiles of ROWS rows, 8 per row group in the distances. 64 rows, one
-  // 16-centroid tile: 16 warps, two on each row group's distances (each half
-  // of the chunk pairs) for latency hiding; 4 warps per scheduler need <= 128
-  // registers. Two tiles keep 8 warps (175+ registers). 32 rows (one centroid
-  // tile only): 8 warps, two per row group, and two blocks per SM, so that one
-  // block's sums run while the other's distances do (d = 256, k = 16: 456
-  // against 493 us; 16-row tiles at three blocks per SM took 566).
+  // Tiles of ROWS rows, 8 per row group in the distances, 8 warps.
+  // - Rows of up to 128 elements (DC 64, 128), one 16-centroid tile: 64 rows,
+  //   each warp a row group whole, two or three blocks per SM. A tile's fixed
+  //   work (barriers, argmin, labels) outweighs its products there, so rows
+  //   per barrier and blocks per SM set the speed. H200, n = 1e6, k = 16,
+  //   against 32-row tiles of two warps per row group: d = 64 225 -> 170 us,
+  //   d = 128 286 -> 239; three blocks of DC = 64 take 80 registers (16
+  //   bytes spilled; four blocks of 32-row tiles spilled more and were slower).
+  // - DC = 256, one tile: 32 rows, two warps per row group (each half of the
+  //   chunk pairs), two blocks per SM, so that one block's sums run while the
+  //   other's distances do (d = 256, k = 16: 456 against 493 us with 64 rows,
+  //   H100; 16-row tiles at three blocks took 566). 64 rows take 16 warps.
+  // - Two centroid tiles: 64 rows, one block per SM (175+ registers), two for
+  //   DC = 64 (d = 64, k = 32: 303 -> 247 us; DC = 128 lost 7% with two).
   static constexpr int kRows = ROWS;
   static constexpr int kRowGroups = kRows / 8;
-  static constexpr int kWarps = kRows == 32 ? 8 : MT == 1 ? 16 : 8, kThreads = 32 * kWarps;
+  static constexpr int kWarps = kRows == 32 || DC <= 128 || MT == 2 ? 8 : 16;
+  static constexpr int kThreads = 32 * kWarps;
   static constexpr int kSplitK = kWarps / kRowGroups;
-  static constexpr int kBlocksPerSm = kRows == 32 ? 2 : 1;
+  static constexpr int kBlocksPerSm = DC == 64      ? (MT == 1 ? 3 : 2)
+                                      : DC == 128   ? (MT == 1 ? 2 : 1)
+                                      : kRows == 32 ? 2
+                                                    : 1;
   static constexpr int kKp = 16 * MT;     // centroids, padded to whole m16 tiles
   static constexpr int kPairs = DC / 16;  // 16-byte chunks per lane of a row
   static constexpr int kColsPerWarp = DC / kWarps;
   static constexpr int kNTiles = kColsPerWarp / 8;
-  // Stages: 2 at DC = 256, 4 at 128 (64 KB per block at 64 rows, 32 KB at 32 rows).
-  static constexpr int kStages = DC <= 128 ? 4 : 2;
+  // Stages: as many as leave room for the blocks per SM above.
+  static constexpr int kStages = DC == 256 ? 2 : kRows == 32 ? 4 : DC == 64 ? 3 : MT == 1 ? 2 : 4;
   static constexpr int kXBytes = kRows * DC * 4;
   static constexpr int kStageBytes = kXBytes + kRows * 4;  // X, then the rows' weights
   // Centroid fragments: [pair][half][mt][hi/lo][lane] of 16 bytes.
@@ -162,7 +172,7 @@ struct KmeansMmaConfig {
   static_assert(kRows == 32 || kRows == 64, "tiles of 32 or 64 rows");
   static_assert(kRows == 64 || MT == 1, "32-row tiles take one centroid tile (registers)");
   static_assert(kSplitK == 1 || kSplitK == 2, "the split-K transfer adds one half");
-  static_assert(DC == 128 || DC == 256, "row classes of the tensor-core step");
+  static_assert(DC == 64 || DC == 128 || DC == 256, "row classes of the tensor-core step");
   static_assert(kNTiles >= 1 && kColsPerWarp % 8 == 0, "whole n8 tiles per warp");
   static_assert(kSmemBytes <= kKmeansSmemLimit, "shared memory");
 };
