@@ -352,9 +352,9 @@ def matmul_workspace_bytes(dtype: Any, kernel: int, batch: int, m: int, k: int, 
 def kmeans_plan(dtype: Any, n: int, d: int, k: int) -> dict[str, Any]:
     """How ``tsm2_kmeans_step`` runs ``(n, d, k)``: ``supported`` (the CUDA kernel
     takes it), ``step`` (which kernel: ``"cuda_cores"``, ``"tensor_cores"`` for
-    f32 rows of 64..256, ``"tensor_cores_cluster"`` for f32 rows of 260..4096
-    split over a cluster of ``wide_cluster`` blocks; both need ``d % 4 == 0`` and
-    ``9 <= k``, k <= 16 for the second), the CUDA-core plan's variant and
+    f32 rows of 4..256 (``9 <= k`` past 64), ``"tensor_cores_cluster"`` for f32
+    rows of 260..4096 split over a cluster of ``wide_cluster`` blocks (``9 <= k
+    <= 16``); both need ``d % 4 == 0``), the CUDA-core plan's variant and
     footprint, and ``workspace_bytes`` (the size of its ``workspace`` result for
     this process's GPU, or an H100 without one).
 

@@ -1,4 +1,4 @@
-// One Lloyd iteration of k-means for f32 rows of 64..256 elements on tensor
+// One Lloyd iteration of k-means for f32 rows of 4..256 elements on tensor
 // cores: the same outputs as KmeansStepKernel (kmeans.cuh), from one pass
 // over X.
 //
