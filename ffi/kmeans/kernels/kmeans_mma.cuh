@@ -17,9 +17,10 @@
 //
 // A tile of 64 or 32 rows (KmeansMmaConfig): row group r (rows 8r..8r+7)
 // gets its distances from one warp, or from two warps each taking half of
-// the chunk pairs, then labels go to shared memory (one barrier); then warp w takes columns w * DC
-// / kWarps.. of every row for the sums, whose accumulators stay in registers for the whole run.
-// Every sum is added in one fixed order: results are bitwise reproducible.
+// the chunk pairs, then labels go to shared memory (one barrier); then warp
+// w takes columns w * DC / kWarps.. of every row for the sums, whose
+// accumulators stay in registers for the whole run. Every sum is added in
+// one fixed order: results are bitwise reproducible.
 //
 // Rows are stored with their 16-byte chunks XOR-swizzled (KmeansMmaSwizzle):
 // both the distance reads (two rows x four chunks per quarter warp) and the
