@@ -32,7 +32,7 @@ constexpr int kKmeansMaxCluster = 8;
 // The workspace holds one partial (sums, counts, inertia) per block (per
 // cluster for clustered variants); Python sizes it for this many blocks per
 // SM and the launcher never uses more.
-constexpr int kKmeansMaxBlocksPerSm = 3;          // the narrow tensor-core step's
+constexpr int kKmeansMaxBlocksPerSm = 3;          // the narrow tensor-core step runs three
 constexpr int64_t kKmeansSmemLimit = 227 * 1024;  // opt-in shared memory per block, sm_80/90
 
 constexpr int64_t KmeansRoundUp(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
