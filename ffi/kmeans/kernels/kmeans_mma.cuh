@@ -54,20 +54,41 @@ __device__ __forceinline__ int KmeansMmaSwizzle(int r) {
 // Rows my_r, my_r + kStep, .. < kRows of a tile starting at global row row0
 // into a stage of kRowFloats floats per row, chunks swizzled as above: this
 // thread's 16-byte chunk ch, from column col of x (d columns, n rows). Rows
-// past n and columns past d (col_ok false) are zero-filled. The source
-// advances by a precomputed stride and the row test is on 32-bit ints: the
-// per-row 64-bit index arithmetic this replaces was ~190 of a warp's ~860
-// instructions per tile in the d = 256 step (ncu source counters).
+// past n and columns past d (col_ok false) are zero-filled.
+//
+// A whole tile (every tile but the last) takes straight-line copies: the
+// source advances by a fixed stride, and the destinations, with kStep a
+// multiple of 4, repeat the swizzle of the first two rows (KmeansMmaSwizzle
+// depends on r % 8 only through r & 1 and (r >> 1) & 3), so they are two
+// base addresses plus immediates. A per-row swizzle, bound test and select
+// (a loop whose trip count depends on my_r does not unroll) took ~24% of the
+// d = 256 step's instructions (ncu source counters, H200).
 template <int kRows, int kStep, int kRowFloats>
 __device__ __forceinline__ void KmeansCopyTile(char* st, const float* x, int64_t row0, int64_t n,
                                                int64_t d, int my_r, int ch, int col, bool col_ok) {
-  const int rows = static_cast<int>(n - row0 < kRows ? n - row0 : kRows);  // n > row0
+  static_assert(kStep % 4 == 0 && kRows % kStep == 0, "rows of a step share two swizzles");
+  constexpr int kCopies = kRows / kStep;
   const float* src = x + (row0 + my_r) * d + col;
   const int64_t stride = kStep * d;
+  char* dst[2] = {
+      st + (my_r * kRowFloats + 4 * (ch ^ KmeansMmaSwizzle(my_r))) * 4,
+      st + ((my_r + kStep) * kRowFloats + 4 * (ch ^ KmeansMmaSwizzle(my_r + kStep))) * 4};
+  constexpr int kPairBytes = 2 * kStep * kRowFloats * 4;
+  if (n - row0 >= kRows) {
+    // Columns past d copy nothing from a valid address.
+    const float* from = col_ok ? src : x;
+    const int64_t step = col_ok ? stride : 0;
 #pragma unroll
-  for (int r = my_r; r < kRows; r += kStep, src += stride) {
-    const bool ok = col_ok && r < rows;
-    CpAsync16(st + (r * kRowFloats + 4 * (ch ^ KmeansMmaSwizzle(r))) * 4, ok ? src : x, ok);
+    for (int i = 0; i < kCopies; ++i, from += step) {
+      CpAsync16(dst[i % 2] + (i / 2) * kPairBytes, from, col_ok);
+    }
+    return;
+  }
+  const int rows = static_cast<int>(n - row0);  // 0 < rows < kRows
+#pragma unroll
+  for (int i = 0; i < kCopies; ++i, src += stride) {
+    const bool ok = col_ok && my_r + i * kStep < rows;
+    CpAsync16(dst[i % 2] + (i / 2) * kPairBytes, ok ? src : x, ok);
   }
 }
 
