@@ -47,8 +47,11 @@ __device__ __forceinline__ void KmeansRowCheck(Acc S, Acc xsq, Acc q, Acc csq_to
   if (!isfinite(T) || !isfinite(R)) return;
   const Acc err = fabs(S - R);
   if (!(err <= T)) ++faults;
-  const float ratio = static_cast<float>(err / T);
-  margin = ratio > margin ? ratio : margin;  // NaN (a failed row) leaves it
+  // The worst err / T so far, dividing only for a row that beats it (a few
+  // times per thread): a division per row took IEEE division's slow path for
+  // 86% of the rows (Nsight Compute, 1e6 x 256, k = 16) and cost more than
+  // the check's dot. NaN (a failed row) compares false and leaves it.
+  if (err > static_cast<Acc>(margin) * T) margin = static_cast<float>(err / T);
 }
 
 // The block's counts into the step's outputs: one atomic per warp. Integer
