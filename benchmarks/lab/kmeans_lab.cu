@@ -6,7 +6,9 @@
 // run: production's ("default"), without the wide-row step ("no_wide"),
 // with 64-row tiles for the one-tile tensor-core step of rows of 129..256
 // elements ("tile64"), or without the narrow row class (rows of up to 64
-// elements on the CUDA-core step or the 128 class, "no_narrow").
+// elements on the CUDA-core step or the 128 class, "no_narrow"); "checked"
+// runs production's row-checked step (fault tolerance, CHECK 1) instead,
+// which must report no failed row.
 //
 // Checks: every label is a closest centroid of the exact (float64, direct
 // form) distances up to a rounding bound (and the exact one where the two
@@ -23,7 +25,7 @@
 //     benchmarks/lab/kmeans_lab.cu ffi/harness/launch.cu -o build/labs/kmeans_lab
 //   build/labs/kmeans_lab [filter] [tunings]
 //     filter: comma-separated substrings of case names; tunings: comma-separated
-//     of default, no_wide, tile64, no_narrow (default: default)
+//     of default, no_wide, tile64, no_narrow, checked (default: default)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -150,8 +152,8 @@ struct Tile64Tuning : tsm2::KmeansTuning {
 struct NoNarrowTuning : tsm2::KmeansTuning {
   static constexpr bool kNarrow = false;
 };
-
-template <typename T, typename Tune>
+// CHECK 1: the row-checked step (its faults and worst margin printed too).
+template <typename T, typename Tune, int CHECK = 0>
 void Run(const Case& cs, const char* tuning) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const int itemsize = static_cast<int>(sizeof(T));
@@ -162,7 +164,8 @@ void Run(const Case& cs, const char* tuning) {
   const int64_t n = cs.n, d = cs.d, k = cs.k;
   T *x, *c;
   A *w, *mind, *sums, *counts, *inertia;
-  int32_t* labels;
+  int32_t *labels, *row_faults;
+  float* row_margin;
   RowErrors* errs;
   // Lab knobs for the timing, read from the environment: TSM2_LAB_X_OFFSET
   // (bytes, a multiple of 16) moves X within its allocation, and
@@ -177,6 +180,8 @@ void Run(const Case& cs, const char* tuning) {
   x = reinterpret_cast<T*>(x_alloc[0] + x_off);
   CHECK(cudaMalloc(&c, k * d * sizeof(T)));
   CHECK(cudaMalloc(&w, n * sizeof(A)));
+  CHECK(cudaMalloc(&row_faults, sizeof(int32_t)));
+  CHECK(cudaMalloc(&row_margin, sizeof(float)));
   CHECK(cudaMalloc(&mind, n * sizeof(A)));
   CHECK(cudaMalloc(&labels, n * sizeof(int32_t)));
   CHECK(cudaMalloc(&sums, k * d * sizeof(A)));
@@ -198,6 +203,8 @@ void Run(const Case& cs, const char* tuning) {
   p.x = x;
   p.c = c;
   p.w = w;
+  p.row_faults = row_faults;
+  p.row_margin = row_margin;
   p.labels = labels;
   p.mind = mind;
   p.sums = sums;
@@ -209,7 +216,7 @@ void Run(const Case& cs, const char* tuning) {
   p.workspace = ws;
   p.workspace_bytes = ws_bytes;
   tsm2::KmeansStepPlan plan;
-  CHECK_STATUS((tsm2::PlanKmeansStepWith<T, Tune>(p, &plan)));
+  CHECK_STATUS((tsm2::PlanKmeansStepWith<T, Tune, CHECK>(p, &plan)));
   auto launch = [&] { CHECK_STATUS(tsm2::LaunchKmeansStep(p, plan, nullptr)); };
   CHECK(cudaMemset(labels, 0xff, n * sizeof(int32_t)));
   CHECK(cudaMemset(mind, 0xff, n * sizeof(A)));
@@ -259,7 +266,14 @@ void Run(const Case& cs, const char* tuning) {
     worst = std::max(worst, std::fabs(HostValue(hc[j]) - rc[j]) / (sum_tol * rc[j] + 1e-300));
   }
   worst = std::max(worst, std::fabs(HostValue(hi) - ri) / (sum_tol * riabs + 1e-300));
-  const bool ok = re.bad_label == 0 && re.wrong_clear == 0 && re.bad_mind == 0 && worst <= 1.0;
+  int32_t faults = 0;
+  float margin = 0;
+  if (CHECK > 0) {
+    CHECK(cudaMemcpy(&faults, row_faults, sizeof faults, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(&margin, row_margin, sizeof margin, cudaMemcpyDeviceToHost));
+  }
+  const bool ok =
+      re.bad_label == 0 && re.wrong_clear == 0 && re.bad_mind == 0 && worst <= 1.0 && faults == 0;
 
 #ifdef TSM2_TRACE
   unsigned long long tr[tsm2::trace::kPhaseSlots];
@@ -293,15 +307,17 @@ void Run(const Case& cs, const char* tuning) {
   const tsm2::KmeansPlan l = tsm2::KmeansPlanOf(itemsize, d, k);
   std::printf(
       "%-28s %-8s %-20s kp=%2d cls=%d cl=%d nwc=%d J=%d G=%d R=%d smem=%6d owners=%4d  %9.1f us "
-      "%6.0f GB/s %5.1f%%  reads=%.3f  %s (labels %llu/%llu, mind %llu, sums/bound %.2g)\n",
+      "%6.0f GB/s %5.1f%%  reads=%.3f  %s (labels %llu/%llu, mind %llu, sums/bound %.2g, row "
+      "faults %d, margin %.2g)\n",
       cs.name, tuning, plan.kernel_name, l.kp, l.cls, l.cluster, l.nwc, l.j, l.groups, l.rows,
       l.smem_bytes, plan.owners, sec * 1e6, gbs, 100 * gbs / ceiling_gbs, ceiling_gbs / gbs,
-      ok ? "ok" : "FAIL", re.bad_label, re.wrong_clear, re.bad_mind, worst);
+      ok ? "ok" : "FAIL", re.bad_label, re.wrong_clear, re.bad_mind, worst, faults, margin);
   std::fflush(stdout);
   for (void* ptr :
-       {static_cast<void*>(c), static_cast<void*>(w), static_cast<void*>(mind),
-        static_cast<void*>(labels), static_cast<void*>(sums), static_cast<void*>(counts),
-        static_cast<void*>(inertia), ws, static_cast<void*>(errs)}) {
+       {static_cast<void*>(c), static_cast<void*>(w), static_cast<void*>(row_faults),
+        static_cast<void*>(row_margin), static_cast<void*>(mind), static_cast<void*>(labels),
+        static_cast<void*>(sums), static_cast<void*>(counts), static_cast<void*>(inertia), ws,
+        static_cast<void*>(errs)}) {
     CHECK(cudaFree(ptr));
   }
   for (char* a : x_alloc) CHECK(cudaFree(a));
@@ -309,22 +325,32 @@ void Run(const Case& cs, const char* tuning) {
 
 }  // namespace
 
-template <typename Tune>
+template <typename Tune, int CHECK = 0>
 void RunCase(const Case& cs, const char* tuning) {
   switch (cs.dtype) {
     case 0:
-      Run<float, Tune>(cs, tuning);
+      Run<float, Tune, CHECK>(cs, tuning);
       break;
     case 1:
-      Run<double, Tune>(cs, tuning);
+      Run<double, Tune, CHECK>(cs, tuning);
       break;
     case 2:
-      Run<__nv_bfloat16, Tune>(cs, tuning);
+      Run<__nv_bfloat16, Tune, CHECK>(cs, tuning);
       break;
     default:
-      Run<__half, Tune>(cs, tuning);
+      Run<__half, Tune, CHECK>(cs, tuning);
       break;
   }
+}
+
+// Whether the comma-separated list names `tuning` exactly.
+bool HasTuning(const char* list, const char* tuning) {
+  for (std::string rest = list; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    if (rest.substr(0, comma) == tuning) return true;
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  return false;
 }
 
 int main(int argc, char** argv) {
@@ -333,8 +359,11 @@ int main(int argc, char** argv) {
   for (std::string rest = tunings; !rest.empty();) {
     const size_t comma = rest.find(',');
     const std::string t = rest.substr(0, comma);
-    if (t != "default" && t != "no_wide" && t != "tile64" && t != "no_narrow") {
-      std::fprintf(stderr, "usage: %s [filter] [default,no_wide,tile64,no_narrow]\n", argv[0]);
+    if (t != "default" && t != "no_wide" && t != "tile64" && t != "no_narrow" && t != "checked") {
+      std::fprintf(stderr,
+                   "usage: %s [filter] "
+                   "[default,no_wide,tile64,no_narrow,checked]\n",
+                   argv[0]);
       return 2;
     }
     rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
@@ -416,6 +445,7 @@ int main(int argc, char** argv) {
     if (lab::Wanted("no_wide", tunings)) RunCase<NoWideTuning>(cs, "no_wide");
     if (lab::Wanted("tile64", tunings)) RunCase<Tile64Tuning>(cs, "tile64");
     if (lab::Wanted("no_narrow", tunings)) RunCase<NoNarrowTuning>(cs, "no_narrow");
+    if (HasTuning(tunings, "checked")) RunCase<tsm2::KmeansTuning, 1>(cs, "checked");
   }
   return 0;
 }
