@@ -577,14 +577,16 @@ def test_a_kernel_predicted_far_below_the_read_ceiling_never_beats_xla():
 
 
 def test_an_f64_kernel_needs_more_of_the_read_ceiling_than_others():
-    """The same probe, TSM2R predicted at half of one pass at the read ceiling and XLA's dot
-    3x slower: in f32 the kernel is picked, in f64 (whose kernels run further from the
-    ceiling, where XLA's dot's fast algorithm wins more often) XLA's dot keeps it."""
-    assert calibrate.MIN_FLOOR_FRACTION < 0.5 < calibrate.MIN_FLOOR_FRACTION_F64
+    """The same probe, TSM2R predicted at the fraction of one pass at the read ceiling halfway
+    between the two thresholds and XLA's dot 3x slower: in f32 the kernel is picked, in f64
+    (whose kernels run further from the ceiling, where XLA's dot's fast algorithm wins more
+    often) XLA's dot keeps it."""
+    frac = (calibrate.MIN_FLOOR_FRACTION + calibrate.MIN_FLOOR_FRACTION_F64) / 2
+    assert calibrate.MIN_FLOOR_FRACTION < frac < calibrate.MIN_FLOOR_FRACTION_F64
     p = Problem(None, 16613, 4626, 12)
     for dtype, want in (("float32", "tsm2r"), ("float64", "xla")):
         best_case = calibrate.xla_best_case(p, dtype, DEV.with_bandwidth(4e12), 2e-6)
-        secs = {"tsm2r": best_case / 0.5, "xla": 3 * best_case / 0.5}
+        secs = {"tsm2r": best_case / frac, "xla": 3 * best_case / frac}
         probe = calibrate.Record(dtype, "nt", p, secs)
         data = calibrate.CalibrationData({"key": "GPU"}, 4e12, 2e-6, (probe,), {})
         corr = calibrate.Corrections(data, DEV)
