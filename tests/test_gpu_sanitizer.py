@@ -432,7 +432,7 @@ EVERY_TOOL_SWEEPS = {
     "abft_kernels": (ABFT_SWEEP, "Abft"),
     "small_left": (S_SWEEP, "Tsm2S"),
     "row_stream": (ROW_STREAM_SWEEP, "Tsm2RowStream"),
-    "tn_flat": (T_FLAT_SWEEP, "Tsm2TKernel"),
+    "tn_flat": (T_FLAT_SWEEP, "Tsm2TFlatKernel"),
     "r_tensor_core_tile": (R_MMA_SWEEP, "Tsm2Mma"),
     "row_per_thread": (ROW_PER_THREAD_SWEEP, "Tsm2LRow"),
     "l_tensor_core_tile": (L_MMA_SWEEP, "Tsm2LMma"),
