@@ -292,9 +292,11 @@ class Clock:
 @pytest.mark.parametrize("batched", [False, True])
 def test_the_budget_holds_the_whole_run(monkeypatch, batched):
     """A probe (a batch of probes, compiled together) is started only where one as long as
-    the last still fits what is left: with probes of 1 s and a budget of 5.5 s, five run one
-    by one (four in batches of two) and the run ends within the budget (stopping only once
-    the budget had passed, both ran six, to 6 s)."""
+    the last still fits what is left, and a batch where a whole one does not fit shrinks to
+    what does: with probes of 1 s and a budget of 5.5 s, five run one by one, and in batches
+    of two, two whole batches and one of a probe; the run ends within the budget (stopping
+    only once the budget had passed, both ran six, to 6 s; stopping at whole batches, four
+    in batches)."""
     clock = Clock()
     monkeypatch.setattr(calibrate, "time", types.SimpleNamespace(monotonic=clock))
     probes = calibrate.design(per_cell=12, families=("R",), dtypes=("float32",))
@@ -321,8 +323,9 @@ def test_the_budget_holds_the_whole_run(monkeypatch, batched):
         probes, timer, DEV, read_bytes_per_s=3e12, launch_seconds=5e-6, budget_s=5.5,
         log=None, workers=1,
     )  # fmt: skip
-    # Batches of two probes (one worker): 2 s each; the third batch ends at 6 s > 5.5.
-    assert len(data.records) == (4 if batched else 5)
+    # Batches of two probes (one worker): 2 s each; at 4 s a third would end at 6 s > 5.5,
+    # and a batch of one ends at 5 s.
+    assert len(data.records) == 5
     assert clock.now <= 5.5
 
 
