@@ -343,30 +343,19 @@ void RunCase(const Case& cs, const char* tuning) {
   }
 }
 
-// Whether the comma-separated list names `tuning` exactly.
-bool HasTuning(const char* list, const char* tuning) {
-  for (std::string rest = list; !rest.empty();) {
-    const size_t comma = rest.find(',');
-    if (rest.substr(0, comma) == tuning) return true;
-    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
-  }
-  return false;
-}
-
 int main(int argc, char** argv) {
   const char* filter = argc > 1 && argv[1][0] != '\0' ? argv[1] : nullptr;
-  const char* tunings = argc > 2 ? argv[2] : "default";
-  for (std::string rest = tunings; !rest.empty();) {
-    const size_t comma = rest.find(',');
-    const std::string t = rest.substr(0, comma);
-    if (t != "default" && t != "no_wide" && t != "tile64" && t != "no_narrow" && t != "checked") {
-      std::fprintf(stderr,
-                   "usage: %s [filter] "
-                   "[default,no_wide,tile64,no_narrow,checked]\n",
+  const std::vector<std::string> tunings = lab::Items(argc > 2 ? argv[2] : "default");
+  const std::vector<std::string> known = {"default", "no_wide", "tile64", "no_narrow", "checked"};
+  const auto has = [](const std::vector<std::string>& list, const std::string& item) {
+    return std::find(list.begin(), list.end(), item) != list.end();
+  };
+  for (const std::string& t : tunings) {
+    if (!has(known, t)) {
+      std::fprintf(stderr, "usage: %s [filter] [default,no_wide,tile64,no_narrow,checked]\n",
                    argv[0]);
       return 2;
     }
-    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
   }
   // Read ceiling: the harness's streaming-read kernel over 2 GiB.
   void* buf = nullptr;
@@ -441,11 +430,11 @@ int main(int argc, char** argv) {
   };
   for (const Case& cs : cases) {
     if (!lab::Wanted(cs.name, filter)) continue;
-    if (lab::Wanted("default", tunings)) RunCase<tsm2::KmeansTuning>(cs, "default");
-    if (lab::Wanted("no_wide", tunings)) RunCase<NoWideTuning>(cs, "no_wide");
-    if (lab::Wanted("tile64", tunings)) RunCase<Tile64Tuning>(cs, "tile64");
-    if (lab::Wanted("no_narrow", tunings)) RunCase<NoNarrowTuning>(cs, "no_narrow");
-    if (HasTuning(tunings, "checked")) RunCase<tsm2::KmeansTuning, 1>(cs, "checked");
+    if (has(tunings, "default")) RunCase<tsm2::KmeansTuning>(cs, "default");
+    if (has(tunings, "no_wide")) RunCase<NoWideTuning>(cs, "no_wide");
+    if (has(tunings, "tile64")) RunCase<Tile64Tuning>(cs, "tile64");
+    if (has(tunings, "no_narrow")) RunCase<NoNarrowTuning>(cs, "no_narrow");
+    if (has(tunings, "checked")) RunCase<tsm2::KmeansTuning, 1>(cs, "checked");
   }
   return 0;
 }

@@ -44,15 +44,23 @@
 
 namespace lab {
 
+// The comma-separated items of `list`, empty ones left out.
+static std::vector<std::string> Items(const char* list) {
+  std::vector<std::string> items;
+  for (std::string rest = list; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    if (comma != 0) items.push_back(rest.substr(0, comma));
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  return items;
+}
+
 // Whether a case name contains one of the comma-separated substrings of
 // `filter` (every case when there is no filter).
 static bool Wanted(const char* name, const char* filter) {
   if (!filter) return true;
-  for (std::string rest = filter; !rest.empty();) {
-    const size_t comma = rest.find(',');
-    const std::string want = rest.substr(0, comma);
-    if (!want.empty() && std::strstr(name, want.c_str())) return true;
-    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  for (const std::string& want : Items(filter)) {
+    if (std::strstr(name, want.c_str())) return true;
   }
   return false;
 }
