@@ -445,9 +445,10 @@ def measure(
 
     Keeps within ``budget_s`` seconds: a probe (with a batched timer, a batch of
     probes, compiled before any of it is timed) starts only where what is left of
-    the budget still holds one as long as the last, so a run ends short of the
-    budget rather than past it (the probes' round-robin order keeps the cells
-    even); the first probe always runs. A target whose timing
+    the budget still holds one as long as the last, and a batch that would not fit
+    shrinks to the probes that do, so a run ends short of the budget rather than
+    past it (the probes' round-robin order keeps the cells even); the first probe
+    always runs. A target whose timing
     fails is left out of its record; a probe where every target failed is
     dropped. ``progress`` wraps the iteration over the timed probes (e.g.
     ``tqdm``). A timer with ``prepare`` and ``run`` (``GpuTimer``) has a batch
@@ -540,7 +541,7 @@ def _timed_in_batches(
             # before its probes are timed: a batch is started only where what is left
             # holds it, and where a whole one does not fit, a smaller one that does
             # (on an H200, stopping at whole batches of 16 left 28 s of a 175 s budget
-            # unused, and a quarter of the design's probes in the first 126 with it).
+            # unused: 94 probes, where the calibration that ran past its budget had 126).
             size = batch
             if lo:
                 size = min(batch, int(batch * left() / batch_s)) if batch_s > 0 else batch
