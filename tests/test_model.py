@@ -520,14 +520,10 @@ def test_element_copies_are_slower_than_vector_copies(shape, odd, kernel, layout
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_flat_t_stages_read_rows_of_any_length_alike(dtype):
     """Where one tile covers C, T copies a stage's rows as one run of vectors whatever
-    their length (split_plan.h TUsesFlat): odd widths are never copied element by element.
-    In f32 they cost what whole vectors do; in bf16 the flat stages' loads and conversions
-    per FMA bind them at instruction issue (``split.flat_issue_seconds``), as measured
-    (an H200 ran TN bf16 7 x 1575211 x 20 at 37% of the floor), but within 1.6x."""
+    their length (split_plan.h TUsesFlat): odd widths cost what whole vectors do."""
     fast = model.predict((16, 10**6, 16), dtype, "tn", "tsm2t", device=model.H100_SXM)
     odd = model.predict((17, 10**6, 15), dtype, "tn", "tsm2t", device=model.H100_SXM)
-    assert odd.seconds < (1.1 if dtype == "float32" else 1.6) * fast.seconds
-    assert odd.bound == ("memory" if dtype == "float32" else "compute")
+    assert odd.seconds < 1.1 * fast.seconds
     assert "staged flat" in odd.reason and "element by element" not in odd.reason
 
 

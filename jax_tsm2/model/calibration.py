@@ -129,11 +129,6 @@ class Calibration:
     ``benchmarks/grid_fit.py`` fits them on half of its shapes and tests on the
     other half):
 
-    - ``flat_issue_per_clk``: warp instructions per clock per SM that TSM2T's flat
-      stages (``tn_flat.cuh``) issue, bound by issue at two blocks of 8 warps per SM:
-      Nsight Compute on an H200 measured 2.32 (executed IPC while active) on TN f16
-      16 x 1492811 x 6, and the instruction count of ``split.py`` at the measured time
-      gives 2.1 on bf16 43 x 9157286 x 6 (897 MB): 2.0.
     - ``scalar_elems_per_clk``: where a kernel's operand rows are not whole
       16-byte vectors (R, L tiles: k; T: m or n not a multiple of
       16 / itemsize) it copies element by element, and streams at a rate in
@@ -207,7 +202,6 @@ class Calibration:
         ("tsm2t", TSM2T_ETA_STREAM),
     )
     split_eta_fma: tuple[tuple[str, float], ...] = (("tsm2s", 0.17), ("tsm2t", TSM2T_ETA_FMA))
-    flat_issue_per_clk: float = 2.0
     row_eta_stream: float = 0.90
     lmma_eta_stream: float = 0.90
     lmma_eta_mma: float = 0.5

@@ -146,8 +146,6 @@ def split_prediction(
     rows = 16 if kernel == "tsm2s" and plan.get("mma") else p.m
     fmas = batch * rows * p.k * p.n
     t_cmp = fmas / (rate * active * dev.clock_hz)
-    if plan.get("flat"):
-        t_cmp = max(t_cmp, flat_issue_seconds(p, plan, isz, active, dev, cal))
     how = (
         f"{kernel}{' on tensor cores' if plan.get('mma') else ''}: {plan['splits']} splits of "
         f"{plan['split_len']}, streaming at "
@@ -156,42 +154,6 @@ def split_prediction(
         + ("" if vec else "; rows not 16-byte vectors: copied element by element")
     )
     return _finish(p, dtype, layout, kernel, plan, dram, (t_mem, t_cmp), rate, vec, how, dev, cal)
-
-
-# Instructions of TSM2T's flat stages besides each row's FMAs, loads and conversions:
-# the row's two addresses and the loop's count, test and branch (SASS of tn_flat.cuh on
-# sm_90a); and those of one 16-byte copy (the copy, two address steps, the loop's three).
-FLAT_ROW_EXTRA = 5
-FLAT_COPY_INSTRUCTIONS = 6
-
-
-def flat_issue_seconds(
-    p: Problem, plan: dict, isz: int, active: int, dev: Device, cal: Calibration
-) -> float:
-    """TSM2T's flat stages (``tn_flat.cuh``) at the rate they issue instructions.
-
-    Every row of the contraction costs each of the tile's threads its ``EM x EN`` FMAs,
-    ``EM + EN`` shared-memory loads, as many conversions for bf16/f16 and FLAT_ROW_EXTRA;
-    every 16-byte vector staged costs FLAT_COPY_INSTRUCTIONS. At these widths the kernel
-    issues more instructions per byte than the memory system needs time for: on an H200,
-    TN bf16 43 x 9157286 x 6 ran at 52% of the floor, its FMAs a third of its instructions.
-
-    Example:
-        >>> from jax_tsm2.model.device import H100_SXM
-        >>> from jax_tsm2.model.calibration import CALIBRATION
-        >>> plan = {"edge_m": 4, "edge_n": 8, "tile_m": 44, "tile_n": 8}
-        >>> t = flat_issue_seconds(Problem(None, 43, 9157286, 6), plan, 2, 132, H100_SXM,
-        ...                        CALIBRATION)
-        >>> round(t * 1e6)  # measured: 371.5 us
-        387
-    """
-    em, en = plan["edge_m"], plan["edge_n"]
-    threads = (plan["tile_m"] // em) * (plan["tile_n"] // en)
-    per_row = em * en + (em + en) * (2 if isz == 2 else 1) + FLAT_ROW_EXTRA
-    rows = (p.batch or 1) * p.k
-    vectors = rows * (p.m + p.n) * isz / 16
-    warp_instructions = (rows * threads * per_row + vectors * FLAT_COPY_INSTRUCTIONS) / 32
-    return warp_instructions / (cal.flat_issue_per_clk * active * dev.clock_hz)
 
 
 def _finish(
