@@ -8,11 +8,11 @@
 
 #include "ffi/abft/kernels/colsums.cuh"
 #include "ffi/abft/kernels/judge.cuh"
-#include "ffi/abft/kernels/pdl.cuh"
 #include "ffi/abft/kernels/repair_column.cuh"
 #include "ffi/abft/launcher.h"
 #include "ffi/common/cuda_types.cuh"
 #include "ffi/common/device.h"
+#include "ffi/common/pdl.cuh"
 #include "ffi/common/status.h"
 
 namespace tsm2 {

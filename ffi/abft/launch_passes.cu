@@ -10,11 +10,11 @@
 
 #include "ffi/abft/checksum.h"
 #include "ffi/abft/kernels/passes.cuh"
-#include "ffi/abft/kernels/pdl.cuh"
 #include "ffi/abft/launcher.h"
 #include "ffi/abft/plan.h"
 #include "ffi/common/cuda_types.cuh"
 #include "ffi/common/device.h"
+#include "ffi/common/pdl.cuh"
 #include "ffi/common/status.h"
 
 namespace tsm2 {

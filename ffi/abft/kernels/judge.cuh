@@ -16,9 +16,9 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "ffi/abft/kernels/pdl.cuh"
 #include "ffi/abft/kernels/repair_column.cuh"
 #include "ffi/common/kernel_utils.cuh"
+#include "ffi/common/pdl.cuh"
 
 namespace tsm2 {
 

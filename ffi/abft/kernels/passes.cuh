@@ -38,9 +38,9 @@
 #include <type_traits>
 
 #include "ffi/abft/checksum.h"
-#include "ffi/abft/kernels/pdl.cuh"
 #include "ffi/abft/plan.h"
 #include "ffi/common/kernel_utils.cuh"
+#include "ffi/common/pdl.cuh"
 
 namespace tsm2 {
 

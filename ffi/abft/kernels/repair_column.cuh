@@ -18,9 +18,9 @@
 
 #include <cstdint>
 
-#include "ffi/abft/kernels/pdl.cuh"
 #include "ffi/abft/plan.h"
 #include "ffi/common/kernel_utils.cuh"
+#include "ffi/common/pdl.cuh"
 
 namespace tsm2 {
 

@@ -1,11 +1,11 @@
-// Programmatic dependent launch for the ABFT kernels: a kernel launched with
-// LaunchDependent may be scheduled while the kernel before it on the stream is
-// still finishing, which hides the launch gap between the short kernels of a
-// check (a pass, its split sum, the judgement). Such a kernel calls
-// WaitForPrevious before its first access to global memory (the previous
-// kernel's writes are visible only after it), and a kernel lets the next one
-// be scheduled early with AllowNextToStart. Both are no-ops before sm_90,
-// where LaunchDependent launches plainly.
+// Programmatic dependent launch: a kernel launched with LaunchDependent may be
+// scheduled while the kernel before it on the stream is still finishing, which
+// hides the launch gap between short kernels that follow one another (an ABFT
+// check's pass, its split sum and the judgement; a TSM2T product and the sum of
+// its splits). Such a kernel calls WaitForPrevious before its first access to
+// global memory (the previous kernel's writes are visible only after it), and
+// a kernel lets the next one be scheduled early with AllowNextToStart. Both
+// are no-ops before sm_90, where LaunchDependent launches plainly.
 #pragma once
 
 #include <cuda_runtime.h>
