@@ -307,6 +307,34 @@ print("sweep calls:", count)
 """
 
 
+# TSM2T on rows of whole vectors (ffi/matmul/kernels/tn.cuh and its tensor-core tiles), whose
+# row groups add their sums through the ring (StoreGroupSums: 256 groups of one thread, 16 of
+# 16, 2 of 128), one split and many, k = 1 and primes.
+T_TILED_SWEEP = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, {tests!r})
+from _helpers import assert_close_to_reference, ffi_product, rand
+
+rng = np.random.default_rng(0)
+count = 0
+cases = {{
+    jnp.float32: [(1, 4, 4), (30011, 4, 4), (1001, 16, 16), (2003, 8, 64), (2003, 32, 64)],
+    jnp.float64: [(7, 2, 2), (30011, 2, 2), (1001, 16, 16), (2003, 32, 64)],
+    jnp.bfloat16: [(30011, 8, 8), (2003, 8, 16), (1001, 32, 32)],
+    jnp.float16: [(1, 8, 8), (2003, 16, 8), (1001, 32, 32)],
+}}
+for dtype, shapes in cases.items():
+    for k, m, n in shapes:
+        a, b = rand(rng, (k, m), dtype), rand(rng, (k, n), dtype)
+        c = jax.block_until_ready(ffi_product(a, b, 3, 2))
+        assert_close_to_reference(c, a.T, b)
+        count += 1
+print("sweep calls:", count)
+"""
+
+
 # TSM2R on tensor cores (ffi/matmul/kernels/tsm2_mma.cuh, and tsm2_mma_tma.cuh for rows of
 # whole vectors on sm_90, with f32's warpgroup MMAs on sm_90a), which shares its output
 # staging between the fragments and the rows it writes: n-tiles of 8 to 64 columns (f32 at
@@ -433,6 +461,7 @@ EVERY_TOOL_SWEEPS = {
     "small_left": (S_SWEEP, "Tsm2S"),
     "row_stream": (ROW_STREAM_SWEEP, "Tsm2RowStream"),
     "tn_flat": (T_FLAT_SWEEP, "Tsm2TFlatKernel"),
+    "tn_tiled": (T_TILED_SWEEP, "Tsm2T"),
     "r_tensor_core_tile": (R_MMA_SWEEP, "Tsm2Mma"),
     "row_per_thread": (ROW_PER_THREAD_SWEEP, "Tsm2LRow"),
     "l_tensor_core_tile": (L_MMA_SWEEP, "Tsm2LMma"),

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "ffi/common/device.h"
+#include "ffi/common/pdl.cuh"
 #include "ffi/common/plan_math.h"
 #include "ffi/common/status.h"
 #include "ffi/matmul/kernels/small_left.cuh"
@@ -162,15 +163,23 @@ struct SplitLauncher {
 
   // --- TSM2T -------------------------------------------------------------
 
+  // The T kernels and the sum of their splits go out as programmatic
+  // dependents (ffi/common/pdl.cuh): each one's blocks are scheduled while
+  // the kernel before it drains, which matters on products of a few
+  // microseconds.
+
   template <int E>
   static Status LaunchTCore(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
     constexpr auto kKernel = &Tsm2TKernel<T, E>;
     int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
     TSM2_CUDA_RETURN_IF_ERROR(
         BlocksPerSm(reinterpret_cast<const void*>(kKernel), kTThreads, kTMaxSmem, &per_sm));
-    const int smem = TSmemBytes(plan.split, sizeof(T));
-    kKernel<<<plan.blocks, kTThreads, smem, stream>>>(Args(p, plan));
-    TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2TKernel");
+    if (const cudaError_t e =
+            LaunchDependent(kKernel, plan.blocks, kTThreads, TSmemBytes(plan.split, sizeof(T)),
+                            stream, Args(p, plan));
+        e != cudaSuccess) {
+      return TSM2_FAIL(e, "launching Tsm2TKernel");
+    }
     return Status{};
   }
 
@@ -181,8 +190,12 @@ struct SplitLauncher {
     int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
     TSM2_CUDA_RETURN_IF_ERROR(
         BlocksPerSm(reinterpret_cast<const void*>(kKernel), kTThreads, kTMaxSmem, &per_sm));
-    kKernel<<<plan.blocks, kTThreads, TSmemBytes(plan.split, sizeof(T)), stream>>>(Args(p, plan));
-    TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2TFlatKernel");
+    if (const cudaError_t e =
+            LaunchDependent(kKernel, plan.blocks, kTThreads, TSmemBytes(plan.split, sizeof(T)),
+                            stream, Args(p, plan));
+        e != cudaSuccess) {
+      return TSM2_FAIL(e, "launching Tsm2TFlatKernel");
+    }
     return Status{};
   }
   // The flat launch for a plan's thread blocks (split_plan.h PlanTFlat: edges
@@ -231,9 +244,12 @@ struct SplitLauncher {
     int per_sm = 0;  // also opts the kernel in to kTMaxSmem bytes of shared memory
     TSM2_CUDA_RETURN_IF_ERROR(
         BlocksPerSm(reinterpret_cast<const void*>(kernel), kTThreads, kTMaxSmem, &per_sm));
-    const int smem = TSmemBytes(plan.split, sizeof(T));
-    kernel<<<plan.blocks, kTThreads, smem, stream>>>(Args(p, plan));
-    TSM2_RETURN_IF_LAUNCH_FAILED("the tensor-core T kernel");
+    if (const cudaError_t e =
+            LaunchDependent(kernel, plan.blocks, kTThreads, TSmemBytes(plan.split, sizeof(T)),
+                            stream, Args(p, plan));
+        e != cudaSuccess) {
+      return TSM2_FAIL(e, "launching the tensor-core T kernel");
+    }
     return Status{};
   }
 
@@ -299,9 +315,12 @@ struct SplitLauncher {
     const int64_t per_block = kWarpsOverSplits ? 32 : kReduceThreads;
     const int blocks =
         static_cast<int>(std::min<int64_t>(CeilDiv(outputs, per_block), 16 * plan.sm_count));
-    Tsm2SplitReduceKernel<T, kWarpsOverSplits>
-        <<<blocks, kReduceThreads, 0, stream>>>(Args(p, plan), p.batch, discard);
-    TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2SplitReduceKernel");
+    if (const cudaError_t e = LaunchDependent(&Tsm2SplitReduceKernel<T, kWarpsOverSplits>,
+                                              static_cast<unsigned>(blocks), kReduceThreads, 0,
+                                              stream, Args(p, plan), p.batch, discard);
+        e != cudaSuccess) {
+      return TSM2_FAIL(e, "launching Tsm2SplitReduceKernel");
+    }
     return Status{};
   }
 };

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "ffi/common/kernel_utils.cuh"
+#include "ffi/common/pdl.cuh"
 
 namespace tsm2 {
 
@@ -101,6 +102,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int first = kWarpsOverSplits ? warp : 0;
   const bool drops = kWarpsOverSplits && discard && lane % kPerLine == 0;
+  WaitForPrevious();  // launched as a programmatic dependent of the S or T kernel
   for (int64_t o0 = blockIdx.x * int64_t{kOutputs}; o0 < outputs;
        o0 += int64_t{gridDim.x} * kOutputs) {
     const int64_t o = o0 + (kWarpsOverSplits ? lane : threadIdx.x);

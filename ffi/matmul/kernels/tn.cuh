@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "ffi/common/kernel_utils.cuh"
+#include "ffi/common/pdl.cuh"
 #include "ffi/matmul/kernels/split_reduce.cuh"
 #include "ffi/matmul/split_plan.h"
 
@@ -273,6 +274,7 @@ struct TMmaBlock {
     full_cols = p.vec_ok && p0 + TM <= p.m && q0 + TN <= p.n;
     a_copy.Init(a, p.m, p0, r_begin);
     b_copy.Init(b, p.n, q0, r_begin);
+    WaitForPrevious();  // launched as a programmatic dependent (launch_split.cuh)
 #pragma unroll
     for (int s = 0; s < kTStages - 1; ++s) {
       if (s < steps) Load(p, s);
@@ -300,7 +302,11 @@ struct TMmaBlock {
     return stage;
   }
 
-  __device__ __forceinline__ void Drain() const { CpAsyncWait<0>(); }
+  // The last copies have landed; the sum of the splits may be scheduled.
+  __device__ __forceinline__ void Drain() const {
+    CpAsyncWait<0>();
+    AllowNextToStart();
+  }
 
   // The m16n8 kernels (TF32, bf16/f16): calls f(value, row, col) for each
   // accumulator entry of this lane that lies inside the output. Lane (g, t)
@@ -374,34 +380,43 @@ struct TOwned {
   }
 };
 
-// Adds the row groups' sums of a T block pairwise into group 0, reusing the
-// ring (`smem`, free once the caller's copies have drained): each round the
-// upper groups of those left add into the lower ones, an order fixed by the
-// plan (bitwise reproducible). Thread t of group g holds acc. Group 0 adding
-// all 256 groups of a 4 x 4 tile in turn, a chain of 4096 shared-memory
-// loads, held TN f32 1 x 239600 x 2 at 28.0 us; pairwise it takes 14.2
-// (XLA's dot 3.3).
-template <typename Acc, int R, int C>
-__device__ __forceinline__ void AddRowGroups(Acc (&acc)[R][C], int g, int groups, int t,
-                                             int tile_threads, char* smem) {
-  Acc* red = reinterpret_cast<Acc*>(smem);
+// Adds up the row groups' sums of a T block and hands each total to
+// store(t, e, sum): t is the thread's index within its group, e the entry of
+// its acc in row-major order. The sums go through the ring (`smem`, free once
+// the caller's copies have drained) as a groups x outputs matrix: `parts`
+// threads per output first add interleaved shares of the groups, then one
+// thread per output adds the shares. Three barriers whatever the number of
+// groups, in an order fixed by the plan (bitwise reproducible). Pairwise
+// rounds took two barriers per halving, and their barriers held 47% of the
+// stall samples of TN bf16 6 x 418555 x 3 (Nsight, H200; 128 groups); group 0
+// adding all 256 groups of a 4 x 4 tile in turn, a chain of 4096 loads, held
+// TN f32 1 x 239600 x 2 at 28.0 us.
+template <typename Acc, int R, int C, typename Store>
+__device__ __forceinline__ void StoreGroupSums(const Acc (&acc)[R][C], int g, int groups, int t,
+                                               int tile_threads, char* smem, Store&& store) {
   constexpr int kCount = R * C;
-  for (int live = groups; live > 1;) {
-    const int half = (live + 1) / 2;  // groups [half, live) add into [0, live - half)
-    __syncthreads();                  // the ring, or the last round's values, is free
-    if (g >= half && g < live) {
+  Acc* red = reinterpret_cast<Acc*>(smem);
+  const int outputs = kCount * tile_threads;  // red[h * outputs + e * tile_threads + t]
+  __syncthreads();                            // the ring is free
+  if (g < groups) {
 #pragma unroll
-      for (int e = 0; e < kCount; ++e) {
-        red[((g - half) * kCount + e) * tile_threads + t] = acc[e / C][e % C];
-      }
-    }
-    __syncthreads();
-    if (g < live - half) {
-#pragma unroll
-      for (int e = 0; e < kCount; ++e)
-        acc[e / C][e % C] += red[(g * kCount + e) * tile_threads + t];
-    }
-    live = half;
+    for (int e = 0; e < kCount; ++e) red[(g * kCount + e) * tile_threads + t] = acc[e / C][e % C];
+  }
+  __syncthreads();
+  // About sqrt(groups) shares balance the two steps' chains of loads.
+  int parts = 1;
+  while (parts * parts < groups && 2 * parts * outputs <= kTThreads) parts *= 2;
+  for (int x = threadIdx.x; x < parts * outputs; x += kTThreads) {
+    const int o = x % outputs, part = x / outputs;
+    Acc sum = red[part * outputs + o];
+    for (int h = part + parts; h < groups; h += parts) sum += red[h * outputs + o];
+    red[part * outputs + o] = sum;  // row `part` is read by this thread alone
+  }
+  __syncthreads();
+  for (int o = threadIdx.x; o < outputs; o += kTThreads) {
+    Acc sum = red[o];
+    for (int part = 1; part < parts; ++part) sum += red[part * outputs + o];
+    store(o % tile_threads, o / tile_threads, sum);
   }
 }
 
@@ -433,6 +448,7 @@ __global__ void __launch_bounds__(kTThreads, 2) Tsm2TKernel(const __grid_constan
   const int stage_elems = step * (tm + tn);
   const int64_t steps = (r_end - r_begin + step - 1) / step;
 
+  WaitForPrevious();  // launched as a programmatic dependent (launch_split.cuh)
 #pragma unroll
   for (int s = 0; s < kTStages - 1; ++s) {
     if (s < steps)
@@ -467,20 +483,20 @@ __global__ void __launch_bounds__(kTThreads, 2) Tsm2TKernel(const __grid_constan
     }
   }
   CpAsyncWait<0>();
+  AllowNextToStart();
 
+  // Entry e of thread t's block, in row-major order, is C[row, col].
+  auto store = [&](int t, int e, Acc v) {
+    const int64_t row = p0 + Own::Index(tm, t % tpm, e / E);
+    const int64_t col = q0 + Own::Index(tn, t / tpm, e % E);
+    if (row < p.m && col < p.n) StoreSplitOut<T>(p, blk, row, col, v);
+  };
   if (groups > 1) {
-    AddRowGroups(acc, g, groups, threadIdx.x % tile_threads, tile_threads, smem);
-    if (g != 0) return;
+    StoreGroupSums(acc, g, groups, threadIdx.x % tile_threads, tile_threads, smem, store);
+    return;
   }
 #pragma unroll
-  for (int i = 0; i < E; ++i) {
-    const int64_t row = p0 + Own::Index(tm, tp, i);
-#pragma unroll
-    for (int j = 0; j < E; ++j) {
-      const int64_t col = q0 + Own::Index(tn, tq, j);
-      if (row < p.m && col < p.n) StoreSplitOut<T>(p, blk, row, col, acc[i][j]);
-    }
-  }
+  for (int e = 0; e < E * E; ++e) store(threadIdx.x, e, acc[e / E][e % E]);
 }
 
 }  // namespace tsm2

@@ -95,6 +95,7 @@ __global__ void __launch_bounds__(kTThreads, 2)
     LoadTFlat<T>(a, m, p.k, r0, min(r0 + step, r_end), stage);
     LoadTFlat<T>(b, n, p.k, r0, min(r0 + step, r_end), stage + p.flat_a);
   };
+  WaitForPrevious();  // launched as a programmatic dependent (launch_split.cuh)
 #pragma unroll
   for (int s = 0; s < kTStages - 1; ++s) {
     if (s < steps) load(s);
@@ -127,18 +128,21 @@ __global__ void __launch_bounds__(kTThreads, 2)
     }
   }
   CpAsyncWait<0>();
+  AllowNextToStart();
 
-  if (groups > 1) AddRowGroups(acc, g, groups, t, tile_threads, smem);
-  if (g != 0) return;
-#pragma unroll
-  for (int i = 0; i < EM; ++i) {
-    const int row = tp * EM + i;
-#pragma unroll
-    for (int j = 0; j < EN; ++j) {
-      const int col = tq * EN + j;
-      if (row < m && col < n) StoreSplitOut<T>(p, blk, row, col, acc[i][j]);
-    }
+  // Entry e of the block of the tile's thread u, in row-major order, is
+  // C[row, col]; entries past C are dropped.
+  auto store = [&](int u, int e, Acc v) {
+    const int row = u % tpm * EM + e / EN, col = u / tpm * EN + e % EN;
+    if (row < m && col < n) StoreSplitOut<T>(p, blk, row, col, v);
+  };
+  if (groups > 1) {
+    StoreGroupSums(acc, g, groups, t, tile_threads, smem, store);
+    return;
   }
+  if (g != 0) return;  // threads past the tile's
+#pragma unroll
+  for (int e = 0; e < EM * EN; ++e) store(t, e, acc[e / EN][e % EN]);
 }
 
 }  // namespace tsm2
