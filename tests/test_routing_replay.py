@@ -136,7 +136,10 @@ def _replay_module():
 # kernels (RETIMED) is scored with that time. Seed 5077 was drawn after the calibration was made
 # and routed with it on the GPU; its two losses are S products where XLA's dot ran a faster
 # algorithm than its probes nearby (f64 3 x 4458 x 11871: 125 us, predicted 345) or TSM2S ran
-# slower than predicted (bf16 2 x 3766 x 17992: 61 us, predicted 43). Family APP: no pick slower
+# slower than predicted (bf16 2 x 3766 x 17992: 61 us, predicted 43). Seed 7919 was drawn later
+# and routed on the GPU with a calibration of later kernels, not shipped (76 of its 120 shapes
+# timed within the harness's budget); replayed with the shipped one, its loss is S f16 2 x 12256
+# x 16248, where XLA's dot ran 96.5 us (predicted 352) and TSM2S 118. Family APP: no pick slower
 # than jnp.matmul, none 10% slower than the fastest measured.
 H200_RUNS = {
     "grid_seed1129": (1.02, 7),
@@ -155,6 +158,7 @@ H200_RUNS = {
     "grid_seed8831": (1.21, 0),
     "grid_seed2417": (1.32, 0),
     "grid_seed5077": (1.20, 2),
+    "grid_seed7919": (1.11, 1),
     "app": (1.13, 0),
 }
 
@@ -173,6 +177,10 @@ RETIMED = (
     ("stream_kernels_s_windows", "windows and one-wave splits, as committed (second call)"),
     ("stream_kernels_f64_mma16", None),
     ("stream_kernels_tn_flat_entries", "consecutive entries, stepped copies (as committed)"),
+    (
+        "stream_kernels_tn_group_sums",
+        "row groups added in three barriers, programmatic dependents (as committed)",
+    ),
 )
 
 
