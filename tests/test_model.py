@@ -459,6 +459,35 @@ def test_explain_reports_a_tuned_entry(tmp_path, monkeypatch):
     assert plain.layer == "model" and "no entry in" in str(plain)
 
 
+def test_tile_stores_of_c_are_not_bound_by_the_bytes_in_flight():
+    """At k = 1 a TSM2L block has a few hundred bytes of A in flight, yet C, nearly all the
+    bytes, streams out: the stores share the bus at ``eta_store``, only the reads wait on
+    the bytes in flight (H200, L bf16 6367982 x 1 x 27: 157 us; 1030 predicted when C was
+    priced as a read)."""
+    cal, dev = model.CALIBRATION, model.H100_SXM
+    m, n = 6_367_982, 27
+    pred = model.predict((m, 1, n), "bfloat16", "nn", "tsm2l", device=dev)
+    c_bytes = m * n * 2
+    stores = c_bytes / (dev.bandwidth(cal) * cal.eta_store)
+    assert stores <= pred.t_mem < 1.5 * stores
+    # Where A dominates, the reads still wait on the bytes in flight: a deeper k is no faster
+    # per byte than the stream.
+    deep = model.predict((m, 64, 8), "bfloat16", "nn", "tsm2l", device=dev)
+    assert deep.t_mem >= (m * 64 * 2) / (dev.bandwidth(cal) * cal.eta_stream)
+
+
+def test_xla_16_bit_outer_products_store_slowly():
+    """XLA's dot stored C of bf16/f16 outer products at about a fifth of the read ceiling on
+    the H200 grids, f32 and f64 ones near the ceiling."""
+    dev = model.H100_SXM
+    half = model.predict((6_367_982, 1, 27), "bfloat16", "nn", "xla", device=dev)
+    f32 = model.predict((6_367_982, 1, 27), "float32", "nn", "xla", device=dev)
+    assert "outer product" in half.reason and "outer product" not in f32.reason
+    assert half.t_mem > 2.0 * f32.t_mem  # half the bytes, more than twice the time
+    two = model.predict((6_367_982, 2, 27), "bfloat16", "nn", "xla", device=dev)
+    assert "outer product" not in two.reason
+
+
 def test_xla_operand_passes_follow_the_grid_features():
     from jax_tsm2.model.xla import operand_passes
 

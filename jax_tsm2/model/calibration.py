@@ -38,6 +38,10 @@ class Calibration:
       (3070 / 3352 GB/s on the H100); used when no bandwidth was measured.
     - ``eta_stream``: the fraction of the read ceiling our ring sustains when it
       has enough bytes in flight (R f32 n = 1: 91%).
+    - ``eta_store``: the fraction of the read ceiling the R and L tiles store
+      C at, beside their reads (H200 grids, L products whose C is most of the
+      bytes: f64 469724 x 4 x 39 at 66%, f32 1715052 x 3 x 59 at 71%, f64
+      7270933 x 2 x 7 at 64%). Only the reads are bounded by the bytes in flight.
     - ``latency_s``: the effective loaded latency of a ring stage: an SM needs
       ``BW * latency / SMs`` bytes in flight to stream at ``eta_stream``
       (the L tiles with ~72 KB in flight per SM reached 76-81%, those with
@@ -172,6 +176,10 @@ class Calibration:
       ``xla_wide_ratio`` times k (S shapes with a wide B), the passes where the
       rules above do not apply: seeds 0-4 ran them 1.6-2.8 times over (bf16
       10x1955x15284 34 us where three passes predicted 68; f32 10x3217x18540).
+    - ``xla_half_outer_store``: XLA's dot stores C of a bf16/f16 outer product
+      (``k = 1``, nn or nt) at this fraction of the read ceiling: four of the
+      five such H200 grid products over 140 MB ran at 0.87-0.88 TB/s (19%), the
+      fifth at 1.74; f32 and f64 ones at 2-4 TB/s.
     - ``xla_slow_passes``: on most grid shapes with ``m < 2 k`` and ``k`` not a
       multiple of 64 XLA's dot ran at 25-31% of the read ceiling in nn and nt,
       as in tn: as if it read its operands this many times over.
@@ -179,6 +187,7 @@ class Calibration:
 
     stream_fraction: float = 0.916
     eta_stream: float = 0.92
+    eta_store: float = 0.68
     latency_s: float = 3.6e-6
     smem_bytes_per_clk: float = 128.0
     warps_to_hide: float = 6.0
@@ -222,6 +231,7 @@ class Calibration:
     xla_f64_short_k: int = 3587
     xla_short_k_passes: float = 1.2
     xla_tall_ratio: float = 6.0
+    xla_half_outer_store: float = 0.19
     xla_wide_ratio: float = 4.5
     xla_wide_passes: float = 1.8
     route_margin: tuple[tuple[str, float], ...] = (

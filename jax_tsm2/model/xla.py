@@ -81,11 +81,14 @@ def xla_prediction(
     batch = p.batch or 1
     operands = (batch * p.m * p.k + (p.batch or 1) * p.k * p.n) * isz
     passes, slow_why = operand_passes(p, dtype, layout, cal)
-    dram = round(operands * passes) + batch * p.m * p.n * isz
+    c_bytes = batch * p.m * p.n * isz
+    dram = round(operands * passes) + c_bytes
     small_half = isz == 2 and p.k <= 8 and p.n <= 8
     eff = XLA_SMALL_HALF_EFFICIENCY if small_half else XLA_STREAM_EFFICIENCY
     bw = dev.bandwidth(cal)
     t_mem = dram / (bw * eff)
+    if isz == 2 and p.k == 1 and layout != "tn":
+        t_mem = max(t_mem, c_bytes / (bw * cal.xla_half_outer_store))
     key = "f16" if isz == 2 else acc_of(dtype)
     if key == "f32" and precision == "default":
         key = "tf32"
@@ -96,6 +99,11 @@ def xla_prediction(
     why = (
         f"XLA's dot modelled as a stream at {eff:.0%} of the read ceiling"
         + (" (bf16/f16 with k, n <= 8, as measured)" if small_half else "")
+        + (
+            f"; a 16-bit outer product, C stored at {cal.xla_half_outer_store:.0%} of it"
+            if isz == 2 and p.k == 1 and layout != "tn"
+            else ""
+        )
         + (f", reading its operands {passes:g} times over ({slow_why})" if passes != 1 else "")
         + (f"; compute-bound at {XLA_DOT_EFFICIENCY:.0%} of the dot peak" if t_cmp > t_mem else "")
     )
