@@ -461,7 +461,7 @@ def test_explain_reports_a_tuned_entry(tmp_path, monkeypatch):
 
 def test_tile_stores_of_c_are_not_bound_by_the_bytes_in_flight():
     """At k = 1 a TSM2L block has a few hundred bytes of A in flight, yet C, nearly all the
-    bytes, streams out: the stores share the bus at ``eta_store``, only the reads wait on
+    bytes, streams out: the stores take the bus at ``eta_store``, only the reads wait on
     the bytes in flight (H200, L bf16 6367982 x 1 x 27: 157 us; 1030 predicted when C was
     priced as a read)."""
     cal, dev = model.CALIBRATION, model.H100_SXM

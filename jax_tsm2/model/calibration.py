@@ -39,7 +39,7 @@ class Calibration:
     - ``eta_stream``: the fraction of the read ceiling our ring sustains when it
       has enough bytes in flight (R f32 n = 1: 91%).
     - ``eta_store``: the fraction of the read ceiling the R and L tiles store
-      C at, beside their reads (H200 grids, L products whose C is most of the
+      C at, counted on top of their reads (H200 grids, L products whose C is most of the
       bytes: f64 469724 x 4 x 39 at 66%, f32 1715052 x 3 x 59 at 71%, f64
       7270933 x 2 x 7 at 64%). Only the reads are bounded by the bytes in flight.
     - ``latency_s``: the effective loaded latency of a ring stage: an SM needs

@@ -124,15 +124,14 @@ def tile_prediction(
     stream = cal.eta_stream * min(1.0, inflight / need) ** cal.inflight_exponent
     stream *= active_sms / dev.sm_count
     # The bytes in flight bound the reads (Little's law); the stores of C wait
-    # for nothing and share the bus at their own rate. With C priced as a read,
+    # for nothing and take the bus at their own rate. With C priced as a read,
     # L bf16 6367982 x 1 x 27 (1 KB of A in flight per SM, C 96% of the bytes)
-    # was predicted at 1030 us; it ran 157 (H200, grid seed 7919).
+    # was predicted at 1030 us; it ran 157 (H200, grid seed 7919). Counting the
+    # stores' time on top of the reads' (rather than overlapping them) kept the
+    # picks of mid-k L products, whose C is a third of the bytes.
     reads = dram - c_bytes
     share = active_sms / dev.sm_count
-    t_mem = max(
-        reads / (bw * stream),
-        reads / (bw * cal.eta_stream * share) + c_bytes / (bw * cal.eta_store * share),
-    )
+    t_mem = reads / (bw * stream) + c_bytes / (bw * cal.eta_store * share)
     # Rows of A that are not whole 16-byte vectors (launch_tiles.cuh a_vec_ok)
     # are copied element by element, at a rate in elements, not bytes.
     a_vec = p.k % (16 // isz) == 0
