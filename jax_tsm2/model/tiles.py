@@ -126,9 +126,9 @@ def tile_prediction(
     # The bytes in flight bound the reads (Little's law); the stores of C wait
     # for nothing and take the bus at their own rate. With C priced as a read,
     # L bf16 6367982 x 1 x 27 (1 KB of A in flight per SM, C 96% of the bytes)
-    # was predicted at 1030 us; it ran 157 (H200, grid seed 7919). Counting the
-    # stores' time on top of the reads' (rather than overlapping them) kept the
-    # picks of mid-k L products, whose C is a third of the bytes.
+    # was predicted at 1030 us; it ran 157 (H200, grid seed 7919). The stores'
+    # time is added to the reads', not overlapped with it: overlapped, L
+    # products whose C is a third of the bytes came out a third too fast.
     reads = dram - c_bytes
     share = active_sms / dev.sm_count
     t_mem = reads / (bw * stream) + c_bytes / (bw * cal.eta_store * share)
