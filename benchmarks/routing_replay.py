@@ -15,6 +15,10 @@ compared on.
     python benchmarks/routing_replay.py none --theoretical-tbps 4.8 grid/bench.json
     python benchmarks/routing_replay.py CAL.json grid/bench.json --retimed streams.json
 
+With ``--verbose`` every miss and loss is listed with the rule of ``calibrate.decide`` that
+settled it (``calibrate.RULES``: the floor fraction, a kernel never probed near the product,
+the corrected predictions against the margin, ...), and the misses are tallied by rule.
+
 With ``--retimed FILE[#RUN]`` (repeatable), the kernel times a ``benchmarks/stream_kernels.py``
 file (or its run ``RUN``) measured on products of the runs replace what the runs recorded:
 a grid record may have timed a kernel since changed.
@@ -37,6 +41,7 @@ is printed: zero where the calibration and the model are the ones the run used.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import json
@@ -187,13 +192,15 @@ def replay(
     """Scores the picks: of calibrated routing, or with ``corrections`` None of routing with
     no calibration on ``device``."""
     misses, losses, speedups = [], [], []
+    by_rule: collections.Counter[str] = collections.Counter()
     for case in cases:
         p, layout = _problem(case.family, case.shapes)
         dtype = DTYPES[case.dtype]
         if corrections is None:
-            pick = uncalibrated_pick(case, device)
+            pick, rule = uncalibrated_pick(case, device), "uncalibrated"
         else:
-            pick = routing.calibrated_decision(p, dtype, layout, corrections).target
+            decision = routing.calibrated_decision(p, dtype, layout, corrections)
+            pick, rule = decision.target, decision.rule
         jnp_s = case.seconds["jnp"]
         got = jnp_s if pick == "xla" else case.kernel_seconds(pick)
         names = routing.candidates(p, layout)[0]
@@ -202,10 +209,11 @@ def replay(
         speedups.append(jnp_s / got)
         line = (
             f"{case.name:26s} {case.dtype:5s} picks {pick:6s} {got * 1e6:9.1f} us, "
-            f"jnp {jnp_s * 1e6:9.1f} us, fastest measured {best * 1e6:9.1f} us"
+            f"jnp {jnp_s * 1e6:9.1f} us, fastest measured {best * 1e6:9.1f} us [{rule}]"
         )
         if got > MISS_FACTOR * best:
             misses.append(line)
+            by_rule[rule] += 1
         if got > LOSS_FACTOR * jnp_s:
             losses.append(line)
     geomean = math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else math.nan
@@ -213,8 +221,10 @@ def replay(
         for title, lines in (("misses", misses), ("losses", losses)):
             print(f"{title}:")
             print("\n".join(f"  {x}" for x in lines) or "  none")
+        tally = ", ".join(f"{rule} {n}" for rule, n in by_rule.most_common())
+        print(f"misses by the rule that decided: {tally or 'none'}")
     return {"cases": len(cases), "geomean_over_jnp": geomean, "misses": len(misses),
-            "losses": len(losses)}  # fmt: skip
+            "losses": len(losses), "misses_by_rule": dict(by_rule)}  # fmt: skip
 
 
 KERNELS = ("tsm2r", "tsm2l", "tsm2s", "tsm2t")
@@ -293,7 +303,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a calibration-<GPU>.json file, or none: route with no calibration",
     )
     ap.add_argument("runs", type=pathlib.Path, nargs="+", help="harness bench.json files")
-    ap.add_argument("--verbose", action="store_true", help="list every miss and loss")
+    ap.add_argument(
+        "--verbose",
+        action="store_true",
+        help="list every miss and loss, each with the rule of routing that decided it",
+    )
     ap.add_argument(
         "--theoretical-tbps",
         type=float,

@@ -344,7 +344,9 @@ def calibrated_decision(
     names, why = candidates(p, layout)
     names, why = _fitting(p, dtype, names, why, corrections.device)
     if not names:
-        return calibrate.Decision("xla", {}, 0.0, f"{why}: no kernel takes this problem")
+        return calibrate.Decision(
+            "xla", {}, 0.0, f"{why}: no kernel takes this problem", "no kernel"
+        )
     return _calibrated_choice(p, dtype, layout, names, xla_precision, corrections)
 
 

@@ -155,7 +155,7 @@ def test_decide_follows_the_measurements(kernel_factor, want):
         elif truth["xla"] > 1.6 * truth[fastest]:
             assert d.target != "xla", (r, d)
         assert d.target in (*names, "xla")
-        assert d.reason
+        assert d.reason and d.rule in calibrate.RULES
 
 
 def test_a_product_the_calibration_timed_is_decided_by_its_own_times():
@@ -173,7 +173,7 @@ def test_a_product_the_calibration_timed_is_decided_by_its_own_times():
     data2 = dataclasses.replace(data, records=(timed, *data.records[1:]))
     corr2 = calibrate.Corrections(data2, DEV)
     d = calibrate.decide(base.problem, "float32", "nn", names, corr2)
-    assert d.target == "xla" and "at this shape" in d.reason
+    assert d.target == "xla" and "at this shape" in d.reason and d.rule == "measured"
     assert d.seconds["xla"] == fast["xla"]
     # At highest precision the probe (timed at the default) does not decide.
     high = calibrate.decide(base.problem, "float32", "nn", names, corr2, "highest")
@@ -458,7 +458,9 @@ def test_far_from_the_probes_the_measured_bounds_decide():
     # Far outside them nothing bounds XLA's dot: it is assumed at its best, and kept.
     outside = Problem(None, 8 * max(ms), 20 * max(ks), 8 * max(ns))
     assert corr.extreme("xla", outside, "float32", "tn") is None
-    assert calibrate.decide(outside, "float32", "tn", ["tsm2t"], corr).target == "xla"
+    d = calibrate.decide(outside, "float32", "tn", ["tsm2t"], corr)
+    assert (d.target, d.rule) == ("xla", "unprobed"), d
+    assert "tsm2t" in d.reason and "no kernel takes" not in d.reason
 
 
 def _aligned_only(data: calibrate.CalibrationData) -> calibrate.CalibrationData:
@@ -493,6 +495,7 @@ def test_where_no_probe_of_its_dtype_and_kind_spans_a_shape_the_layouts_probes_b
         shape, "float16", corr.device, data.launch_seconds
     )
     assert ("one pass at the read ceiling" if slow else "least favourable correction") in d.reason
+    assert d.rule == ("floor fraction" if slow else "layout bound")
     if want == "tsm2s":
         assert d.margin == calibrate.BASE_MARGIN
     # Outside the sizes any probe of the layout spans, no bound is known: XLA's dot.
@@ -576,7 +579,9 @@ def test_a_kernel_predicted_far_below_the_read_ceiling_never_beats_xla():
         assert d.target == want, (fraction, d.reason)
         assert d.seconds["xla"] > 2 * d.seconds["tsm2s"]
         if want == "xla":
-            assert "one pass at the read ceiling" in d.reason
+            assert "one pass at the read ceiling" in d.reason and d.rule == "floor fraction"
+        else:
+            assert d.rule == "predicted"
 
 
 def test_an_f64_kernel_needs_more_of_the_read_ceiling_than_others():
@@ -611,7 +616,7 @@ def test_the_layouts_probes_never_decide_at_the_models_launch_floor():
     assert model.predict(tiny, "float16", "nn", "tsm2s", DEV).bound == "launch"
     assert model.predict(tiny, "float16", "nn", "tsm2s", DEV, corr.calibration).bound != "launch"
     d = calibrate.decide(tiny, "float16", "nn", ["tsm2s"], corr)
-    assert d.target == "xla" and "tsm2s" not in d.seconds
+    assert d.target == "xla" and "tsm2s" not in d.seconds and d.rule == "unprobed"
 
 
 def test_xla_dot_on_whole_vector_rows_borrows_no_probe_with_rows_that_are_not():

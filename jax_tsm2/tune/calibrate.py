@@ -865,14 +865,23 @@ def xla_best_case(p: Problem, dtype: str, device: model.Device, launch_s: float)
     return launch_s + _bytes(p, dtype) / device.bandwidth()
 
 
+# What settled a calibrated decision (``Decision.rule``): the product's own probe times, no
+# kernel taking it, no kernel measured near it, a kernel predicted below the floor fraction,
+# a kernel bounded only by its layout's least favourable correction, or the corrected
+# predictions against the margin.
+RULES = ("measured", "no kernel", "unprobed", "floor fraction", "layout bound", "predicted")
+
+
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """``decide``'s answer: the target, corrected predictions per target, and why."""
+    """``decide``'s answer: the target, corrected predictions per target, why, and which of
+    ``RULES`` settled it (``benchmarks/routing_replay.py`` tallies the misses by rule)."""
 
     target: str
     seconds: dict[str, float]
     margin: float
     reason: str
+    rule: str = "predicted"
 
 
 def decide(
@@ -925,14 +934,17 @@ def decide(
     secs: dict[str, float] = {"xla": xla}
     support: dict[str, float] = {}
     at_bound: set[str] = set()
+    unprobed: list[str] = []
     for name in names:
         pred = model.predict(p, dtype, layout, name, dev, cal)
         if not pred.supported:
             continue
+        unprobed.append(name)
         slowest = corrections.extreme(name, p, dtype, layout)
         if slowest is not None:
             factor = corrections.factor(name, p, dtype, layout)
             secs[name], support[name] = corrected(pred.seconds, pred.seconds * slowest, factor)
+            unprobed.pop()
             continue
         if _near_floor(p, dtype, layout, name, dev):
             continue  # no probe measured there, and one program's samples jump between levels
@@ -940,25 +952,31 @@ def decide(
         if slowest is None:
             continue  # a kernel never measured near these sizes is not routed to
         secs[name], support[name] = pred.seconds * slowest, 0.0
+        unprobed.pop()
         at_bound.add(name)
     kernels = [k for k in secs if k != "xla"]
+    if not kernels and unprobed:
+        why = (
+            f"XLA's dot: this GPU's calibration measured {', '.join(unprobed)} nowhere near "
+            f"this {dtype} {layout} product"
+        )
+        return Decision("xla", secs, 0.0, why, "unprobed")
     if not kernels:
-        return Decision("xla", secs, 0.0, "no kernel takes this problem")
+        return Decision("xla", secs, 0.0, "no kernel takes this problem", "no kernel")
     best = min(kernels, key=secs.__getitem__)
     fraction = min_floor_fraction(dtype)
     if best_case < fraction * secs[best]:
-        return Decision(
-            "xla", secs, 0.0, _slow_kernel_reason(best, secs[best], best_case, fraction)
-        )
+        why = _slow_kernel_reason(best, secs[best], best_case, fraction)
+        return Decision("xla", secs, 0.0, why, "floor fraction")
     if best in at_bound:
         where = (
             f"on this GPU's calibration ({best} at the least favourable correction its "
             f"probes of layout {layout} measured: none of {dtype} and this kind of rows near)"
         )
-        return _pick(secs, best, BASE_MARGIN, "predicted", where)
+        return _pick(secs, best, BASE_MARGIN, "predicted", where, "layout bound")
     known = min(support[best], xla_support)
     margin = BASE_MARGIN + (FAR_MARGIN - BASE_MARGIN) * math.exp(-2.0 * known)
-    return _pick(secs, best, margin, "predicted", "on this GPU's calibration")
+    return _pick(secs, best, margin, "predicted", "on this GPU's calibration", "predicted")
 
 
 def _slow_kernel_reason(kernel: str, seconds: float, best_case: float, fraction: float) -> str:
@@ -982,7 +1000,9 @@ def _near_floor(p: Problem, dtype: str, layout: str, kernel: str, dev: model.Dev
     )
 
 
-def _pick(secs: dict[str, float], best: str, margin: float, verb: str, where: str) -> Decision:
+def _pick(
+    secs: dict[str, float], best: str, margin: float, verb: str, where: str, rule: str
+) -> Decision:
     """Kernel ``best`` where it beats XLA's dot by ``margin``, else XLA's dot; the reason
     says the times were ``verb`` ("predicted", "measured") ``where``."""
     xla = secs["xla"]
@@ -992,11 +1012,11 @@ def _pick(secs: dict[str, float], best: str, margin: float, verb: str, where: st
             f"{best} {verb} {us(secs[best])} against XLA's {us(xla)} {where} "
             f"({xla / secs[best]:.2f}x, margin {margin:.0%})"
         )
-        return Decision(best, secs, margin, why)
+        return Decision(best, secs, margin, why, rule)
     why = f"XLA's dot {verb} {us(xla)} against {best}'s {us(secs[best])} {where}" + (
         f" (within the {margin:.0%} margin)" if secs[best] < xla else ""
     )
-    return Decision("xla", secs, margin, why)
+    return Decision("xla", secs, margin, why, rule)
 
 
 def _decide_measured(seconds: dict[str, float], names: Sequence[str]) -> Decision:
@@ -1005,9 +1025,10 @@ def _decide_measured(seconds: dict[str, float], names: Sequence[str]) -> Decisio
     secs = {t: s for t, s in seconds.items() if t == "xla" or t in names}
     kernels = [k for k in secs if k != "xla"]
     if not kernels:
-        return Decision("xla", secs, 0.0, "no kernel takes this problem")
+        return Decision("xla", secs, 0.0, "no kernel takes this problem", "no kernel")
     best = min(kernels, key=secs.__getitem__)
-    return _pick(secs, best, BASE_MARGIN, "measured", "by this GPU's calibration at this shape")
+    where = "by this GPU's calibration at this shape"
+    return _pick(secs, best, BASE_MARGIN, "measured", where, "measured")
 
 
 # --- Files: the user's calibration, else one shipped with the package. ----------------
