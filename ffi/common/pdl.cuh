@@ -28,6 +28,15 @@ __device__ __forceinline__ void AllowNextToStart() {
 #endif
 }
 
+// The launch attribute that makes a launch a programmatic dependent (for
+// launches that set other attributes too, such as a cluster shape).
+inline cudaLaunchAttribute DependentLaunchAttribute() {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  return attr;
+}
+
 template <typename... Params, typename... Args>
 cudaError_t LaunchDependent(void (*kernel)(Params...), unsigned blocks, int threads, int smem,
                             cudaStream_t stream, Args&&... args) {
@@ -36,9 +45,7 @@ cudaError_t LaunchDependent(void (*kernel)(Params...), unsigned blocks, int thre
   cfg.blockDim = dim3(static_cast<unsigned>(threads));
   cfg.dynamicSmemBytes = static_cast<size_t>(smem);
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[1] = {DependentLaunchAttribute()};
   cfg.attrs = attr;
   cfg.numAttrs = ComputeMajorAtLeast(9) ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);

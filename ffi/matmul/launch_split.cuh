@@ -33,16 +33,15 @@
 namespace tsm2 {
 
 // Points cfg at attr, filled for 1-D clusters of `cluster` blocks and, with
-// pdl, programmatic dependent launch (the kernel must griddepcontrol.wait
-// before its first read of another kernel's output).
+// pdl, programmatic dependent launch (the kernel must WaitForPrevious before
+// its first read of another kernel's output).
 inline void SetClusterLaunch(cudaLaunchConfig_t* cfg, cudaLaunchAttribute (&attr)[2], int cluster,
                              bool pdl) {
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = cluster;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  attr[1] = DependentLaunchAttribute();
   cfg->attrs = attr;
   cfg->numAttrs = pdl ? 2 : 1;
 }

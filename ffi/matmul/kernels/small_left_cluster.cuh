@@ -41,6 +41,7 @@
 #include <type_traits>
 
 #include "ffi/common/half_mma.cuh"
+#include "ffi/common/pdl.cuh"
 #include "ffi/common/trace.h"
 #include "ffi/matmul/kernels/split_reduce.cuh"
 #include "ffi/matmul/split_plan.h"
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(ClusterSmem<T, Tune>::kThreads, 2)
   if constexpr (Tune::kPdl) {
     // Launched as a programmatic dependent: the previous kernel's writes are
     // visible only after this.
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    WaitForPrevious();
   }
 
   // Prologue: the first S - 1 stages of B, each with its columns of A, one

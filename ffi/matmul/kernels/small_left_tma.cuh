@@ -68,6 +68,7 @@
 
 #include "ffi/common/cluster_pipe.cuh"
 #include "ffi/common/half_mma.cuh"
+#include "ffi/common/pdl.cuh"
 #include "ffi/matmul/kernels/small_left_cluster.cuh"
 #include "ffi/matmul/kernels/split_reduce.cuh"
 #include "ffi/matmul/split_plan.h"
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
     if constexpr (Tune::kPdl) {
       // Launched as a programmatic dependent: the previous kernel's writes
       // (our operands, or readers of C) are settled only after this.
-      asm volatile("griddepcontrol.wait;\n" ::: "memory");
+      WaitForPrevious();
     }
     for (; issued < S && issued < steps; ++issued) issue(issued);
   }
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
   if constexpr (Tune::kPdl) {
     // Every thread waits too: the consumers' stores of C must follow the
     // previous kernel's reads of that buffer.
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    WaitForPrevious();
   }
 
   float acc[4][4];  // four m16n8 accumulators
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(STmaSmem<kCols>::kThreads, 1)
   if (warp == Sm::kConsumerWarps) {
     if (producer) {
       for (int it = issued; it < steps; ++it) issue(it);
-      if (early_dependents) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+      if (early_dependents) AllowNextToStart();
     }
   } else {
     // ldmatrix rows: lane l addresses row l % 8 of matrix l / 8; A's matrices
