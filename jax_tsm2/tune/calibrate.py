@@ -934,17 +934,16 @@ def decide(
     secs: dict[str, float] = {"xla": xla}
     support: dict[str, float] = {}
     at_bound: set[str] = set()
-    unprobed: list[str] = []
+    supported: list[str] = []
     for name in names:
         pred = model.predict(p, dtype, layout, name, dev, cal)
         if not pred.supported:
             continue
-        unprobed.append(name)
+        supported.append(name)
         slowest = corrections.extreme(name, p, dtype, layout)
         if slowest is not None:
             factor = corrections.factor(name, p, dtype, layout)
             secs[name], support[name] = corrected(pred.seconds, pred.seconds * slowest, factor)
-            unprobed.pop()
             continue
         if _near_floor(p, dtype, layout, name, dev):
             continue  # no probe measured there, and one program's samples jump between levels
@@ -952,12 +951,11 @@ def decide(
         if slowest is None:
             continue  # a kernel never measured near these sizes is not routed to
         secs[name], support[name] = pred.seconds * slowest, 0.0
-        unprobed.pop()
         at_bound.add(name)
     kernels = [k for k in secs if k != "xla"]
-    if not kernels and unprobed:
+    if not kernels and supported:
         why = (
-            f"XLA's dot: this GPU's calibration measured {', '.join(unprobed)} nowhere near "
+            f"XLA's dot: this GPU's calibration measured {', '.join(supported)} nowhere near "
             f"this {dtype} {layout} product"
         )
         return Decision("xla", secs, 0.0, why, "unprobed")
