@@ -448,7 +448,8 @@ def test_tn_tf32_tiles_keep_ieee_nan_and_inf():
 # entries with edges >= 16 x 8. One shape per tile the launcher has, with
 # tails in both edges where the tile allows; an edge that is not a multiple
 # of 8 (13, 50, 100, ...) is not whole 16-byte vectors of a half type, so
-# those shapes take the element copies.
+# those shapes stage each row as the vectors that cover it, at its own offset,
+# and gather their fragments element by element (tn.cuh LoadTCover).
 HALF_TILES = [
     (5_003, 13, 50),  # 16 x 64
     (5_003, 16, 100),  # 16 x 128
@@ -466,6 +467,10 @@ HALF_TILES = [
     (5_003, 200, 13),  # 256 x 16
     (20_011, 512, 8),  # 512 x 8, whole vectors
     (3_001, 600, 5),  # 512 x 8, two tiles
+    # Rows of 22 and 290 bytes over hundreds of splits, and 166 bytes against
+    # 484 with a contraction that is not a whole number of 16-row steps.
+    (300_007, 11, 145),
+    (7_001, 83, 242),
 ]
 
 
@@ -485,6 +490,25 @@ def test_tn_half_tiles(dtype, k, m, n):
     a, b = rand(rng, (k, m), dtype), rand(rng, (k, n), dtype)
     check(_run(a, b, TSM2T, TN), a, b, TN)
     check(_run(a, b, TSM2T, TN, jnp.float32), a, b, TN)
+
+
+# Batch entries whose rows start anywhere in a vector (37 and 45 elements a
+# row), and one operand shared by every entry.
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [
+        ((3, 2_003, 37), (3, 2_003, 45)),
+        ((2_003, 37), (3, 2_003, 45)),
+        ((3, 2_003, 37), (2_003, 45)),
+    ],
+    ids=str,
+)
+def test_tn_half_tiles_batched(dtype, a_shape, b_shape):
+    assert _plan(dtype, 2_003, 37, 45)["mma"]
+    rng = np.random.default_rng(sum(a_shape) + len(b_shape))
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+    check(_run(a, b, TSM2T, TN), a, b, TN)
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=dtype_ids)

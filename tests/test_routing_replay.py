@@ -172,7 +172,8 @@ H200_RUNS = {
 # S products whose rows of B are not whole copies (bf16/f16 copied in 16-byte windows, f32
 # and f64 element by element again, as the last file timed them); f64 R, L and TN products on
 # DMMAs of 16 rows; TSM2T's flat stages, whose threads now own consecutive entries of C, on TN
-# products of seeds 5077, 2417 and 8831. A later file's time of a product replaces an earlier
+# products of seeds 5077, 2417 and 8831; TSM2T's bf16/f16 tensor-core tiles on rows that are not
+# whole vectors, now staged as covering vectors, on seeds 5077 and 6473. A later file's time of a product replaces an earlier
 # one's. A file of several runs names the one that timed the present kernels.
 RETIMED = (
     ("stream_kernels_near_picks", None),
@@ -184,6 +185,7 @@ RETIMED = (
         "stream_kernels_tn_group_sums",
         "row groups added in three barriers, programmatic dependents (as committed)",
     ),
+    ("stream_kernels_tn_half_cover", None),
 )
 
 

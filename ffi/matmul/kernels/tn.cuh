@@ -22,6 +22,7 @@
 #include "ffi/common/kernel_utils.cuh"
 #include "ffi/common/pdl.cuh"
 #include "ffi/matmul/kernels/split_reduce.cuh"
+#include "ffi/matmul/kernels/tile_io.cuh"
 #include "ffi/matmul/split_plan.h"
 
 namespace tsm2 {
@@ -133,6 +134,40 @@ __device__ __forceinline__ void LoadTSliceFixed(const T* src, int64_t cols, int6
     }
     from += stride;
   }
+}
+
+// The bf16/f16 tensor-core tiles' copy of a slice whose rows are not whole
+// 16-byte vectors (or do not start on one): each row's segment of columns
+// [col0, col0 + kWidth) is copied as the 16-byte vectors that cover it
+// (tile_io.cuh), to stage row r (kLd elements: the segment's vectors and one
+// more) at the offset the segment has in its first vector (CoverOffset).
+// Every copy is then an asynchronous 16-byte one; element by element, 2-byte
+// values went through registers a stage at a time and their latency was not
+// hidden (TN bf16 1330172 x 11 x 145: 621 us, XLA's dot 448). Bytes past the
+// segment's end and rows at or past r_end are zero-filled.
+template <typename T, int kWidth, int kStep, int kLd>
+__device__ __forceinline__ void LoadTCover(const T* src, int64_t cols, int64_t col0, int64_t r0,
+                                           int64_t r_end, T* dst) {
+  constexpr int kVpr = kWidth * static_cast<int>(sizeof(T)) / 16 + 1;
+  static_assert(kLd * sizeof(T) == kVpr * 16, "a stage row holds the covering vectors");
+  const int64_t seg_bytes =
+      min(static_cast<int64_t>(kWidth), cols - col0) * static_cast<int64_t>(sizeof(T));
+  for (int q = threadIdx.x; q < kStep * kVpr; q += kTThreads) {
+    const int r = q / kVpr, v = q % kVpr;
+    const int64_t row = r0 + r;
+    const char* seg = reinterpret_cast<const char*>(src + row * cols + col0);
+    const char* from = seg - Low4(seg) + 16 * v;
+    const int64_t left = row < r_end ? seg + seg_bytes - from : 0;
+    const int bytes = left <= 0 ? 0 : left >= 16 ? 16 : static_cast<int>(left);
+    CpAsyncPart16(dst + r * kLd + v * kVec<T>,
+                  bytes > 0 ? from : reinterpret_cast<const char*>(src), bytes);
+  }
+}
+
+// Where LoadTCover puts row `row`'s first element within its stage row.
+template <typename T>
+__device__ __forceinline__ int CoverOffset(const T* src, int64_t cols, int64_t col0, int64_t row) {
+  return static_cast<int>(Low4(src + row * cols + col0) / sizeof(T));
 }
 
 // A thread's share of the stages of one slice (A or B) that lie wholly inside
@@ -341,6 +376,9 @@ struct TMmaBlock {
     } else if (p.vec_ok) {
       LoadTSliceFixed<T, TM, kStep, kLda>(a, p.m, p0, r0, r_end, stage);
       LoadTSliceFixed<T, TN, kStep, kLdb>(b, p.n, q0, r0, r_end, stage + kStep * kLda);
+    } else if constexpr (sizeof(T) == 2) {
+      LoadTCover<T, TM, kStep, kLda>(a, p.m, p0, r0, r_end, stage);
+      LoadTCover<T, TN, kStep, kLdb>(b, p.n, q0, r0, r_end, stage + kStep * kLda);
     } else {
       LoadTSlice<T>(a, p.m, p0, TM, r0, r_end, kStep, kLda, false, stage);
       LoadTSlice<T>(b, p.n, q0, TN, r0, r_end, kStep, kLdb, false, stage + kStep * kLda);

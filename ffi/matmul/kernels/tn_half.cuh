@@ -20,6 +20,14 @@
 // (16 bytes) make a row stride an odd multiple of 16 bytes for every tile
 // edge that is a multiple of 16, so the 8 rows of a matrix hit distinct banks
 // (the B slice of a tile 8 wide conflicts two ways: one load in five).
+//
+// Rows that are not whole 16-byte vectors are staged as the vectors that
+// cover them (tn.cuh LoadTCover), each row at its own offset within its
+// stage row; ldmatrix needs 16-byte aligned rows, so each lane then gathers
+// its fragments from there, two 2-byte loads per register. The offset of a
+// row repeats every 8 rows (8 rows of any number of 2-byte elements are a
+// whole number of vectors) and stages start on multiples of 16 rows, so a
+// lane needs the offsets of two rows only, worked out once.
 #pragma once
 
 #include <cstdint>
@@ -49,25 +57,64 @@ __global__ void __launch_bounds__(kTThreads, 2)
 
   float acc[RW][CW][4];
   InitSums(acc, p.k);
-  for (int64_t it = 0; it < blk.steps; ++it) {
-    const T* stage = blk.Stage(p, it);
-    // Rows past the split's end were zero-filled, so whole 16-row steps are safe.
-    float part[RW][CW][4];
-    InitSums(part, p.k);
+  // One stage's MMAs, with each fragment built by load_a(stage, r, i, fa) and
+  // load_b(stage, r, j, fb) for 16-row step r.
+  auto stages = [&](auto load_a, auto load_b) {
+    for (int64_t it = 0; it < blk.steps; ++it) {
+      const T* stage = blk.Stage(p, it);
+      // Rows past the split's end were zero-filled, so whole 16-row steps are safe.
+      float part[RW][CW][4];
+      InitSums(part, p.k);
 #pragma unroll
-    for (int r = 0; r < kStep; r += 16) {
-      uint32_t fa[RW][4], fb[CW][2];
+      for (int r = 0; r < kStep; r += 16) {
+        uint32_t fa[RW][4], fb[CW][2];
 #pragma unroll
-      for (int i = 0; i < RW; ++i) LdMatrixX4Trans(stage + a_off + r * kLda + 16 * i, fa[i]);
+        for (int i = 0; i < RW; ++i) load_a(stage, r, i, fa[i]);
 #pragma unroll
-      for (int j = 0; j < CW; ++j) LdMatrixX2Trans(stage + b_off + r * kLdb + 8 * j, fb[j]);
+        for (int j = 0; j < CW; ++j) load_b(stage, r, j, fb[j]);
 #pragma unroll
-      for (int i = 0; i < RW; ++i) {
+        for (int i = 0; i < RW; ++i) {
 #pragma unroll
-        for (int j = 0; j < CW; ++j) MmaHalf<T>(part[i][j], fa[i], fb[j]);
+          for (int j = 0; j < CW; ++j) MmaHalf<T>(part[i][j], fa[i], fb[j]);
+        }
       }
+      AddTiles(acc, part);
     }
-    AddTiles(acc, part);
+  };
+  if (p.vec_ok) {
+    stages([&](const T* st, int r, int i,
+               uint32_t (&f)[4]) { LdMatrixX4Trans(st + a_off + r * kLda + 16 * i, f); },
+           [&](const T* st, int r, int j, uint32_t (&f)[2]) {
+             LdMatrixX2Trans(st + b_off + r * kLdb + 8 * j, f);
+           });
+  } else {
+    // Lane (g, t) holds A^T's (M g and g + 8, K 2t, 2t + 1 and those + 8) and
+    // B's (K the same, N g): rows 2t and 2t + 1 of each 16, at their offsets.
+    const int64_t r_lo = blk.r_begin + 2 * blk.t;
+    const int a0 = 2 * blk.t * kLda + CoverOffset(blk.a, p.m, blk.p0, r_lo) + blk.row0 + blk.g;
+    const int a1 =
+        (2 * blk.t + 1) * kLda + CoverOffset(blk.a, p.m, blk.p0, r_lo + 1) + blk.row0 + blk.g;
+    const int b0 =
+        kStep * kLda + 2 * blk.t * kLdb + CoverOffset(blk.b, p.n, blk.q0, r_lo) + blk.col0 + blk.g;
+    const int b1 = kStep * kLda + (2 * blk.t + 1) * kLdb +
+                   CoverOffset(blk.b, p.n, blk.q0, r_lo + 1) + blk.col0 + blk.g;
+    auto pair = [](const T* st, int lo, int hi) {
+      const auto* h = reinterpret_cast<const unsigned short*>(st);
+      return static_cast<uint32_t>(h[lo]) | (static_cast<uint32_t>(h[hi]) << 16);
+    };
+    stages(
+        [&](const T* st, int r, int i, uint32_t (&f)[4]) {
+          const int d = r * kLda + 16 * i;
+          f[0] = pair(st, a0 + d, a1 + d);
+          f[1] = pair(st, a0 + d + 8, a1 + d + 8);
+          f[2] = pair(st, a0 + d + 8 * kLda, a1 + d + 8 * kLda);
+          f[3] = pair(st, a0 + d + 8 * kLda + 8, a1 + d + 8 * kLda + 8);
+        },
+        [&](const T* st, int r, int j, uint32_t (&f)[2]) {
+          const int d = r * kLdb + 8 * j;
+          f[0] = pair(st, b0 + d, b1 + d);
+          f[1] = pair(st, b0 + d + 8 * kLdb, b1 + d + 8 * kLdb);
+        });
   }
   blk.Drain();
   blk.ForEachM16Out(p, acc, [&](float v, int64_t row, int64_t col) {
