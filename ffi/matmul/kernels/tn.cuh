@@ -144,7 +144,9 @@ __device__ __forceinline__ void LoadTSliceFixed(const T* src, int64_t cols, int6
 // Every copy is then an asynchronous 16-byte one; element by element, 2-byte
 // values went through registers a stage at a time and their latency was not
 // hidden (TN bf16 1330172 x 11 x 145: 621 us, XLA's dot 448). Bytes past the
-// segment's end and rows at or past r_end are zero-filled.
+// segment's end and rows at or past r_end are zero-filled. A first vector may
+// start before its segment, never before the buffer: XLA aligns buffers to at
+// least 16 bytes, and an unaligned batch entry is preceded by the one before.
 template <typename T, int kWidth, int kStep, int kLd>
 __device__ __forceinline__ void LoadTCover(const T* src, int64_t cols, int64_t col0, int64_t r0,
                                            int64_t r_end, T* dst) {
