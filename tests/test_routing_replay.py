@@ -173,8 +173,9 @@ H200_RUNS = {
 # and f64 element by element again, as the last file timed them); f64 R, L and TN products on
 # DMMAs of 16 rows; TSM2T's flat stages, whose threads now own consecutive entries of C, on TN
 # products of seeds 5077, 2417 and 8831; TSM2T's bf16/f16 tensor-core tiles on rows that are not
-# whole vectors, now staged as covering vectors, on seeds 5077 and 6473. A later file's time of a product replaces an earlier
-# one's. A file of several runs names the one that timed the present kernels.
+# whole vectors, now staged as covering vectors, on seeds 5077 and 6473. A later file's time of a
+# product replaces an earlier one's. A file of several runs names the one that timed the present
+# kernels.
 RETIMED = (
     ("stream_kernels_near_picks", None),
     ("stream_kernels_row_stores", "warp-staged rows of one vector, as committed (second call)"),
