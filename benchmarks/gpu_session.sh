@@ -31,7 +31,8 @@
 #     with it, and copies the calibration file to $OUT.
 #   STREAMS='--shape r:f32:nn:20000x20000x8 --shape t:f32:tn:1x239600x2 ...' times
 #     those kernels forced beside XLA's dot (benchmarks/stream_kernels.py) after the
-#     calibration and before the tests, alone on the GPU, into $OUT/streams.json.
+#     calibration and before the tests, alone on the GPU, into $OUT/streams.json,
+#     for at most STREAMS_SECONDS (default: what is left of DEADLINE).
 #   SCRIPTS='benchmarks/abft_overhead.py --repeats 21; benchmarks/kmeans_out_of_core.py ...'
 #     runs these Python scripts (paths with their arguments, ';'-separated) one after the
 #     other, alone on the GPU, after the calibration and the streams and before the tests:
@@ -95,7 +96,10 @@ fi
 
 if [ -n "${STREAMS:-}" ]; then
   t0=$SECONDS
-  eval "python3 benchmarks/stream_kernels.py $STREAMS --json $OUT/streams.json" \
+  # Cut at STREAMS_SECONDS (default: what is left of DEADLINE); the JSON keeps the
+  # shapes timed by then.
+  eval "timeout -s INT -k 15 ${STREAMS_SECONDS:-$((DEADLINE - SECONDS))} \
+    python3 benchmarks/stream_kernels.py $STREAMS --json $OUT/streams.json" \
     > "$OUT/streams.log" 2>&1
   echo "streams ($((SECONDS - t0)) s):"
   grep -v -E '^(WARNING|[IWE][0-9]{4})' "$OUT/streams.log" | tail -40

@@ -254,16 +254,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{'shape':38} {'MB':>9} {'floor us':>9} {'kernel us  %floor':>16} "
         f"{'xla us  %floor':>16} {'highest us %floor':>16} {'xla/kernel':>6}"
     )
-    rows = []
+    rows: list[dict[str, Any]] = []
+    ceil_out = {k: v for k, v in ceil.items() if isinstance(v, (int, float, str, type(None)))}
     for s in shapes:
         row = run_shape(s, ceil, args)
         rows.append(row)
         print(fmt(row) if "kernel_us" in row else f"{s.name}: {row}", flush=True)
+        if args.json:  # after every shape, so that a run cut short keeps what it timed
+            with open(args.json, "w") as f:
+                json.dump({"ceilings": ceil_out, "rows": rows}, f, indent=1)
     print(f"{len(rows)} shapes in {time.time() - t0:.0f} s")
-    if args.json:
-        ceil_out = {k: v for k, v in ceil.items() if isinstance(v, (int, float, str, type(None)))}
-        with open(args.json, "w") as f:
-            json.dump({"ceilings": ceil_out, "rows": rows}, f, indent=1)
     return 0
 
 
