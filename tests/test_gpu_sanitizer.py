@@ -326,11 +326,14 @@ cases = {{
     jnp.float16: [(1, 8, 8), (2003, 16, 8), (1001, 32, 32), (1001, 37, 45)],
 }}
 for dtype, shapes in cases.items():
+    if jnp.dtype(dtype).name != {dtype!r}:
+        continue
     for k, m, n in shapes:
         a, b = rand(rng, (k, m), dtype), rand(rng, (k, n), dtype)
         c = jax.block_until_ready(ffi_product(a, b, 3, 2))
         assert_close_to_reference(c, a.T, b)
         count += 1
+assert count, "no case of " + {dtype!r}
 print("sweep calls:", count)
 """
 
@@ -453,18 +456,24 @@ def test_host_rows_memcheck_reports_no_errors(tmp_path):
     _assert_sanitizer_clean(tmp_path, HOST_ROWS_SWEEP, "memcheck", "HostRows")
 
 
-# Sweeps run under every tool: each sweep's source, and the part of a kernel's name that
-# selects the kernels compute-sanitizer instruments (--kernel-name kns=...).
+# Sweeps run under every tool: each sweep's source, the part of a kernel's name that
+# selects the kernels compute-sanitizer instruments (--kernel-name kns=...), and the fields
+# its source is formatted with. The TN tiles' sweep runs a dtype per test: under memcheck
+# the whole of it took longer than the rest of the GPU suite, and apart the four run side by
+# side (pytest -n).
 EVERY_TOOL_SWEEPS = {
-    "tiled_kmeans": (TILED_SWEEP, "Kmeans"),
-    "abft_kernels": (ABFT_SWEEP, "Abft"),
-    "small_left": (S_SWEEP, "Tsm2S"),
-    "row_stream": (ROW_STREAM_SWEEP, "Tsm2RowStream"),
-    "tn_flat": (T_FLAT_SWEEP, "Tsm2TFlatKernel"),
-    "tn_tiled": (T_TILED_SWEEP, "Tsm2T"),
-    "r_tensor_core_tile": (R_MMA_SWEEP, "Tsm2Mma"),
-    "row_per_thread": (ROW_PER_THREAD_SWEEP, "Tsm2LRow"),
-    "l_tensor_core_tile": (L_MMA_SWEEP, "Tsm2LMma"),
+    "tiled_kmeans": (TILED_SWEEP, "Kmeans", {}),
+    "abft_kernels": (ABFT_SWEEP, "Abft", {}),
+    "small_left": (S_SWEEP, "Tsm2S", {}),
+    "row_stream": (ROW_STREAM_SWEEP, "Tsm2RowStream", {}),
+    "tn_flat": (T_FLAT_SWEEP, "Tsm2TFlatKernel", {}),
+    **{
+        f"tn_tiled_{name}": (T_TILED_SWEEP, "Tsm2T", {"dtype": name})
+        for name in ("float32", "float64", "bfloat16", "float16")
+    },
+    "r_tensor_core_tile": (R_MMA_SWEEP, "Tsm2Mma", {}),
+    "row_per_thread": (ROW_PER_THREAD_SWEEP, "Tsm2LRow", {}),
+    "l_tensor_core_tile": (L_MMA_SWEEP, "Tsm2LMma", {}),
 }
 
 
@@ -472,5 +481,5 @@ EVERY_TOOL_SWEEPS = {
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 @pytest.mark.parametrize("sweep", list(EVERY_TOOL_SWEEPS))
 def test_sanitizers_report_no_errors(tmp_path, sweep, tool):
-    source, kernels = EVERY_TOOL_SWEEPS[sweep]
-    _assert_sanitizer_clean(tmp_path, source, tool, kernels)
+    source, kernels, fields = EVERY_TOOL_SWEEPS[sweep]
+    _assert_sanitizer_clean(tmp_path, source, tool, kernels, **fields)
