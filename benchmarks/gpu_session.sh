@@ -96,9 +96,11 @@ fi
 
 if [ -n "${STREAMS:-}" ]; then
   t0=$SECONDS
-  # Cut at STREAMS_SECONDS (default: what is left of DEADLINE); the JSON keeps the
-  # shapes timed by then.
-  eval "timeout -s INT -k 15 ${STREAMS_SECONDS:-$((DEADLINE - SECONDS))} \
+  # Cut at STREAMS_SECONDS (default: what is left of DEADLINE, at least a second:
+  # timeout 0 would not cut at all); the JSON keeps the shapes timed by then.
+  left=${STREAMS_SECONDS:-$((DEADLINE - SECONDS))}
+  [ "$left" -ge 1 ] || left=1
+  eval "timeout -s INT -k 15 $left \
     python3 benchmarks/stream_kernels.py $STREAMS --json $OUT/streams.json" \
     > "$OUT/streams.log" 2>&1
   echo "streams ($((SECONDS - t0)) s):"

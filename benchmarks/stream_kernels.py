@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -261,8 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(fmt(row) if "kernel_us" in row else f"{s.name}: {row}", flush=True)
         if args.json:  # after every shape, so that a run cut short keeps what it timed
-            with open(args.json, "w") as f:
+            partial = f"{args.json}.partial"
+            with open(partial, "w") as f:
                 json.dump({"ceilings": ceil_out, "rows": rows}, f, indent=1)
+            os.replace(partial, args.json)  # a cut mid-write leaves the last whole file
     print(f"{len(rows)} shapes in {time.time() - t0:.0f} s")
     return 0
 
