@@ -170,4 +170,36 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// The most groups CpAsyncWaitAtMost leaves in flight.
+constexpr int kCpAsyncMaxPending = 6;
+
+// cp.async.wait_group for a ring whose depth is a run-time value: at most
+// `pending` groups may still be in flight (past kCpAsyncMaxPending, that many:
+// waiting for more than asked is always safe).
+__device__ __forceinline__ void CpAsyncWaitAtMost(int pending) {
+  switch (pending) {
+    case 0:
+      CpAsyncWait<0>();
+      break;
+    case 1:
+      CpAsyncWait<1>();
+      break;
+    case 2:
+      CpAsyncWait<2>();
+      break;
+    case 3:
+      CpAsyncWait<3>();
+      break;
+    case 4:
+      CpAsyncWait<4>();
+      break;
+    case 5:
+      CpAsyncWait<5>();
+      break;
+    default:
+      CpAsyncWait<kCpAsyncMaxPending>();
+      break;
+  }
+}
+
 }  // namespace tsm2

@@ -73,27 +73,6 @@ __device__ __forceinline__ void KmeansLexMin(float& key, int32_t& idx, float kc,
   }
 }
 
-// cp.async.wait_group with a run-time depth (the stages are planned at run time).
-__device__ __forceinline__ void KmeansCpAsyncWait(int pending) {
-  switch (pending) {
-    case 0:
-      CpAsyncWait<0>();
-      break;
-    case 1:
-      CpAsyncWait<1>();
-      break;
-    case 2:
-      CpAsyncWait<2>();
-      break;
-    case 3:
-      CpAsyncWait<3>();
-      break;
-    default:
-      CpAsyncWait<4>();
-      break;
-  }
-}
-
 // The cp.async copies of one operand (rows x d elements, 16-byte aligned,
 // rows of whole 16-byte chunks): each thread copies four 16-byte chunks of a
 // sub-tile, byte cb16 of rows r, r + 32, r + 64, r + 96 (eight neighbouring
@@ -366,7 +345,7 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
   int32_t best_idx[2][2];
   int slot = 0;
   while (cons.valid) {
-    KmeansCpAsyncWait(a.stages - 2);
+    CpAsyncWaitAtMost(a.stages - 2);
     if constexpr (kFast) {  // this thread's copies of the step have landed: round them
       KmeansRoundTf32Chunks(smem + slot * stage_bytes);
       if (!a.resident || cons.j == cons.j0) KmeansRoundTf32Chunks(x_sub(cons, slot));

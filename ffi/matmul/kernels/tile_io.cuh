@@ -28,35 +28,6 @@ __device__ __forceinline__ void CpAsyncPart16(void* smem, const void* gmem, int 
                : "memory");
 }
 
-// cp.async.wait_group for a ring whose depth is a run-time value: at most
-// `pending` groups (0 to kMaxStages - 2) may still be in flight.
-__device__ __forceinline__ void CpAsyncWaitAtMost(int pending) {
-  static_assert(kMaxStages == 8, "one case per pending count");
-  switch (pending) {
-    case 0:
-      CpAsyncWait<0>();
-      break;
-    case 1:
-      CpAsyncWait<1>();
-      break;
-    case 2:
-      CpAsyncWait<2>();
-      break;
-    case 3:
-      CpAsyncWait<3>();
-      break;
-    case 4:
-      CpAsyncWait<4>();
-      break;
-    case 5:
-      CpAsyncWait<5>();
-      break;
-    default:
-      CpAsyncWait<6>();
-      break;
-  }
-}
-
 // Division by a run-time divisor d in [1, 2^16) of q < 2^16 by a multiply:
 // floor(q / d) == umulhi(q, ceil(2^32 / d)) there (the error of the rounded
 // reciprocal, under q / 2^32, never crosses an integer).
@@ -80,6 +51,9 @@ __device__ __forceinline__ uint32_t Quot(uint32_t q, const Div32& v) {
 __host__ __device__ inline int64_t UnitBegin(int64_t b, int64_t units, int64_t blocks) {
   return b * units / blocks;
 }
+
+// The rings' waits (CpAsyncWaitAtMost) name each pending count up to kMaxStages - 2.
+static_assert(kMaxStages - 2 <= kCpAsyncMaxPending, "a ring deeper than the waits");
 
 __device__ __forceinline__ uintptr_t Low4(const void* p) {
   return reinterpret_cast<uintptr_t>(p) & 15u;
