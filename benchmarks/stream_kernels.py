@@ -12,6 +12,7 @@ Each forced result is checked against XLA's dot at highest precision before it i
     python benchmarks/stream_kernels.py                       # the default shapes (SHAPES)
     python benchmarks/stream_kernels.py --shape r:f32:nn:7460x24553x51 \\
         --shape l:bf16:nt:5684707x4x9 --json out.json
+    python benchmarks/stream_kernels.py --kernel-only --shape t:f32:tn:89x135015x20
 
 A shape is ``KERNEL:DTYPE:LAYOUT:MxKxN`` with KERNEL ``r`` (tsm2r), ``l`` (tsm2l; k <= 64),
 ``t`` (tsm2t) or ``s`` (tsm2s), DTYPE f32/f64/bf16/f16, and LAYOUT ``nn`` (A stored m x k,
@@ -189,8 +190,10 @@ def run_shape(s: Shape, ceil: dict[str, Any], args: argparse.Namespace) -> dict[
     copies = operands(s, plan.calls, seed=zlib.crc32(s.name.encode()))
     problem = Problem(None, s.m, s.k, s.n)
     forced = kernel_call.kernel_product(s.kernel, problem, DTYPES[s.dtype], s.layout)
-    impls = {"kernel": forced, "xla": kernel_call.xla_product(s.layout)}
-    if s.dtype == "f32":
+    impls = {"kernel": forced}
+    if not args.kernel_only:
+        impls["xla"] = kernel_call.xla_product(s.layout)
+    if s.dtype == "f32" and not args.kernel_only:
         spec = SPECS[s.layout]
         impls["xla_highest"] = lambda a, b: jnp.einsum(spec, a, b, precision="highest")
     a0, b0 = copies[0][0], copies[1][0]
@@ -213,7 +216,8 @@ def fmt(row: dict[str, Any]) -> str:
         us = row.get(f"{name}_us")
         return f"{us:9.1f} {row[f'{name}_floor_pct']:5.1f}%" if us else f"{'-':>16}"
 
-    ratio = row.get("xla_us", 0) / row["kernel_us"] if row.get("kernel_us") else math.nan
+    has_xla = "xla_us" in row and row.get("kernel_us")
+    ratio = row["xla_us"] / row["kernel_us"] if has_xla else math.nan
     name = f"{row['kernel']} {row['dtype']:4} {row['layout']} {row['m']}x{row['k']}x{row['n']}"
     err = "" if row.get("error_ok", True) else f"  WRONG (err {row['max_rel_error']:.1e})"
     return (
@@ -232,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-gb", type=float, default=40.0, help="operand memory per shape")
     p.add_argument("--l2-mb", type=int, default=50, help="L2 size the buffer sets defeat")
     p.add_argument("--json", default=None, help="also write the rows and ceilings here")
+    p.add_argument(
+        "--kernel-only",
+        action="store_true",
+        help="time the forced kernel alone (A/B runs of two builds: XLA's dot is the same in both)",
+    )
     args = p.parse_args(argv)
     try:
         shapes = [parse_shape(t) for t in (args.shape or SHAPES)]
