@@ -80,6 +80,34 @@ def test_every_tile_variant(dtype, n_tile):
             assert_close_to_reference(c, a, b)
 
 
+# bf16/f16 R tensor-core tiles on rows that are not whole 16-byte vectors: the MMAs read A's
+# fragments in element pairs from the rows as staged (tsm2_mma.cuh MmaStage). An odd k puts
+# consecutive rows at every even offset; a k past a chunk (128 elements) gives whole chunks
+# and a last one that ends inside k; n from three to eight 8-column MMA tiles; batch entries
+# that start mid-vector, with B shared or not.
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=dtype_ids)
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [
+        ((300, 1001), (1001, 40)),
+        ((257, 4099), (4099, 64)),
+        ((129, 129), (129, 24)),
+        ((1000, 20001), (20001, 17)),
+        ((3, 130, 1001), (1001, 40)),
+        ((3, 130, 1001), (3, 1001, 33)),
+    ],
+    ids=str,
+)
+def test_r_half_tensor_core_tile_on_rows_off_vectors(dtype, a_shape, b_shape):
+    from jax_tsm2._ffi import _tsm2_ext
+
+    k, n = b_shape[-2:]
+    assert _tsm2_ext.tile_config(jnp.dtype(dtype).name, TSM2R, k, n)["mma"]
+    rng = np.random.default_rng(sum(a_shape) + n)
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+    assert_close_to_reference(jax.jit(ffi_matmul, static_argnums=2)(a, b, TSM2R), a, b)
+
+
 @pytest.mark.parametrize(
     ("m", "k", "n"),
     [

@@ -17,6 +17,10 @@
 //   to ldmatrix; other rows, f32, and the chunk that ends inside k are read
 //   element by element, with elements past k set to zero (the stage holds
 //   bytes of the neighbouring rows there, which must never be a term).
+//   Moving each warp's bf16/f16 rows to 16-byte boundaries once a stage lands,
+//   so that ldmatrix reads them too, took 1.08-1.13x the time of these pair
+//   reads on the H200 (benchmarks/results/h200/stream_kernels_r_half_realign.json):
+//   the extra shared-memory pass sits between the copy and the MMAs.
 // - B is rearranged once per call (Tsm2MmaImageKernel) into the stage image
 //   the MMA reads: per (batch entry, n-tile, k-chunk) a column-major block,
 //   zero past k and n (f32: two planes, B's high and low TF32 parts), so that
