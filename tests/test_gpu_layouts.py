@@ -322,6 +322,8 @@ def test_batched_layouts(dtype, kernel, layout, a_shape, b_shape):
 # T on TF32 tensor cores (ffi/matmul/kernels/tn_tf32.cuh): f32 output tiles of 2048+
 # entries with both edges >= 16. One shape per warp-to-tile map the launcher
 # has (1 x 4, 2 x 2 and 1 x 2 MMA tiles per warp), with tails in both edges.
+# Edges that are not multiples of 4 stage their rows as the vectors that cover
+# them, each at its offset (tn.cuh LoadTCover): 13 and 31 put rows at all four.
 TF32_TILES = [
     (20_011, 64, 64),  # 64 x 64 tile, 1 x 4
     (20_011, 16, 256),  # 16 x 256, 1 x 4
@@ -330,6 +332,7 @@ TF32_TILES = [
     (9_001, 100, 16),  # 128 x 16, 1 x 2
     (3_001, 16, 100),  # 16 x 128, 1 x 2
     (777, 100, 100),  # 32 x 128 tiles, four of them
+    (300_007, 31, 62),  # 32 x 64, rows of 124 and 248 bytes over hundreds of splits
 ]
 
 
@@ -359,6 +362,7 @@ F64_MMA_TILES = [
     (9_001, 128, 16),  # 128 x 16, 2 x 2
     (3_001, 600, 9),  # 256 x 16, three tiles, tails
     (20_011, 64, 64),  # 64 x 64
+    (100_003, 17, 33),  # 32 x 64, rows at both offsets over hundreds of splits
 ]
 
 
@@ -507,6 +511,25 @@ def test_tn_half_tiles(dtype, k, m, n):
 def test_tn_half_tiles_batched(dtype, a_shape, b_shape):
     assert _plan(dtype, 2_003, 37, 45)["mma"]
     rng = np.random.default_rng(sum(a_shape) + len(b_shape))
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+    check(_run(a, b, TSM2T, TN), a, b, TN)
+
+
+# f32 and f64 batch entries whose rows start anywhere in a vector (37 and 45
+# elements a row), and one operand shared by every entry, on the tensor-core tiles.
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64], ids=dtype_ids)
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [
+        ((3, 2_003, 37), (3, 2_003, 45)),
+        ((2_003, 37), (3, 2_003, 45)),
+        ((3, 2_003, 37), (2_003, 45)),
+    ],
+    ids=str,
+)
+def test_tn_mma_tiles_batched_at_every_offset(dtype, a_shape, b_shape):
+    assert _plan(dtype, 2_003, 37, 45)["mma"]
+    rng = np.random.default_rng(sum(a_shape) + len(b_shape) + 7)
     a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
     check(_run(a, b, TSM2T, TN), a, b, TN)
 

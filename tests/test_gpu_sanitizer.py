@@ -309,7 +309,9 @@ print("sweep calls:", count)
 
 # TSM2T on rows of whole vectors (ffi/matmul/kernels/tn.cuh and its tensor-core tiles), whose
 # row groups add their sums through the ring (StoreGroupSums: 256 groups of one thread, 16 of
-# 16, 2 of 128), one split and many, k = 1 and primes.
+# 16, 2 of 128), one split and many, k = 1 and primes; and its tensor-core tiles on rows that
+# are not whole vectors in every dtype (staged as their covering vectors, read at their
+# offsets: f32/f64 lane by lane, bf16/f16 element by element), batched too.
 T_TILED_SWEEP = """
 import sys
 import jax, jax.numpy as jnp, numpy as np
@@ -320,8 +322,9 @@ from _helpers import assert_close_to_reference, ffi_product, rand
 rng = np.random.default_rng(0)
 count = 0
 cases = {{
-    jnp.float32: [(1, 4, 4), (30011, 4, 4), (1001, 16, 16), (2003, 8, 64), (2003, 32, 64)],
-    jnp.float64: [(7, 2, 2), (30011, 2, 2), (1001, 16, 16), (2003, 32, 64)],
+    jnp.float32: [(1, 4, 4), (30011, 4, 4), (1001, 16, 16), (2003, 8, 64), (2003, 32, 64),
+                  (2003, 31, 62)],
+    jnp.float64: [(7, 2, 2), (30011, 2, 2), (1001, 16, 16), (2003, 32, 64), (1001, 17, 33)],
     jnp.bfloat16: [(30011, 8, 8), (2003, 8, 16), (1001, 32, 32), (2003, 13, 100)],
     jnp.float16: [(1, 8, 8), (2003, 16, 8), (1001, 32, 32), (1001, 37, 45)],
 }}
@@ -333,6 +336,13 @@ for dtype, shapes in cases.items():
         c = jax.block_until_ready(ffi_product(a, b, 3, 2))
         assert_close_to_reference(c, a.T, b)
         count += 1
+    # batched: each product's rows start at another offset, and the last one's covering
+    # vectors end at the buffer's end
+    a, b = rand(rng, (3, 1003, 37), dtype), rand(rng, (3, 1003, 45), dtype)
+    c = np.asarray(jax.block_until_ready(ffi_product(a, b, 3, 2)))
+    for i in range(3):
+        assert_close_to_reference(c[i], a[i].T, b[i])
+    count += 1
 assert count, "no case of " + {dtype!r}
 print("sweep calls:", count)
 """

@@ -136,22 +136,25 @@ __device__ __forceinline__ void LoadTSliceFixed(const T* src, int64_t cols, int6
   }
 }
 
-// The bf16/f16 tensor-core tiles' copy of a slice whose rows are not whole
-// 16-byte vectors (or do not start on one): each row's segment of columns
+// The tensor-core tiles' copy of a slice whose rows are not whole 16-byte
+// vectors (or do not start on one): each row's segment of columns
 // [col0, col0 + kWidth) is copied as the 16-byte vectors that cover it
-// (tile_io.cuh), to stage row r (kLd elements: the segment's vectors and one
-// more) at the offset the segment has in its first vector (CoverOffset).
-// Every copy is then an asynchronous 16-byte one; element by element, 2-byte
-// values went through registers a stage at a time and their latency was not
-// hidden (TN bf16 1330172 x 11 x 145: 621 us, XLA's dot 448). Bytes past the
-// segment's end and rows at or past r_end are zero-filled. A first vector may
-// start before its segment, never before the buffer: XLA aligns buffers to at
-// least 16 bytes, and an unaligned batch entry is preceded by the one before.
+// (tile_io.cuh), to stage row r (kLd elements: room for the segment's vectors
+// and one more) at the offset the segment has in its first vector
+// (CoverOffset). Every copy is then an asynchronous 16-byte one; element by
+// element, the values went through registers or 2-8-byte copies and their
+// latency was not hidden (TN bf16 1330172 x 11 x 145: 621 us, XLA's dot 448).
+// The bf16/f16 tiles gather their fragments from the offsets (tn_half.cuh);
+// the f32 and f64 tiles read each lane's rows at their offset (tn_tf32.cuh,
+// tn_mma.cuh). Bytes past the segment's end and rows at or past r_end are
+// zero-filled. A first vector may start before its segment, never before the
+// buffer: XLA aligns buffers to at least 16 bytes, and an unaligned batch entry
+// is preceded by the one before.
 template <typename T, int kWidth, int kStep, int kLd>
 __device__ __forceinline__ void LoadTCover(const T* src, int64_t cols, int64_t col0, int64_t r0,
                                            int64_t r_end, T* dst) {
   constexpr int kVpr = kWidth * static_cast<int>(sizeof(T)) / 16 + 1;
-  static_assert(kLd * sizeof(T) == kVpr * 16, "a stage row holds the covering vectors");
+  static_assert(kLd * sizeof(T) >= kVpr * 16, "a stage row holds the covering vectors");
   const int64_t seg_bytes =
       min(static_cast<int64_t>(kWidth), cols - col0) * static_cast<int64_t>(sizeof(T));
   for (int q = threadIdx.x; q < kStep * kVpr; q += kTThreads) {
@@ -378,12 +381,9 @@ struct TMmaBlock {
     } else if (p.vec_ok) {
       LoadTSliceFixed<T, TM, kStep, kLda>(a, p.m, p0, r0, r_end, stage);
       LoadTSliceFixed<T, TN, kStep, kLdb>(b, p.n, q0, r0, r_end, stage + kStep * kLda);
-    } else if constexpr (sizeof(T) == 2) {
+    } else {
       LoadTCover<T, TM, kStep, kLda>(a, p.m, p0, r0, r_end, stage);
       LoadTCover<T, TN, kStep, kLdb>(b, p.n, q0, r0, r_end, stage + kStep * kLda);
-    } else {
-      LoadTSlice<T>(a, p.m, p0, TM, r0, r_end, kStep, kLda, false, stage);
-      LoadTSlice<T>(b, p.n, q0, TN, r0, r_end, kStep, kLdb, false, stage + kStep * kLda);
     }
   }
 };

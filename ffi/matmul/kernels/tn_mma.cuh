@@ -30,14 +30,21 @@ __global__ void __launch_bounds__(kTThreads, 2)
   extern __shared__ __align__(16) char smem[];
   TMmaBlock<double, TM, TN> blk(p, reinterpret_cast<double*>(smem));
   const int fr = blk.g, fq = blk.t;  // lane (r, q) of the fragments
+  // Rows staged at their offsets (tn.cuh LoadTCover): this lane reads row fq of
+  // every 4, and a row's offset repeats every 2 rows (2 rows of 8-byte elements
+  // are whole vectors), so one offset per operand serves all of them.
+  const int a_at =
+      blk.row0 + fr + (p.vec_ok ? 0 : CoverOffset(blk.a, p.m, blk.p0, blk.r_begin + fq));
+  const int b_at =
+      blk.col0 + fr + (p.vec_ok ? 0 : CoverOffset(blk.b, p.n, blk.q0, blk.r_begin + fq));
 
   double acc[RW][CW][4];
   InitSums(acc, p.k);
   for (int64_t it = 0; it < blk.steps; ++it) {
     const double* stage = blk.Stage(p, it);
     // Rows past the split's end were zero-filled, so whole 4-row steps are safe.
-    const double* sa = stage + fq * kLda + blk.row0 + fr;
-    const double* sb = stage + kStep * kLda + fq * kLdb + blk.col0 + fr;
+    const double* sa = stage + fq * kLda + a_at;
+    const double* sb = stage + kStep * kLda + fq * kLdb + b_at;
     // Two steps at a time: unrolled whole, the fragment loads hoisted ahead of the
     // DMMAs spilled at 64 x 64, 128 x 32 and 32 x 128 (128 registers at two blocks per SM).
 #pragma unroll 2

@@ -43,6 +43,11 @@ __global__ void __launch_bounds__(kTThreads, 2)
   extern __shared__ __align__(16) char smem[];
   TMmaBlock<float, TM, TN> blk(p, reinterpret_cast<float*>(smem));
   const int g = blk.g, t = blk.t;
+  // Rows staged at their offsets (tn.cuh LoadTCover): this lane reads rows t and
+  // t + 4 of every 8, and a row's offset repeats every 4 rows (4 rows of 4-byte
+  // elements are whole vectors), so one offset per operand serves all of them.
+  const int a_at = blk.row0 + g + (p.vec_ok ? 0 : CoverOffset(blk.a, p.m, blk.p0, blk.r_begin + t));
+  const int b_at = blk.col0 + g + (p.vec_ok ? 0 : CoverOffset(blk.b, p.n, blk.q0, blk.r_begin + t));
 
   float acc[RW][CW][4];    // hi*hi, added stage by stage
   float cross[RW][CW][4];  // hi*lo + lo*hi
@@ -51,8 +56,8 @@ __global__ void __launch_bounds__(kTThreads, 2)
   for (int64_t it = 0; it < blk.steps; ++it) {
     const float* stage = blk.Stage(p, it);
     // Rows past the split's end were zero-filled, so whole 8-row steps are safe.
-    const float* sa = stage + t * kLda + blk.row0 + g;
-    const float* sb = stage + kStep * kLda + t * kLdb + blk.col0 + g;
+    const float* sa = stage + t * kLda + a_at;
+    const float* sb = stage + kStep * kLda + t * kLdb + b_at;
     float part[RW][CW][4];
     InitSums(part, p.k);
 #pragma unroll
