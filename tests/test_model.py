@@ -532,7 +532,7 @@ def test_xla_operand_passes_follow_the_grid_features():
     "shape, odd, kernel, layout",
     [
         ((2, 7438, 10680, 2), (2, 7438, 10677, 2), "tsm2r", "nn"),  # a batch: the row tile
-        ((64, 10**6, 64), (65, 10**6, 63), "tsm2t", "tn"),  # T past one tile
+        ((8, 10**6, 272), (3, 10**6, 273), "tsm2t", "tn"),  # T's CUDA-core tiles past one
     ],
 )
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -544,6 +544,25 @@ def test_element_copies_are_slower_than_vector_copies(shape, odd, kernel, layout
     slow = model.predict(odd, dtype, layout, kernel, device=model.H100_SXM)
     assert slow.seconds > 1.3 * fast.seconds
     assert "element by element" in slow.reason and "element by element" not in fast.reason
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_tensor_core_t_tiles_read_f32_and_f64_rows_of_any_length_alike(dtype):
+    """T's tensor-core tiles stage rows that are not whole vectors as the vectors that cover
+    them (tn.cuh LoadTCover): f32 and f64 lanes read them at their offsets, at the cost of
+    whole vectors of the same tiles; bf16/f16 fragments are gathered two bytes at a time,
+    charged as copied pairs."""
+    shape, odd = (64, 10**6, 64), (63, 10**6, 61)
+    fast = model.predict(shape, dtype, "tn", "tsm2t", device=model.H100_SXM)
+    slow = model.predict(odd, dtype, "tn", "tsm2t", device=model.H100_SXM)
+    assert fast.params["mma"] and slow.params["mma"]
+    if dtype == "bfloat16":
+        assert not slow.params["vec_ok"] and "element by element" in slow.reason
+        return
+    assert slow.params["vec_ok"]
+    assert slow.seconds < 1.1 * fast.seconds * math.prod(odd) / math.prod(shape)
+    assert "staged as the vectors that cover them" in slow.reason
+    assert "element by element" not in slow.reason
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -568,12 +587,11 @@ def test_the_row_stream_reads_rows_of_any_length_alike(dtype):
 
 
 # The kernel lab on the H100 (benchmarks/lab/kernel_lab.cu, median of two rounds,
-# us): element copies through cp.async (f32/f64, and bf16 pairs where n is even).
-# Shapes are the model's (m, k, n). TN shapes
-# that one tile covers now take flat stages (tn_flat.cuh) and are not listed.
+# us): element copies through cp.async (bf16 pairs where n is even). Shapes are
+# the model's (m, k, n). TN shapes that one tile covers now take flat stages
+# (tn_flat.cuh), and f32/f64 ones on the tensor-core tiles their covering
+# vectors (tn.cuh LoadTCover): neither copies elements, so neither is listed.
 ELEMENT_COPY_LAB = (
-    ("tsm2t", "tn", (11, 2885541, 67), "float32", 737.7),
-    ("tsm2t", "tn", (61, 99991, 59), "float64", 63.7),
     ("tsm2t", "tn", (148, 539940, 194), "bfloat16", 1766.0),  # 4-byte pairs
     ("tsm2t", "tn", (30, 1000000, 20), "bfloat16", 65.0),
 )

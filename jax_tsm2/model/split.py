@@ -100,19 +100,21 @@ def split_prediction(
         )
     t_mem = dram / (bw * eta_stream * active / dev.sm_count)
     # Element-by-element copies where operand rows are not whole 16-byte
-    # vectors (launch_split.cuh vec_ok). T copies its f32/f64 elements, and its
-    # bf16/f16 ones in pairs where the operand has an even number of columns,
-    # through cp.async (tn.cuh LoadTSlice), at a rate in bytes of the elements
-    # it reads; other bf16/f16 elements at a rate in elements of its padded
-    # tiles' rows. S copies any rows of an aligned B (every XLA buffer) in
-    # 16-byte windows (small_left.cuh), so it always streams.
+    # vectors (launch_split.cuh vec_ok), on T's CUDA-core tiles: f32/f64
+    # elements, and bf16/f16 ones in pairs where the operand has an even number
+    # of columns, through cp.async (tn.cuh LoadTSlice), at a rate in bytes of
+    # the elements it reads; other bf16/f16 elements at a rate in elements of
+    # its padded tiles' rows. T's f32/f64 tensor-core tiles stage such rows as
+    # the vectors that cover them (tn.cuh LoadTCover) and read them in place,
+    # S copies any rows of an aligned B (every XLA buffer) in 16-byte windows
+    # (small_left.cuh), and flat stages (split_plan.h TUsesFlat) copy whole
+    # vectors: those always stream. The bf16/f16 tensor-core tiles stage
+    # covering vectors too but gather their fragments from them two bytes at a
+    # time; they are charged as pairs copied at the byte rate.
     kv = 16 // isz
-    # Flat stages (split_plan.h TUsesFlat) copy whole vectors whatever the rows.
-    vec = (
-        kernel == "tsm2s"
-        or plan.get("flat", False)
-        or all(v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"]))
-    )
+    aligned = all(v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"]))
+    covered = plan.get("mma", False) and isz >= 4
+    vec = kernel == "tsm2s" or plan.get("flat", False) or covered or aligned
     if not vec:
         tiles = plan["tiles_m"] * plan["tiles_n"]
         copied, elems = 0, 0  # bytes through cp.async, elements through registers
@@ -151,6 +153,11 @@ def split_prediction(
         f"{plan['split_len']}, streaming at "
         f"{eta_stream:.0%} of the read ceiling, {rate:.0f} FMA/clk/SM"
         + ("; rows staged flat, in 16-byte vectors" if plan.get("flat") else "")
+        + (
+            "; rows not 16-byte vectors: staged as the vectors that cover them"
+            if covered and not aligned
+            else ""
+        )
         + ("" if vec else "; rows not 16-byte vectors: copied element by element")
     )
     return _finish(p, dtype, layout, kernel, plan, dram, (t_mem, t_cmp), rate, vec, how, dev, cal)
