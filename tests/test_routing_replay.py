@@ -241,6 +241,32 @@ def test_the_shipped_h200_calibration_on_the_committed_h200_runs():
     assert case.kernel_seconds("tsm2s") * 2 < case.seconds["jnp"]
 
 
+# The committed H100 runs, replayed with the shipped H100 calibration, as H200_RUNS. Both were
+# routed live with it, in the call that made it (its kernels are this tree's): family APP and
+# seed 6007, a grid drawn fresh, 38 of its 120 shapes. Its loss is S f32 6 x 2633 x 11833
+# (TSM2S 72.5 us, XLA's dot 68.5), priced by the layout bound with no S f32 probe near it.
+H100_RUNS = {"app": (1.19, 0), "grid_seed6007": (1.17, 1)}
+
+
+def test_the_shipped_h100_calibration_on_the_committed_h100_runs():
+    """The shipped H100 calibration's picks against the H100 runs (H100_RUNS); with no
+    calibration the same runs stay on XLA's dot (1.00x), so the file is what gains them."""
+    from jax_tsm2.tune import calibrate
+
+    rr = _replay_module()
+    shipped = calibrate.SHIPPED_DIR / "calibration-NVIDIA-H100-80GB-HBM3-sm90-132sm.json"
+    data = calibrate.CalibrationData.from_json(json.loads(shipped.read_text()))
+    runs = BENCHMARKS / "results" / "h100"
+    for name, (geomean, losses) in H100_RUNS.items():
+        cases, recorded = rr.read_cases(runs / f"{name}.json")
+        got = rr.replay(cases, calibrate.Corrections(data, rr.device_of(recorded)), verbose=False)
+        assert got["geomean_over_jnp"] >= geomean, (name, got)
+        assert got["losses"] <= losses, (name, got)
+        assert len(cases) >= 13, (name, len(cases))
+        r = _replay("none", "--theoretical-tbps", "3.35", str(runs / f"{name}.json"))
+        assert r.returncode == 0 and "routed 1.000x" in r.stdout, r.stdout + r.stderr
+
+
 def test_model_error_per_target(tmp_path):
     """``--model-error``: the calibrated prediction of each target against what it measured.
     At the probe's own shape, measured as probed, the kernel's and XLA's dot's errors are
