@@ -110,7 +110,9 @@ def split_prediction(
     # (small_left.cuh), and flat stages (split_plan.h TUsesFlat) copy whole
     # vectors: those always stream. The bf16/f16 tensor-core tiles stage
     # covering vectors too but gather their fragments from them two bytes at a
-    # time; they are charged as pairs copied at the byte rate.
+    # time; they are still charged as the CUDA-core tiles' copies, which prices
+    # them at about twice what they run (docs/routing.md, "The calibrated
+    # model's error", says why the byte rate did not replace it).
     kv = 16 // isz
     aligned = all(v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"]))
     covered = plan.get("mma", False) and isz >= 4
