@@ -112,7 +112,8 @@ def split_prediction(
     # covering vectors too but gather their fragments from them two bytes at a
     # time; they are still charged as the CUDA-core tiles' copies, which prices
     # them at about twice what they run (docs/routing.md, "The calibrated
-    # model's error", says why the byte rate did not replace it).
+    # model's error", says why neither the byte rate nor a term for the gathers
+    # replaced it).
     kv = 16 // isz
     aligned = all(v % kv == 0 for v in (p.m, p.n, plan["tile_m"], plan["tile_n"]))
     covered = plan.get("mma", False) and isz >= 4
