@@ -108,6 +108,37 @@ def test_r_half_tensor_core_tile_on_rows_off_vectors(dtype, a_shape, b_shape):
     assert_close_to_reference(jax.jit(ffi_matmul, static_argnums=2)(a, b, TSM2R), a, b)
 
 
+# The tensor-core R tiles' last row tile at every fill: a tail of 128-row tiles ending inside
+# each 16-row warp, alone and after whole tiles, so that its copy-out runs with part of a
+# warp idle (the staging and the copy to C are shared by the tile's warps). Rows of whole
+# vectors (the tensor-map ring on sm_90) and not (the cp.async ring); n = 5 stages C packed,
+# n = 8 in whole vectors. A tail of 17 to 31 rows past a warp boundary once left those rows
+# of C unwritten.
+@pytest.mark.parametrize(
+    ("dtype", "ks", "ns"),
+    [
+        (jnp.bfloat16, (24, 23), (5, 8)),
+        (jnp.float16, (24, 64, 23), (5, 8)),
+        (jnp.float32, (24, 23), (12, 16)),
+        (jnp.float64, (24,), (12,)),
+    ],
+    ids=lambda v: jnp.dtype(v).name if not isinstance(v, tuple) else str(v),
+)
+def test_r_tensor_core_tile_tail_rows(dtype, ks, ns):
+    from jax_tsm2._ffi import _tsm2_ext
+
+    rng = np.random.default_rng(len(ks) * 10 + ns[0])
+    for k in ks:
+        for n in ns:
+            # f64 takes the tensor-core tile on sm_90 only (tile_config reports sm_80's).
+            if dtype != jnp.float64:
+                assert _tsm2_ext.tile_config(jnp.dtype(dtype).name, TSM2R, k, n)["mma"]
+            for m in (18, 33, 50, 63, 85, 100, 127, 2 * 128 + 50, 3 * 128 + 127):
+                a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+                c = jax.jit(ffi_matmul, static_argnums=2)(a, b, TSM2R)
+                assert_close_to_reference(c, a, b)
+
+
 @pytest.mark.parametrize(
     ("m", "k", "n"),
     [

@@ -81,13 +81,19 @@ struct Tsm2MmaTmaConfig {
                 "the fragments fit the output staging");
 };
 
-// The consumer warps' barrier (the producer's warp never joins it).
+// The consumer warps' barrier (the producer's warp never joins it). Not
+// bar.sync: that is barrier.sync.aligned, which needs each warp converged at
+// the instruction, and a warp split by a per-row guard (the tail tile's rows
+// past m) or by its mbarrier spin need not be; there an aligned barrier could
+// release the block early, and the tail tile's copy-out then read staging
+// that other warps had not yet filled (rows of C left unwritten).
 template <int kConsumers>
 __device__ __forceinline__ void ConsumerSync() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
+  asm volatile("barrier.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
 }
 
-// Whether `v` holds in any consumer thread (a barrier for them all).
+// Whether `v` holds in any consumer thread (a barrier for them all; not
+// aligned either, as above).
 template <int kConsumers>
 __device__ __forceinline__ bool ConsumerAny(bool v) {
   uint32_t any;
@@ -95,7 +101,7 @@ __device__ __forceinline__ bool ConsumerAny(bool v) {
       "{\n"
       ".reg .pred p, q;\n"
       "setp.ne.u32 p, %1, 0;\n"
-      "bar.red.or.pred q, 1, %2, p;\n"
+      "barrier.red.or.pred q, 1, %2, p;\n"
       "selp.u32 %0, 1, 0, q;\n"
       "}\n"
       : "=r"(any)
