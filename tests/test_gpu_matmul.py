@@ -112,8 +112,8 @@ def test_r_half_tensor_core_tile_on_rows_off_vectors(dtype, a_shape, b_shape):
 # each 16-row warp, alone and after whole tiles, so that its copy-out runs with part of a
 # warp idle (the staging and the copy to C are shared by the tile's warps). Rows of whole
 # vectors (the tensor-map ring on sm_90) and not (the cp.async ring); n = 5 stages C packed,
-# n = 8 in whole vectors. A tail of 17 to 31 rows past a warp boundary once left those rows
-# of C unwritten.
+# n = 8 in whole vectors. Tails ending 17 to 31 rows past a warp boundary are the fills that
+# need the tensor-map tile's consumer barriers unaligned (tsm2_mma_tma.cuh ConsumerSync).
 @pytest.mark.parametrize(
     ("dtype", "ks", "ns"),
     [
