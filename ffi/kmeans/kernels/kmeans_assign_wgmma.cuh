@@ -233,7 +233,10 @@ struct KmeansWgConsumer {
       rows[(threadIdx.x % 128) + 128 * i] = v;
     }
     FenceProxyAsyncShared();
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+    // barrier.sync, not bar.sync (barrier.sync.aligned): a warp that has just left its
+    // mbarrier spin need not be converged here, and an aligned barrier could then
+    // release the warpgroup before every warp's rows are rounded.
+    asm volatile("barrier.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
   }
 
   // The row of half h of this lane's rows in row tile `tile`.

@@ -379,7 +379,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
         xf[4 * MT] = xsq;
         if constexpr (CHECK > 0) xf[4 * MT + 1] = xsv;
       }
-      asm volatile("bar.sync %0, 64;\n" ::"r"(1 + rg) : "memory");
+      // Not aligned (bar.sync): the warps arrive from a branch on kh.
+      asm volatile("barrier.sync %0, 64;\n" ::"r"(1 + rg) : "memory");
       if (kh == 0) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
