@@ -81,12 +81,25 @@ class Case:
         return self.seconds.get(kernel, self.seconds.get("tsm2_kernel", math.nan))
 
 
+# XLA's plans the runs recorded (``xla_plan`` of a record, on a calibrated GPU), by
+# (dtype, layout, problem): where the calibration's probes carry plans, the replay predicts
+# XLA's dot from these, as routing on the GPU did from the plans it compiled.
+PLANS: dict[tuple[str, str, Any], model.XlaPlan] = {}
+
+
+def recorded_plan(p: Any, dtype: str, layout: str) -> model.XlaPlan | None:
+    return PLANS.get((dtype, layout, p))
+
+
 def read_cases(path: pathlib.Path) -> tuple[list[Case], dict[str, Any]]:
     doc = json.loads(path.read_text())
     cases: dict[tuple[str, str], Case] = {}
     for r in doc["records"]:
         if r["family"] not in LAYOUTS or r.get("status") != "ok" or r.get("seconds") is None:
             continue
+        if r.get("xla_plan") is not None:
+            p, layout = _problem(r["family"], r["operand_shapes"])
+            PLANS[(DTYPES[r["dtype"]], layout, p)] = model.XlaPlan.from_json(r["xla_plan"])
         key = (r["case"], r["dtype"])
         case = cases.setdefault(
             key,
@@ -367,7 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         with no_calibration_and_no_cache():
             summary = replay(cases, None, args.verbose, device)
     else:
-        corrections = calibrate.Corrections(data, device)
+        corrections = calibrate.Corrections(data, device, plans=recorded_plan)
+        if corrections.planned and not PLANS:
+            print("the calibration predicts XLA's dot from its plans, which the runs do not "
+                  "record: XLA's dot is predicted by the model's rules there")  # fmt: skip
         summary = replay(cases, corrections, args.verbose)
     print(
         f"{summary['cases']} products: routed {summary['geomean_over_jnp']:.3f}x jnp.matmul "

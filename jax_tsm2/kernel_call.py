@@ -36,12 +36,12 @@ from jax_tsm2.problem import KERNEL_IDS, KERNEL_LAYOUTS, LAYOUT_IDS, Problem
 _EINSUM = {"nn": "...mk,...kn->...mn", "nt": "...mk,...nk->...mn", "tn": "...km,...kn->...mn"}
 
 
-def xla_product(layout: str) -> Callable[[Any, Any], Any]:
-    """XLA's dot (default precision) on operands stored in ``layout``."""
+def xla_product(layout: str, precision: Any = None) -> Callable[[Any, Any], Any]:
+    """XLA's dot on operands stored in ``layout``, at ``precision`` (None: the default)."""
     if layout not in _EINSUM:
         raise ValueError(f"layout must be one of {tuple(_EINSUM)}, got {layout!r}")
     spec = _EINSUM[layout]
-    return lambda a, b: jnp.einsum(spec, a, b)
+    return lambda a, b: jnp.einsum(spec, a, b, precision=precision)
 
 
 def kernel_product(kernel: str, p: Problem, dtype: Any, layout: str) -> Callable[[Any, Any], Any]:

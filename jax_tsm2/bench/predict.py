@@ -132,7 +132,10 @@ def calibrated_seconds(
     if corrections is None or precision != "default":
         pred = model.predict(p, dtype, layout, target, device=device, xla_precision=precision)
         return pred, pred.seconds, "model"
-    pred = model.predict(p, dtype, layout, target, corrections.device, corrections.calibration)
+    plan = corrections.xla_plan(p, dtype, layout) if target == "xla" else None
+    pred = model.predict(
+        p, dtype, layout, target, corrections.device, corrections.calibration, xla_plan=plan
+    )
     return pred, pred.seconds * corrections.factor(target, p, dtype, layout)[0], "calibration"
 
 
@@ -169,6 +172,10 @@ def fields(
         return out
     out["predicted_seconds"] = seconds
     out["predicted_source"] = source
+    if target == "xla" and corrections is not None:
+        plan = corrections.xla_plan(p, dtype, layout)
+        if plan is not None:  # what an offline replay predicts XLA's dot from
+            out["xla_plan"] = plan.to_json()
     out["predicted_target"] = target + ("" if precision == "default" else f" ({precision})")
     if rec.get("status") == "ok" and rec.get("seconds"):
         out["model_error"] = (seconds - rec["seconds"]) / rec["seconds"]

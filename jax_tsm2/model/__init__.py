@@ -102,6 +102,7 @@ from jax_tsm2.model.prediction import (
 from jax_tsm2.model.split import split_prediction
 from jax_tsm2.model.tiles import tile_prediction
 from jax_tsm2.model.xla import xla_prediction
+from jax_tsm2.model.xla_plan import XlaPlan
 from jax_tsm2.problem import Problem
 
 __all__ = [
@@ -125,6 +126,7 @@ __all__ = [
     "Occupancy",
     "Prediction",
     "Problem",
+    "XlaPlan",
     "choose",
     "current_device",
     "device_from_driver",
@@ -143,14 +145,16 @@ def predict(
     device: Device | str | None = None,
     calibration: Calibration = CALIBRATION,
     xla_precision: str = "default",
+    xla_plan: XlaPlan | None = None,
 ) -> Prediction:
     """The model's prediction for one kernel ("tsm2r", "tsm2l", "tsm2s", "tsm2t", an FFI
     kernel id, or "xla") on one problem (see ``problem_from``).
 
     A kernel that cannot run the problem (wrong layout, m too large for S, an
     unsupported dtype) gets ``supported=False`` and an infinite time, with the
-    reason. ``xla_precision`` ("default": f32 may use TF32, or "highest")
-    matters only for XLA's dot.
+    reason. ``xla_precision`` ("default": f32 may use TF32, or "highest") and
+    ``xla_plan`` (XLA's compiled program for the product, ``xla_plan.plan``)
+    matter only for XLA's dot.
 
     Example:
         >>> p = predict((10**7, 8, 8), "bfloat16", "nn", "tsm2l", device=H100_SXM)  # lab: 0.116
@@ -164,7 +168,7 @@ def predict(
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if kern == "xla":
-        return xla_prediction(p, name, layout, dev, calibration, xla_precision)
+        return xla_prediction(p, name, layout, dev, calibration, xla_precision, xla_plan)
     if kern not in KERNEL_IDS:
         raise ValueError(f"unknown kernel {kernel!r}; one of {sorted(KERNEL_IDS)} or 'xla'")
     if name not in ("float32", "float64", "bfloat16", "float16"):

@@ -20,6 +20,7 @@ from jax_tsm2.model.calibration import (
 )
 from jax_tsm2.model.device import DOT_FLOPS_PER_CLK, Device, arch_entry
 from jax_tsm2.model.prediction import Prediction, acc_of, itemsize, t2_threshold, total
+from jax_tsm2.model.xla_plan import XlaPlan
 from jax_tsm2.problem import Problem
 
 
@@ -74,15 +75,30 @@ def operand_passes(p: Problem, dtype: str, layout: str, cal: Calibration) -> tup
 
 
 def xla_prediction(
-    p: Problem, dtype: str, layout: str, dev: Device, cal: Calibration, precision: str
+    p: Problem,
+    dtype: str,
+    layout: str,
+    dev: Device,
+    cal: Calibration,
+    precision: str,
+    plan: XlaPlan | None = None,
 ) -> Prediction:
-    """XLA's dot on ``p``: a stream at a measured efficiency, or its dot peak if slower."""
+    """XLA's dot on ``p``: a stream at a measured efficiency, or its dot peak if slower.
+
+    With ``plan`` (``xla_plan.plan``: the product as XLA compiled it) the stream is the
+    bytes its kernels access and each of its kernels costs a launch; without one, the
+    operands are read as many times over as ``operand_passes`` says."""
     isz = itemsize(dtype)
     batch = p.batch or 1
     operands = (batch * p.m * p.k + (p.batch or 1) * p.k * p.n) * isz
-    passes, slow_why = operand_passes(p, dtype, layout, cal)
     c_bytes = batch * p.m * p.n * isz
-    dram = round(operands * passes) + c_bytes
+    if plan is not None:
+        dram = max(round(plan.bytes), operands + c_bytes)
+        passes = (dram - c_bytes) / operands if operands else 1.0
+        slow_why = f"as XLA compiled it: {plan.kernels} kernel(s), {', '.join(plan.ops)}"
+    else:
+        passes, slow_why = operand_passes(p, dtype, layout, cal)
+        dram = round(operands * passes) + c_bytes
     small_half = isz == 2 and p.k <= 8 and p.n <= 8
     eff = XLA_SMALL_HALF_EFFICIENCY if small_half else XLA_STREAM_EFFICIENCY
     bw = dev.bandwidth(cal)
@@ -95,7 +111,8 @@ def xla_prediction(
     flops_per_s = arch_entry(DOT_FLOPS_PER_CLK, dev.cc)[key] * dev.sm_count * dev.clock_hz
     t_cmp = 2.0 * batch * p.m * p.k * p.n / (flops_per_s * XLA_DOT_EFFICIENCY)
     body = max(t_mem, t_cmp)
-    seconds, bound = total(body, cal.xla_t_launch, cal.xla_t_floor, t_mem, t_cmp)
+    launch = cal.xla_t_launch * (plan.kernels if plan is not None else 1)
+    seconds, bound = total(body, launch, cal.xla_t_floor, t_mem, t_cmp)
     why = (
         f"XLA's dot modelled as a stream at {eff:.0%} of the read ceiling"
         + (" (bf16/f16 with k, n <= 8, as measured)" if small_half else "")
@@ -104,7 +121,11 @@ def xla_prediction(
             if isz == 2 and p.k == 1 and layout != "tn"
             else ""
         )
-        + (f", reading its operands {passes:g} times over ({slow_why})" if passes != 1 else "")
+        + (
+            f", reading its operands {passes:.3g} times over ({slow_why})"
+            if plan is not None or passes != 1
+            else ""
+        )
         + (f"; compute-bound at {XLA_DOT_EFFICIENCY:.0%} of the dot peak" if t_cmp > t_mem else "")
     )
     return Prediction(
@@ -119,7 +140,12 @@ def xla_prediction(
         t_cmp=t_cmp,
         t_overhead=seconds - body,
         occupancy=None,
-        params={"stream_efficiency": eff, "operand_passes": passes, "precision": precision},
+        params={
+            "stream_efficiency": eff,
+            "operand_passes": passes,
+            "precision": precision,
+            "plan": plan is not None,
+        },
         t2_threshold=t2_threshold(dev, dtype, cal),
         tile_threshold=None,
         reason=why,

@@ -63,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from jax_tsm2 import model, programs
+from jax_tsm2.model import xla_plan
 from jax_tsm2.problem import Problem
 from jax_tsm2.tune import tuner
 
@@ -75,6 +76,8 @@ DESIGN_SEED = 20_481
 MAX_BYTES = 4 << 20
 
 Timer = Callable[[str, Problem, str, str], float]
+# XLA's plan for a product (dtype and layout names), or None where there is none.
+PlanSource = Callable[[Problem, str, str], "model.XlaPlan | None"]
 
 # The regions the kernels are meant for, as (m, k, n) ranges of the canonical
 # problem (for TN, k is the long contraction), with the layout each family's
@@ -275,16 +278,18 @@ def _draw(
 
 @dataclasses.dataclass(frozen=True)
 class Record:
-    """What one probe measured: seconds per target (targets that failed are absent)."""
+    """What one probe measured: seconds per target (targets that failed are absent), and
+    XLA's plan for its product (``model.xla_plan``) where the calibration compiled one."""
 
     dtype: str
     layout: str
     problem: Problem
     seconds: dict[str, float]
+    xla_plan: model.XlaPlan | None = None
 
     def to_json(self) -> dict[str, Any]:
         p = self.problem
-        return {
+        out = {
             "dtype": self.dtype,
             "layout": self.layout,
             "batch": p.batch,
@@ -293,6 +298,9 @@ class Record:
             "n": p.n,
             "seconds": dict(sorted(self.seconds.items())),
         }
+        if self.xla_plan is not None:
+            out["xla_plan"] = self.xla_plan.to_json()
+        return out
 
     @classmethod
     def from_json(cls, d: Any) -> Record:
@@ -313,7 +321,9 @@ class Record:
             if t not in (*model.KERNEL_IDS, "xla") or not _positive(s):
                 raise ValueError(f"probe record time {t!r}: {s!r}")
             out[t] = float(s)
-        return cls(dtype, layout, Problem(batch, *sizes), out)
+        plan = d.get("xla_plan")
+        plan = None if plan is None else model.XlaPlan.from_json(plan)
+        return cls(dtype, layout, Problem(batch, *sizes), out, plan)
 
 
 def _count(x: Any) -> bool:
@@ -469,12 +479,12 @@ def measure(
         else _timed_one_by_one(probes, timer, dev, left)
     )
     count = 0
-    for q, got in progress(timed) if progress else timed:
+    for q, got, plan in progress(timed) if progress else timed:
         count += 1
         got = {t: v if isinstance(v, str) else _finite(v) for t, v in got.items()}
         secs = {t: s for t, s in got.items() if isinstance(s, float)}
         if secs:
-            records.append(Record(q.dtype, q.layout, q.problem, secs))
+            records.append(Record(q.dtype, q.layout, q.problem, secs, plan))
         if log:
             cells = ", ".join(
                 f"{t} {s * 1e6:.1f} us" if isinstance(s, float) else f"{t} failed ({s})"
@@ -504,7 +514,14 @@ def measure(
     return CalibrationData(info, read_bytes_per_s, launch_seconds, tuple(records), made)
 
 
-Timed = Iterator[tuple[Probe, dict[str, "float | str"]]]
+# Each probe, its seconds per target (or why a target failed), and XLA's plan for it.
+Timed = Iterator[tuple[Probe, dict[str, "float | str"], "model.XlaPlan | None"]]
+
+
+def _plan_of(timer: Any, q: Probe) -> model.XlaPlan | None:
+    """XLA's plan for a probe, where ``timer`` makes one (``GpuTimer.xla_plan``)."""
+    make = getattr(timer, "xla_plan", None)
+    return None if make is None else make(q.problem, q.dtype, q.layout)
 
 
 def _timed_one_by_one(
@@ -517,8 +534,9 @@ def _timed_one_by_one(
         t0 = time.monotonic()
         targets = tuner.candidates(q.problem, q.dtype, q.layout, dev)
         got = tuner.time_candidates(timer, targets, q.problem, q.dtype, q.layout)
+        plan = _plan_of(timer, q)
         last = time.monotonic() - t0
-        yield q, got
+        yield q, got, plan
 
 
 def _timed_in_batches(
@@ -558,11 +576,14 @@ def _timed_in_batches(
             for i, (q, ts, prep) in enumerate(zip(chunk, targets, preps, strict=True)):
                 if (lo or i) and left() <= 0:
                     return
+                plan = None
                 try:
                     got = timer.run(prep.result())
+                    plan = getattr(prep.result(), "xla_plan", None)
                 except Exception as err:  # a probe that cannot be timed at all
                     got = {t: err for t in ts}
-                yield q, {t: why(v) if isinstance(v, Exception) else v for t, v in got.items()}
+                got = {t: why(v) if isinstance(v, Exception) else v for t, v in got.items()}
+                yield q, got, plan
             batch_s = (time.monotonic() - t0) * batch / len(chunk)
             lo += len(chunk)
 
@@ -718,17 +739,26 @@ class Corrections:
         data: CalibrationData,
         device: model.Device,
         calibration: model.Calibration | None = None,
+        plans: PlanSource | None = None,
     ):
         self.data = data
         self.device = device.with_bandwidth(data.read_bytes_per_s)
         self.calibration = calibration or measured_floor(model.CALIBRATION, data.launch_seconds)
         self._points: dict[tuple[str, str, str, bool], tuple[np.ndarray, np.ndarray]] = {}
         self._measured = {(r.dtype, r.layout, r.problem): r.seconds for r in data.records}
+        # XLA's dot is predicted from its compiled plan where every probe of it recorded
+        # one: the probes' residuals are then of the same prediction a shape is asked with.
+        timed_xla = [r for r in data.records if "xla" in r.seconds]
+        self.planned = bool(timed_xla) and all(r.xla_plan is not None for r in timed_xla)
+        self._plans = plans or xla_plan.plan
         dev = self.device
         grouped: dict[tuple[str, str, str, bool], list[tuple[np.ndarray, float]]] = {}
         for r in data.records:
             for target, secs in r.seconds.items():
-                pred = model.predict(r.problem, r.dtype, r.layout, target, dev, self.calibration)
+                plan = r.xla_plan if target == "xla" and self.planned else None
+                pred = model.predict(
+                    r.problem, r.dtype, r.layout, target, dev, self.calibration, xla_plan=plan
+                )
                 if not (pred.supported and math.isfinite(pred.seconds) and pred.seconds > 0):
                     continue
                 resid = math.log(secs / pred.seconds)
@@ -801,6 +831,12 @@ class Corrections:
                 self._layout_points.get((target, layout, _kind(p, dtype, layout))), p
             )
         return bound if near is None else near
+
+    def xla_plan(self, p: Problem, dtype: str, layout: str) -> model.XlaPlan | None:
+        """XLA's plan to predict its dot on ``p`` with: where this calibration's probes were
+        predicted with theirs (``planned``), the plan of ``p`` from the plan source
+        (compiled on this GPU by default); else None (the model's rules)."""
+        return self._plans(p, dtype, layout) if self.planned else None
 
     def measured(self, p: Problem, dtype: str, layout: str) -> dict[str, float] | None:
         """Seconds per target measured by a probe of exactly this product, or None."""
@@ -919,7 +955,8 @@ def decide(
         w = min(1.0, support)
         return math.exp(w * math.log(model_s * f) + (1.0 - w) * math.log(far_s)), support
 
-    xla_pred = model.predict(p, dtype, layout, "xla", dev, cal, xla_precision)
+    plan = corrections.xla_plan(p, dtype, layout) if xla_precision == "default" else None
+    xla_pred = model.predict(p, dtype, layout, "xla", dev, cal, xla_precision, plan)
     xla_model = xla_pred.seconds
     # XLA's dot is never assumed faster than one pass over its operands at the read ceiling.
     best_case = xla_best_case(p, dtype, dev, corrections.data.launch_seconds)

@@ -28,6 +28,7 @@ import numpy as np
 from jax import numpy as jnp
 
 from jax_tsm2 import _version, kernel_call, model
+from jax_tsm2.model import xla_plan
 from jax_tsm2.problem import Problem
 from jax_tsm2.tune import cache, timing
 
@@ -239,12 +240,19 @@ class GpuTimer:
             prep.failed.update({t: err for t in targets})
             return prep
         shapes = lowered.out_info  # the operands' shapes and dtypes, for the programs
+        if "xla" in targets:
+            prep.xla_plan = self.xla_plan(p, dtype, layout)
         for t in targets:
             try:
                 prep.programs[t], _ = timing.compile_jax(self._product(t, p, dtype, layout), shapes)
             except Exception as err:
                 prep.failed[t] = err
         return prep
+
+    def xla_plan(self, p: Problem, dtype: str, layout: str) -> model.XlaPlan | None:
+        """XLA's plan for the product (``model.xla_plan.plan``), which a calibration records
+        beside each probe's times."""
+        return xla_plan.plan(p, dtype, layout)
 
     def run(self, prep: Prepared) -> dict[str, float | Exception]:
         """Times a prepared probe's programs on fresh operands (see ``time_all``)."""
@@ -280,6 +288,7 @@ class Prepared:
     plan: timing.Plan
     guess: float
     make_operands: Any = None
+    xla_plan: model.XlaPlan | None = None
     programs: dict[str, Any] = dataclasses.field(default_factory=dict)
     failed: dict[str, Exception] = dataclasses.field(default_factory=dict)
 
