@@ -43,7 +43,8 @@
 #   GROUP_GPUS='1 2 3' puts pytest group i on GPU number i mod 3 of that list
 #     (CUDA_VISIBLE_DEVICES), for machines with several GPUs; the harness and
 #     the calibration run on whatever GPUs the script itself was given.
-#   INSTALL=0 skips the build (another run of this script made it).
+#   INSTALL=0 skips the build (another run of this script made it). The build is
+#     for the GPU at hand only, unless TSM2_CUDA_ARCHITECTURES names others.
 #   EXTENSION_FROM=WHEEL skips the build too: the compiled extension is taken from
 #     a jax_tsm2 wheel (.ci/build-wheel) and the tree's own Python runs with it,
 #     uninstalled (1-2 s instead of a 90 s build). Only where ffi/ and
@@ -81,6 +82,15 @@ if [ -n "${EXTENSION_FROM:-}" ]; then
   echo "extension from $(basename "$EXTENSION_FROM")"
 elif [ "${INSTALL:-1}" = 1 ]; then
   t0=$SECONDS
+  # Machine code for this GPU only (90a on Hopper, for its warpgroup MMAs):
+  # the default list of five architectures takes over ten minutes to compile
+  # on a 16-core machine, more than one call.
+  if [ -z "${TSM2_CUDA_ARCHITECTURES:-}" ]; then
+    cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+    [ "$cap" = 90 ] && cap=90a
+    export TSM2_CUDA_ARCHITECTURES=${cap}-real
+  fi
+  echo "building for $TSM2_CUDA_ARCHITECTURES"
   python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/install.log" 2>&1 ||
     { tail -40 "$OUT/install.log"; exit 1; }
   echo "install: $((SECONDS - t0)) s"
