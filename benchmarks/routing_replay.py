@@ -74,6 +74,9 @@ class Case:
     dtype: str
     shapes: tuple[list[int], list[int]]
     seconds: dict[str, float]
+    # XLA's plan for the product, where the run recorded one (``xla_plan`` of a record,
+    # on a calibrated GPU).
+    xla_plan: model.XlaPlan | None = None
 
     def kernel_seconds(self, kernel: str) -> float:
         # Family APP records the forced kernel as "tsm2_kernel": the one kernel routing
@@ -81,14 +84,16 @@ class Case:
         return self.seconds.get(kernel, self.seconds.get("tsm2_kernel", math.nan))
 
 
-# XLA's plans the runs recorded (``xla_plan`` of a record, on a calibrated GPU), by
-# (dtype, layout, problem): where the calibration's probes carry plans, the replay predicts
-# XLA's dot from these, as routing on the GPU did from the plans it compiled.
-PLANS: dict[tuple[str, str, Any], model.XlaPlan] = {}
-
-
-def recorded_plan(p: Any, dtype: str, layout: str) -> model.XlaPlan | None:
-    return PLANS.get((dtype, layout, p))
+def plan_source(cases: list[Case]) -> calibrate.PlanSource:
+    """XLA's plans recorded with ``cases``, looked up as routing compiles them: where the
+    calibration's probes carry plans, the replay predicts XLA's dot from these, as routing
+    on the GPU did from the plans it compiled."""
+    plans = {}
+    for c in cases:
+        if c.xla_plan is not None:
+            p, layout = _problem(c.family, c.shapes)
+            plans[(DTYPES[c.dtype], layout, p)] = c.xla_plan
+    return lambda p, dtype, layout: plans.get((dtype, layout, p))
 
 
 def read_cases(path: pathlib.Path) -> tuple[list[Case], dict[str, Any]]:
@@ -97,15 +102,14 @@ def read_cases(path: pathlib.Path) -> tuple[list[Case], dict[str, Any]]:
     for r in doc["records"]:
         if r["family"] not in LAYOUTS or r.get("status") != "ok" or r.get("seconds") is None:
             continue
-        if r.get("xla_plan") is not None:
-            p, layout = _problem(r["family"], r["operand_shapes"])
-            PLANS[(DTYPES[r["dtype"]], layout, p)] = model.XlaPlan.from_json(r["xla_plan"])
         key = (r["case"], r["dtype"])
         case = cases.setdefault(
             key,
             Case(r["case"], r["family"], r["dtype"], tuple(r["operand_shapes"]), {}),
         )
         case.seconds[r["impl"]] = float(r["seconds"])
+        if r.get("xla_plan") is not None:
+            case.xla_plan = model.XlaPlan.from_json(r["xla_plan"])
     return [c for c in cases.values() if "jnp" in c.seconds], doc["device"]
 
 
@@ -380,8 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         with no_calibration_and_no_cache():
             summary = replay(cases, None, args.verbose, device)
     else:
-        corrections = calibrate.Corrections(data, device, plans=recorded_plan)
-        if corrections.planned and not PLANS:
+        corrections = calibrate.Corrections(data, device, plans=plan_source(cases))
+        if corrections.planned and not any(c.xla_plan for c in cases):
             print("the calibration predicts XLA's dot from its plans, which the runs do not "
                   "record: XLA's dot is predicted by the model's rules there")  # fmt: skip
         summary = replay(cases, corrections, args.verbose)
