@@ -406,7 +406,7 @@ def test_a_record_with_bad_fields_invalidates_the_file(tmp_path, monkeypatch):
     doc["records"][0]["seconds"] = {"tsm2s": -1.0}
     calibrate.user_path(data.key).write_text(json.dumps(doc))
     with pytest.warns(RuntimeWarning, match="probe record time"):
-        assert calibrate._read(calibrate.user_path(data.key), data.key) is None
+        assert calibrate._read(calibrate.user_path(data.key), data.key, "x") is None
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
@@ -415,8 +415,28 @@ def test_a_fifo_in_place_of_the_file_never_blocks(tmp_path, monkeypatch):
     os.mkfifo(calibrate.user_path(DEV.key))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        calibrate._read(calibrate.user_path(DEV.key), DEV.key)
+        calibrate._read(calibrate.user_path(DEV.key), DEV.key, "x")
     assert any("not a regular file" in str(w.message) for w in caught)
+
+
+def test_a_broken_user_file_falls_back_to_the_shipped_one_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAX_TSM2_CACHE_DIR", str(tmp_path))
+    shipped = sorted(calibrate.SHIPPED_DIR.glob("calibration-*.json"))[0]
+    key = calibrate.CalibrationData.from_json(json.loads(shipped.read_text())).key
+    _write(calibrate.user_path(key), '{"schema": "other"}')
+    says = f"Routing uses the calibration shipped.*{shipped.name}"
+    with pytest.warns(RuntimeWarning, match=says):
+        found = calibrate.load(key)
+    assert found is not None and found[1] == shipped
+
+
+def test_store_refuses_what_load_would_ignore(tmp_path):
+    data = measured({}, per_cell=1, families=("S",), dtypes=("bfloat16",))
+    bad = dataclasses.replace(data, read_bytes_per_s=-1.0)
+    with pytest.raises(ValueError):
+        calibrate.store(bad, tmp_path / "c.json")
+    assert not (tmp_path / "c.json").exists()
+    assert calibrate.store(data, tmp_path / "c.json").is_file()
 
 
 def test_shipped_calibrations_are_valid_and_found(tmp_path, monkeypatch):

@@ -49,9 +49,28 @@ def test_a_plan_counts_the_entrys_kernels_and_takes_xlas_bytes():
     assert xla_plan.XlaPlan.from_json(json.loads(json.dumps(q.to_json()))) == q
 
 
+def test_costs_xla_does_not_know_are_kept_as_unknown_and_predict_the_minimal_bytes():
+    # XLA's cost analysis says -1 for a cuBLAS call it did not fuse (seen for an f64
+    # 14 x 1155 x 6260 product on an H100); a calibration carrying such a plan must load.
+    text = PADDED.replace("kind=kLoop", "kind=kInput")
+    q = xla_plan.plan_from(text, {"bytes accessed": -1.0, "flops": -1.0})
+    assert (q.bytes, q.flops) == (0.0, 0.0)
+    written = {"bytes": -1.0, "kernels": 1, "flops": -1.0, "ops": ["custom-call:x"]}
+    assert xla_plan.XlaPlan.from_json(written).bytes == 0.0
+    rec = _record(P, {"xla": 1e-4}, q)
+    data = calibrate.CalibrationData({"key": "GPU"}, 3.0e12, 2e-6, (rec,), {})
+    doc = json.loads(json.dumps(data.to_json()))
+    doc["records"][0]["xla_plan"] = written
+    assert calibrate.CalibrationData.from_json(doc).records[0].xla_plan.bytes == 0.0
+    dev = model.H100_SXM.with_bandwidth(3.0e12)
+    cal = calibrate.measured_floor(model.CALIBRATION, 2e-6)
+    pred = model.predict(P, "float16", "nn", "xla", dev, cal, xla_plan=q)
+    assert pred.params["operand_passes"] == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize(
     "bad",
-    [None, [], {"bytes": 0, "kernels": 1}, {"bytes": 10, "kernels": 0},
+    [None, [], {"kernels": 1}, {"bytes": float("nan"), "kernels": 1}, {"bytes": 10, "kernels": 0},
      {"bytes": 10, "kernels": True}, {"bytes": "10", "kernels": 1},
      {"bytes": 10, "kernels": 1, "ops": [1]}],
 )  # fmt: skip

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from typing import Any
 
@@ -47,7 +48,9 @@ _OPCODE = re.compile(r"\b([a-z][a-z0-9-]*)\(")
 class XlaPlan:
     """What the compiled product does: ``kernels`` launched, ``bytes`` accessed by them
     (XLA's cost analysis), ``flops``, and each kernel's opcode (``fusion:<kind>`` or
-    ``custom-call:<target>``) in program order."""
+    ``custom-call:<target>``) in program order. ``bytes`` and ``flops`` are 0 where the
+    cost analysis does not know them (it says -1 for a cuBLAS call XLA did not fuse): the
+    model then counts the product's minimal bytes."""
 
     bytes: float
     kernels: int
@@ -65,13 +68,13 @@ class XlaPlan:
             raise ValueError(f"an XLA plan must be an object, got {type(d).__name__}")
         b, k, f, ops = d.get("bytes"), d.get("kernels"), d.get("flops", 0.0), d.get("ops", [])
         numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (b, f))
-        if not numbers or b <= 0 or f < 0:
+        if not numbers or not (math.isfinite(b) and math.isfinite(f)):
             raise ValueError(f"XLA plan bytes {b!r}, flops {f!r}")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"XLA plan kernels {k!r}")
         if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
             raise ValueError(f"XLA plan ops {ops!r}")
-        return cls(float(b), k, float(f), tuple(ops))
+        return cls(_known(b), k, _known(f), tuple(ops))
 
 
 def _entry(hlo_text: str) -> list[str]:
@@ -106,6 +109,11 @@ def _op(line: str) -> str | None:
     return op
 
 
+def _known(x: Any) -> float:
+    """A cost-analysis figure, 0.0 where XLA does not know it (negative)."""
+    return max(0.0, float(x))
+
+
 def plan_from(hlo_text: str, cost: Any) -> XlaPlan:
     """The plan of a compiled program from its optimized HLO text (``compiled.as_text()``)
     and cost analysis (``compiled.cost_analysis()``: a dict, or a list of one)."""
@@ -113,9 +121,9 @@ def plan_from(hlo_text: str, cost: Any) -> XlaPlan:
         cost = cost[0] if cost else {}
     ops = tuple(o for o in map(_op, _entry(hlo_text)) if o is not None)
     return XlaPlan(
-        bytes=float(cost.get("bytes accessed", 0.0)),
+        bytes=_known(cost.get("bytes accessed", 0.0)),
         kernels=max(1, len(ops)),
-        flops=float(cost.get("flops", 0.0)),
+        flops=_known(cost.get("flops", 0.0)),
         ops=ops,
     )
 

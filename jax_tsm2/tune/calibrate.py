@@ -1095,9 +1095,12 @@ def store(data: CalibrationData, path: pathlib.Path | None = None) -> pathlib.Pa
     from jax_tsm2.tune import cache
 
     path = path or user_path(data.key)
+    doc = data.to_json()
+    # A file routing would refuse is refused here, loudly, rather than ignored later.
+    CalibrationData.from_json(json.loads(json.dumps(doc)))
     path.parent.mkdir(parents=True, exist_ok=True)
     with cache.file_lock(path):
-        cache.write_json(path, data.to_json())
+        cache.write_json(path, doc)
     _loaded.clear()
     return path
 
@@ -1106,9 +1109,10 @@ def store(data: CalibrationData, path: pathlib.Path | None = None) -> pathlib.Pa
 _loaded: dict[str, tuple[tuple[int, int, int, int], CalibrationData | None]] = {}
 
 
-def _read(path: pathlib.Path, device_key: str) -> CalibrationData | None:
+def _read(path: pathlib.Path, device_key: str, fallback: str) -> CalibrationData | None:
     """The calibration at ``path`` if it can be trusted for ``device_key``; else warns once
-    per version of the file and returns None. Never raises, never blocks."""
+    per version of the file, naming the ``fallback`` routing uses instead, and returns
+    None. Never raises, never blocks."""
     import warnings
 
     from jax_tsm2.tune import cache
@@ -1129,8 +1133,8 @@ def _read(path: pathlib.Path, device_key: str) -> CalibrationData | None:
             raise ValueError(f"made on GPU {data.key[:80]!r}, not this one ({device_key!r})")
     except (OSError, UnicodeDecodeError, ValueError, RecursionError, TypeError) as err:
         warnings.warn(
-            f"jax_tsm2: ignoring calibration {path}: {str(err)[:300]}. Routing uses the "
-            "uncalibrated model; run `python -m jax_tsm2.tune --calibrate` to measure this GPU.",
+            f"jax_tsm2: ignoring calibration {path}: {str(err)[:300]}. Routing uses "
+            f"{fallback}; run `python -m jax_tsm2.tune --calibrate` to measure this GPU.",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -1185,11 +1189,16 @@ def load(device_key: str) -> tuple[CalibrationData, pathlib.Path] | None:
     turns calibrations off)."""
     if not enabled():
         return None
-    for path in (user_path(device_key), shipped_path(device_key)):
-        data = _read(path, device_key)
-        if data is not None:
-            return data, path
-    return None
+    user, shipped = user_path(device_key), shipped_path(device_key)
+    if shipped.is_file():
+        fallback = f"the calibration shipped for this GPU ({shipped.name})"
+    else:
+        fallback = "the uncalibrated model"
+    data = _read(user, device_key, fallback)
+    if data is not None:
+        return data, user
+    data = _read(shipped, device_key, "the uncalibrated model")
+    return None if data is None else (data, shipped)
 
 
 _corrections: dict[model.Device, Corrections] = {}
