@@ -12,9 +12,11 @@
 #     bash benchmarks/gpu_session.sh
 #
 #   BENCH=0 / TESTS=0 skip a part; PYTEST_ARGS narrows the tests (default tests/).
+#   The tests marked timing run first, alone on the GPU (pytest-xdist's workers
+#     deselect them).
 #   PYTEST_GROUPS='ARGS; ARGS; ...' runs these pytest argument lists side by
 #     side instead, a process and a log each (shell quoting inside a list
-#     holds). Tests only check results, so sharing the GPU is safe, and one
+#     holds). The other tests only check results, so sharing the GPU is safe, and one
 #     process leaves most of the machine's host cores idle (on an H100 machine the
 #     matmul, ABFT/k-means and sanitizer tests ran together in 390 s).
 #   BENCH_RUNS='ARGS; ARGS; ...' runs the harness once per argument list, one
@@ -146,6 +148,11 @@ run_pytest() {
 }
 
 if [ "${TESTS:-1}" = 1 ]; then
+  t0=$SECONDS
+  # The tests that time the GPU first, alone: xdist's workers leave them out.
+  run_pytest -m "gpu and timing" tests/ > "$OUT/pytest-timing.log" 2>&1
+  echo "gpu timing tests ($((SECONDS - t0)) s): $(tail -1 "$OUT/pytest-timing.log")"
+  grep -E '^(FAILED|ERROR)' "$OUT/pytest-timing.log" | head -8
   t0=$SECONDS
   if [ -n "${PYTEST_GROUPS:-}" ]; then
     IFS=';' read -ra groups <<< "$PYTEST_GROUPS"

@@ -76,6 +76,8 @@ def pytest_collection_modifyitems(config, items):
         rules.append(("gpu", reason))
     if not _runs_slow(config):
         rules.append(("slow", "run them with --run-slow"))
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: other workers share the GPU
+        rules.append(("timing", "they time the GPU, which other workers share: run them alone"))
     notes, dropped = {}, set()
     for marker, why in rules:
         hit = [item for item in items if marker in item.keywords and item not in dropped]

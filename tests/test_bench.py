@@ -285,6 +285,7 @@ def test_gpu_ceiling_and_torch_peer():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_gpu_device_clock_times_the_products():
     """The device clock's samples are the products' time: no faster than HBM allows, within
     the host clock's (which adds each call's dispatch: 30 us against 45-79 us per product

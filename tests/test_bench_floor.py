@@ -486,6 +486,7 @@ def test_grid_records_carry_a_floor_on_a_fake_ceiling(monkeypatch, tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_gpu_no_implementation_beats_the_floor():
     """On a GPU the floor is a floor: the empty launch is a few microseconds by the device
     clock, and no implementation runs faster than the floor beyond noise, whether the launch
