@@ -455,3 +455,33 @@ def test_gpus_answers_bad_requests_with_usage(capsys, monkeypatch):
     with pytest.raises(SystemExit):
         cli.main(["--tiny", "--grid", "4", "--gpus", "2"])
     assert "lists 1 GPUs for 2" in capsys.readouterr().err
+
+
+def test_xla_records_carry_xlas_plan_whatever_the_calibration(monkeypatch):
+    """A run routed with a calibration of rules (or none) still records XLA's plan on each
+    record of XLA's dot at default precision, so a replay can weigh plans against rules on
+    it; at highest precision, and off a GPU (no plan), nothing is recorded."""
+    import dataclasses
+
+    from jax_tsm2.model import xla_plan
+    from jax_tsm2.tune import calibrate
+
+    plan = xla_plan.XlaPlan(3e6, 3, 0.0, ("fusion:kLoop", "fusion:kLoop", "fusion:kCustom"))
+    asked = []
+
+    def fake_plan(p, dtype, layout, precision="default"):
+        asked.append((p.m, p.k, p.n, dtype, layout))
+        return plan
+
+    monkeypatch.setattr(xla_plan, "plan", fake_plan)
+    monkeypatch.setattr(calibrate, "corrections_for", lambda d: None)
+    dev = dataclasses.replace(model.H100_SXM, source="driver")
+    rec = {"family": "NT", "dtype": "f32", "operand_shapes": [[4099, 31], [7, 31]],
+           "status": "ok", "seconds": 5e-5}  # fmt: skip
+    by_name = {i.name: i for i in impls.jax_impls()}
+    got = predict.fields(rec, by_name["jnp"], dev, {}, "gpu")
+    assert xla_plan.XlaPlan.from_json(got["xla_plan"]) == plan
+    assert asked == [(4099, 31, 7, "float32", "nt")]
+    assert "xla_plan" not in predict.fields(rec, by_name["jnp_highest"], dev, {}, "gpu")
+    monkeypatch.setattr(xla_plan, "plan", lambda *a, **k: None)
+    assert "xla_plan" not in predict.fields(rec, by_name["jnp"], dev, {}, "gpu")

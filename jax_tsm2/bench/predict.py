@@ -34,6 +34,7 @@ from jax_tsm2 import config, model, routing
 from jax_tsm2.bench.impls import Impl
 from jax_tsm2.bench.suite import DTYPES
 from jax_tsm2.kernel_call import stored_shapes
+from jax_tsm2.model import xla_plan
 from jax_tsm2.routing import KERNEL_LAYOUTS
 from jax_tsm2.tune import calibrate
 
@@ -143,6 +144,13 @@ def _takes(target: str, layout: str) -> bool:
     return target == "xla" or layout in KERNEL_LAYOUTS[target]
 
 
+def _plan(p: Any, dtype: str, layout: str) -> Any:
+    try:
+        return xla_plan.plan(p, dtype, layout)
+    except Exception:  # a plan only annotates the record
+        return None
+
+
 def fields(
     rec: dict[str, Any], impl: Impl, device: Any, modes: dict[str, str], platform: str
 ) -> dict[str, Any]:
@@ -172,9 +180,12 @@ def fields(
         return out
     out["predicted_seconds"] = seconds
     out["predicted_source"] = source
-    if target == "xla" and corrections is not None:
-        plan = corrections.xla_plan(p, dtype, layout)
-        if plan is not None:  # what an offline replay predicts XLA's dot from
+    if target == "xla" and precision == "default":
+        # Recorded on every GPU, whatever the calibration routed with, so that a replay
+        # can weigh predicting XLA's dot from plans against the rules on the same run.
+        plan = corrections.xla_plan(p, dtype, layout) if corrections is not None else None
+        plan = plan or _plan(p, dtype, layout)
+        if plan is not None:
             out["xla_plan"] = plan.to_json()
     out["predicted_target"] = target + ("" if precision == "default" else f" ({precision})")
     if rec.get("status") == "ok" and rec.get("seconds"):
