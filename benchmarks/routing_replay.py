@@ -74,8 +74,8 @@ class Case:
     dtype: str
     shapes: tuple[list[int], list[int]]
     seconds: dict[str, float]
-    # XLA's plan for the product, where the run recorded one (``xla_plan`` of a record,
-    # on a calibrated GPU).
+    # XLA's plan for the product, where the run recorded one (``xla_plan`` of a record:
+    # the harness's runs with --model on a GPU).
     xla_plan: model.XlaPlan | None = None
 
     def kernel_seconds(self, kernel: str) -> float:
