@@ -13,7 +13,7 @@
 #
 #   BENCH=0 / TESTS=0 skip a part; PYTEST_ARGS narrows the tests (default tests/).
 #   The tests marked timing run first, alone on the GPU (pytest-xdist's workers
-#     deselect them).
+#     deselect them); TIMING=0 skips them.
 #   PYTEST_GROUPS='ARGS; ARGS; ...' runs these pytest argument lists side by
 #     side instead, a process and a log each (shell quoting inside a list
 #     holds). The other tests only check results, so sharing the GPU is safe, and one
@@ -148,11 +148,13 @@ run_pytest() {
 }
 
 if [ "${TESTS:-1}" = 1 ]; then
-  t0=$SECONDS
-  # The tests that time the GPU first, alone: xdist's workers leave them out.
-  run_pytest -m "gpu and timing" tests/ > "$OUT/pytest-timing.log" 2>&1
-  echo "gpu timing tests ($((SECONDS - t0)) s): $(tail -1 "$OUT/pytest-timing.log")"
-  grep -E '^(FAILED|ERROR)' "$OUT/pytest-timing.log" | head -8
+  if [ "${TIMING:-1}" = 1 ]; then
+    t0=$SECONDS
+    # The tests that time the GPU first, alone: xdist's workers leave them out.
+    run_pytest -m "gpu and timing" tests/ > "$OUT/pytest-timing.log" 2>&1
+    echo "gpu timing tests ($((SECONDS - t0)) s): $(tail -1 "$OUT/pytest-timing.log")"
+    grep -E '^(FAILED|ERROR)' "$OUT/pytest-timing.log" | head -8
+  fi
   t0=$SECONDS
   if [ -n "${PYTEST_GROUPS:-}" ]; then
     IFS=';' read -ra groups <<< "$PYTEST_GROUPS"
