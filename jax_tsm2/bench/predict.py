@@ -144,13 +144,6 @@ def _takes(target: str, layout: str) -> bool:
     return target == "xla" or layout in KERNEL_LAYOUTS[target]
 
 
-def _plan(p: Any, dtype: str, layout: str) -> Any:
-    try:
-        return xla_plan.plan(p, dtype, layout)
-    except Exception:  # a plan only annotates the record
-        return None
-
-
 def fields(
     rec: dict[str, Any], impl: Impl, device: Any, modes: dict[str, str], platform: str
 ) -> dict[str, Any]:
@@ -182,9 +175,9 @@ def fields(
     out["predicted_source"] = source
     if target == "xla" and precision == "default":
         # Recorded on every GPU, whatever the calibration routed with, so that a replay
-        # can weigh predicting XLA's dot from plans against the rules on the same run.
-        plan = corrections.xla_plan(p, dtype, layout) if corrections is not None else None
-        plan = plan or _plan(p, dtype, layout)
+        # can weigh predicting XLA's dot from plans against the rules on the same run
+        # (the plan a planned calibration predicted with: the same cached compilation).
+        plan = xla_plan.plan(p, dtype, layout)
         if plan is not None:
             out["xla_plan"] = plan.to_json()
     out["predicted_target"] = target + ("" if precision == "default" else f" ({precision})")

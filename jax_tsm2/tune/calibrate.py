@@ -578,8 +578,9 @@ def _timed_in_batches(
                     return
                 plan = None
                 try:
-                    got = timer.run(prep.result())
-                    plan = getattr(prep.result(), "xla_plan", None)
+                    prepared = prep.result()
+                    got = timer.run(prepared)
+                    plan = getattr(prepared, "xla_plan", None)
                 except Exception as err:  # a probe that cannot be timed at all
                     got = {t: err for t in ts}
                 got = {t: why(v) if isinstance(v, Exception) else v for t, v in got.items()}
