@@ -40,6 +40,9 @@
 #     other, alone on the GPU, after the calibration and the streams and before the tests:
 #     script i writes $OUT/script-i.log, and gets $OUT/script-i as its --out where its
 #     arguments name none. Each is cut (SIGINT, then KILL) at what is left of DEADLINE.
+#   SHARD=I/N runs part I of N of every pytest run's tests (tests/conftest.py --shard):
+#     on one GPU the whole suite with the sanitizer takes more than one 600 s call, and
+#     SHARD=1/2 and SHARD=2/2 in two calls run each test once.
 #   TEST_TIMEOUT=SECONDS interrupts pytest (SIGINT, so it still prints its summary and the
 #     failures so far) after that long: a group cut short says so instead of eating the call.
 #   GROUP_GPUS='1 2 3' puts pytest group i on GPU number i mod 3 of that list
@@ -138,12 +141,23 @@ if [ -n "${SCRIPTS:-}" ]; then
   done
 fi
 
-# pytest with its arguments, under TEST_TIMEOUT when set.
+# pytest with its arguments (and SHARD's part), under TEST_TIMEOUT when set; the 20
+# slowest tests are listed, so that the next split of the suite can be planned.
 run_pytest() {
+  local args=(-q -m gpu -rfE --durations=20 ${SHARD:+--shard "$SHARD"} "$@")
   if [ -n "${TEST_TIMEOUT:-}" ]; then
-    timeout -s INT -k 20 "$TEST_TIMEOUT" python3 -m pytest -q -m gpu -rfE "$@"
+    timeout -s INT -k 20 "$TEST_TIMEOUT" python3 -m pytest "${args[@]}"
   else
-    python3 -m pytest -q -m gpu -rfE "$@"
+    python3 -m pytest "${args[@]}"
+  fi
+}
+
+# A log's summary line, saying so where TEST_TIMEOUT cut the run short.
+summary() {
+  if grep -q '^!* KeyboardInterrupt !*$' "$1"; then
+    echo "CUT SHORT by TEST_TIMEOUT: $(tail -1 "$1")"
+  else
+    tail -1 "$1"
   fi
 }
 
@@ -152,7 +166,7 @@ if [ "${TESTS:-1}" = 1 ]; then
     t0=$SECONDS
     # The tests that time the GPU first, alone: xdist's workers leave them out.
     run_pytest -m "gpu and timing" tests/ > "$OUT/pytest-timing.log" 2>&1
-    echo "gpu timing tests ($((SECONDS - t0)) s): $(tail -1 "$OUT/pytest-timing.log")"
+    echo "gpu timing tests ($((SECONDS - t0)) s): $(summary "$OUT/pytest-timing.log")"
     grep -E '^(FAILED|ERROR)' "$OUT/pytest-timing.log" | head -8
   fi
   t0=$SECONDS
@@ -170,12 +184,12 @@ if [ "${TESTS:-1}" = 1 ]; then
     wait
     echo "gpu tests ($((SECONDS - t0)) s, ${#groups[@]} groups side by side):"
     for i in "${!groups[@]}"; do
-      echo "  pytest-gpu-$i ($(echo ${groups[$i]})): $(tail -1 "$OUT/pytest-gpu-$i.log")"
+      echo "  pytest-gpu-$i ($(echo ${groups[$i]})): $(summary "$OUT/pytest-gpu-$i.log")"
       grep -E '^(FAILED|ERROR)' "$OUT/pytest-gpu-$i.log" | head -8
     done
   else
     run_pytest ${PYTEST_ARGS:-tests/} > "$OUT/pytest-gpu.log" 2>&1
-    echo "gpu tests ($((SECONDS - t0)) s): $(tail -1 "$OUT/pytest-gpu.log")"
+    echo "gpu tests ($((SECONDS - t0)) s): $(summary "$OUT/pytest-gpu.log")"
   fi
 fi
 

@@ -9,6 +9,9 @@
   slice runs by default, scikit-learn's conformance suite, end-to-end command
   lines) are deselected unless `--run-slow` is given or a `-m` expression picks
   the tests itself (`-m gpu` on a GPU machine runs every GPU test). CI runs them.
+- `--shard I/N` keeps the I-th of N fixed parts of whatever else runs (by a hash
+  of each test's id), so that a suite too long for one GPU-machine call runs
+  whole in N calls (benchmarks/gpu_session.sh SHARD).
 - Hypothesis is derandomized: the same examples every run. The default run
   uses profile "quick" (fewer examples), `--run-slow` profile "ci";
   HYPOTHESIS_PROFILE=dev gives more, randomized examples.
@@ -19,6 +22,7 @@
 from __future__ import annotations
 
 import os
+import zlib
 
 import jax
 import pytest
@@ -48,6 +52,32 @@ def pytest_addoption(parser):
         action="store_true",
         help="also run the tests marked slow (CI does; so does any -m expression)",
     )
+
+
+    parser.addoption(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run only part I of N of the selected tests (1 <= I <= N), split by test id",
+    )
+
+
+def shard_of(nodeid: str, parts: int) -> int:
+    """The part (1..parts) a test belongs to: stable across runs, machines and processes."""
+    return zlib.crc32(nodeid.encode()) % parts + 1
+
+
+def _shard(config) -> tuple[int, int] | None:
+    spec = config.getoption("--shard")
+    if spec is None:
+        return None
+    try:
+        part, parts = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard takes I/N, such as 1/2; got {spec!r}") from None
+    if not 1 <= part <= parts:
+        raise pytest.UsageError(f"--shard {spec}: I must be between 1 and N")
+    return part, parts
 
 
 def _runs_slow(config) -> bool:
@@ -84,6 +114,12 @@ def pytest_collection_modifyitems(config, items):
         if hit:
             dropped.update(hit)
             notes[marker] = f"deselected {len(hit)} {marker} tests: {why}"
+    if (shard := _shard(config)) is not None:
+        part, parts = shard
+        other = [i for i in items if i not in dropped and shard_of(i.nodeid, parts) != part]
+        if other:
+            dropped.update(other)
+            notes["shard"] = f"deselected {len(other)} tests of other shards than {part}/{parts}"
     if dropped:
         config.hook.pytest_deselected(items=[item for item in items if item in dropped])
         items[:] = [item for item in items if item not in dropped]
