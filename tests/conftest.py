@@ -53,7 +53,6 @@ def pytest_addoption(parser):
         help="also run the tests marked slow (CI does; so does any -m expression)",
     )
 
-
     parser.addoption(
         "--shard",
         default=None,
