@@ -96,6 +96,15 @@ def plan_source(cases: list[Case]) -> calibrate.PlanSource:
     return lambda p, dtype, layout: plans.get((dtype, layout, p))
 
 
+def corrections_of(
+    data: calibrate.CalibrationData, cases: list[Case], recorded: dict[str, Any]
+) -> calibrate.Corrections:
+    """``data``'s corrections on the GPU the run recorded, predicting XLA's dot from the
+    run's recorded plans where the calibration is planned: never from plans compiled here,
+    on a machine that is not the run's GPU."""
+    return calibrate.Corrections(data, device_of(recorded), plans=plan_source(cases))
+
+
 def read_cases(path: pathlib.Path) -> tuple[list[Case], dict[str, Any]]:
     doc = json.loads(path.read_text())
     cases: dict[tuple[str, str], Case] = {}
@@ -384,11 +393,11 @@ def main(argv: list[str] | None = None) -> int:
         with no_calibration_and_no_cache():
             summary = replay(cases, None, args.verbose, device)
     else:
-        corrections = calibrate.Corrections(data, device, plans=plan_source(cases))
-        if corrections.planned and not any(c.xla_plan for c in cases):
+        corr = corrections_of(data, cases, recorded or {})
+        if corr.planned and not any(c.xla_plan for c in cases):
             print("the calibration predicts XLA's dot from its plans, which the runs do not "
                   "record: XLA's dot is predicted by the model's rules there")  # fmt: skip
-        summary = replay(cases, corrections, args.verbose)
+        summary = replay(cases, corr, args.verbose)
     print(
         f"{summary['cases']} products: routed {summary['geomean_over_jnp']:.3f}x jnp.matmul "
         f"(geomean); {summary['misses']} misses (a pick >= {MISS_FACTOR:.2f}x the fastest "
@@ -396,9 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.model_error:
         print("model error, |predicted - measured| / measured:")
-        print("\n".join(error_lines(model_errors(cases, corrections))))
+        print("\n".join(error_lines(model_errors(cases, corr))))
         for path in args.runs:
-            n, worst = recorded_difference(path, corrections)
+            n, worst = recorded_difference(path, corr)
             if n:
                 print(f"{path}: {n} recorded model errors, recomputed within {worst:.2g}")
     return 0

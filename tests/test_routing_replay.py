@@ -227,7 +227,7 @@ def test_the_shipped_h200_calibration_on_the_committed_h200_runs():
     runs = BENCHMARKS / "results" / "h200"
     for name, (geomean, losses) in H200_RUNS.items():
         cases, recorded = rr.read_cases(runs / f"{name}.json")
-        corr = calibrate.Corrections(data, rr.device_of(recorded))
+        corr = rr.corrections_of(data, cases, recorded)
         got = rr.replay(_with_retimed(cases, runs), corr, verbose=False)
         assert got["geomean_over_jnp"] >= geomean, (name, got)
         assert got["losses"] <= losses, (name, got)
@@ -235,7 +235,7 @@ def test_the_shipped_h200_calibration_on_the_committed_h200_runs():
         assert set(got["misses_by_rule"]) <= set(calibrate.RULES), (name, got)
     cases, recorded = rr.read_cases(runs / "grid_seed1129.json")
     case = next(c for c in cases if c.name == "S:1x8367x13081" and c.dtype == "f32")
-    corr = calibrate.Corrections(data, rr.device_of(recorded))
+    corr = rr.corrections_of(data, cases, recorded)
     p = routing.problem_of(*case.shapes, "nn")
     assert routing.calibrated_decision(p, "float32", "nn", corr).target == "tsm2s"
     assert case.kernel_seconds("tsm2s") * 2 < case.seconds["jnp"]
@@ -267,8 +267,7 @@ def test_the_shipped_h100_calibration_on_the_committed_h100_runs():
     runs = BENCHMARKS / "results" / "h100"
     for name, (geomean, losses) in H100_RUNS.items():
         cases, recorded = rr.read_cases(runs / f"{name}.json")
-        corr = calibrate.Corrections(data, rr.device_of(recorded), plans=rr.plan_source(cases))
-        got = rr.replay(cases, corr, verbose=False)
+        got = rr.replay(cases, rr.corrections_of(data, cases, recorded), verbose=False)
         assert got["geomean_over_jnp"] >= geomean, (name, got)
         assert got["losses"] <= losses, (name, got)
         assert len(cases) >= 13, (name, len(cases))
