@@ -31,7 +31,8 @@ markdown table are rewritten after every point, so an interrupted run keeps what
 Usage (GPU machine; ``pip install --no-deps flash_kmeans-*.whl`` for flash-kmeans)::
 
     python benchmarks/kmeans_vs_flash.py --out benchmarks/results/h200/kmeans_vs_flash \\
-        [--points 1e6,256,16 ...] [--time-budget 420] [--repeats 3]
+        [--points 1e6,256,16 ...] [--time-budget 420] [--repeats 3] \\
+        [--methods jax_tsm2 flash_kmeans ...]
 """
 
 from __future__ import annotations
@@ -247,7 +248,7 @@ def est_point_seconds(pt: tuple[int, int, int], read_bps: float, args) -> float:
     reference: what a point costs, roughly."""
     m1, m2 = run_lengths(*pt, read_bps)
     runs = (args.repeats + 1) * (m1 + m2) + m2
-    each = sum(est_iter_seconds(m, *pt, read_bps) for m in methods_for(*pt))
+    each = sum(est_iter_seconds(m, *pt, read_bps) for m in methods_for(*pt) if m in args.methods)
     ref = ref_seconds(*pt, m2)
     return 15.0 + runs * each + (ref if ref <= args.ref_budget else 0.0)
 
@@ -297,7 +298,7 @@ def run_point(n, d, k, args, read_bps, flash) -> dict[str, Any]:
 
     runners: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    for name in METHODS:
+    for name in args.methods:
         if name not in methods_for(n, d, k):
             skipped[name] = f"its {4 * n * k / 1e9:.0f} GB of n x k distances do not fit"
             continue
@@ -445,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds for the run; points that would pass it are not run")  # fmt: skip
     p.add_argument("--ref-budget", type=_cli.positive_float, default=20.0,
                    help="most seconds (estimated) of a point's float64 reference")  # fmt: skip
+    p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS),
+                   help="the implementations to time (default: all)")  # fmt: skip
     p.add_argument("--repeats", type=_cli.positive_int, default=3)
     p.add_argument("--seed", type=_cli.non_negative_int, default=0)
     p.add_argument("--read-buffer-mb", type=_cli.positive_int, default=1024,
