@@ -453,7 +453,10 @@ nb::dict KmeansTiledPlanFor(const std::string& dtype, int64_t n, int64_t d, int6
   out["assign_supported"] = a.ok;
   if (a.ok) {
     out["assign_workspace_bytes"] = a.workspace_bytes;
-    if (itemsize == 4) out["assign_tf32_copy_bytes"] = tsm2::KmeansAssignTf32CopyBytes(k, d);
+    if (itemsize == 4) {
+      out["assign_tf32_copy_bytes"] = tsm2::KmeansAssignTf32CopyBytes(k, d);
+      out["assign_refine_bytes"] = tsm2::KmeansAssignRefineBytes(n, k, d);
+    }
     out["row_tiles"] = a.row_tiles;
     out["centroid_tiles"] = a.ctiles;
     out["splits"] = a.splits;

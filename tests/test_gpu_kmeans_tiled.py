@@ -3,8 +3,9 @@ kmeans_sums.cuh) against a float64 reference and against the CPU references.
 
 Skipped without a CUDA device and a CUDA build (conftest.py). The assignment on odd
 sizes (d = 1 to past a step of 128 bytes, k = 1 to past a centroid tile, n past a row
-tile) for f32 (split products and TF32), bf16 and f16, in each of its modes (X resident,
-streamed, loaded element by element, centroid tiles split over blocks); ties, NaN and
+tile) for f32 (one TF32 product refined by exact dots on sm_90a, split products elsewhere,
+and TF32), bf16 and f16, in each of its modes (X resident, streamed, loaded element by
+element, centroid tiles split over blocks); close calls of the refinement; ties, NaN and
 Inf ranked as the CPU reference ranks them. The sums bit for bit equal to the CPU
 reference's under the same plan (the order of every addition is the plan's), on both
 paths (one bucket of clusters; rows sorted by label, with skewed labels and k up to
@@ -113,6 +114,38 @@ def test_each_mode_of_the_warpgroup_assignment(n, d, k, dtype):
     fast = dtype == jnp.float32
     got = _step(x, c, w, precision="tensorfloat32" if fast else "float32")
     check_step(got, x, c, w, extra_rel=TF32_REL if fast else 0.0)
+
+
+@pytest.mark.parametrize(("copies", "tie"), [(1, "exact"), (1, "near"), (2, "exact"), (2, "near")])
+@pytest.mark.parametrize(
+    ("n", "d", "k"),
+    [
+        (40_009, 36, 300),  # X resident; rows of 36 elements: two chunks of the recompute
+        (34_001, 100, 129),  # two centroid tiles, the second of one; three recompute tiles
+        (35_003, 520, 200),  # X streamed; 17 recompute chunks
+    ],
+)
+def test_refined_f32_assignment_settles_close_calls(n, d, k, copies, tie):
+    """f32 at f32 accuracy on sm_90a's warpgroup kernel: one TF32 product ranks, exact
+    f32 dots settle the rows its rounding could have swapped (kmeans_assign_refine.cuh;
+    rows of whole 16-byte vectors, one item per row tile, two centroid tiles or more).
+    The first centroids have one or two copies, exact or moved by 1e-6 of their size, so
+    that a row closest to one of them has two or three keys within TF32's rounding: two
+    are settled by a second exact dot, three by ranking the row again against every
+    centroid. Exact ties must go to the lowest index, close calls to a closest centroid."""
+    rng = np.random.default_rng(n + d + k + copies)
+    x, c, w = data(rng, n, d, k, jnp.float32)
+    part = k // (copies + 1)
+    for i in range(1, copies + 1):
+        copy = c[:part]
+        if tie == "near":
+            copy = copy * (1 + 1e-6 * jnp.asarray(rng.normal(size=copy.shape), jnp.float32))
+        c = c.at[i * part : (i + 1) * part].set(copy)
+    got = _step(x, c, w)
+    check_step(got, x, c, w)
+    if tie == "exact":
+        labels = np.asarray(got.labels)
+        assert not ((labels >= part) & (labels < (copies + 1) * part)).any(), "a tie to a copy"
 
 
 @pytest.mark.parametrize("precision", tiled.PRECISIONS)

@@ -150,7 +150,7 @@ count = 0
 # The assignment in each of its modes (one centroid tile; resident X over several, which
 # needs row tiles for every block; streamed; rows not of whole 16-byte chunks, loaded
 # element by element; centroid tiles split over blocks), on sm_90a's warpgroup kernel too
-# (f32 TF32, bf16), and the sums on both paths (one bucket; rows sorted by label).
+# (f32 TF32 and refined, bf16), and the sums on both paths (one bucket; rows sorted by label).
 cases = [(1, 1, 1), (67, 3, 40), (301, 17, 129), (1031, 64, 300), (257, 257, 70),
          (130, 520, 300), (1000, 64, 5000), (34_000, 64, 300)]
 for (n, d, k), dtype in itertools.product(cases, [jnp.float32, jnp.bfloat16]):
@@ -163,6 +163,16 @@ for (n, d, k), dtype in itertools.product(cases, [jnp.float32, jnp.bfloat16]):
     # Nine in ten rows in one cluster: a segment over many pieces of the sorted path.
     labels = jnp.asarray(np.where(rng.random(n) < 0.9, k // 2, rng.integers(0, k, n)), jnp.int32)
     jax.block_until_ready(tiled.ffi_sums(x, w, labels, x_sq, k))
+    count += 1
+# The refined f32 mode's ways of settling a row (sm_90a): centroids with one exact copy (a
+# second exact dot) and with two (the row ranked again against every centroid).
+for copies in (1, 2):
+    x, c, w = data(rng, 34_000, 36, 300, jnp.float32)
+    part = 300 // (copies + 1)
+    for i in range(1, copies + 1):
+        c = c.at[i * part : (i + 1) * part].set(c[:part])
+    x_sq = jnp.sum(x**2, axis=1)
+    check_step(jax.block_until_ready(tiled.ffi_step(x, x_sq, c, w)), x, c, w)
     count += 1
 print("sweep calls:", count)
 """

@@ -13,6 +13,7 @@
 #include "ffi/common/cuda_types.cuh"
 #include "ffi/common/device.h"
 #include "ffi/kmeans/kernels/kmeans_assign.cuh"
+#include "ffi/kmeans/kernels/kmeans_assign_refine.cuh"
 #include "ffi/kmeans/kernels/kmeans_assign_wgmma.cuh"
 #include "ffi/kmeans/kernels/kmeans_sums.cuh"
 #include "ffi/kmeans/launch_sums_sorted.cuh"
@@ -114,10 +115,14 @@ bool AssignWgRuns(const void* x, int64_t n, int64_t d, int64_t k, const KmeansAs
 }
 
 // The warpgroup assignment where AssignWgRuns and `c`, the centroids the
-// products read (for f32, the rounded copy), allow it. Sets *done.
-template <typename T>
+// products read (for f32, the rounded copy), allow it. Sets *done. With
+// kGap it writes labels, and for KmeansRefineKernel each row's gaps to its
+// second and third lowest keys and its second's centroid into `refine`
+// (laid out by `layout`), no distances.
+template <typename T, bool kGap = false>
 Status LaunchAssignWg(const KmeansAssignArgs& base, const void* c, const KmeansAssignPlan& plan,
-                      const TiledDevice& dev, cudaStream_t stream, bool* done) {
+                      const TiledDevice& dev, cudaStream_t stream, bool* done,
+                      const KmeansRefineLayout* layout = nullptr, char* refine = nullptr) {
   *done = false;
   if (c == nullptr || !Aligned16(c) ||
       !AssignWgRuns<T>(base.x, base.n, base.d, base.k, plan, dev)) {
@@ -127,6 +132,12 @@ Status LaunchAssignWg(const KmeansAssignArgs& base, const void* c, const KmeansA
   const KmeansAssignWgPlan wp = KmeansAssignWgPlanOf(plan, dev.smem_optin);
   KmeansAssignWgArgs w{};
   w.a = base;
+  if (layout != nullptr) {
+    w.gap2 = reinterpret_cast<float*>(refine + layout->off_gap2);
+    w.gap3 = reinterpret_cast<float*>(refine + layout->off_gap3);
+    w.runner_up = reinterpret_cast<int32_t*>(refine + layout->off_runner_up);
+    w.norms_max = reinterpret_cast<const float*>(refine + layout->off_norms);
+  }
   w.a.stages = wp.stages;
   w.a.resident = wp.resident;
   w.a.res_slots = wp.res_slots;
@@ -134,14 +145,27 @@ Status LaunchAssignWg(const KmeansAssignArgs& base, const void* c, const KmeansA
       EncodeRowTensorMap(&w.x_map, MapType<T>(), kItem, base.x, 1, base.n, base.d, kAssignRows));
   TSM2_CUDA_RETURN_IF_ERROR(
       EncodeRowTensorMap(&w.c_map, MapType<T>(), kItem, c, 1, base.k, base.d, kAssignCents));
-  const void* kernel = reinterpret_cast<const void*>(&KmeansAssignWgKernel<T>);
+  const void* kernel = reinterpret_cast<const void*>(&KmeansAssignWgKernel<T, kGap>);
   int per_sm = 0;
   TSM2_RETURN_IF_ERROR(ResidentBlocks(kernel, kAssignWgThreads, wp.smem_bytes, dev, &per_sm));
   const int64_t grid = std::min<int64_t>(plan.items, int64_t{per_sm} * dev.sms);
-  KmeansAssignWgKernel<T><<<static_cast<unsigned>(grid), kAssignWgThreads,
-                            static_cast<size_t>(wp.smem_bytes), stream>>>(w);
+  KmeansAssignWgKernel<T, kGap><<<static_cast<unsigned>(grid), kAssignWgThreads,
+                                  static_cast<size_t>(wp.smem_bytes), stream>>>(w);
   TSM2_RETURN_IF_LAUNCH_FAILED("KmeansAssignWgKernel");
   *done = true;
+  return Status{};
+}
+
+// The refinement of the warpgroup kernel's TF32 ranking (kGap): every row's
+// exact distance, close calls between two centroids settled by one more exact
+// dot, and the rows with more ranked again against every centroid.
+Status LaunchRefine(const KmeansRefineArgs& r, const TiledDevice& dev, cudaStream_t stream) {
+  const int64_t warp_blocks = std::min<int64_t>(CeilDiv(r.n, 8), int64_t{8} * dev.sms);
+  KmeansRefineKernel<<<static_cast<unsigned>(warp_blocks), 256, 0, stream>>>(r);
+  TSM2_RETURN_IF_LAUNCH_FAILED("KmeansRefineKernel");
+  const int64_t blocks = std::min<int64_t>(CeilDiv(r.n, kRecomputeRows), int64_t{4} * dev.sms);
+  KmeansRecomputeKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(r);
+  TSM2_RETURN_IF_LAUNCH_FAILED("KmeansRecomputeKernel");
   return Status{};
 }
 
@@ -171,23 +195,40 @@ Status LaunchAssign(const DeviceKmeansAssign& p, cudaStream_t stream) {
 
   // The warpgroup kernel's operands: f32 in the TF32 mode reads the rounded
   // copy of the centroids, made only where that kernel runs and the
-  // workspace holds it; bf16/f16 the centroids.
+  // workspace holds it; bf16/f16 the centroids. f32 in the default mode
+  // runs there too, refined to f32 accuracy (kmeans_assign_refine.cuh),
+  // where each row tile is one item (a row's three lowest keys need every
+  // centroid tile), the workspace holds the copy and the refinement's
+  // arrays, and k spans two centroid tiles or more: with one, every row
+  // takes the ranking's slow path (three lowest of a tile that beats the
+  // row's third) while the split products cost least (1e6 x 64, k = 64,
+  // H100: 0.85 ms an iteration refined against 0.62). Elsewhere f32 takes
+  // the split products of KmeansAssignKernel.
+  const int64_t round_at = CeilDiv(plan.workspace_bytes, 16) * 16;
+  const int64_t room = static_cast<int64_t>(p.workspace_bytes) - round_at;
+  const bool refine = std::is_same_v<T, float> && p.precision == KmeansPrecision::kFloat32 &&
+                      plan.splits == 1 && plan.ctiles >= 2 && Aligned16(p.c) &&
+                      room >= KmeansAssignRefineBytes(p.n, p.k, p.d) &&
+                      AssignWgRuns<T>(p.x, p.n, p.d, p.k, plan, dev);
   const bool wg_mode =
-      (!std::is_same_v<T, float> || p.precision == KmeansPrecision::kTensorFloat32) &&
-      AssignWgRuns<T>(p.x, p.n, p.d, p.k, plan, dev);
+      refine || ((!std::is_same_v<T, float> || p.precision == KmeansPrecision::kTensorFloat32) &&
+                 AssignWgRuns<T>(p.x, p.n, p.d, p.k, plan, dev));
   const void* wg_c = std::is_same_v<T, float> ? nullptr : p.c;
   float* c_round = nullptr;
-  const int64_t round_at = CeilDiv(plan.workspace_bytes, 16) * 16;
-  if (std::is_same_v<T, float> && wg_mode &&
-      static_cast<int64_t>(p.workspace_bytes) >= round_at + p.k * p.d * 4) {
+  if (std::is_same_v<T, float> && wg_mode && room >= p.k * p.d * 4) {
     c_round = reinterpret_cast<float*>(ws + round_at);
     wg_c = c_round;
   }
+  const KmeansRefineLayout rl = KmeansRefineLayoutOf(p.n);
+  char* refine_ws = ws + round_at + KmeansAssignTf32CopyBytes(p.k, p.d);
+  int32_t* count = reinterpret_cast<int32_t*>(refine_ws + rl.off_count);
+  float* norms_max = reinterpret_cast<float*>(refine_ws + rl.off_norms);
 
   TSM2_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flags, 0, kAssignFlagsBytes, stream));
+  if (refine) TSM2_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(count, 0, 16, stream));
   const int64_t csq_blocks = std::min<int64_t>(CeilDiv(p.k, 8), int64_t{4} * dev.sms);
   KmeansCsqKernel<T><<<static_cast<unsigned>(csq_blocks), 256, 0, stream>>>(
-      c, p.k, static_cast<int>(p.d), csq, flags, c_round);
+      c, p.k, static_cast<int>(p.d), csq, flags, c_round, refine ? norms_max : nullptr);
   TSM2_RETURN_IF_LAUNCH_FAILED("KmeansCsqKernel");
 
   KmeansAssignArgs a{};
@@ -211,10 +252,37 @@ Status LaunchAssign(const DeviceKmeansAssign& p, cudaStream_t stream) {
   a.res_slots = plan.res_slots;
   a.resident = plan.resident;
   const bool async = (p.d * itemsize) % 16 == 0 && Aligned16(p.x) && Aligned16(p.c);
-  // f32's split products (the default) stay on KmeansAssignKernel: they need
-  // each operand's high and low TF32 parts, which the boxes do not hold.
+  // f32's split products stay on KmeansAssignKernel: they need each
+  // operand's high and low TF32 parts, which the boxes do not hold.
   bool done = false;
-  if (wg_mode) TSM2_RETURN_IF_ERROR(LaunchAssignWg<T>(a, wg_c, plan, dev, stream, &done));
+  if (refine) {
+    if constexpr (std::is_same_v<T, float>) {
+      // Where it does not run after all, the split products below do.
+      TSM2_RETURN_IF_ERROR(
+          (LaunchAssignWg<T, true>(a, wg_c, plan, dev, stream, &done, &rl, refine_ws)));
+      if (done) {
+        KmeansRefineArgs r{};
+        r.x = static_cast<const float*>(p.x);
+        r.c = static_cast<const float*>(p.c);
+        r.x_sq = p.x_sq;
+        r.csq = csq;
+        r.gap2 = reinterpret_cast<const float*>(refine_ws + rl.off_gap2);
+        r.gap3 = reinterpret_cast<const float*>(refine_ws + rl.off_gap3);
+        r.runner_up = reinterpret_cast<const int32_t*>(refine_ws + rl.off_runner_up);
+        r.norms_max = norms_max;
+        r.labels = p.labels;
+        r.mind = p.mind;
+        r.list = reinterpret_cast<int32_t*>(refine_ws + rl.off_list);
+        r.count = count;
+        r.n = p.n;
+        r.d = static_cast<int>(p.d);
+        r.k = static_cast<int>(p.k);
+        TSM2_RETURN_IF_ERROR(LaunchRefine(r, dev, stream));
+      }
+    }
+  } else if (wg_mode) {
+    TSM2_RETURN_IF_ERROR(LaunchAssignWg<T>(a, wg_c, plan, dev, stream, &done));
+  }
   using Launch = Status (*)(const KmeansAssignArgs&, const KmeansAssignPlan&, const TiledDevice&,
                             cudaStream_t);
   Launch launch =

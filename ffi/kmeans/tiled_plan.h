@@ -175,6 +175,37 @@ constexpr int64_t KmeansAssignTf32CopyBytes(int64_t k, int64_t d) {
   return CeilDiv(k * d * 4, 16) * 16 + 16;
 }
 
+// f32 in the default mode on the warpgroup kernel (kernels/
+// kmeans_assign_refine.cuh): one TF32 product ranks, then exact f32 dots
+// settle what rounding could have changed. After the TF32 copy of the
+// centroids, [n] each: each row's second and third lowest TF32 keys less
+// its lowest, its second's centroid, the rows left to rank again; then
+// that list's length and the centroids' largest ||c||^2 and
+// ||c - tf32(c)||^2.
+struct KmeansRefineLayout {
+  int64_t off_gap2 = 0, off_gap3 = 0, off_runner_up = 0, off_list = 0, off_count = 0, off_norms = 0,
+          bytes = 0;
+};
+
+constexpr KmeansRefineLayout KmeansRefineLayoutOf(int64_t n) {
+  const int64_t column = CeilDiv(n * 4, 16) * 16;
+  KmeansRefineLayout l;
+  l.off_gap2 = 0;
+  l.off_gap3 = column;
+  l.off_runner_up = 2 * column;
+  l.off_list = 3 * column;
+  l.off_count = 4 * column;
+  l.off_norms = l.off_count + 4;
+  l.bytes = l.off_count + 16;
+  return l;
+}
+
+// What the default f32 mode adds to the plan's workspace: the TF32 copy
+// and the refinement's arrays.
+constexpr int64_t KmeansAssignRefineBytes(int64_t n, int64_t k, int64_t d) {
+  return KmeansAssignTf32CopyBytes(k, d) + KmeansRefineLayoutOf(n).bytes;
+}
+
 struct KmeansAssignWgPlan {
   bool ok = false;
   bool resident = false;

@@ -145,6 +145,10 @@ def ffi_assign(
     if precision == "tensorfloat32":
         # Room for the centroids rounded to TF32, which sm_90a's warpgroup kernel reads.
         workspace += plan.get("assign_tf32_copy_bytes", 0)
+    else:
+        # f32 at f32 accuracy on that kernel: the same copy and 8 bytes a row to refine
+        # its TF32 ranking (ffi/kmeans/kernels/kmeans_assign_refine.cuh).
+        workspace += plan.get("assign_refine_bytes", 0)
     c = c.astype(x.dtype)
     x_sq = x_sq.astype(jnp.float32)
     x, x_sq, c = _compat.match_varying(x, x_sq, c)

@@ -491,29 +491,42 @@ __global__ void __launch_bounds__(kAssignThreads, 1)
 
 // ||c||^2 of every centroid (one warp per centroid, f32), and how many are
 // not finite (flags[0], zeroed before the launch); where c_round is not
-// null (f32), the centroids rounded to nearest TF32 too.
+// null (f32), the centroids rounded to nearest TF32 too, and where
+// norms_max is not null (zeroed before the launch) the largest finite
+// ||c||^2 and ||c - tf32(c)||^2 (kmeans_assign_refine.cuh's bound).
 template <typename T>
 __global__ void __launch_bounds__(256)
     KmeansCsqKernel(const T* __restrict__ c, int64_t k, int d, float* __restrict__ csq,
-                    int32_t* __restrict__ flags, float* __restrict__ c_round) {
+                    int32_t* __restrict__ flags, float* __restrict__ c_round,
+                    float* __restrict__ norms_max = nullptr) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
   for (int64_t j = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32; j < k; j += warps) {
-    float s = 0.0f;
+    float s = 0.0f, r2 = 0.0f;
     for (int e = lane; e < d; e += 32) {
       const float v = ToAcc(c[j * d + e]);
       s = fmaf(v, v, s);
       if constexpr (std::is_same_v<T, float>) {
         if (c_round != nullptr) {
-          c_round[j * d + e] = __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
+          const float vr = __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
+          c_round[j * d + e] = vr;
+          r2 = fmaf(v - vr, v - vr, r2);
         }
       }
     }
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+    for (int off = 16; off > 0; off /= 2) {
+      s += __shfl_xor_sync(0xffffffffu, s, off);
+      r2 += __shfl_xor_sync(0xffffffffu, r2, off);
+    }
     if (lane == 0) {
       csq[j] = s;
       if (!isfinite(s)) atomicAdd(flags, 1);
+      // Non-negative floats order as their bits: an integer maximum, in any order.
+      if (norms_max != nullptr && isfinite(s)) {
+        atomicMax(reinterpret_cast<int*>(norms_max), __float_as_int(s));
+        atomicMax(reinterpret_cast<int*>(norms_max) + 1, __float_as_int(r2));
+      }
     }
   }
 }

@@ -44,6 +44,7 @@
 #include "ffi/common/cluster_pipe.cuh"
 #include "ffi/common/wgmma.cuh"
 #include "ffi/kmeans/kernels/kmeans_assign.cuh"
+#include "ffi/kmeans/kernels/kmeans_assign_refine.cuh"
 #include "ffi/kmeans/tiled_plan.h"
 
 namespace tsm2 {
@@ -51,6 +52,12 @@ namespace tsm2 {
 struct KmeansAssignWgArgs {
   KmeansAssignArgs a;  // stages, resident and res_slots are the warpgroup plan's
   CUtensorMap x_map, c_map;
+  // With kGap (the refined f32 mode, kmeans_assign_refine.cuh), in place of
+  // the distances: each row's second and third lowest keys less its lowest,
+  // and the second's centroid.
+  float *gap2, *gap3;
+  int32_t* runner_up;
+  const float* norms_max;  // the centroids' largest ||c||^2 (KmeansCsqKernel)
 };
 
 // Where a block's shared memory holds what (1,024-byte aligned `base`): the
@@ -133,38 +140,121 @@ __device__ __forceinline__ void KmeansWgProduce(const KmeansAssignWgArgs& w,
   }
 }
 
-// A lane's two rows of a finished centroid tile into their running best:
-// acc holds x.c, then the keys. The minimum runs as four interleaved
+// The keys of half h of a lane's finished centroid tile (acc holds x.c,
+// then the keys, in place) and their minimum, found by four interleaved
 // chains, so that ranking one set of accumulators needs few registers
 // besides the two sets.
+__device__ __forceinline__ float KmeansWgKeys(float (&acc)[64], const float* csq, int t, int h) {
+  float m[4] = {KmeansPosInf(), KmeansPosInf(), KmeansPosInf(), KmeansPosInf()};
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float2 cs = *reinterpret_cast<const float2*>(csq + 8 * j + 2 * t);
+    float& k0 = acc[4 * j + 2 * h];
+    float& k1 = acc[4 * j + 2 * h + 1];
+    k0 = fmaf(-2.0f, k0, cs.x);
+    k1 = fmaf(-2.0f, k1, cs.y);
+    m[(2 * j) % 4] = fminf(m[(2 * j) % 4], k0);
+    m[(2 * j + 1) % 4] = fminf(m[(2 * j + 1) % 4], k1);
+  }
+  return fminf(fminf(m[0], m[1]), fminf(m[2], m[3]));
+}
+
+// Position p of half h of a lane's keys: candidate 8 (p / 2) + p % 2 of the
+// lane's (centroid cbase + that + 2 t).
+__device__ __forceinline__ float KmeansWgKeyAt(const float (&acc)[64], int h, int p) {
+  return acc[4 * (p / 2) + 2 * h + p % 2];
+}
+__device__ __forceinline__ int32_t KmeansWgCentroid(int32_t cbase, int t, int p) {
+  return cbase + 8 * (p / 2) + p % 2 + 2 * t;
+}
+
+// The lowest position of half h holding `low`.
+__device__ __forceinline__ int KmeansWgLowestAt(const float (&acc)[64], int h, float low) {
+  int at = 0;
+#pragma unroll
+  for (int p = 31; p >= 0; --p) {
+    if (KmeansWgKeyAt(acc, h, p) == low) at = p;
+  }
+  return at;
+}
+
+// A lane's two rows of a finished centroid tile into their running best:
+// the tile's lowest key of a row, and only where it beats the row's best,
+// the lowest index holding it, so that a tile that improves no row costs two
+// instructions a candidate. A NaN key (a row with a non-finite element:
+// KmeansFixupKernel redoes it) never compares below the best.
 __device__ __forceinline__ void KmeansWgRank(float (&acc)[64], const float* csq, int t,
                                              int32_t cbase, float (&best_key)[2],
                                              int32_t (&best_idx)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float m[4] = {KmeansPosInf(), KmeansPosInf(), KmeansPosInf(), KmeansPosInf()};
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const float2 cs = *reinterpret_cast<const float2*>(csq + 8 * j + 2 * t);
-      float& k0 = acc[4 * j + 2 * h];
-      float& k1 = acc[4 * j + 2 * h + 1];
-      k0 = fmaf(-2.0f, k0, cs.x);
-      k1 = fmaf(-2.0f, k1, cs.y);
-      m[(2 * j) % 4] = fminf(m[(2 * j) % 4], k0);
-      m[(2 * j + 1) % 4] = fminf(m[(2 * j + 1) % 4], k1);
-    }
-    const float low = fminf(fminf(m[0], m[1]), fminf(m[2], m[3]));
-    // A NaN key (a row with a non-finite element: KmeansFixupKernel redoes
-    // it) never compares below the best.
+    const float low = KmeansWgKeys(acc, csq, t, h);
     if (low < best_key[h]) {
-      int32_t at = 0;
-#pragma unroll
-      for (int j = 15; j >= 0; --j) {
-        if (acc[4 * j + 2 * h + 1] == low) at = 8 * j + 1;
-        if (acc[4 * j + 2 * h] == low) at = 8 * j;
-      }
       best_key[h] = low;
-      best_idx[h] = cbase + at + 2 * t;
+      best_idx[h] = KmeansWgCentroid(cbase, t, KmeansWgLowestAt(acc, h, low));
+    }
+  }
+}
+
+// A row's three lowest keys, the two lowest with their centroids, in the
+// order (key, index) of KmeansLexMin. The refined f32 mode ranks by TF32
+// keys and needs to know which centroids lie close to the winner
+// (kmeans_assign_refine.cuh).
+struct KmeansTop3 {
+  float k1, k2, k3;
+  int32_t i1, i2;
+
+  __device__ __forceinline__ void Clear() {
+    k1 = k2 = k3 = KmeansPosInf();
+    i1 = i2 = kAssignNoLabel;
+  }
+  __device__ __forceinline__ void Insert(float k, int32_t i) {
+    if (k < k1 || (k == k1 && i < i1)) {
+      k3 = k2;
+      k2 = k1;
+      i2 = i1;
+      k1 = k;
+      i1 = i;
+    } else if (k < k2 || (k == k2 && i < i2)) {
+      k3 = k2;
+      k2 = k;
+      i2 = i;
+    } else {
+      k3 = fminf(k3, k);
+    }
+  }
+};
+
+// KmeansWgRank keeping each row's three lowest keys, as far as the
+// refinement needs them: keys more than `win` (at least its window) above
+// the row's lowest can never win, so a tile's own three lowest are taken
+// only where its lowest lies within `win` of the row's running best and
+// below its third, which after a row's first tiles is rare: the common path
+// costs what KmeansWgRank's does. (Where a skipped tile held the true
+// second or third key, that key and the one recorded both lie beyond the
+// window, so the refinement decides alike.)
+__device__ __forceinline__ void KmeansWgRankTop3(float (&acc)[64], const float* csq, int t,
+                                                 int32_t cbase, KmeansTop3 (&top)[2],
+                                                 const float (&win)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float low = KmeansWgKeys(acc, csq, t, h);
+    if (low < top[h].k3 && low < top[h].k1 + win[h]) {  // +Inf + win: the first tile
+      const int a1 = KmeansWgLowestAt(acc, h, low);
+      float t2 = KmeansPosInf(), t3 = KmeansPosInf();
+      int a2 = a1;  // in increasing position, the lowest index of equal keys
+#pragma unroll
+      for (int p = 0; p < 32; ++p) {
+        const float v = KmeansWgKeyAt(acc, h, p);
+        if (p != a1 && v < t2) t2 = v, a2 = p;
+      }
+#pragma unroll
+      for (int p = 0; p < 32; ++p) {
+        if (p != a1 && p != a2) t3 = fminf(t3, KmeansWgKeyAt(acc, h, p));
+      }
+      top[h].Insert(low, KmeansWgCentroid(cbase, t, a1));
+      top[h].Insert(t2, KmeansWgCentroid(cbase, t, a2));
+      top[h].Insert(t3, kAssignNoLabel);
     }
   }
 }
@@ -177,8 +267,9 @@ __device__ __forceinline__ void KmeansWgRank(float (&acc)[64], const float* csq,
 // the work, overlaps the products. A step's slot is released once its
 // products are done, except a tile's last step's slot, whose norms the
 // ranking reads: it is released after the ranking.
-template <typename T>
+template <typename T, bool kGap>
 struct KmeansWgConsumer {
+  const KmeansAssignWgArgs& w;
   const KmeansAssignArgs& a;
   const KmeansWgSmem& sm;
   int warp, wg, g, t, a_off;
@@ -195,9 +286,12 @@ struct KmeansWgConsumer {
   float pend_xsq[2];  // the rows' ||x||^2, loaded a tile ahead of their write
   float best_key[2];
   int32_t best_idx[2];
+  KmeansTop3 top[2];  // kGap: the rows' three lowest keys
+  float win[2];       // kGap: the widest window of the rows' refinement
+  float cn = 0;       // kGap: the centroids' largest |c|
 
-  __device__ __forceinline__ KmeansWgConsumer(const KmeansAssignArgs& a_, const KmeansWgSmem& sm_)
-      : a(a_), sm(sm_) {
+  __device__ __forceinline__ KmeansWgConsumer(const KmeansAssignWgArgs& w_, const KmeansWgSmem& sm_)
+      : w(w_), a(w_.a), sm(sm_) {
     const int tid = threadIdx.x;
     const int lane = tid % 32;
     warp = tid / 32;
@@ -210,6 +304,7 @@ struct KmeansWgConsumer {
     // before the ranking are slots it cannot refill meanwhile.
     const int lag = a.qd < a.stages - 3 ? a.qd : a.stages - 3;
     rank_at = lag > 1 ? lag - 1 : 0;
+    if constexpr (kGap) cn = sqrtf(w.norms_max[0]);
     cur.Start(a);
   }
 
@@ -250,13 +345,31 @@ struct KmeansWgConsumer {
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int off = 1; off <= 2; off *= 2) {
-        const float ok = __shfl_xor_sync(0xffffffffu, best_key[h], off);
-        const int32_t oi = __shfl_xor_sync(0xffffffffu, best_idx[h], off);
-        KmeansLexMin(best_key[h], best_idx[h], ok, oi);
+        if constexpr (kGap) {
+          const float o1 = __shfl_xor_sync(0xffffffffu, top[h].k1, off);
+          const float o2 = __shfl_xor_sync(0xffffffffu, top[h].k2, off);
+          const float o3 = __shfl_xor_sync(0xffffffffu, top[h].k3, off);
+          const int32_t j1 = __shfl_xor_sync(0xffffffffu, top[h].i1, off);
+          const int32_t j2 = __shfl_xor_sync(0xffffffffu, top[h].i2, off);
+          top[h].Insert(o1, j1);
+          top[h].Insert(o2, j2);
+          top[h].Insert(o3, kAssignNoLabel);
+        } else {
+          const float ok = __shfl_xor_sync(0xffffffffu, best_key[h], off);
+          const int32_t oi = __shfl_xor_sync(0xffffffffu, best_idx[h], off);
+          KmeansLexMin(best_key[h], best_idx[h], ok, oi);
+        }
       }
       const int64_t row = Row(pend_tile, h);
       if (t == 0 && row < a.n) {
-        if (a.splits == 1) {
+        if constexpr (kGap) {  // one item per row tile (the launcher's condition)
+          const KmeansTop3& b = top[h];
+          const bool none = b.i1 == kAssignNoLabel;
+          a.labels[row] = none ? 0 : b.i1;
+          w.gap2[row] = none ? __int_as_float(0x7fc00000) : b.k2 - b.k1;
+          w.gap3[row] = none ? __int_as_float(0x7fc00000) : b.k3 - b.k1;
+          w.runner_up[row] = b.i2;
+        } else if (a.splits == 1) {
           KmeansAssignWrite(pend_xsq[h], best_key[h], best_idx[h], a.labels + row, a.mind + row);
         } else {
           const int64_t at = (pend_item % a.splits) * a.n + row;
@@ -274,9 +387,26 @@ struct KmeansWgConsumer {
     if (pend_first) {
       best_key[0] = best_key[1] = KmeansPosInf();
       best_idx[0] = best_idx[1] = kAssignNoLabel;
+      if constexpr (kGap) {
+        // The refinement's window with |x - x~| and |c - c~| at their most,
+        // 2^-11 of |x| and |c| (and 1% for ||x||^2's rounding): never
+        // narrower than the window it computes (NaN for a non-finite row,
+        // which ranks nothing and is KmeansFixupKernel's).
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          top[h].Clear();
+          const float xn = sqrtf(pend_xsq[h]);
+          win[h] = 2.02f * KmeansTf32KeyBound(xn, 0x1p-11f * xn, cn, 0x1p-11f * cn, a.d);
+        }
+      }
     }
     WgmmaFenceOperands(acc);
-    KmeansWgRank(acc, sm.csq + pend_slot * kAssignCents, t, pend_cbase, best_key, best_idx);
+    const float* csq = sm.csq + pend_slot * kAssignCents;
+    if constexpr (kGap) {
+      KmeansWgRankTop3(acc, csq, t, pend_cbase, top, win);
+    } else {
+      KmeansWgRank(acc, csq, t, pend_cbase, best_key, best_idx);
+    }
     if (pend_last) WriteItem();
     Release(pend_slot);
     pend = false;
@@ -318,7 +448,9 @@ struct KmeansWgConsumer {
     const bool first = cur.j == cur.j0, last = cur.j == cur.j1 - 1;
     const int64_t tile = cur.tile, item = cur.item;
     float xsq[2] = {0.0f, 0.0f};
-    if (last && a.splits == 1 && t == 0) {  // in flight while the tile runs
+    // In flight while the tile runs: for the item's write (lane t == 0), or
+    // with kGap for its ranking's window (every lane, from its first tile).
+    if (kGap ? first : last && a.splits == 1 && t == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (Row(tile, h) < a.n) xsq[h] = a.x_sq[Row(tile, h)];
@@ -360,7 +492,7 @@ struct KmeansWgConsumer {
   }
 };
 
-template <typename T>
+template <typename T, bool kGap = false>
 __global__ void __launch_bounds__(kAssignWgThreads, 1)
     KmeansAssignWgKernel(const __grid_constant__ KmeansAssignWgArgs w) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -387,7 +519,7 @@ __global__ void __launch_bounds__(kAssignWgThreads, 1)
     if (threadIdx.x < kAssignWgConsumers + 32) KmeansWgProduce<T>(w, sm);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-    KmeansWgConsumer<T>(a, sm).Run();
+    KmeansWgConsumer<T, kGap>(w, sm).Run();
   }
 #else
   __trap();  // the launcher picks it on sm_90a builds and GPUs only
