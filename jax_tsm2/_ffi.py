@@ -376,7 +376,8 @@ def kmeans_tiled_plan(dtype: Any, n: int, d: int, k: int) -> dict[str, Any]:
     """How the k-means step for any k runs ``(n, d, k)`` on this process's GPU (an H200
     without one): ``assign_supported`` (``tsm2_kmeans_assign`` takes f32, bf16, f16),
     ``assign_workspace_bytes`` (f32 also ``assign_tf32_copy_bytes``, the room the TF32 mode
-    adds for the centroids rounded to TF32), the assignment's tiles (``row_tiles``,
+    adds for the centroids rounded to TF32, and ``assign_refine_bytes``, what the default
+    mode adds on sm_90a to refine a TF32 ranking), the assignment's tiles (``row_tiles``,
     ``centroid_tiles``, ``splits``, ``resident``, ``stages``), and the sums'
     (``tsm2_kmeans_sums``) ``piece``, ``bucket``, ``chunks`` (its attributes: ``piece``
     0 where one bucket holds all k clusters, else the sorted path's piece of sorted

@@ -427,6 +427,34 @@ def _targets(fn, *args, platform):
     return re.findall(r"custom_call @(tsm2_kmeans_\w+)", text)
 
 
+@pytest.mark.parametrize(
+    ("n", "d", "k", "refined"),
+    [
+        (40_000, 64, 300, True),
+        (40_000, 63, 300, False),  # rows not whole 16-byte vectors
+        (40_000, 64, 100, False),  # one centroid tile
+        (1_000, 64, 300, False),  # centroid tiles split over blocks
+    ],
+)
+def test_default_f32_assignment_sizes_the_refinement_where_it_runs(n, d, k, refined):
+    """The default f32 mode's workspace holds the refinement of a TF32 ranking only where
+    the launcher refines (the plan's conditions); elsewhere it takes the split products,
+    and the TF32 mode sizes its copy of the centroids alone."""
+    f32 = jnp.float32
+    x, c, x_sq = jnp.zeros((n, d), f32), jnp.zeros((k, d), f32), jnp.zeros((n,), f32)
+
+    def workspace(precision):
+        fn = lambda x, c, s: tiled.ffi_assign(x, s, c, precision=precision)
+        text = jax.jit(fn).trace(x, c, x_sq).lower(lowering_platforms=("cuda",)).as_text()
+        call = next(line for line in text.splitlines() if "tsm2_kmeans_assign" in line)
+        return int(re.findall(r"tensor<(\d+)xui8>", call)[-1])
+
+    p = _ffi.kmeans_tiled_plan("float32", n, d, k)
+    extra = p["assign_refine_bytes"] if refined else 0
+    assert workspace("float32") == p["assign_workspace_bytes"] + extra
+    assert workspace("tensorfloat32") == p["assign_workspace_bytes"] + p["assign_tf32_copy_bytes"]
+
+
 @pytest.mark.parametrize("precision", tiled.PRECISIONS)
 def test_cuda_lowering_runs_assign_then_sums(precision):
     x, c = jnp.zeros((1000, 300), jnp.float32), jnp.zeros((100, 300), jnp.float32)

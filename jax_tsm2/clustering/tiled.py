@@ -145,9 +145,11 @@ def ffi_assign(
     if precision == "tensorfloat32":
         # Room for the centroids rounded to TF32, which sm_90a's warpgroup kernel reads.
         workspace += plan.get("assign_tf32_copy_bytes", 0)
-    else:
-        # f32 at f32 accuracy on that kernel: the same copy and 8 bytes a row to refine
-        # its TF32 ranking (ffi/kmeans/kernels/kmeans_assign_refine.cuh).
+    elif d % 4 == 0 and plan.get("splits") == 1 and plan.get("centroid_tiles", 0) >= 2:
+        # f32 at f32 accuracy on that kernel where the launcher refines its TF32 ranking
+        # (rows of whole 16-byte vectors, one item a row tile, two centroid tiles or more):
+        # the same copy and 16 bytes a row (ffi/kmeans/kernels/kmeans_assign_refine.cuh).
+        # Elsewhere, or without the room, it takes the split products.
         workspace += plan.get("assign_refine_bytes", 0)
     c = c.astype(x.dtype)
     x_sq = x_sq.astype(jnp.float32)
