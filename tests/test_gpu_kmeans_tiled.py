@@ -148,17 +148,20 @@ def test_refined_f32_assignment_settles_close_calls(n, d, k, copies, tie):
         assert not ((labels >= part) & (labels < (copies + 1) * part)).any(), "a tie to a copy"
 
 
+# 3,001 rows: centroid tiles split over blocks; 40,009: one item a row tile, where f32's
+# default mode refines a TF32 ranking and leaves non-finite rows and centroids to the fix-up.
+@pytest.mark.parametrize("n", [3001, 40_009])
 @pytest.mark.parametrize("precision", tiled.PRECISIONS)
-def test_ties_nan_and_inf_as_the_cpu_reference(precision):
+def test_ties_nan_and_inf_as_the_cpu_reference(precision, n):
     rng = np.random.default_rng(3)
-    x, c, w = data(rng, 3001, 40, 200, jnp.float32)
+    x, c, w = data(rng, n, 40, 200, jnp.float32)
     c = c.at[150].set(c[10])  # exact ties: the lower index
     x = x.at[3, 1].set(np.nan).at[7, 0].set(np.inf).at[9, 5].set(-np.inf).at[11].set(1e20)
     w = w.at[20].set(np.nan)
     for cc in (c, c.at[130, 2].set(np.inf).at[140, 0].set(np.nan)):
         got = _step(x, cc, w, precision=precision)
         ref = _on_cpu(_cpu_step, x, cc, w, precision=precision)
-        bad = np.zeros(3001, bool)
+        bad = np.zeros(n, bool)
         bad[[3, 7, 9, 11]] = True
         if not np.isfinite(np.asarray(cc)).all():
             bad[:] = True  # every row is ranked with exact products against such centroids
