@@ -232,14 +232,20 @@ struct KmeansTop3 {
 // below its third, which after a row's first tiles is rare: the common path
 // costs what KmeansWgRank's does. (Where a skipped tile held the true
 // second or third key, that key and the one recorded both lie beyond the
-// window, so the refinement decides alike.)
+// window, so the refinement decides alike.) The running best is the row's,
+// over its four lanes, not the lane's own: a lane's best of a quarter of
+// the centroids lies well above the row's, and a warp takes the slow path
+// whenever any of its 32 lanes does.
 __device__ __forceinline__ void KmeansWgRankTop3(float (&acc)[64], const float* csq, int t,
                                                  int32_t cbase, KmeansTop3 (&top)[2],
                                                  const float (&win)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float low = KmeansWgKeys(acc, csq, t, h);
-    if (low < top[h].k3 && low < top[h].k1 + win[h]) {  // +Inf + win: the first tile
+    float best = fminf(top[h].k1, low);
+    best = fminf(best, __shfl_xor_sync(0xffffffffu, best, 1));
+    best = fminf(best, __shfl_xor_sync(0xffffffffu, best, 2));
+    if (low < top[h].k3 && low < best + win[h]) {
       const int a1 = KmeansWgLowestAt(acc, h, low);
       float t2 = KmeansPosInf(), t3 = KmeansPosInf();
       int a2 = a1;  // in increasing position, the lowest index of equal keys
