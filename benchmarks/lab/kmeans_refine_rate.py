@@ -17,7 +17,6 @@ harder case: centroids of unclustered data lie close together)::
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +24,7 @@ import numpy as np
 
 import jax_tsm2
 from jax_tsm2 import _cli, _ffi
+from jax_tsm2.bench.timing import median_call_seconds
 from jax_tsm2.clustering import tiled
 
 
@@ -63,16 +63,6 @@ def listed_rows(workspace, n: int, d: int, k: int) -> int | None:
     return int(np.asarray(workspace[at : at + 4]).view(np.int32)[0])
 
 
-def seconds(fn, *args, repeats: int = 5) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
 def data(kind: str, n: int, d: int, k: int, seed: int = 0) -> jax.Array:
     key = jax.random.key(seed)
     kc, kl, kx = jax.random.split(key, 3)
@@ -106,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             labels, _, workspace = f32(x, x_sq, c)
             listed = listed_rows(workspace, args.n, d, k)
             unlike = int(jnp.sum(labels != tf32(x, x_sq, c)[0]))
-            t32, t19 = seconds(f32, x, x_sq, c), seconds(tf32, x, x_sq, c)
+            t32 = median_call_seconds(f32, x, x_sq, c)
+            t19 = median_call_seconds(tf32, x, x_sq, c)
             again = "-" if listed is None else f"{listed / args.n:.4%}"
             print(f"{kind:6s}  {args.n:.0e} x {d}, {k:<6d} {again:>12s}  {unlike / args.n:20.4%}"
                   f"  {t32 * 1e3:10.3f}  {t19 * 1e3:7.3f}", flush=True)  # fmt: skip

@@ -78,6 +78,7 @@ __all__ = [
     "fmt_bytes",
     "host_overhead",
     "make_plan",
+    "median_call_seconds",
     "program_digest",
     "run_jax",
     "time_jax",
@@ -115,13 +116,9 @@ def time_jax_isolated(compiled: JaxProgram, copies: Copies, *, repeats: int = 3)
     return samples
 
 
-def host_overhead(copies: Copies, repeats: int = 5) -> float:
-    """Seconds for one call of a do-nothing jitted function taking the same arguments.
-
-    A diagnostic (never subtracted): what one call costs the host before any device work.
-    """
-    args = [tuple(c) for c in copies]
-    fn = jax.jit(lambda *a: jnp.zeros((), jnp.float32), keep_unused=True)
+def median_call_seconds(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> float:
+    """Median host seconds of ``fn(*args)`` to ``block_until_ready``, after one warm-up call
+    (compilation excluded; the host's dispatch included)."""
     jax.block_until_ready(fn(*args))
     times = []
     for _ in range(repeats):
@@ -129,6 +126,16 @@ def host_overhead(copies: Copies, repeats: int = 5) -> float:
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def host_overhead(copies: Copies, repeats: int = 5) -> float:
+    """Seconds for one call of a do-nothing jitted function taking the same arguments.
+
+    A diagnostic (never subtracted): what one call costs the host before any device work.
+    """
+    args = [tuple(c) for c in copies]
+    fn = jax.jit(lambda *a: jnp.zeros((), jnp.float32), keep_unused=True)
+    return median_call_seconds(fn, *args, repeats=repeats)
 
 
 class TorchRunner:
