@@ -226,16 +226,17 @@ struct KmeansTop3 {
 };
 
 // KmeansWgRank keeping each row's three lowest keys, as far as the
-// refinement needs them: keys more than `win` (at least its window) above
-// the row's lowest can never win, so a tile's own three lowest are taken
-// only where its lowest lies within `win` of the row's running best and
-// below its third, which after a row's first tiles is rare: the common path
-// costs what KmeansWgRank's does. (Where a skipped tile held the true
-// second or third key, that key and the one recorded both lie beyond the
-// window, so the refinement decides alike.) The running best is the row's,
-// over its four lanes, not the lane's own: a lane's best of a quarter of
-// the centroids lies well above the row's, and a warp takes the slow path
-// whenever any of its 32 lanes does.
+// refinement needs them: keys `win` (at least its window) or more above the
+// row's lowest can never win, and are left out. So a lane takes a tile's
+// lowest key only where it lies within `win` of the row's best, over the
+// row's four lanes and this tile (a lane's own best, of a quarter of the
+// centroids, lies well above it), and below the lane's third; the tile's
+// second and third keys only where the second passes the same test. A warp
+// runs a branch whenever one of its lanes does, and a row's best moves in
+// most of its first tiles: the common branch is one search for the lowest
+// key's position, as KmeansWgRank's. (Where a key left out was the row's
+// true second or third, it and the one recorded both lie beyond the window,
+// so the refinement decides alike.)
 __device__ __forceinline__ void KmeansWgRankTop3(float (&acc)[64], const float* csq, int t,
                                                  int32_t cbase, KmeansTop3 (&top)[2],
                                                  const float (&win)[2]) {
@@ -245,22 +246,26 @@ __device__ __forceinline__ void KmeansWgRankTop3(float (&acc)[64], const float* 
     float best = fminf(top[h].k1, low);
     best = fminf(best, __shfl_xor_sync(0xffffffffu, best, 1));
     best = fminf(best, __shfl_xor_sync(0xffffffffu, best, 2));
-    if (low < top[h].k3 && low < best + win[h]) {
+    const float edge = best + win[h];
+    if (low < top[h].k3 && low < edge) {
       const int a1 = KmeansWgLowestAt(acc, h, low);
-      float t2 = KmeansPosInf(), t3 = KmeansPosInf();
+      top[h].Insert(low, KmeansWgCentroid(cbase, t, a1));
+      float t2 = KmeansPosInf();
       int a2 = a1;  // in increasing position, the lowest index of equal keys
 #pragma unroll
       for (int p = 0; p < 32; ++p) {
         const float v = KmeansWgKeyAt(acc, h, p);
         if (p != a1 && v < t2) t2 = v, a2 = p;
       }
+      if (t2 < top[h].k3 && t2 < edge) {
+        float t3 = KmeansPosInf();
 #pragma unroll
-      for (int p = 0; p < 32; ++p) {
-        if (p != a1 && p != a2) t3 = fminf(t3, KmeansWgKeyAt(acc, h, p));
+        for (int p = 0; p < 32; ++p) {
+          if (p != a1 && p != a2) t3 = fminf(t3, KmeansWgKeyAt(acc, h, p));
+        }
+        top[h].Insert(t2, KmeansWgCentroid(cbase, t, a2));
+        top[h].Insert(t3, kAssignNoLabel);
       }
-      top[h].Insert(low, KmeansWgCentroid(cbase, t, a1));
-      top[h].Insert(t2, KmeansWgCentroid(cbase, t, a2));
-      top[h].Insert(t3, kAssignNoLabel);
     }
   }
 }
