@@ -120,6 +120,7 @@ def test_each_mode_of_the_warpgroup_assignment(n, d, k, dtype):
 @pytest.mark.parametrize(
     ("n", "d", "k"),
     [
+        (40_009, 8, 300),  # rows of two 16-byte vectors: one lane a row in the exact pass
         (40_009, 36, 300),  # X resident; rows of 36 elements: two chunks of the recompute
         (34_001, 100, 129),  # two centroid tiles, the second of one; three recompute tiles
         (35_003, 520, 200),  # X streamed; 17 recompute chunks

@@ -160,8 +160,8 @@ Status LaunchAssignWg(const KmeansAssignArgs& base, const void* c, const KmeansA
 // exact distance, close calls between two centroids settled by one more exact
 // dot, and the rows with more ranked again against every centroid.
 Status LaunchRefine(const KmeansRefineArgs& r, const TiledDevice& dev, cudaStream_t stream) {
-  const int64_t warp_blocks = std::min<int64_t>(CeilDiv(r.n, 8), int64_t{8} * dev.sms);
-  KmeansRefineKernel<<<static_cast<unsigned>(warp_blocks), 256, 0, stream>>>(r);
+  const int64_t row_blocks = std::min<int64_t>(CeilDiv(r.n * r.lanes, 256), int64_t{8} * dev.sms);
+  KmeansRefineKernel<<<static_cast<unsigned>(row_blocks), 256, 0, stream>>>(r);
   TSM2_RETURN_IF_LAUNCH_FAILED("KmeansRefineKernel");
   const int64_t blocks = std::min<int64_t>(CeilDiv(r.n, kRecomputeRows), int64_t{4} * dev.sms);
   KmeansRecomputeKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(r);
@@ -277,6 +277,7 @@ Status LaunchAssign(const DeviceKmeansAssign& p, cudaStream_t stream) {
         r.n = p.n;
         r.d = static_cast<int>(p.d);
         r.k = static_cast<int>(p.k);
+        r.lanes = KmeansRefineLanes(r.d);
         TSM2_RETURN_IF_ERROR(LaunchRefine(r, dev, stream));
       }
     }

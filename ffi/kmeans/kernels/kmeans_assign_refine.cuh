@@ -48,7 +48,20 @@ struct KmeansRefineArgs {
   int32_t* count;            // the list's length (zeroed before the launch)
   int64_t n;
   int d, k;
+  int lanes;  // lanes per row in KmeansRefineKernel (KmeansRefineLanes)
 };
+
+// Lanes per row in KmeansRefineKernel: a power of two giving each lane about
+// four 16-byte vectors of the row. Its rows are independent chains of
+// dependent loads (label, then centroid), so what sets its speed is how
+// many rows are in flight: a warp per row of d = 64 left half its lanes idle
+// and took 460 us for 1e6 rows (H100), five times one read of X.
+inline int KmeansRefineLanes(int d) {
+  const int vecs = d / 4;
+  int lanes = 1;
+  while (lanes < 32 && 4 * lanes < vecs) lanes *= 2;
+  return lanes;
+}
 
 __device__ __forceinline__ float KmeansTf32Round(float v) {
   return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
@@ -65,13 +78,16 @@ __device__ __forceinline__ float KmeansTf32KeyBound(float xn, float rx, float cn
   return 1.001f * key + static_cast<float>(4 * d + 16) * 0x1p-126f;
 }
 
-// A warp's exact dot of row `xr` with centroid `cr` (vecs 16-byte vectors),
-// in every lane; with kNorms also |x|^2 and |x - x~|^2.
+// A group's exact dot of row `xr` with centroid `cr` (vecs 16-byte vectors),
+// in each of its `lanes` lanes (`sub` this lane's place, `mask` the group's
+// lanes of the warp); with kNorms also |x|^2 and |x - x~|^2.
 template <bool kNorms>
-__device__ __forceinline__ void KmeansWarpDot4(const float4* xr, const float4* cr, int vecs,
-                                               float& dot, float& xx, float& rr) {
+__device__ __forceinline__ void KmeansGroupDot4(const float4* xr, const float4* cr, int vecs,
+                                                int lanes, int sub, unsigned mask, float& dot,
+                                                float& xx, float& rr) {
   dot = xx = rr = 0.0f;
-  for (int v = threadIdx.x % 32; v < vecs; v += 32) {
+#pragma unroll 4
+  for (int v = sub; v < vecs; v += lanes) {
     const float4 a = xr[v], b = cr[v];
     const float e[4] = {a.x, a.y, a.z, a.w}, f[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
@@ -84,51 +100,55 @@ __device__ __forceinline__ void KmeansWarpDot4(const float4* xr, const float4* c
       }
     }
   }
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) {
-    dot += __shfl_xor_sync(0xffffffffu, dot, off);
+  for (int off = lanes / 2; off > 0; off /= 2) {
+    dot += __shfl_xor_sync(mask, dot, off);
     if constexpr (kNorms) {
-      xx += __shfl_xor_sync(0xffffffffu, xx, off);
-      rr += __shfl_xor_sync(0xffffffffu, rr, off);
+      xx += __shfl_xor_sync(mask, xx, off);
+      rr += __shfl_xor_sync(mask, rr, off);
     }
   }
 }
 
-// One warp per row: the exact dot with the row's TF32 winner, and |x| and
-// |x - x~| for its bound. A centroid whose TF32 key lies more than twice the
-// bound above the winner's cannot win the exact ranking. So a row whose
-// second lowest key does takes its exact distance; one whose third lowest
-// does is settled between its two lowest by one more exact dot; the others
-// go on the list. Rows whose ||x||^2 is not finite are KmeansFixupKernel's.
+// A group of p.lanes lanes per row: the exact dot with the row's TF32
+// winner, and |x| and |x - x~| for its bound. A centroid whose TF32 key lies
+// more than twice the bound above the winner's cannot win the exact ranking.
+// So a row whose second lowest key does takes its exact distance; one whose
+// third lowest does is settled between its two lowest by one more exact dot;
+// the others go on the list. Rows whose ||x||^2 is not finite are
+// KmeansFixupKernel's. A group's rows take their own branches: its
+// shuffles name its lanes only.
 __global__ void __launch_bounds__(256)
     KmeansRefineKernel(const __grid_constant__ KmeansRefineArgs p) {
-  const int lane = threadIdx.x % 32;
+  const int lanes = p.lanes, sub = threadIdx.x % lanes;
+  const unsigned mask =
+      lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u) << (threadIdx.x % 32 - sub);
   const float cn = sqrtf(p.norms_max[0]), rc = sqrtf(p.norms_max[1]);
-  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  const int64_t groups = int64_t{gridDim.x} * blockDim.x / lanes;
   const int vecs = p.d / 4;
-  for (int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32; row < p.n;
-       row += warps) {
+  for (int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / lanes; row < p.n;
+       row += groups) {
     const float xs = p.x_sq[row];
     if (!isfinite(xs)) continue;
+    const float gap2 = p.gap2[row], gap3 = p.gap3[row];
     const float4* xr = reinterpret_cast<const float4*>(p.x + row * p.d);
     int32_t lab = p.labels[row];
     float dot, xx, rr;
-    KmeansWarpDot4<true>(xr, reinterpret_cast<const float4*>(p.c + int64_t{lab} * p.d), vecs, dot,
-                         xx, rr);
+    KmeansGroupDot4<true>(xr, reinterpret_cast<const float4*>(p.c + int64_t{lab} * p.d), vecs,
+                          lanes, sub, mask, dot, xx, rr);
     const float window = 2.0f * KmeansTf32KeyBound(sqrtf(xx), sqrtf(rr), cn, rc, p.d);
     float key = fmaf(-2.0f, dot, p.csq[lab]);
-    if (!(p.gap2[row] > window)) {  // NaN: no centroid ranked
-      if (!(p.gap3[row] > window)) {
-        if (lane == 0) p.list[atomicAdd(p.count, 1)] = static_cast<int32_t>(row);
+    if (!(gap2 > window)) {  // NaN: no centroid ranked
+      if (!(gap3 > window)) {
+        if (sub == 0) p.list[atomicAdd(p.count, 1)] = static_cast<int32_t>(row);
         continue;
       }
       const int32_t two = p.runner_up[row];
       float dot2, unused0, unused1;
-      KmeansWarpDot4<false>(xr, reinterpret_cast<const float4*>(p.c + int64_t{two} * p.d), vecs,
-                            dot2, unused0, unused1);
+      KmeansGroupDot4<false>(xr, reinterpret_cast<const float4*>(p.c + int64_t{two} * p.d), vecs,
+                             lanes, sub, mask, dot2, unused0, unused1);
       KmeansLexMin(key, lab, fmaf(-2.0f, dot2, p.csq[two]), two);
     }
-    if (lane == 0) {
+    if (sub == 0) {
       p.labels[row] = lab;
       p.mind[row] = fmaxf(xs + key, 0.0f);
     }
