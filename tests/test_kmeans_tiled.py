@@ -371,11 +371,13 @@ def test_plan_sizes_the_tf32_copy_of_the_centroids():
 def test_plan_sizes_the_refinement_of_the_default_f32_mode():
     """f32's default mode adds the same copy and, to refine the TF32 ranking to f32
     accuracy, four 4-byte columns of a row (two gaps, a runner-up, a list entry; each
-    16-byte aligned) and 16 bytes of counters; other dtypes have none."""
+    16-byte aligned), 16 bytes of counters and an 8-byte column (the listed rows'
+    minima); other dtypes have none."""
     for n, d, k in ((0, 64, 100), (1003, 33, 9_000), (10**6, 1024, 4096)):
         p = _plan("float32", n, d, k)
         rows = -(-n * 4 // 16) * 16
-        assert p["assign_refine_bytes"] == p["assign_tf32_copy_bytes"] + 4 * rows + 16
+        best = -(-n * 8 // 16) * 16
+        assert p["assign_refine_bytes"] == p["assign_tf32_copy_bytes"] + 4 * rows + 16 + best
     assert "assign_refine_bytes" not in _plan("float16", 1000, 64, 100)
 
 

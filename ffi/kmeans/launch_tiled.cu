@@ -166,6 +166,9 @@ Status LaunchRefine(const KmeansRefineArgs& r, const TiledDevice& dev, cudaStrea
   const int64_t blocks = std::min<int64_t>(CeilDiv(r.n, kRecomputeRows), int64_t{4} * dev.sms);
   KmeansRecomputeKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(r);
   TSM2_RETURN_IF_LAUNCH_FAILED("KmeansRecomputeKernel");
+  const int64_t write_blocks = std::min<int64_t>(CeilDiv(r.n, 256), int64_t{2} * dev.sms);
+  KmeansRecomputeWriteKernel<<<static_cast<unsigned>(write_blocks), 256, 0, stream>>>(r);
+  TSM2_RETURN_IF_LAUNCH_FAILED("KmeansRecomputeWriteKernel");
   return Status{};
 }
 
@@ -274,6 +277,7 @@ Status LaunchAssign(const DeviceKmeansAssign& p, cudaStream_t stream) {
         r.mind = p.mind;
         r.list = reinterpret_cast<int32_t*>(refine_ws + rl.off_list);
         r.count = count;
+        r.best = reinterpret_cast<unsigned long long*>(refine_ws + rl.off_best);
         r.n = p.n;
         r.d = static_cast<int>(p.d);
         r.k = static_cast<int>(p.k);

@@ -181,10 +181,11 @@ constexpr int64_t KmeansAssignTf32CopyBytes(int64_t k, int64_t d) {
 // centroids, [n] each: each row's second and third lowest TF32 keys less
 // its lowest, its second's centroid, the rows left to rank again; then
 // that list's length and the centroids' largest ||c||^2 and
-// ||c - tf32(c)||^2.
+// ||c - tf32(c)||^2; then, [n] of 8 bytes, each listed row's best (key,
+// centroid) so far, packed so that one 64-bit minimum keeps the lower.
 struct KmeansRefineLayout {
   int64_t off_gap2 = 0, off_gap3 = 0, off_runner_up = 0, off_list = 0, off_count = 0, off_norms = 0,
-          bytes = 0;
+          off_best = 0, bytes = 0;
 };
 
 constexpr KmeansRefineLayout KmeansRefineLayoutOf(int64_t n) {
@@ -196,7 +197,8 @@ constexpr KmeansRefineLayout KmeansRefineLayoutOf(int64_t n) {
   l.off_list = 3 * column;
   l.off_count = 4 * column;
   l.off_norms = l.off_count + 4;
-  l.bytes = l.off_count + 16;
+  l.off_best = l.off_count + 16;
+  l.bytes = l.off_best + CeilDiv(n * 8, 16) * 16;
   return l;
 }
 

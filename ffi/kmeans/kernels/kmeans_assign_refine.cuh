@@ -46,6 +46,7 @@ struct KmeansRefineArgs {
   float* mind;               // [n]
   int32_t* list;             // [n]: rows left undecided
   int32_t* count;            // the list's length (zeroed before the launch)
+  unsigned long long* best;  // [n]: per list entry, its best (key, centroid), packed
   int64_t n;
   int d, k;
   int lanes;  // lanes per row in KmeansRefineKernel (KmeansRefineLanes)
@@ -109,6 +110,30 @@ __device__ __forceinline__ void KmeansGroupDot4(const float4* xr, const float4* 
   }
 }
 
+// A listed row's best (key, centroid) as one 64-bit word whose unsigned
+// order is KmeansLexMin's: the key's bits made to sort as the floats do
+// (-0 taken as +0, which compares equal to it) above the index, so that
+// atomicMin keeps the lower key and, among equal keys, the lower index.
+constexpr unsigned long long kRecomputeNone = ~0ull;  // no centroid yet
+
+__device__ __forceinline__ unsigned long long KmeansPackKey(float key, int32_t idx) {
+  const uint32_t u = __float_as_uint(key + 0.0f);
+  const uint32_t ordered = (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
+  return (static_cast<unsigned long long>(ordered) << 32) | static_cast<uint32_t>(idx);
+}
+
+__device__ __forceinline__ void KmeansUnpackKey(unsigned long long packed, float& key,
+                                                int32_t& idx) {
+  if (packed == kRecomputeNone) {
+    key = KmeansPosInf();
+    idx = kAssignNoLabel;
+    return;
+  }
+  const uint32_t ordered = static_cast<uint32_t>(packed >> 32);
+  key = __uint_as_float((ordered & 0x80000000u) != 0 ? ordered & 0x7fffffffu : ~ordered);
+  idx = static_cast<int32_t>(packed & 0xffffffffu);
+}
+
 // A group of p.lanes lanes per row: the exact dot with the row's TF32
 // winner, and |x| and |x - x~| for its bound. A centroid whose TF32 key lies
 // more than twice the bound above the winner's cannot win the exact ranking.
@@ -139,7 +164,11 @@ __global__ void __launch_bounds__(256)
     float key = fmaf(-2.0f, dot, p.csq[lab]);
     if (!(gap2 > window)) {  // NaN: no centroid ranked
       if (!(gap3 > window)) {
-        if (sub == 0) p.list[atomicAdd(p.count, 1)] = static_cast<int32_t>(row);
+        if (sub == 0) {
+          const int32_t at = atomicAdd(p.count, 1);
+          p.list[at] = static_cast<int32_t>(row);
+          p.best[at] = kRecomputeNone;
+        }
         continue;
       }
       const int32_t two = p.runner_up[row];
@@ -155,13 +184,17 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// The listed rows ranked against every centroid with exact f32 dots: a
-// block takes 32 rows at a time against tiles of 64 centroids, both staged
-// in shared memory 32 elements at a time (16-byte loads, stored transposed
-// so that a thread's 2 rows x 4 centroids are one 8-byte and one 16-byte
-// read per element). Each dot adds its products in element order;
-// centroids with a non-finite ||c||^2 are left to KmeansFixupKernel, as the
-// tensor cores leave them.
+// The listed rows ranked against every centroid with exact f32 dots: an
+// item is 32 listed rows against a run of the centroids, both staged in
+// shared memory 32 elements at a time (16-byte loads, stored transposed so
+// that a thread's 2 rows x 4 centroids are one 8-byte and one 16-byte read
+// per element), and each item's best of a row joins the row's by a 64-bit
+// atomicMin (KmeansPackKey). The list is short where few rows are close
+// calls: its rows' centroids are split into as many runs as leave no block
+// idle, in whole tiles of 64. Each dot adds its products in element order
+// and the minimum does not depend on which item lands first, so results are
+// reproducible bit for bit. Centroids with a non-finite ||c||^2 are left to
+// KmeansFixupKernel, as the tensor cores leave them.
 constexpr int kRecomputeRows = 32, kRecomputeCents = 64, kRecomputeElems = 32;
 
 __global__ void __launch_bounds__(256)
@@ -173,15 +206,25 @@ __global__ void __launch_bounds__(256)
   const int ty = tid / 16, tx = tid % 16;  // rows 2 ty, 2 ty + 1; centroids 4 tx .. 4 tx + 3
   const int ld_r = tid / 8, ld_e = (tid % 8) * 4;  // a thread's 16-byte loads of a chunk
   const int64_t count = *p.count;
-  for (int64_t b = blockIdx.x; b * kRecomputeRows < count; b += gridDim.x) {
-    __syncthreads();  // the previous batch's reads of rows[] are done
+  const int64_t batches = (count + kRecomputeRows - 1) / kRecomputeRows;
+  if (batches == 0) return;
+  const int64_t tiles = (p.k + kRecomputeCents - 1) / kRecomputeCents;
+  const int64_t wanted = gridDim.x / batches;
+  const int64_t per_run = (tiles + (wanted > 1 ? wanted : 1) - 1) / (wanted > 1 ? wanted : 1);
+  const int64_t runs = (tiles + per_run - 1) / per_run;
+  for (int64_t item = blockIdx.x; item < batches * runs; item += gridDim.x) {
+    const int64_t b = item / runs;
+    const int c_begin = static_cast<int>(item % runs * per_run * kRecomputeCents);
+    const int c_end = static_cast<int>(
+        c_begin + per_run * kRecomputeCents < p.k ? c_begin + per_run * kRecomputeCents : p.k);
+    __syncthreads();  // the previous item's reads of rows[] are done
     if (tid < kRecomputeRows) {
       const int64_t at = b * kRecomputeRows + tid;
       rows[tid] = at < count ? p.list[at] : -1;
     }
     float best_key[2] = {KmeansPosInf(), KmeansPosInf()};
     int32_t best_idx[2] = {kAssignNoLabel, kAssignNoLabel};
-    for (int c0 = 0; c0 < p.k; c0 += kRecomputeCents) {
+    for (int c0 = c_begin; c0 < c_end; c0 += kRecomputeCents) {
       float acc[2][4] = {};
       for (int e0 = 0; e0 < p.d; e0 += kRecomputeElems) {
         __syncthreads();                    // rows[] written; the last chunk's reads done
@@ -201,7 +244,7 @@ __global__ void __launch_bounds__(256)
         for (int half = 0; half < 2; ++half) {
           const int cc = ld_r + 32 * half, cent = c0 + cc;
           const float4 v =
-              cent < p.k && in_d
+              cent < c_end && in_d
                   ? *reinterpret_cast<const float4*>(p.c + int64_t{cent} * p.d + e0 + ld_e)
                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
           cs_t[ld_e][cc] = v.x;
@@ -225,7 +268,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int cent = c0 + 4 * tx + j;
-        const float cq = cent < p.k ? p.csq[cent] : KmeansPosInf();
+        const float cq = cent < c_end ? p.csq[cent] : KmeansPosInf();
         if (!isfinite(cq)) continue;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -242,11 +285,26 @@ __global__ void __launch_bounds__(256)
         const int32_t oi = __shfl_xor_sync(0xffffffffu, best_idx[h], off);
         KmeansLexMin(best_key[h], best_idx[h], ok, oi);
       }
-      const int32_t row = rows[2 * ty + h];
-      if (tx == 0 && row >= 0) {
-        KmeansAssignWrite(p.x_sq[row], best_key[h], best_idx[h], p.labels + row, p.mind + row);
+      const int64_t at = b * kRecomputeRows + 2 * ty + h;
+      if (tx == 0 && at < count && best_idx[h] != kAssignNoLabel) {
+        atomicMin(p.best + at, KmeansPackKey(best_key[h], best_idx[h]));
       }
     }
+  }
+}
+
+// Each listed row's label and distance from its best (key, centroid), once
+// every item of KmeansRecomputeKernel has joined it.
+__global__ void __launch_bounds__(256)
+    KmeansRecomputeWriteKernel(const __grid_constant__ KmeansRefineArgs p) {
+  const int64_t count = *p.count;
+  for (int64_t at = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; at < count;
+       at += int64_t{gridDim.x} * blockDim.x) {
+    const int32_t row = p.list[at];
+    float key;
+    int32_t idx;
+    KmeansUnpackKey(p.best[at], key, idx);
+    KmeansAssignWrite(p.x_sq[row], key, idx, p.labels + row, p.mind + row);
   }
 }
 
