@@ -196,6 +196,26 @@ __device__ __forceinline__ void KmeansWgRank(float (&acc)[64], const float* csq,
   }
 }
 
+// At most the second lowest key of half h (equal to it where no key is NaN,
+// which fmaxf passes over): four interleaved chains of a running lowest and
+// second lowest, two instructions a candidate without a position, so that a
+// tile whose second key cannot matter costs no search for its position.
+__device__ __forceinline__ float KmeansWgSecondLow(const float (&acc)[64], int h) {
+  float m[4], s[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) m[c] = s[c] = KmeansPosInf();
+#pragma unroll
+  for (int p = 0; p < 32; ++p) {
+    const float v = KmeansWgKeyAt(acc, h, p);
+    s[p % 4] = fminf(s[p % 4], fmaxf(m[p % 4], v));
+    m[p % 4] = fminf(m[p % 4], v);
+  }
+  const float lo01 = fminf(m[0], m[1]), hi01 = fmaxf(m[0], m[1]);
+  const float lo23 = fminf(m[2], m[3]), hi23 = fmaxf(m[2], m[3]);
+  const float second_of_lows = fminf(fmaxf(lo01, lo23), fminf(hi01, hi23));
+  return fminf(second_of_lows, fminf(fminf(s[0], s[1]), fminf(s[2], s[3])));
+}
+
 // A row's three lowest keys, the two lowest with their centroids, in the
 // order (key, index) of KmeansLexMin. The refined f32 mode ranks by TF32
 // keys and needs to know which centroids lie close to the winner
@@ -231,7 +251,8 @@ struct KmeansTop3 {
 // lowest key only where it lies within `win` of the row's best, over the
 // row's four lanes and this tile (a lane's own best, of a quarter of the
 // centroids, lies well above it), and below the lane's third; the tile's
-// second and third keys only where the second passes the same test. A warp
+// second and third keys only where the second passes the same test (first
+// found by value alone, KmeansWgSecondLow, and by position only then). A warp
 // runs a branch whenever one of its lanes does, and a row's best moves in
 // most of its first tiles: the common branch is one search for the lowest
 // key's position, as KmeansWgRank's. (Where a key left out was the row's
@@ -250,6 +271,8 @@ __device__ __forceinline__ void KmeansWgRankTop3(float (&acc)[64], const float* 
     if (low < top[h].k3 && low < edge) {
       const int a1 = KmeansWgLowestAt(acc, h, low);
       top[h].Insert(low, KmeansWgCentroid(cbase, t, a1));
+      const float second = KmeansWgSecondLow(acc, h);
+      if (!(second < top[h].k3 && second < edge)) continue;
       float t2 = KmeansPosInf();
       int a2 = a1;  // in increasing position, the lowest index of equal keys
 #pragma unroll
