@@ -190,11 +190,13 @@ __global__ void __launch_bounds__(256)
 // that a thread's 2 rows x 4 centroids are one 8-byte and one 16-byte read
 // per element), and each item's best of a row joins the row's by a 64-bit
 // atomicMin (KmeansPackKey). The list is short where few rows are close
-// calls: its rows' centroids are split into as many runs as leave no block
-// idle, in whole tiles of 64. Each dot adds its products in element order
-// and the minimum does not depend on which item lands first, so results are
-// reproducible bit for bit. Centroids with a non-finite ||c||^2 are left to
-// KmeansFixupKernel, as the tensor cores leave them.
+// calls: its centroids are then split into runs of whole 64-centroid tiles,
+// as many runs a batch as there are blocks for it (down to one tile a run),
+// so that a short list still spreads over every SM. Each dot adds its
+// products in element order and the minimum does not depend on which item
+// lands first, so results are reproducible bit for bit. Centroids with a
+// non-finite ||c||^2 are left to KmeansFixupKernel, as the tensor cores
+// leave them.
 constexpr int kRecomputeRows = 32, kRecomputeCents = 64, kRecomputeElems = 32;
 
 __global__ void __launch_bounds__(256)
