@@ -150,19 +150,24 @@ def test_refined_f32_assignment_settles_close_calls(n, d, k, copies, tie):
 
 
 def test_refined_f32_recompute_splits_its_list_into_runs_of_tiles():
-    """Rows nearest to 60 tripled centroids (3,081 of 40,009: about 97 batches of 32 rows)
+    """Rows nearest to 60 centroids copied twice (3,200 of 40,009: 100 batches of 32 rows)
     are ranked again against every centroid; on a 132-SM GPU (528 blocks) each batch's 16
-    centroid tiles then split into four runs of four tiles, the last tile partial, joined
-    per row by a 64-bit minimum (KmeansRecomputeKernel). Other GPUs split it otherwise;
-    the labels must be an exact ranking's either way, ties to the lowest index."""
+    centroid tiles then split into four runs of four, the last tile partial, with the
+    originals and the two copies in three different runs, so that the 64-bit minimum
+    joining a row's runs (KmeansRecomputeKernel) must settle the exact ties by index. Other
+    GPUs split it otherwise; the labels must be an exact ranking's either way, ties to the
+    lowest index."""
     rng = np.random.default_rng(12_345)
     n, d, k, part = 40_009, 36, 1000, 60
     x, c, w = data(rng, n, d, k, jnp.float32)
-    c = c.at[part : 2 * part].set(c[:part]).at[2 * part : 3 * part].set(c[:part])
+    copies = (300, 700)  # centroids 256-511 and 512-767: the second and third runs
+    for at in copies:
+        c = c.at[at : at + part].set(c[:part])
     got = _step(x, c, w)
     check_step(got, x, c, w)
     labels = np.asarray(got.labels)
-    assert not ((labels >= part) & (labels < 3 * part)).any(), "a tie to a copy"
+    for at in copies:
+        assert not ((labels >= at) & (labels < at + part)).any(), f"a tie to the copy at {at}"
 
 
 # 3,001 rows: centroid tiles split over blocks; 40,009: one item a row tile, where f32's

@@ -148,7 +148,7 @@ def ffi_assign(
     elif d % 4 == 0 and plan.get("splits") == 1 and plan.get("centroid_tiles", 0) >= 2:
         # f32 at f32 accuracy on that kernel where the launcher refines its TF32 ranking
         # (rows of whole 16-byte vectors, one item a row tile, two centroid tiles or more):
-        # the same copy and 16 bytes a row (ffi/kmeans/kernels/kmeans_assign_refine.cuh).
+        # the same copy and 24 bytes a row (ffi/kmeans/kernels/kmeans_assign_refine.cuh).
         # Elsewhere, or without the room, it takes the split products.
         workspace += plan.get("assign_refine_bytes", 0)
     c = c.astype(x.dtype)

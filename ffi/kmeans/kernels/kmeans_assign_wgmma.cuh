@@ -198,7 +198,7 @@ __device__ __forceinline__ void KmeansWgRank(float (&acc)[64], const float* csq,
 
 // At most the second lowest key of half h (equal to it where no key is NaN,
 // which fmaxf passes over): four interleaved chains of a running lowest and
-// second lowest, two instructions a candidate without a position, so that a
+// second lowest, three instructions a candidate without a position, so that a
 // tile whose second key cannot matter costs no search for its position.
 __device__ __forceinline__ float KmeansWgSecondLow(const float (&acc)[64], int h) {
   float m[4], s[4];
