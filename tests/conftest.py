@@ -12,6 +12,9 @@
 - `--shard I/N` keeps the I-th of N fixed parts of whatever else runs (by a hash
   of each test's id), so that a suite too long for one GPU-machine call runs
   whole in N calls (benchmarks/gpu_session.sh SHARD).
+- `--unreached FILE` writes, when the session ends (interrupted too), the ids of
+  the selected tests that did not finish, one a line: what a run cut short left
+  undone, for `pytest @FILE` to run next.
 - Hypothesis is derandomized: the same examples every run. The default run
   uses profile "quick" (fewer examples), `--run-slow` profile "ci";
   HYPOTHESIS_PROFILE=dev gives more, randomized examples.
@@ -59,6 +62,12 @@ def pytest_addoption(parser):
         metavar="I/N",
         help="run only part I of N of the selected tests (1 <= I <= N), split by test id",
     )
+    parser.addoption(
+        "--unreached",
+        default=None,
+        metavar="FILE",
+        help="at the end (interrupted too), write the ids of the selected tests that did not run",
+    )
 
 
 def shard_of(nodeid: str, parts: int) -> int:
@@ -86,6 +95,9 @@ def _runs_slow(config) -> bool:
 def pytest_configure(config):
     default = "ci" if _runs_slow(config) else "quick"
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", default))
+    path = config.getoption("--unreached")
+    if path is not None and not hasattr(config, "workerinput"):  # the controller writes it
+        config.pluginmanager.register(_Unreached(path), "tsm2_unreached")
 
 
 def gpu_unavailable_reason() -> str | None:
@@ -133,6 +145,29 @@ def pytest_testnodedown(node, error):
     notes = getattr(node, "workeroutput", {}).get("tsm2_deselected")
     if notes is not None:
         node.config.stash[_DESELECTED] = notes
+
+
+class _Unreached:
+    """``--unreached FILE``: the selected tests that did not finish, written at the end."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.selected, self.reported = path, [], set()
+
+    def pytest_collection_finish(self, session):
+        self.selected = [item.nodeid for item in session.items]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        # pytest-xdist's controller collects nothing; each worker sends the whole selection.
+        self.selected = list(ids)
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "teardown":  # a test cut short in its call runs again
+            self.reported.add(report.nodeid)
+
+    def pytest_sessionfinish(self, session):
+        with open(self.path, "w") as f:
+            f.writelines(t + "\n" for t in self.selected if t not in self.reported)
 
 
 def pytest_terminal_summary(terminalreporter, config):
