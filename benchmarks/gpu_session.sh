@@ -44,7 +44,10 @@
 #     on one GPU the whole suite with the sanitizer takes more than one 600 s call, and
 #     SHARD=1/2 and SHARD=2/2 in two calls run each test once.
 #   TEST_TIMEOUT=SECONDS interrupts pytest (SIGINT, so it still prints its summary and the
-#     failures so far) after that long: a group cut short says so instead of eating the call.
+#     failures so far) after that long: a group cut short says so instead of eating the call,
+#     and its $OUT/pytest-gpu-i.unreached lists the tests it did not finish, one id a line,
+#     for a later call to run, copied into the tree: PYTEST_GROUPS='@FILE -n 12' (pytest >= 8.2
+#     reads a file of arguments named with @).
 #   GROUP_GPUS='1 2 3' puts pytest group i on GPU number i mod 3 of that list
 #     (CUDA_VISIBLE_DEVICES), for machines with several GPUs; the harness and
 #     the calibration run on whatever GPUs the script itself was given.
@@ -141,23 +144,30 @@ if [ -n "${SCRIPTS:-}" ]; then
   done
 fi
 
-# pytest with its arguments (and SHARD's part), under TEST_TIMEOUT when set; the 20
-# slowest tests are listed, so that the next split of the suite can be planned.
+# pytest, logging into $OUT/$1.log, with the remaining arguments (and SHARD's part),
+# under TEST_TIMEOUT when set; the 20 slowest tests are listed, so that the next split
+# of the suite can be planned, and $OUT/$1.unreached names the tests a cut left undone.
 run_pytest() {
-  local args=(-q -m gpu -rfE --durations=20 ${SHARD:+--shard "$SHARD"} "$@")
+  local name=$1
+  shift
+  local args=(-q -m gpu -rfE --durations=20 ${SHARD:+--shard "$SHARD"}
+    --unreached "$OUT/$name.unreached" "$@")
   if [ -n "${TEST_TIMEOUT:-}" ]; then
-    timeout -s INT -k 20 "$TEST_TIMEOUT" python3 -m pytest "${args[@]}"
+    timeout -s INT -k 20 "$TEST_TIMEOUT" python3 -m pytest "${args[@]}" > "$OUT/$name.log" 2>&1
   else
-    python3 -m pytest "${args[@]}"
+    python3 -m pytest "${args[@]}" > "$OUT/$name.log" 2>&1
   fi
 }
 
-# A log's summary line, saying so where TEST_TIMEOUT cut the run short.
+# Run $1's summary line, saying so where TEST_TIMEOUT cut it short, and how many
+# tests it did not reach.
 summary() {
-  if grep -q '^!* KeyboardInterrupt !*$' "$1"; then
-    echo "CUT SHORT by TEST_TIMEOUT: $(tail -1 "$1")"
+  if grep -q '^!* KeyboardInterrupt !*$' "$OUT/$1.log"; then
+    local left
+    left=$(wc -l < "$OUT/$1.unreached" 2>/dev/null || echo "?")
+    echo "CUT SHORT by TEST_TIMEOUT: $(tail -1 "$OUT/$1.log"); $left tests not reached ($1.unreached)"
   else
-    tail -1 "$1"
+    tail -1 "$OUT/$1.log"
   fi
 }
 
@@ -165,8 +175,8 @@ if [ "${TESTS:-1}" = 1 ]; then
   if [ "${TIMING:-1}" = 1 ]; then
     t0=$SECONDS
     # The tests that time the GPU first, alone: xdist's workers leave them out.
-    run_pytest -m "gpu and timing" tests/ > "$OUT/pytest-timing.log" 2>&1
-    echo "gpu timing tests ($((SECONDS - t0)) s): $(summary "$OUT/pytest-timing.log")"
+    run_pytest pytest-timing -m "gpu and timing" tests/
+    echo "gpu timing tests ($((SECONDS - t0)) s): $(summary pytest-timing)"
     grep -E '^(FAILED|ERROR)' "$OUT/pytest-timing.log" | head -8
   fi
   t0=$SECONDS
@@ -178,18 +188,18 @@ if [ "${TESTS:-1}" = 1 ]; then
         if [ "${#gpus[@]}" -gt 0 ]; then
           export CUDA_VISIBLE_DEVICES=${gpus[$((i % ${#gpus[@]}))]}
         fi
-        eval "run_pytest ${groups[$i]}" > "$OUT/pytest-gpu-$i.log" 2>&1
+        eval "run_pytest pytest-gpu-$i ${groups[$i]}"
       ) &
     done
     wait
     echo "gpu tests ($((SECONDS - t0)) s, ${#groups[@]} groups side by side):"
     for i in "${!groups[@]}"; do
-      echo "  pytest-gpu-$i ($(echo ${groups[$i]})): $(summary "$OUT/pytest-gpu-$i.log")"
+      echo "  pytest-gpu-$i ($(echo ${groups[$i]})): $(summary "pytest-gpu-$i")"
       grep -E '^(FAILED|ERROR)' "$OUT/pytest-gpu-$i.log" | head -8
     done
   else
-    run_pytest ${PYTEST_ARGS:-tests/} > "$OUT/pytest-gpu.log" 2>&1
-    echo "gpu tests ($((SECONDS - t0)) s): $(summary "$OUT/pytest-gpu.log")"
+    run_pytest pytest-gpu ${PYTEST_ARGS:-tests/}
+    echo "gpu tests ($((SECONDS - t0)) s): $(summary pytest-gpu)"
   fi
 fi
 
