@@ -163,8 +163,8 @@ run_pytest() {
 # tests it did not reach.
 summary() {
   if grep -q '^!* KeyboardInterrupt !*$' "$OUT/$1.log"; then
-    local left
-    left=$(wc -l < "$OUT/$1.unreached" 2>/dev/null || echo "?")
+    local left="?"
+    [ -f "$OUT/$1.unreached" ] && left=$(wc -l < "$OUT/$1.unreached")
     echo "CUT SHORT by TEST_TIMEOUT: $(tail -1 "$OUT/$1.log"); $left tests not reached ($1.unreached)"
   else
     tail -1 "$OUT/$1.log"
