@@ -79,8 +79,14 @@ def test_a_run_cut_short_lists_what_it_did_not_reach(tmp_path, workers):
     env["PYTHONPATH"] = os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])
 
     def pytest_(*args: str, **more: str) -> subprocess.CompletedProcess:
+        # Python leaves SIGINT ignored where it starts so (a job put in the background by a
+        # shell without job control): the session gets back its KeyboardInterrupt handler.
+        main = (
+            "import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler)"
+            "; sys.exit(pytest.main(sys.argv[1:]))"
+        )
         return subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+            [sys.executable, "-c", main, "-q", "-p", "conftest", "-p", "no:cacheprovider",
              "--rootdir", str(tmp_path), *args],
             capture_output=True, text=True, check=False, cwd=tmp_path, env={**env, **more},
         )  # fmt: skip
