@@ -21,7 +21,7 @@ import pytest
 
 from jax_tsm2 import model
 from jax_tsm2.problem import Problem
-from jax_tsm2.tune import cache, calibrate
+from jax_tsm2.tune import cache, calibrate, calibration_files
 
 DEV = model.H100_SXM
 LAUNCH = 5e-6
@@ -78,7 +78,7 @@ def test_design_is_deterministic_even_and_inside_the_window():
     # round robin: the first len(cells) probes are one per cell
     assert len({(q.family, q.dtype) for q in probes[: len(cells)]}) == len(cells)
     for q in probes:
-        size = calibrate._bytes(q.problem, q.dtype)
+        size = calibrate.problem_bytes(q.problem, q.dtype)
         assert calibrate.MIN_BYTES <= size <= calibrate.MAX_PROBE_BYTES, q
         assert q.layout == calibrate.FAMILY_LAYOUT[q.family]
     with pytest.raises(ValueError, match="per_cell"):
@@ -406,7 +406,7 @@ def test_a_record_with_bad_fields_invalidates_the_file(tmp_path, monkeypatch):
     doc["records"][0]["seconds"] = {"tsm2s": -1.0}
     calibrate.user_path(data.key).write_text(json.dumps(doc))
     with pytest.warns(RuntimeWarning, match="probe record time"):
-        assert calibrate._read(calibrate.user_path(data.key), data.key, "x") is None
+        assert calibration_files._read(calibrate.user_path(data.key), data.key, "x") is None
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
@@ -415,7 +415,7 @@ def test_a_fifo_in_place_of_the_file_never_blocks(tmp_path, monkeypatch):
     os.mkfifo(calibrate.user_path(DEV.key))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        calibrate._read(calibrate.user_path(DEV.key), DEV.key, "x")
+        calibration_files._read(calibrate.user_path(DEV.key), DEV.key, "x")
     assert any("not a regular file" in str(w.message) for w in caught)
 
 

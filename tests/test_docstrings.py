@@ -32,6 +32,11 @@ MODULES = [
     "jax_tsm2.bench.parallel",
     "jax_tsm2.tune.cache",
     "jax_tsm2.tune.calibrate",
+    "jax_tsm2.tune.calibration_data",
+    "jax_tsm2.tune.calibration_files",
+    "jax_tsm2.tune.corrections",
+    "jax_tsm2.tune.decide",
+    "jax_tsm2.tune.probes",
     "jax_tsm2.tune.cli",
     "jax_tsm2.tune.tuner",
 ]
