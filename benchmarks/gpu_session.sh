@@ -19,6 +19,12 @@
 #     holds). The other tests only check results, so sharing the GPU is safe, and one
 #     process leaves most of the machine's host cores idle (on an H100 machine the
 #     matmul, ABFT/k-means and sanitizer tests ran together in 390 s).
+#   GPU_WORKERS is set (and exported) to the pytest-xdist workers the GPU's memory
+#     holds at GIB_PER_WORKER (default 10) GiB each: 14 on an H200, 7 on an H100 (14
+#     workers on an 80 GB H100 failed a hundred tests with CUDA out of memory). The
+#     groups are evaluated after it is set, so that
+#     PYTEST_GROUPS='tests --ignore=tests/test_gpu_sanitizer.py -n $GPU_WORKERS' (single
+#     quotes) sizes the run to the card; groups side by side share it.
 #   BENCH_RUNS='ARGS; ARGS; ...' runs the harness once per argument list, one
 #     after the other (never side by side: they time the GPU), run i into
 #     $OUT/bench-i; without it, one run of the script's own arguments into
@@ -75,6 +81,11 @@ if [ "${PACK:-0}" = 1 ]; then
 fi
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+# pytest-xdist workers the smallest visible GPU holds side by side, at GIB_PER_WORKER each.
+mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | sort -n | head -1)
+GPU_WORKERS=$(( ${mib:-0} / 1024 / ${GIB_PER_WORKER:-10} ))
+export GPU_WORKERS=$(( GPU_WORKERS > 0 ? GPU_WORKERS : 1 ))
+echo "pytest workers for this GPU's memory: GPU_WORKERS=$GPU_WORKERS"
 
 if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
