@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jax_tsm2 import programs
+from jax_tsm2.model.prediction import itemsize
 from jax_tsm2.problem import Problem
 
 # Nothing is tuned on this seed's shapes but the corrections themselves; the
@@ -54,11 +55,6 @@ class Probe:
     dtype: str
     layout: str
     problem: Problem
-
-
-def itemsize(dtype: str) -> int:
-    """Bytes per element of a dtype name ("float64", "float32", "bfloat16", "float16")."""
-    return 8 if dtype == "float64" else 4 if dtype == "float32" else 2
 
 
 def problem_bytes(p: Problem, dtype: str) -> int:
