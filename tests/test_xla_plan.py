@@ -93,6 +93,24 @@ def test_the_model_predicts_xla_from_the_plans_bytes_and_kernels():
     assert "as XLA compiled it: 4 kernel(s)" in b.reason
 
 
+def test_a_cublas_call_adds_its_own_pass_to_the_plans_bytes():
+    """XLA's cost analysis counts no bytes for a cuBLAS call's operands and result: two copy
+    fusions, cuBLAS and a slice report 2x the minimal bytes, where the same plan on XLA's own
+    GEMM fusion reports 3x. The model adds the call's pass, so both read three times over;
+    a plan whose bytes XLA does not know keeps the minimal bytes, nothing added."""
+    dev = model.H100_SXM.with_bandwidth(3.0e12)
+    cal = calibrate.measured_floor(model.CALIBRATION, 2e-6)
+    cublas = xla_plan.plan_from(PADDED, {"bytes accessed": 2.0 * MINIMAL})
+    fused = xla_plan.XlaPlan(3.0 * MINIMAL, 4, 0.0, ("fusion:kLoop",) * 2 + ("fusion:kCustom",) * 2)
+    assert cublas.cublas and not fused.cublas
+    a, b = (model.predict(P, "float16", "nn", "xla", dev, cal, xla_plan=q) for q in (cublas, fused))
+    assert a.bytes == b.bytes == 3 * MINIMAL
+    assert a.seconds == pytest.approx(b.seconds, rel=1e-9)
+    unknown = xla_plan.XlaPlan(0.0, 1, 0.0, ("custom-call:__cublas$lt$matmul",))
+    lone = model.predict(P, "float16", "nn", "xla", dev, cal, xla_plan=unknown)
+    assert lone.bytes == MINIMAL and lone.params["operand_passes"] == pytest.approx(1.0)
+
+
 def _record(p, seconds, plan):
     return calibrate.Record("float16", "nn", p, seconds, plan)
 

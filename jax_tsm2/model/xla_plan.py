@@ -50,12 +50,18 @@ class XlaPlan:
     (XLA's cost analysis), ``flops``, and each kernel's opcode (``fusion:<kind>`` or
     ``custom-call:<target>``) in program order. ``bytes`` and ``flops`` are 0 where the
     cost analysis does not know them (it says -1 for a cuBLAS call XLA did not fuse): the
-    model then counts the product's minimal bytes."""
+    model then counts the product's minimal bytes. Where they are known, they leave out a
+    cuBLAS call's own operands and result (``cublas``), which the model adds."""
 
     bytes: float
     kernels: int
     flops: float
     ops: tuple[str, ...]
+
+    @property
+    def cublas(self) -> bool:
+        """Whether a kernel of the plan is a cuBLAS call (``custom-call:__cublas...``)."""
+        return any(op.startswith("custom-call:__cublas") for op in self.ops)
 
     def to_json(self) -> dict[str, Any]:
         return {"bytes": self.bytes, "kernels": self.kernels, "flops": self.flops,
