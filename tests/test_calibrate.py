@@ -226,6 +226,42 @@ def test_probes_correct_only_shapes_of_their_own_kind_of_rows():
         assert got[0] == pytest.approx(want[0], rel=0.1)
 
 
+def test_tsm2l_probes_correct_only_shapes_of_their_own_code_path():
+    """TSM2L's L tile and its tensor-core tile share a cell (f32, rows of whole vectors) and
+    err on opposite sides of the model: each corrects the shapes of its own path, and a path
+    no probe of the cell ran (the row-per-thread kernel) takes the whole cell's correction.
+    The bound far from the probes stays over both."""
+    tile, mma, row = (
+        Problem(None, 10**6, 16, 4),
+        Problem(None, 10**6, 16, 16),
+        Problem(None, 10**6, 8, 8),
+    )
+    paths = {"L": tile, "L mma": mma, "row": row}
+    for want, p in paths.items():
+        assert model.predict(p, "float32", "nn", "tsm2l", DEV, CALIBRATED).params["tile"] == want
+    factors = {tile: 0.7, mma: 1.4}
+    records = tuple(
+        calibrate.Record(
+            "float32", "nn", p, {"tsm2l": f * _model_seconds("tsm2l", p, "float32", "nn")}
+        )
+        for p, f in factors.items()
+    )
+    data = calibrate.CalibrationData({"key": "GPU"}, 3.0e12, LAUNCH, records, {})
+    corr = calibrate.Corrections(data, DEV)
+    f_tile = corr.factor("tsm2l", tile, "float32", "nn")[0]
+    f_mma = corr.factor("tsm2l", Problem(None, 2 * 10**6, 16, 32), "float32", "nn")[0]
+    assert f_tile < 0.75 and f_mma > 1.3
+    f_row = corr.factor("tsm2l", row, "float32", "nn")[0]
+    assert 0.75 < f_row < 1.3
+    assert corr.extreme("tsm2l", tile, "float32", "nn") == pytest.approx(1.4, rel=1e-6)
+    # No bf16 probe: the layout's probes of the same path stand in.
+    half_tile = Problem(None, 10**6, 24, 4)
+    assert (
+        model.predict(half_tile, "bfloat16", "nn", "tsm2l", DEV, CALIBRATED).params["tile"] == "L"
+    )
+    assert corr.factor("tsm2l", half_tile, "bfloat16", "nn")[0] < 0.8
+
+
 def test_tn_probes_correct_shapes_of_either_kind_of_rows():
     """In tn the kinds are one: XLA's dot reads a row-major A.T @ B several times over and
     TSM2T's flat stages read rows of any length alike, so probes whose rows are whole

@@ -4,7 +4,8 @@ For a target (a kernel or XLA's dot), a layout, a dtype and a kind of rows (whol
 vectors or not), the correction at a shape is the geometric mean of measured / predicted
 over the probes near it (a Gaussian kernel in log-size space, ``BANDWIDTH_OCTAVES`` wide),
 shrunk where few probes are near towards the same mean over the layout's probes in every
-dtype, and that towards the target's mean over all its probes. ``extreme`` and
+dtype, and that towards the target's mean over all its probes. TSM2L's probes correct only
+shapes of their own code path where the cell has any (``code_path``). ``extreme`` and
 ``layout_extreme`` give the bounds routing assumes far from the probes (``decide``).
 """
 
@@ -74,6 +75,32 @@ def measured_floor(cal: model.Calibration, launch_seconds: float) -> model.Calib
         1.5e-06
     """
     return dataclasses.replace(cal, t_floor=launch_seconds, xla_t_floor=launch_seconds)
+
+
+# The targets whose probes correct only shapes of their own code path (``code_path``).
+PATH_TARGETS = ("tsm2l",)
+
+
+def code_path(target: str, pred: model.Prediction) -> str | None:
+    """The code path of ``target``'s prediction ``pred`` whose probes alone correct it
+    (``Corrections.factor``), or None for a target whose cells' probes all do: for TSM2L the
+    row-per-thread kernel, the L tile or the L tensor-core tile (``pred.params["tile"]``:
+    "row", "L", "L mma"). A cell of TSM2L (rows of whole vectors, say) mixes the three, and
+    their probes lie on opposite sides of the model: on an H200 and an H100 the L tile's at
+    a median log residual of -0.14 to -0.27 per layout, the tensor-core tile's at +0.06 to
+    +0.28, so a mean over the cell corrected neither.
+
+    Example:
+        >>> from jax_tsm2 import model
+        >>> pred = model.predict((10**6, 8, 8), "float32", "nn", "tsm2l", model.H100_SXM)
+        >>> code_path("tsm2l", pred), code_path("tsm2r", pred)
+        ('row', None)
+    """
+    return str(pred.params.get("tile")) if target in PATH_TARGETS else None
+
+
+def _stacked(points: list[Points]) -> Points:
+    return np.concatenate([c for c, _ in points]), np.concatenate([v for _, v in points])
 
 
 def _extreme(pts: Points | None, target: str, p: Problem) -> float | None:
@@ -163,6 +190,7 @@ class Corrections:
         self._plans = plans or xla_plan.plan
         dev = self.device
         grouped: dict[tuple[str, str, str, bool], list[tuple[np.ndarray, float]]] = {}
+        paths: dict[tuple[str, str, str, bool, str], list[tuple[np.ndarray, float]]] = {}
         for r in data.records:
             for target, secs in r.seconds.items():
                 plan = r.xla_plan if target == "xla" and self.planned else None
@@ -174,8 +202,28 @@ class Corrections:
                 resid = math.log(secs / pred.seconds)
                 key = (target, r.layout, r.dtype, _kind(r.problem, r.dtype, r.layout))
                 grouped.setdefault(key, []).append((_coords(r.problem), resid))
+                path = code_path(target, pred)
+                if path is not None:
+                    paths.setdefault((*key, path), []).append((_coords(r.problem), resid))
         for key, pts in grouped.items():
             self._points[key] = (np.stack([c for c, _ in pts]), np.array([v for _, v in pts]))
+        # The cells' probes per code path (``code_path``), and the layouts', for ``factor``
+        # alone: a path no probe of a cell ran is corrected by all of the cell's probes, and the
+        # bounds (``extreme``) stay over every path, as the kernel's near probes bound it.
+        self._path_points: dict[tuple[str, str, str, bool, str], Points] = {
+            key: (np.stack([c for c, _ in pts]), np.array([v for _, v in pts]))
+            for key, pts in paths.items()
+        }
+        self._path_layout_points: dict[tuple[str, str, bool, str], Points] = {}
+        for target, layout, path in {(t, lay, pa) for t, lay, _, _, pa in self._path_points}:
+            for kind in (True, False):
+                found = [
+                    v
+                    for (t, lay, _, k, pa), v in self._path_points.items()
+                    if (t, lay, pa) == (target, layout, path) and k in _layout_kinds(target, kind)
+                ]
+                if found:
+                    self._path_layout_points[(target, layout, kind, path)] = _stacked(found)
         # Each target's mean residual over its probes of every layout and dtype, of the kinds
         # of rows that may correct a shape (``_layout_kinds``), shrunk towards no correction:
         # what its layout's probes are shrunk towards where none is near (``layout_factor``).
@@ -203,10 +251,7 @@ class Corrections:
                     if (t, lay) == (target, layout) and k in _layout_kinds(target, kind)
                 ]
                 if found:
-                    self._layout_points[(target, layout, kind)] = (
-                        np.concatenate([c for c, _ in found]),
-                        np.concatenate([v for _, v in found]),
-                    )
+                    self._layout_points[(target, layout, kind)] = _stacked(found)
 
     def extreme(self, target: str, p: Problem, dtype: str, layout: str) -> float | None:
         """The correction assumed where no probe is near: for XLA's dot the most favourable
@@ -256,21 +301,42 @@ class Corrections:
     def factor(self, target: str, p: Problem, dtype: str, layout: str) -> tuple[float, float]:
         """(correction factor, support) for ``target`` on ``p``: the weighted mean of the
         probes of its own (layout, dtype, kind of rows), shrunk towards ``layout_factor``
-        where few are near. The support is that of the shape's own probes."""
-        prior = self.layout_factor(target, p, dtype, layout)[0]
-        pts = self._points.get((target, layout, dtype, _kind(p, dtype, layout)))
-        return _factor(pts, p, prior)
+        where few are near; for a target of ``PATH_TARGETS``, of those that ran ``p``'s code
+        path (``code_path``) where any did. The support is that of the probes the mean is
+        over."""
+        path = self._path(target, p, dtype, layout)
+        prior = self._layout_factor(target, p, dtype, layout, path)[0]
+        key = (target, layout, dtype, _kind(p, dtype, layout))
+        pts = self._path_points.get((*key, path)) if path is not None else None
+        return _factor(pts if pts is not None else self._points.get(key), p, prior)
 
     def layout_factor(
         self, target: str, p: Problem, dtype: str, layout: str
     ) -> tuple[float, float]:
         """``factor`` from ``target``'s probes of ``layout`` in every dtype, of the kinds of
-        rows that may correct ``p`` (``_layout_kinds``), shrunk towards the target's mean
-        correction over all its probes where few are near (1 for a target never probed)."""
+        rows that may correct ``p`` (``_layout_kinds``) and, for a target of
+        ``PATH_TARGETS``, of ``p``'s code path where any ran it, shrunk towards the target's
+        mean correction over all its probes where few are near (1 for a target never
+        probed)."""
+        return self._layout_factor(target, p, dtype, layout, self._path(target, p, dtype, layout))
+
+    def _layout_factor(
+        self, target: str, p: Problem, dtype: str, layout: str, path: str | None
+    ) -> tuple[float, float]:
         kind = _kind(p, dtype, layout)
         prior = self._target_prior.get((target, kind), 1.0)
-        pts = self._layout_points.get((target, layout, kind))
+        pts = self._path_layout_points.get((target, layout, kind, path)) if path else None
+        if pts is None:
+            pts = self._layout_points.get((target, layout, kind))
         return _factor(pts, p, prior)
+
+    def _path(self, target: str, p: Problem, dtype: str, layout: str) -> str | None:
+        """``code_path`` of ``target`` on ``p``; None, without a prediction, for a target
+        outside ``PATH_TARGETS``."""
+        if target not in PATH_TARGETS:
+            return None
+        pred = model.predict(p, dtype, layout, target, self.device, self.calibration)
+        return code_path(target, pred) if pred.supported else None
 
     def layout_extreme(self, target: str, p: Problem, dtype: str, layout: str) -> float | None:
         """``extreme`` over ``target``'s probes of ``layout`` in every dtype, of the kinds
