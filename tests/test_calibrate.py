@@ -253,6 +253,12 @@ def test_tsm2l_probes_correct_only_shapes_of_their_own_code_path():
     assert f_tile < 0.75 and f_mma > 1.3
     f_row = corr.factor("tsm2l", row, "float32", "nn")[0]
     assert 0.75 < f_row < 1.3
+    # The prediction routing already made (decide) names the path as predicting again would.
+    for p in paths.values():
+        pred = model.predict(p, "float32", "nn", "tsm2l", corr.device, corr.calibration)
+        assert corr.factor("tsm2l", p, "float32", "nn", pred) == corr.factor(
+            "tsm2l", p, "float32", "nn"
+        )
     assert corr.extreme("tsm2l", tile, "float32", "nn") == pytest.approx(1.4, rel=1e-6)
     # No bf16 probe: the layout's probes of the same path stand in.
     half_tile = Problem(None, 10**6, 24, 4)

@@ -298,13 +298,21 @@ class Corrections:
         """Seconds per target measured by a probe of exactly this product, or None."""
         return self._measured.get((dtype, layout, p))
 
-    def factor(self, target: str, p: Problem, dtype: str, layout: str) -> tuple[float, float]:
+    def factor(
+        self,
+        target: str,
+        p: Problem,
+        dtype: str,
+        layout: str,
+        pred: model.Prediction | None = None,
+    ) -> tuple[float, float]:
         """(correction factor, support) for ``target`` on ``p``: the weighted mean of the
         probes of its own (layout, dtype, kind of rows), shrunk towards ``layout_factor``
         where few are near; for a target of ``PATH_TARGETS``, of those that ran ``p``'s code
         path (``code_path``) where any did. The support is that of the probes the mean is
-        over."""
-        path = self._path(target, p, dtype, layout)
+        over. ``pred``, ``target``'s uncorrected prediction on ``p`` where the caller has
+        it, names the code path without predicting again."""
+        path = self._path(target, p, dtype, layout, pred)
         prior = self._layout_factor(target, p, dtype, layout, path)[0]
         key = (target, layout, dtype, _kind(p, dtype, layout))
         pts = self._path_points.get((*key, path)) if path is not None else None
@@ -330,12 +338,20 @@ class Corrections:
             pts = self._layout_points.get((target, layout, kind))
         return _factor(pts, p, prior)
 
-    def _path(self, target: str, p: Problem, dtype: str, layout: str) -> str | None:
-        """``code_path`` of ``target`` on ``p``; None, without a prediction, for a target
-        outside ``PATH_TARGETS``."""
+    def _path(
+        self,
+        target: str,
+        p: Problem,
+        dtype: str,
+        layout: str,
+        pred: model.Prediction | None = None,
+    ) -> str | None:
+        """``code_path`` of ``target`` on ``p`` (from ``pred``, else predicted here); None,
+        without a prediction, for a target outside ``PATH_TARGETS``."""
         if target not in PATH_TARGETS:
             return None
-        pred = model.predict(p, dtype, layout, target, self.device, self.calibration)
+        if pred is None:
+            pred = model.predict(p, dtype, layout, target, self.device, self.calibration)
         return code_path(target, pred) if pred.supported else None
 
     def layout_extreme(self, target: str, p: Problem, dtype: str, layout: str) -> float | None:

@@ -145,7 +145,7 @@ def decide(
         supported.append(name)
         slowest = corrections.extreme(name, p, dtype, layout)
         if slowest is not None:
-            factor = corrections.factor(name, p, dtype, layout)
+            factor = corrections.factor(name, p, dtype, layout, pred)
             secs[name], support[name] = corrected(pred.seconds, pred.seconds * slowest, factor)
             continue
         if _near_floor(p, dtype, layout, name, dev):
