@@ -53,16 +53,23 @@ def test_nt_through_the_streaming_kernels(dtype, m, k, n, kernel):
     check(_run(a, b, kernel, NT), a, b, NT)
 
 
-# TSM2L's row-per-thread kernel (ffi/matmul/kernels/row_per_thread.cuh) takes rows
-# of exactly 16 or 32 bytes and n <= 8: every such k per dtype, n on and off the
-# whole-vector output path (n < 8 on rows of one vector: a warp's rows are staged
-# and written as one run, whose last vector is partial for odd n), m just past a
-# block step (1024 rows of 16 bytes, 512 of 32), inside a warp's rows (513) and
-# past a whole grid stride (264 blocks on an H100), in nn and nt, with a batch
-# whose B is shared (one run over batch * m rows).
+# TSM2L's row-per-thread kernels (ffi/matmul/kernels/row_per_thread.cuh) take rows
+# of exactly 16 or 32 bytes, or of 2, 4 or 8 bytes (several rows to a lane's vector),
+# and n <= 8: every such k per dtype, n on and off the whole-vector output path (n < 8
+# on rows of one vector: a warp's rows are staged and written as one run, whose last
+# vector is partial for odd n), m just past a block step (1024 rows of 16 bytes, 512
+# of 32), inside a warp's rows (513; for packed rows, a last vector A ends inside) and
+# past a whole grid stride (264 blocks on an H100), in nn and nt, with a batch whose B
+# is shared (one run over batch * m rows).
 def _row_ks(dtype):
     itemsize = jnp.dtype(dtype).itemsize
-    return [16 // itemsize, 32 // itemsize]
+    return [16 // itemsize, 32 // itemsize] + _packed_ks(dtype)
+
+
+def _packed_ks(dtype):
+    """The k of rows of 2, 4 or 8 bytes."""
+    itemsize = jnp.dtype(dtype).itemsize
+    return [rb // itemsize for rb in (2, 4, 8) if rb >= itemsize]
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
@@ -75,6 +82,21 @@ def test_row_per_thread_kernel(dtype, layout, n):
             a = rand(rng, (m, k), dtype)
             b = rand(rng, (n, k) if layout == NT else (k, n), dtype)
             check(_run(a, b, TSM2L, layout), a, b, layout)
+
+
+# Packed rows past a whole grid stride of the packed kernel (a block's step is 256
+# lanes x 4 vectors of up to 8 rows: 8 million rows of bf16 k = 1 span several
+# strides of 264 blocks), m of every remainder modulo the rows of a vector, and a
+# B with values where the rows' order shows (an off-by-one row would fail).
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
+@pytest.mark.parametrize("n", [1, 2, 5, 8])
+def test_packed_rows_past_a_grid_stride(dtype, n):
+    rng = np.random.default_rng(20 + n)
+    for k in _packed_ks(dtype):
+        for m in (2, 3, 5, 7, 8_388_617):
+            a = rand(rng, (m, k), dtype)
+            b = rand(rng, (k, n), dtype)
+            check(_run(a, b, TSM2L, NN), a, b, NN)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)

@@ -395,7 +395,8 @@ print("sweep calls:", count)
 # stage their rows of C in shared memory where a lane's row of A is one vector and its
 # row of C not whole vectors:
 # rows of 16 and 32 bytes, n on and off that path, odd n (a partial last vector), f32
-# outputs of half products, and m ending inside a warp's rows.
+# outputs of half products, and m ending inside a warp's rows; and rows of 2, 4 and 8
+# bytes, several to a vector, with m ending inside a vector.
 ROW_PER_THREAD_SWEEP = """
 import sys
 import jax, jax.numpy as jnp, numpy as np
@@ -408,7 +409,8 @@ count = 0
 for dtype in [jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16]:
     size = jnp.dtype(dtype).itemsize
     outs = [None, jnp.float32] if size == 2 else [None]
-    for k, n, m, out in [(k, n, m, out) for k in (16 // size, 32 // size) for n in (1, 3, 7, 8)
+    ks = [16 // size, 32 // size] + [rb // size for rb in (2, 4, 8) if rb >= size]
+    for k, n, m, out in [(k, n, m, out) for k in ks for n in (1, 3, 7, 8)
                          for m in (1, 1041) for out in outs]:
         a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
         assert_close_to_reference(jax.block_until_ready(ffi_product(a, b, 1, 0, out)), a, b)

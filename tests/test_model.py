@@ -96,7 +96,8 @@ def test_tile_parameters_come_from_the_extension():
 
 
 def test_row_kernel_shapes():
-    """The model follows the launcher: rows of exactly 16 or 32 bytes and n <= 8, unbatched."""
+    """The model follows the launcher: rows of exactly 2, 4, 8, 16 or 32 bytes and n <= 8,
+    unbatched."""
     tile = lambda shape, dtype: model.predict(shape, dtype, "nn", "tsm2l", device=H100).params[
         "tile"
     ]
@@ -104,6 +105,11 @@ def test_row_kernel_shapes():
     assert tile((10**7, 8, 8), "float32") == "row"  # 32-byte rows
     assert tile((10**7, 4, 3), "float64") == "row"
     assert tile((10**7, 5, 8), "float32") == "L"  # 20-byte rows
+    assert tile((10**7, 1, 8), "bfloat16") == "row"  # 2-byte rows, 8 to a vector
+    assert tile((10**7, 2, 3), "float32") == "row"  # 8-byte rows
+    assert tile((10**7, 1, 1), "float64") == "row"
+    assert tile((10**7, 3, 3), "float32") == "L"  # 12-byte rows
+    assert tile((10**7, 1, 9), "float32") == "L"  # past n = 8
     assert tile((4, 10**6, 8, 8), "bfloat16") == "L"  # a batch may have its own B
     # Rows of whole vectors with wide B: the tensor-core tile (bf16 past n = 4, f32 past 8).
     assert tile((10**7, 16, 16), "bfloat16") == "L mma"

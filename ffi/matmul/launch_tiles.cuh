@@ -453,9 +453,10 @@ struct RowVariant {
   static constexpr auto kKernel = &Tsm2LRowKernel<T, KV, NT, U, MinBlocks>;
 
   // Conditions beyond UsesRowKernel's shape test, checked on the actual buffers.
-  static bool Takes(const DeviceMatmul& p) {
+  // Also for the packed rows' kernel, whose rows have k_row elements.
+  static bool Takes(const DeviceMatmul& p, int64_t k_row = Cfg::kK) {
     const bool batch_ok = p.batch == 1 || (p.b_batch_stride == 0 && p.a_batch_stride == p.m * p.k);
-    return batch_ok && p.k == Cfg::kK && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
+    return batch_ok && p.k == k_row && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
   }
 
   static RowArgs Args(const DeviceMatmul& p) {
@@ -502,6 +503,44 @@ struct RowVariant {
     }
     kKernel<<<plan.blocks, Cfg::kThreads, 0, stream>>>(a);
     TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2LRowKernel");
+    return Status{};
+  }
+};
+
+// TSM2L's row-per-thread kernel for rows of 2, 4 or 8 bytes, R = 16 / row
+// bytes of them to a lane's 16-byte vector (Tsm2LPackedRowKernel).
+template <typename T, int NT, int R, int U = 4>
+struct PackedRowVariant {
+  using Cfg = PackedRowConfig<T, R, NT, U>;
+  static constexpr auto kKernel = &Tsm2LPackedRowKernel<T, R, NT, U>;
+
+  static bool Takes(const DeviceMatmul& p) { return RowVariant<T, NT, 1>::Takes(p, Cfg::kK); }
+
+  static Status Plan(const DeviceMatmul& p, MatmulPlan* plan) {
+    int per_sm = 0;
+    TSM2_CUDA_RETURN_IF_ERROR(
+        BlocksPerSm(reinterpret_cast<const void*>(kKernel), Cfg::kThreads, 0, &per_sm));
+    TSM2_CUDA_RETURN_IF_ERROR(SmCount(&plan->sm_count));
+    const int64_t rows = p.batch * p.m;
+    const int64_t vecs = (rows + R - 1) / R;
+    const int64_t steps = (vecs + Cfg::kVecsPerStep - 1) / Cfg::kVecsPerStep;
+    plan->n_tile = NT;
+    plan->blocks = static_cast<int>(std::min<int64_t>(steps, int64_t{per_sm} * plan->sm_count));
+    plan->units = rows;
+    plan->threads = Cfg::kThreads;
+    plan->workspace_bytes = 0;
+    plan->launch = &Launch;
+    plan->kernel_name = "Tsm2LPackedRowKernel";
+    return Status{};
+  }
+
+  static Status Launch(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
+    const RowArgs a = RowVariant<T, NT, 1>::Args(p);
+    if (a.rows != plan.units || plan.blocks < 1) {
+      return TSM2_FAIL(cudaErrorInvalidValue, "the problem is not the one the plan was made for");
+    }
+    kKernel<<<plan.blocks, Cfg::kThreads, 0, stream>>>(a);
+    TSM2_RETURN_IF_LAUNCH_FAILED("Tsm2LPackedRowKernel");
     return Status{};
   }
 };

@@ -14,8 +14,8 @@
 //                                          kernels/tsm2_mma.cuh (Tsm2MmaKernel)
 //                   R tile                 kernels/tsm2.cuh (Tsm2Kernel)
 //                   L tile (TSM2L, k <= 64) kernels/tsm2l.cuh (Tsm2LKernel)
-//                   L row-per-thread (rows of 16 or 32 bytes, n <= 8),
-//                                          kernels/row_per_thread.cuh
+//                   L row-per-thread (rows of 2, 4, 8, 16 or 32 bytes,
+//                                          n <= 8), kernels/row_per_thread.cuh
 //                   L tile on tensor cores (rows of whole vectors; bf16/f16
 //                   n > 4, f32 n > 8; sm_80+)
 //                                          kernels/tsm2l_mma.cuh
@@ -65,9 +65,10 @@ struct MatmulTuning {
 // --- TSM2R and TSM2L --------------------------------------------------------
 
 // The variant for problem p with n-tile NT (t2): for TSM2L with k <= kLMaxK
-// the row-per-thread kernel (rows of one or two 16-byte vectors, n <= 8, B
-// shared across the batch, A aligned) or the L tile, else the R tile; each
-// reading rows 16 bytes at a time where they are whole vectors.
+// the row-per-thread kernel (rows of one or two 16-byte vectors, or several
+// rows to a vector, n <= 8, B shared across the batch, A aligned) or the L
+// tile, else the R tile; each reading rows 16 bytes at a time where they are
+// whole vectors.
 template <typename T, int NT>
 Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
   const bool vec_rows = VecRowsOf<T>(p);
@@ -111,6 +112,21 @@ Status PlanTile(const DeviceMatmul& p, Kernel f, MatmulPlan* plan) {
       }
       if (p.k * static_cast<int64_t>(sizeof(T)) == 32 && RowVariant<T, NT, 2>::Takes(p)) {
         return RowVariant<T, NT, 2>::Plan(p, plan);
+      }
+      // Rows of 2, 4 or 8 bytes, R = 16 / row bytes to a vector.
+      const int64_t row_bytes = p.k * static_cast<int64_t>(sizeof(T));
+      if constexpr (kVec<T> >= 8) {
+        if (row_bytes == 2 && PackedRowVariant<T, NT, 8>::Takes(p)) {
+          return PackedRowVariant<T, NT, 8>::Plan(p, plan);
+        }
+      }
+      if constexpr (kVec<T> >= 4) {
+        if (row_bytes == 4 && PackedRowVariant<T, NT, 4>::Takes(p)) {
+          return PackedRowVariant<T, NT, 4>::Plan(p, plan);
+        }
+      }
+      if (row_bytes == 8 && PackedRowVariant<T, NT, 2>::Takes(p)) {
+        return PackedRowVariant<T, NT, 2>::Plan(p, plan);
       }
     }
   }

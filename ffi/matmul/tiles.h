@@ -135,13 +135,15 @@ constexpr TileConfig LTile(int itemsize, int nt, int vpt) {
   return {t * rpt, rpt, 1, vpt, 2};
 }
 
-// TSM2L's row-per-thread kernel (kernels/row_per_thread.cuh) takes rows of
-// exactly one or two 16-byte vectors and n up to 8 (wider B measured slower
-// than the L tile: the FMAs per row outgrow a thread); the launcher also
-// needs B shared across the batch and A 16-byte aligned, else the L tile runs.
+// TSM2L's row-per-thread kernels (kernels/row_per_thread.cuh) take rows of
+// exactly one or two 16-byte vectors, or of 2, 4 or 8 bytes (several rows to
+// a vector), and n up to 8 (wider B measured slower than the L tile: the
+// FMAs per row outgrow a thread); the launcher also needs B shared across the
+// batch and A 16-byte aligned, else the L tile runs.
 inline bool UsesRowKernel(bool family_l, int64_t k, int64_t n, int itemsize) {
   const int64_t row_bytes = k * itemsize;
-  return family_l && (row_bytes == 16 || row_bytes == 32) && n <= 8;
+  const bool packed = row_bytes == 2 || row_bytes == 4 || row_bytes == 8;
+  return family_l && (row_bytes == 16 || row_bytes == 32 || packed) && n <= 8;
 }
 
 // k covered by one stage of a tile (t1).

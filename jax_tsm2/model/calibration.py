@@ -99,7 +99,7 @@ class Calibration:
       paid) and 0.1 (A's 16 rows add ~1 us over 112 tiles): 77.2 / 78.2
       predicted.
 
-    TSM2L's row-per-thread kernel (rows of 16 or 32 bytes, ``n <= 8``):
+    TSM2L's row-per-thread kernels (rows of 2, 4, 8, 16 or 32 bytes, ``n <= 8``):
 
     - ``row_eta_stream``: the fraction of the read ceiling it streams A and C
       at; the kernel lab measured 89.8-92.3%

@@ -1,5 +1,6 @@
-// TSM2L for very short rows (k * itemsize of 16 or 32 bytes): the paper's
-// thread-per-row kernel in its plainest form.
+// TSM2L for very short rows (k * itemsize of 16 or 32 bytes, and below, of
+// 2, 4 or 8 bytes, several to a vector): the paper's thread-per-row kernel in
+// its plainest form.
 //
 // In row-major storage a row this short is one or two 16-byte vectors, so
 // threads owning consecutive rows read (and write) one contiguous run of
@@ -182,6 +183,152 @@ __global__ void __launch_bounds__(256, MinBlocks)
       } else if (writes) {
         StoreLaneOut<T, W>(p, vec / KV, j0, out);
       }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) cur[u] = next[u];
+  }
+}
+
+}  // namespace tsm2
+
+namespace tsm2 {
+
+// Rows of 2, 4 or 8 bytes: one 16-byte vector of A holds R = 16 / (k * itemsize)
+// whole rows, so a lane loads one vector and computes R rows of C. A warp's
+// 32 * R rows of C are one contiguous run of 32 * R * n values: each lane puts
+// its R * n values in the warp's stage, kStride apart, and the warp writes the
+// run with consecutive lanes on consecutive values. kStride is odd (in
+// accumulator words) so that the 32 lanes writing their first value meet 32
+// different banks; at an even stride of R * n (64 words for bf16 k = 1, n = 8)
+// all 32 land in one bank.
+template <typename T, int R, int NT, int U>
+struct PackedRowConfig {
+  using Acc = AccType<T>;
+  static constexpr int kK = kVec<T> / R;  // elements per row
+  static constexpr int kStride = R * NT % 2 == 0 ? R * NT + 1 : R * NT;
+  static constexpr int kWarpStage = 32 * kStride;  // accumulator values
+  // 256 threads where eight warps' stages fit in 40 KB of static shared
+  // memory; bf16/f16 rows of one value at n = 8 (8 KB a warp) take 128.
+  static constexpr int kThreads =
+      8 * kWarpStage * static_cast<int>(sizeof(Acc)) <= 40 * 1024 ? 256 : 128;
+  static constexpr int kMinBlocks = 512 / kThreads;  // 128 registers a thread
+  static constexpr int kVecsPerStep = kThreads * U;
+  static_assert(R == 2 || R == 4 || R == 8, "rows of 8, 4 or 2 bytes");
+  static_assert(kK * R == kVec<T>, "whole rows per vector");
+  static_assert(NT >= 1 && NT <= 8, "n <= 8 as the row kernel");
+};
+
+// Vector `vec` of A (R rows), or its first rows where the last vector is not
+// whole: A ends inside it, so it is read element by element, the rest zero.
+template <typename T, int R>
+__device__ __forceinline__ uint4 LoadPackedVec(const RowArgs& p, int64_t vec) {
+  constexpr int K = kVec<T> / R;
+  const int64_t whole = p.rows / R;
+  if (vec < whole) return LoadStream16(static_cast<const uint4*>(p.a) + vec);
+  uint4 v = make_uint4(0, 0, 0, 0);
+  if (vec == whole) {
+    T e[kVec<T>];
+    memcpy(e, &v, sizeof v);
+    const T* a = static_cast<const T*>(p.a) + vec * kVec<T>;
+    const int valid = static_cast<int>(p.rows - whole * R) * K;
+#pragma unroll
+    for (int i = 0; i < kVec<T>; ++i) {
+      if (i < valid) e[i] = a[i];
+    }
+    memcpy(&v, e, sizeof v);
+  }
+  return v;
+}
+
+// The warp's run of C: rows [row0, row0 + 32 * R), at most `left` of them,
+// whose values lane l staged at stage[l * kStride + (r * n + j)]. Value e of
+// the run is stage[(e / w) * kStride + e % w] with w = R * n; the quotient and
+// remainder advance by 32 each step instead of being divided afresh.
+template <typename O, typename Cfg>
+__device__ __forceinline__ void StorePackedRun(const RowArgs& p, const typename Cfg::Acc* stage,
+                                               int64_t row0, int64_t left, int R) {
+  const int lane = threadIdx.x % 32;
+  const int w = R * static_cast<int>(p.n);
+  const int64_t rows = left < 32 * R ? left : 32 * R;
+  const int values = static_cast<int>(rows) * static_cast<int>(p.n);
+  O* dst = static_cast<O*>(p.c) + row0 * p.n;
+  const int step_q = 32 / w, step_r = 32 % w;
+  int q = lane / w, r = lane % w;
+  for (int e = lane; e < values; e += 32) {
+    FromAcc(stage[q * Cfg::kStride + r], dst + e);
+    q += step_q;
+    r += step_r;
+    if (r >= w) {
+      r -= w;
+      ++q;
+    }
+  }
+}
+
+template <typename T, int R, int NT, int U>
+__global__ void __launch_bounds__(PackedRowConfig<T, R, NT, U>::kThreads,
+                                  PackedRowConfig<T, R, NT, U>::kMinBlocks)
+    Tsm2LPackedRowKernel(const __grid_constant__ RowArgs p) {
+  using Cfg = PackedRowConfig<T, R, NT, U>;
+  using Acc = typename Cfg::Acc;
+  constexpr int K = Cfg::kK;
+  __shared__ __align__(16) Acc bs[K * NT];  // B[kk][j], columns past n zero
+  __shared__ Acc stages[Cfg::kThreads / 32][Cfg::kWarpStage];
+  Acc* stage = stages[threadIdx.x / 32];
+  const T* b = static_cast<const T*>(p.b);
+  for (int e = threadIdx.x; e < K * NT; e += blockDim.x) {
+    const int kk = e / NT, j = e % NT;
+    bs[e] = j < p.n ? ToAcc(b[p.b_trans ? j * K + kk : kk * p.n + j]) : Acc(0);
+  }
+  __syncthreads();
+
+  // Steps are the same for the whole block, so every lane of a warp runs the
+  // same iterations (the stage's __syncwarp needs that).
+  const int64_t total = (p.rows + R - 1) / R;  // vectors, the last maybe partial
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * Cfg::kVecsPerStep;
+  int64_t base = static_cast<int64_t>(blockIdx.x) * Cfg::kVecsPerStep;
+  uint4 cur[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) cur[u] = LoadPackedVec<T, R>(p, base + threadIdx.x + u * blockDim.x);
+  for (; base < total; base += stride) {
+    uint4 next[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      next[u] = LoadPackedVec<T, R>(p, base + stride + threadIdx.x + u * blockDim.x);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      Acc av[kVec<T>];
+      Unpack<T>(cur[u], av);
+      const int lane = threadIdx.x % 32;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        Acc acc[NT];
+        InitSums(acc, K);
+#pragma unroll
+        for (int kk = 0; kk < K; ++kk) {
+          Acc bv[NT];
+          LoadSmemRow<NT>(bs + kk * NT, bv);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) acc[j] = fma(av[r * K + kk], bv[j], acc[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          if (j < p.n) stage[lane * Cfg::kStride + r * p.n + j] = acc[j];
+        }
+      }
+      __syncwarp();
+      // The warp's first vector; its rows start the run.
+      const int64_t vec0 = base + u * blockDim.x + threadIdx.x - lane;
+      const int64_t row0 = vec0 * R, left = p.rows - row0;
+      if (left > 0) {
+        if (p.out_f32) {
+          StorePackedRun<float, Cfg>(p, stage, row0, left, R);
+        } else {
+          StorePackedRun<T, Cfg>(p, stage, row0, left, R);
+        }
+      }
+      __syncwarp();  // the stage is written again at the next step
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) cur[u] = next[u];
