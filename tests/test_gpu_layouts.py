@@ -63,7 +63,7 @@ def test_nt_through_the_streaming_kernels(dtype, m, k, n, kernel):
 # is shared (one run over batch * m rows).
 def _row_ks(dtype):
     itemsize = jnp.dtype(dtype).itemsize
-    return [16 // itemsize, 32 // itemsize] + _packed_ks(dtype)
+    return [16 // itemsize, 32 // itemsize, *_packed_ks(dtype)]
 
 
 def _packed_ks(dtype):
@@ -84,16 +84,18 @@ def test_row_per_thread_kernel(dtype, layout, n):
             check(_run(a, b, TSM2L, layout), a, b, layout)
 
 
-# Packed rows past a whole grid stride of the packed kernel (a block's step is 256
-# lanes x 4 vectors of up to 8 rows: 8 million rows of bf16 k = 1 span several
-# strides of 264 blocks), m of every remainder modulo the rows of a vector, and a
-# B with values where the rows' order shows (an off-by-one row would fail).
+# Packed rows past a whole step of the packed kernel (a step deals 4 groups of a
+# 16-byte vector per lane over the grid, at most 264 blocks of 256 lanes on an
+# H100 or H200: 8 million rows of bf16 k = 1 span several steps), fewer rows than
+# one group of that grid (300007: a grid of fewer blocks, and later groups past
+# the end), m of every remainder modulo the rows of a vector, and a B with values
+# where the rows' order shows (an off-by-one row would fail).
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
 @pytest.mark.parametrize("n", [1, 2, 5, 8])
 def test_packed_rows_past_a_grid_stride(dtype, n):
     rng = np.random.default_rng(20 + n)
     for k in _packed_ks(dtype):
-        for m in (2, 3, 5, 7, 8_388_617):
+        for m in (2, 3, 5, 7, 300_007, 8_388_617):
             a = rand(rng, (m, k), dtype)
             b = rand(rng, (k, n), dtype)
             check(_run(a, b, TSM2L, NN), a, b, NN)

@@ -494,7 +494,9 @@ EVERY_TOOL_SWEEPS = {
         for name in ("float32", "float64", "bfloat16", "float16")
     },
     "r_tensor_core_tile": (R_MMA_SWEEP, "Tsm2Mma", {}),
-    "row_per_thread": (ROW_PER_THREAD_SWEEP, "Tsm2LRow", {}),
+    # Both row kernels (Tsm2LRowKernel, Tsm2LPackedRowKernel); the sweep's shapes reach no
+    # other TSM2L kernel.
+    "row_per_thread": (ROW_PER_THREAD_SWEEP, "Tsm2L", {}),
     "l_tensor_core_tile": (L_MMA_SWEEP, "Tsm2LMma", {}),
 }
 

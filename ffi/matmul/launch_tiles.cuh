@@ -523,9 +523,11 @@ struct PackedRowVariant {
     TSM2_CUDA_RETURN_IF_ERROR(SmCount(&plan->sm_count));
     const int64_t rows = p.batch * p.m;
     const int64_t vecs = (rows + R - 1) / R;
-    const int64_t steps = (vecs + Cfg::kVecsPerStep - 1) / Cfg::kVecsPerStep;
+    // A block per kThreads vectors up to what the GPU holds at once: the kernel
+    // deals each step's U groups across the whole grid (Tsm2LPackedRowKernel).
+    const int64_t groups = (vecs + Cfg::kThreads - 1) / Cfg::kThreads;
     plan->n_tile = NT;
-    plan->blocks = static_cast<int>(std::min<int64_t>(steps, int64_t{per_sm} * plan->sm_count));
+    plan->blocks = static_cast<int>(std::min<int64_t>(groups, int64_t{per_sm} * plan->sm_count));
     plan->units = rows;
     plan->threads = Cfg::kThreads;
     plan->workspace_bytes = 0;

@@ -212,7 +212,6 @@ struct PackedRowConfig {
   static constexpr int kThreads =
       8 * kWarpStage * static_cast<int>(sizeof(Acc)) <= 40 * 1024 ? 256 : 128;
   static constexpr int kMinBlocks = 512 / kThreads;  // 128 registers a thread
-  static constexpr int kVecsPerStep = kThreads * U;
   static_assert(R == 2 || R == 4 || R == 8, "rows of 8, 4 or 2 bytes");
   static_assert(kK * R == kVec<T>, "whole rows per vector");
   static_assert(NT >= 1 && NT <= 8, "n <= 8 as the row kernel");
@@ -282,20 +281,23 @@ __global__ void __launch_bounds__(PackedRowConfig<T, R, NT, U>::kThreads,
   }
   __syncthreads();
 
-  // Steps are the same for the whole block, so every lane of a warp runs the
-  // same iterations (the stage's __syncwarp needs that).
+  // A step is U groups of a vector per thread of the grid, each group read by
+  // the whole grid, so that a product of few vectors still spreads over a
+  // block per kThreads of them (the plan sizes the grid so) rather than over
+  // one per kThreads * U. Steps are the same for the whole grid, so every lane
+  // of a warp runs the same iterations (the stage's __syncwarp needs that).
   const int64_t total = (p.rows + R - 1) / R;  // vectors, the last maybe partial
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * Cfg::kVecsPerStep;
-  int64_t base = static_cast<int64_t>(blockIdx.x) * Cfg::kVecsPerStep;
+  const int64_t group = static_cast<int64_t>(gridDim.x) * Cfg::kThreads;
+  const int64_t stride = group * U;
+  const int64_t mine = static_cast<int64_t>(blockIdx.x) * Cfg::kThreads + threadIdx.x;
+  int64_t base = 0;
   uint4 cur[U];
 #pragma unroll
-  for (int u = 0; u < U; ++u) cur[u] = LoadPackedVec<T, R>(p, base + threadIdx.x + u * blockDim.x);
+  for (int u = 0; u < U; ++u) cur[u] = LoadPackedVec<T, R>(p, base + u * group + mine);
   for (; base < total; base += stride) {
     uint4 next[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      next[u] = LoadPackedVec<T, R>(p, base + stride + threadIdx.x + u * blockDim.x);
-    }
+    for (int u = 0; u < U; ++u) next[u] = LoadPackedVec<T, R>(p, base + stride + u * group + mine);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       Acc av[kVec<T>];
@@ -319,7 +321,7 @@ __global__ void __launch_bounds__(PackedRowConfig<T, R, NT, U>::kThreads,
       }
       __syncwarp();
       // The warp's first vector; its rows start the run.
-      const int64_t vec0 = base + u * blockDim.x + threadIdx.x - lane;
+      const int64_t vec0 = base + u * group + mine - lane;
       const int64_t row0 = vec0 * R, left = p.rows - row0;
       if (left > 0) {
         if (p.out_f32) {
