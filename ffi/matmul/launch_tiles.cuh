@@ -443,6 +443,23 @@ struct Tsm2LVariant {
   }
 };
 
+// The grid of a row-per-thread kernel: `wanted` blocks, at most what the GPU
+// holds at once (the kernels walk the rest in grid-wide steps).
+inline Status PlanRowGrid(const void* kernel, int threads, int n_tile, int64_t rows, int64_t wanted,
+                          MatmulLaunchFn launch, const char* name, MatmulPlan* plan) {
+  int per_sm = 0;
+  TSM2_CUDA_RETURN_IF_ERROR(BlocksPerSm(kernel, threads, 0, &per_sm));
+  TSM2_CUDA_RETURN_IF_ERROR(SmCount(&plan->sm_count));
+  plan->n_tile = n_tile;
+  plan->blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * plan->sm_count));
+  plan->units = rows;
+  plan->threads = threads;
+  plan->workspace_bytes = 0;
+  plan->launch = launch;
+  plan->kernel_name = name;
+  return Status{};
+}
+
 // TSM2L's row-per-thread kernel for rows of KV 16-byte vectors. U = 4 rows
 // per lane per step at 2 blocks per SM (128 registers) was the best of the
 // lab's sweep on an H100 (benchmarks/lab/kernel_lab.cu, "Lrow" cases): 91-93%
@@ -480,20 +497,10 @@ struct RowVariant {
   }
 
   static Status Plan(const DeviceMatmul& p, MatmulPlan* plan) {
-    int per_sm = 0;
-    TSM2_CUDA_RETURN_IF_ERROR(
-        BlocksPerSm(reinterpret_cast<const void*>(kKernel), Cfg::kThreads, 0, &per_sm));
-    TSM2_CUDA_RETURN_IF_ERROR(SmCount(&plan->sm_count));
     const int64_t rows = p.batch * p.m;
     const int64_t steps = (rows + Cfg::kRowsPerStep - 1) / Cfg::kRowsPerStep;
-    plan->n_tile = NT;
-    plan->blocks = static_cast<int>(std::min<int64_t>(steps, int64_t{per_sm} * plan->sm_count));
-    plan->units = rows;
-    plan->threads = Cfg::kThreads;
-    plan->workspace_bytes = 0;
-    plan->launch = &Launch;
-    plan->kernel_name = "Tsm2LRowKernel";
-    return Status{};
+    return PlanRowGrid(reinterpret_cast<const void*>(kKernel), Cfg::kThreads, NT, rows, steps,
+                       &Launch, "Tsm2LRowKernel", plan);
   }
 
   static Status Launch(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
@@ -517,23 +524,13 @@ struct PackedRowVariant {
   static bool Takes(const DeviceMatmul& p) { return RowVariant<T, NT, 1>::Takes(p, Cfg::kK); }
 
   static Status Plan(const DeviceMatmul& p, MatmulPlan* plan) {
-    int per_sm = 0;
-    TSM2_CUDA_RETURN_IF_ERROR(
-        BlocksPerSm(reinterpret_cast<const void*>(kKernel), Cfg::kThreads, 0, &per_sm));
-    TSM2_CUDA_RETURN_IF_ERROR(SmCount(&plan->sm_count));
     const int64_t rows = p.batch * p.m;
     const int64_t vecs = (rows + R - 1) / R;
-    // A block per kThreads vectors up to what the GPU holds at once: the kernel
-    // deals each step's U groups across the whole grid (Tsm2LPackedRowKernel).
+    // A block per kThreads vectors: the kernel deals each step's U groups
+    // across the whole grid (Tsm2LPackedRowKernel).
     const int64_t groups = (vecs + Cfg::kThreads - 1) / Cfg::kThreads;
-    plan->n_tile = NT;
-    plan->blocks = static_cast<int>(std::min<int64_t>(groups, int64_t{per_sm} * plan->sm_count));
-    plan->units = rows;
-    plan->threads = Cfg::kThreads;
-    plan->workspace_bytes = 0;
-    plan->launch = &Launch;
-    plan->kernel_name = "Tsm2LPackedRowKernel";
-    return Status{};
+    return PlanRowGrid(reinterpret_cast<const void*>(kKernel), Cfg::kThreads, NT, rows, groups,
+                       &Launch, "Tsm2LPackedRowKernel", plan);
   }
 
   static Status Launch(const DeviceMatmul& p, const MatmulPlan& plan, cudaStream_t stream) {
