@@ -150,9 +150,10 @@ def _replay_module():
 # Rows of 2, 4 and 8 bytes run TSM2L's packed rows' kernel, which the shipped calibration
 # never timed (its row-kernel probes price it) and no H200 run has timed on these grids:
 # two L picks gain (f16 4304915 x 2 x 2 on seed 1129, 1.027x to 1.035x; bf16 6528860 x 4 x 7
-# on seed 4219, 1.156x to 1.161x), and seed 29's f64 8662591 x 1 x 2 is scored with the L tile's record, 67.2 us
-# against XLA's dot's 51.7, a loss (1.081x to 1.079x). On an H100 the packed kernel ran it
-# at 86% of the floor, 7% slower than XLA's dot (results/h100/stream_kernels_packed_rows).
+# on seed 4219, 1.156x to 1.161x), and seed 29's f64 8662591 x 1 x 2 is scored with the L
+# tile's record, 67.2 us against XLA's dot's 51.7, a loss (1.081x to 1.079x). On an H100 the
+# packed kernel ran it at 86% of the floor, 7% slower than XLA's dot
+# (results/h100/stream_kernels_packed_rows).
 H200_RUNS = {
     "grid_seed1129": (1.03, 7),
     "grid_seed29": (1.07, 5),
