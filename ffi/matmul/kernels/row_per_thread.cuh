@@ -189,10 +189,6 @@ __global__ void __launch_bounds__(256, MinBlocks)
   }
 }
 
-}  // namespace tsm2
-
-namespace tsm2 {
-
 // Rows of 2, 4 or 8 bytes: one 16-byte vector of A holds R = 16 / (k * itemsize)
 // whole rows, so a lane loads one vector and computes R rows of C. A warp's
 // 32 * R rows of C are one contiguous run of 32 * R * n values: each lane puts
