@@ -93,6 +93,14 @@ struct RowStreamBLayout {
   }
 };
 
+// Where the row statistics of a kStats launch start after B's rows of the
+// longest split: 16-byte aligned. Each row of B then takes kRowStats more
+// accumulators (4 bytes, or 8 for f64) in shared memory.
+constexpr int64_t RowStreamStatsOffset(const RowStreamBLayout& b, int64_t k_chunk) {
+  return (b.Bytes(k_chunk) + 15) / 16 * 16;
+}
+constexpr int kRowStreamStatsPerRow = 4;
+
 // Shared memory of the rings of A (none where the ring is in registers).
 constexpr int RowStreamRingBytes(const RowStreamShape& s) {
   return kRowStreamWarps * s.stages * s.rows * s.vecs * 32 * 16;
@@ -118,9 +126,12 @@ constexpr int64_t kRowStreamUnitsPerWarp = 4;
 // bytes of shared memory per block. !ok when B's rows of one vector do not
 // fit, or when the splits' partial sums would need more than
 // `workspace_limit` bytes (< 0: no limit).
+// With `stats` (the fused ABFT check's launch: kStats), n counts the
+// checksum column, every split writes its sums and the rows' statistics to
+// the workspace, and B's rows share the shared memory with their statistics.
 inline RowStreamPlan PlanRowStream(const RowStreamShape& s, int itemsize, int64_t m, int64_t k,
-                                   int64_t n, int sms, int smem_optin,
-                                   int64_t workspace_limit = -1) {
+                                   int64_t n, int sms, int smem_optin, int64_t workspace_limit = -1,
+                                   bool stats = false) {
   RowStreamPlan p;
   if (!s.ok() || m < 1 || k < 1 || n < 1 || n > s.n_b) return p;
   const RowStreamBLayout b(itemsize, s.n_b);
@@ -129,7 +140,14 @@ inline RowStreamPlan PlanRowStream(const RowStreamShape& s, int itemsize, int64_
   // Less the kernel's static shared memory (its unit counter) and, with
   // several blocks per SM, the 1 KB the driver reserves for each.
   const int64_t budget = (smem_optin - 64) / s.min_blocks - (s.min_blocks > 1 ? 1024 : 0) - ring;
-  const int64_t fit = b.RowsFitting(budget) / vec * vec;
+  const int64_t stat_row = stats ? kRowStreamStatsPerRow * acc : 0;
+  int64_t fit = b.RowsFitting(budget) / vec * vec;
+  if (stats) {
+    // B's bytes per row, rounded up, plus the row's statistics.
+    const int64_t per_row = CeilDiv(b.Bytes(fit), std::max<int64_t>(fit, 1)) + stat_row;
+    fit = std::min(fit, (budget - 32) / per_row / vec * vec);
+    while (fit >= vec && RowStreamStatsOffset(b, fit) + fit * stat_row > budget) fit -= vec;
+  }
   if (fit < vec) return p;
   const int64_t tail = k * itemsize % 16;
   p.period = tail == 0 ? 1 : static_cast<int>(16 / std::gcd<int64_t>(16, tail));
@@ -147,10 +165,12 @@ inline RowStreamPlan PlanRowStream(const RowStreamShape& s, int itemsize, int64_
   const int64_t fit_steps = fit >= step_k ? fit / step_k * step_k : fit;
   p.k_chunk = std::min(fit_steps, CeilDiv(CeilDiv(k, splits), step_k) * step_k);
   p.splits = CeilDiv(k, p.k_chunk);
-  p.workspace_bytes = p.splits > 1 ? p.splits * m * n * acc : 0;
+  p.workspace_bytes = p.splits > 1 || stats ? p.splits * m * (n + stat_row / acc) * acc : 0;
   if (workspace_limit >= 0 && p.workspace_bytes > workspace_limit) return p;
   p.units = p.groups * p.splits;
-  p.smem_bytes = ring + static_cast<int>(b.Bytes(std::min(p.k_chunk, k)));
+  const int64_t chunk = std::min(p.k_chunk, k);
+  p.smem_bytes = ring + static_cast<int>(stats ? RowStreamStatsOffset(b, chunk) + chunk * stat_row
+                                               : b.Bytes(chunk));
   p.blocks = static_cast<int>(
       std::min<int64_t>(int64_t{s.min_blocks} * sms, CeilDiv(p.units, kRowStreamWarps)));
   p.ok = true;

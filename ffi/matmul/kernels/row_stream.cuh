@@ -26,6 +26,15 @@
 // of R rows), numbered split by split and dealt to blocks in equal
 // contiguous ranges, so a block reloads B only when its range crosses into
 // the next split.
+//
+// Row statistics (kStats, for the fused ABFT check of ffi/abft/rows/): the
+// launch's n is B's width plus one, and the block stages the sum of each of
+// B's rows as that last column, so every row of A also yields its checksum
+// A_i . (B 1) from the same loads. Beside it each row accumulates, per
+// element, |a| times sum_j |b_j|, |a| times |sum_j b_j| and a^2 times
+// (sum_j b_j^2 + (sum_j b_j)^2): the magnitudes the check's rounding bound
+// needs. Sums and statistics always go to the workspace; the check's kernel
+// adds the splits.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +58,15 @@ struct RowStreamArgs {
   int period;      // rows between two rows that start at the same offset in a vector
   bool b_t;        // B stored [n, k] (layout NT)
   bool out_f32;    // C is f32 although T is bf16/f16
+  // kStats only: [splits][m][kRowStats] accumulators of the row statistics,
+  // and two words the first block zeroes for the check that follows.
+  void* stats;
+  int* zero_words;
 };
+
+// The row statistics kStats accumulates (see the top of the file).
+enum RowStat : int { kRowStatAbs = 0, kRowStatAbsCheck = 1, kRowStatSq = 2, kRowStats = 4 };
+static_assert(kRowStats == kRowStreamStatsPerRow, "the plan sizes the statistics alike");
 
 template <int Bytes>
 struct UnitType;
@@ -113,10 +130,11 @@ __device__ __forceinline__ void ReduceScatter(Acc (&x)[V], int lane) {
 // vectors `av` (a warp step), `first_v` the step's first vector index of
 // lane 0. With kChecked, elements outside [0, kc) of the split (the covering
 // vectors' bytes of other rows or splits) are skipped.
-template <typename T, int N, int R, int U, bool kChecked>
-__device__ __forceinline__ void RowStreamStep(const char* bsm, const uint4 (&av)[R][U],
-                                              int64_t first_v, int lane, int s, int64_t kc,
-                                              AccType<T> (&acc)[R][N]) {
+template <typename T, int N, int R, int U, bool kChecked, bool kStats>
+__device__ __forceinline__ void RowStreamStep(const char* bsm, const AccType<T>* ssm,
+                                              const uint4 (&av)[R][U], int64_t first_v, int lane,
+                                              int s, int64_t kc, AccType<T> (&acc)[R][N],
+                                              AccType<T> (&st)[R][3]) {
   using Acc = AccType<T>;
   constexpr int kV = kVec<T>;
 #pragma unroll
@@ -136,6 +154,16 @@ __device__ __forceinline__ void RowStreamStep(const char* bsm, const uint4 (&av)
 #pragma unroll
         for (int c = 0; c < N; ++c) acc[r][c] = fma(a[r][e], bv[c], acc[r][c]);
       }
+      if constexpr (kStats) {
+        const Acc* w = ssm + j * kRowStats;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const Acc x = a[r][e], ax = x < Acc(0) ? -x : x;
+          st[r][0] = fma(ax, w[kRowStatAbs], st[r][0]);
+          st[r][1] = fma(ax, w[kRowStatAbsCheck], st[r][1]);
+          st[r][2] = fma(x * x, w[kRowStatSq], st[r][2]);
+        }
+      }
     }
   }
 }
@@ -143,7 +171,7 @@ __device__ __forceinline__ void RowStreamStep(const char* bsm, const uint4 (&av)
 // One instantiation per RowStreamShape (row_stream_plan.h): B's width N, R
 // rows per warp, U vectors per row and lane, D steps in flight in registers
 // or S stages in a shared-memory ring, M blocks per SM.
-template <typename T, int N, int R, int U, int D, int S, int M>
+template <typename T, int N, int R, int U, int D, int S, int M, bool kStats = false>
 __global__ void __launch_bounds__(kRowStreamThreads, M)
     Tsm2RowStreamKernel(const __grid_constant__ RowStreamArgs p) {
   using Acc = AccType<T>;
@@ -154,12 +182,18 @@ __global__ void __launch_bounds__(kRowStreamThreads, M)
   extern __shared__ __align__(16) char smem[];
   __shared__ int next_unit;
   char* bsm = smem + kRing;  // B's rows follow the rings
+  // kStats: the rows' statistics follow B's rows of the longest split.
+  Acc* ssm =
+      reinterpret_cast<Acc*>(bsm + RowStreamStatsOffset(kB, p.k_chunk < p.k ? p.k_chunk : p.k));
   // This warp's ring (S > 0): stage, row, u, lane.
   uint4* wring = reinterpret_cast<uint4*>(smem) + (threadIdx.x / 32) * (S * R * U * 32);
   const T* a = static_cast<const T*>(p.a);
   const T* b = static_cast<const T*>(p.b);
   const int lane = threadIdx.x % 32;
 
+  if constexpr (kStats) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.zero_words[0] = p.zero_words[1] = 0;
+  }
   const int64_t u_begin = blockIdx.x * p.units / gridDim.x;
   const int64_t u_end = (blockIdx.x + 1) * p.units / gridDim.x;
   for (int64_t seg = u_begin; seg < u_end;) {
@@ -168,15 +202,35 @@ __global__ void __launch_bounds__(kRowStreamThreads, M)
     const int64_t k0 = split * p.k_chunk;
     const int64_t kc = p.k - k0 < p.k_chunk ? p.k - k0 : p.k_chunk;
 
-    // B's rows [k0, k0 + kc) into shared memory, zero past n.
+    // B's rows [k0, k0 + kc) into shared memory, zero past n (with kStats,
+    // past B's width nb, and the rows' sums and statistics beside them).
     __syncthreads();  // the previous split's rows are no longer read
     if (threadIdx.x == 0) next_unit = 0;
+    const int64_t nb = kStats ? p.n - 1 : p.n;
     for (int64_t i = threadIdx.x; i < kc * N; i += kRowStreamThreads) {
       const int64_t j = i / N;
       const int col = static_cast<int>(i % N);
+      if (kStats && col == nb) continue;  // the row's sum, written below
       Acc v = Acc(0);
-      if (col < p.n) v = ToAcc(b[p.b_t ? col * p.k + k0 + j : (k0 + j) * p.n + col]);
+      if (col < nb) v = ToAcc(b[p.b_t ? col * p.k + k0 + j : (k0 + j) * nb + col]);
       reinterpret_cast<Acc*>(bsm + kB.UnitOf(j) * kB.unit)[col] = v;
+    }
+    if constexpr (kStats) {
+      for (int64_t j = threadIdx.x; j < kc; j += kRowStreamThreads) {
+        Acc sum = Acc(0), abs = Acc(0), sq = Acc(0);
+        for (int64_t col = 0; col < nb; ++col) {
+          const Acc v = ToAcc(b[p.b_t ? col * p.k + k0 + j : (k0 + j) * nb + col]);
+          sum += v;
+          abs += v < Acc(0) ? -v : v;
+          sq = fma(v, v, sq);
+        }
+        reinterpret_cast<Acc*>(bsm + kB.UnitOf(j) * kB.unit)[nb] = sum;
+        Acc* w = ssm + j * kRowStats;
+        w[kRowStatAbs] = abs;
+        w[kRowStatAbsCheck] = sum < Acc(0) ? -sum : sum;
+        w[kRowStatSq] = fma(sum, sum, sq);
+        w[3] = Acc(0);
+      }
     }
     __syncthreads();
 
@@ -209,12 +263,13 @@ __global__ void __launch_bounds__(kRowStreamThreads, M)
 
       Acc acc[R][N];
       InitSums(acc, p.k);
+      Acc st[R][3] = {};
       auto step_of = [&](int64_t step, const uint4(&av)[R][U]) {
         const int64_t v0 = step * kStepV;
         if (v0 >= full_lo && v0 + kStepV - 1 <= full_hi) {
-          RowStreamStep<T, N, R, U, false>(bsm, av, v0, lane, s, kc, acc);
+          RowStreamStep<T, N, R, U, false, kStats>(bsm, ssm, av, v0, lane, s, kc, acc, st);
         } else {
-          RowStreamStep<T, N, R, U, true>(bsm, av, v0, lane, s, kc, acc);
+          RowStreamStep<T, N, R, U, true, kStats>(bsm, ssm, av, v0, lane, s, kc, acc, st);
         }
       };
       if constexpr (S > 0) {
@@ -286,6 +341,25 @@ __global__ void __launch_bounds__(kRowStreamThreads, M)
         for (int c = 0; c < N; ++c) x[r * N + c] = acc[r][c];
       }
       ReduceScatter<kValues>(x, lane);
+      if constexpr (kStats) {
+        // Every lane takes part in the butterfly; the lanes that hold a
+        // finished statistic store it.
+        constexpr int kStatValues = R * kRowStats;
+        Acc y[kStatValues];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int q = 0; q < kRowStats; ++q) y[r * kRowStats + q] = q < 3 ? st[r][q] : Acc(0);
+        }
+        ReduceScatter<kStatValues>(y, lane);
+        constexpr int kStatShare = kStatValues >= 32 ? 1 : 32 / kStatValues;
+        static_assert(kStatValues <= 32, "one statistic per lane at most");
+        const int idx = lane / kStatShare, r = idx / kRowStats, q = idx % kRowStats;
+        const int64_t row = row0 + r * int64_t{p.period};
+        if (lane % kStatShare == 0 && q < 3 && row < p.m) {
+          static_cast<Acc*>(p.stats)[(split * p.m + row) * kRowStats + q] = y[0];
+        }
+      }
       constexpr int kHeld = kValues > 32 ? kValues / 32 : 1;
       constexpr int kShare = kValues >= 32 ? 1 : 32 / kValues;  // lanes holding one value
       if (lane % kShare != 0) continue;
@@ -296,7 +370,7 @@ __global__ void __launch_bounds__(kRowStreamThreads, M)
         const int64_t row = row0 + r * int64_t{p.period};
         if (row >= p.m || col >= p.n) continue;
         const int64_t o = row * p.n + col;
-        if (p.splits > 1) {
+        if (p.splits > 1 || kStats) {
           static_cast<Acc*>(p.partials)[split * p.m * p.n + o] = x[i];
         } else if (p.out_f32) {
           static_cast<float*>(p.c)[o] = static_cast<float>(x[i]);
