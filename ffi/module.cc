@@ -19,6 +19,7 @@
 
 #include "ffi/abft/handlers.h"
 #include "ffi/abft/plan.h"
+#include "ffi/abft/row_check_plan.h"
 #include "ffi/common/elem_type.h"
 #include "ffi/common/plan_math.h"
 #include "ffi/harness/handlers.h"
@@ -75,6 +76,7 @@ nb::dict Registrations() {
   cuda["tsm2_abft_encode"] = EncapsulateHandler(Tsm2AbftEncodeCuda);
   cuda["tsm2_abft_verify"] = EncapsulateHandler(Tsm2AbftVerifyCuda);
   cuda["tsm2_abft_verify_inject"] = EncapsulateHandler(Tsm2AbftVerifyInjectCuda);
+  cuda["tsm2_abft_rows"] = EncapsulateHandler(Tsm2AbftRowsCuda);
   cuda["tsm2_host_rows"] = EncapsulateHandler(Tsm2HostRowsCuda);
   out["CUDA"] = cuda;
 #endif
@@ -707,6 +709,22 @@ NB_MODULE(_tsm2_ext, m) {
       },
       nb::arg("dtype"), nb::arg("m"), nb::arg("n"), nb::arg("sm_count"),
       "Bytes of tsm2_abft_verify's workspace (abft/plan.h).");
+  m.def(
+      "abft_rows_workspace",
+      [](const std::string& dtype, int64_t m, int64_t k, int64_t n, int sm_count,
+         int smem_optin) -> nb::object {
+        if (m < 0 || k < 0 || n < 0 || sm_count < 1) throw nb::value_error("bad sizes");
+        int64_t bytes = 0;
+        if (!tsm2::RowCheckWorkspaceBytes(ItemsizeOf(dtype), m, k, n, sm_count, smem_optin,
+                                          &bytes)) {
+          return nb::none();
+        }
+        return nb::int_(bytes);
+      },
+      nb::arg("dtype"), nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("sm_count"),
+      nb::arg("smem_optin"),
+      "Bytes of tsm2_abft_rows's workspace (abft/row_check_plan.h); None where the fused row "
+      "check does not take the product.");
   m.def(
       "repair_blocks", [](int64_t m) { return tsm2::RepairBlocks(m); }, nb::arg("m"),
       "Blocks of tsm2_repair_column for m rows: the length of its s32 workspace.");

@@ -117,6 +117,28 @@ auto AbftVerifyInjectSignature(B binding) {
       .template Attr<int32_t>("inject_bit");
 }
 
+// tsm2_abft_rows (CUDA only): C = A @ B with the fused row check
+// (row_check.h). C and the magnitude are in the accumulator type.
+template <typename B>
+auto AbftRowsSignature(B binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()                             // a: [m, k]
+      .template Arg<AnyBuffer>()                             // b: [k, n], or [n, k] with b_t
+      .template Ret<AnyBuffer>()                             // c: [m, n] (acc)
+      .template Ret<AnyBuffer>()                             // errors_detected: s32[]
+      .template Ret<AnyBuffer>()                             // corrected: pred[]
+      .template Ret<AnyBuffer>()                             // row: s32[]
+      .template Ret<AnyBuffer>()                             // col: s32[]
+      .template Ret<AnyBuffer>()                             // magnitude: acc[]
+      .template Ret<AnyBuffer>()                             // uncorrectable: pred[]
+      .template Ret<AnyBuffer>()                             // workspace: u8[bytes]
+      .template Attr<xla::ffi::Span<const double>>("model")  // [kRowModelLen]
+      .template Attr<bool>("b_t")                            // B given [n, k]
+      .template Attr<int64_t>("inject_row")                  // < 0: no injection
+      .template Attr<int64_t>("inject_col")
+      .template Attr<int32_t>("inject_bit");
+}
+
 }  // namespace tsm2
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2ColsumsCpu);
@@ -132,4 +154,5 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftJudgeCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftEncodeCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftVerifyCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftVerifyInjectCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftRowsCuda);
 #endif

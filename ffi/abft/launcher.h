@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "ffi/abft/plan.h"
+#include "ffi/abft/row_check.h"
 #include "ffi/common/elem_type.h"
 #include "ffi/common/status.h"
 
@@ -138,5 +139,34 @@ struct DeviceAbftVerify {
 
 template <ElemType E, ElemType A>
 Status LaunchAbftVerify(const DeviceAbftVerify& p, cudaStream_t stream);
+
+// The fused check of a row-streamed product (tsm2_abft_rows; row_check.h,
+// launch_rows.cu): C = A @ B (B given [n, k] when b_t) with each row checked
+// against the checksum its own read of A yields, flagged rows recomputed, and
+// the verdict written. C and the magnitude are in the accumulator type (f32
+// for f32, bf16 and f16 data). inject_row >= 0 flips bit inject_bit of
+// C[inject_row, inject_col] as it is stored, before the check (tests).
+struct DeviceRowCheck {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  double model[kRowModelLen] = {};  // row_check.h RowModel
+  int64_t m = 0, k = 0, n = 0;
+  bool b_t = false;
+  int64_t inject_row = -1, inject_col = -1;
+  int inject_bit = 0;
+  int32_t* errors_detected = nullptr;
+  bool* corrected = nullptr;
+  int32_t* row = nullptr;
+  int32_t* col = nullptr;
+  void* magnitude = nullptr;
+  bool* uncorrectable = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// The plan and workspace: row_check_plan.h.
+template <ElemType E>
+Status LaunchRowCheck(const DeviceRowCheck& p, cudaStream_t stream);
 
 }  // namespace tsm2
