@@ -61,6 +61,7 @@ JUDGE_TARGET = "tsm2_abft_judge"
 ENCODE_TARGET = "tsm2_abft_encode"
 VERIFY_TARGET = "tsm2_abft_verify"
 VERIFY_INJECT_TARGET = "tsm2_abft_verify_inject"  # verify with a planted fault, for tests
+ROWS_TARGET = "tsm2_abft_rows"  # a row-streamed product with its fused row check (CUDA only)
 HOST_ROWS_TARGET = "tsm2_host_rows"  # rows of pinned host memory (jax_tsm2.host_memory)
 TARGETS = (
     MATMUL_TARGET,
@@ -76,6 +77,7 @@ TARGETS = (
     ENCODE_TARGET,
     VERIFY_TARGET,
     VERIFY_INJECT_TARGET,
+    ROWS_TARGET,
     HOST_ROWS_TARGET,
 )
 
@@ -157,6 +159,11 @@ def cuda_abft_available() -> bool:
     cuda = _registered.get("CUDA", ())
     names = (COLSUMS_TARGET, REPAIR_TARGET, JUDGE_TARGET, ENCODE_TARGET, VERIFY_TARGET)
     return all(t in cuda for t in names)
+
+
+def cuda_abft_rows_available() -> bool:
+    """True when this build contains the fused row check (``tsm2_abft_rows``)."""
+    return ROWS_TARGET in _registered.get("CUDA", ())
 
 
 def disabled_safety_checks() -> list[Any]:
@@ -427,6 +434,22 @@ def abft_verify_workspace(dtype: Any, m: int, n: int) -> int:
         0
     """
     return int(_tsm2_ext.abft_verify_workspace(jax.numpy.dtype(dtype).name, m, n, _sm_count()))
+
+
+def abft_rows_workspace(dtype: Any, m: int, k: int, n: int) -> int | None:
+    """Bytes of ``tsm2_abft_rows``'s workspace for ``(m, k) @ (k, n)`` on this process's GPU
+    (or an H100 without one), or None where the fused row check does not take the product
+    (``n + 1`` past the row stream's widths: 16 columns for f32, 8 for the others).
+
+    Example:
+        >>> abft_rows_workspace("float32", 20480, 20480, 8) > 0
+        True
+        >>> abft_rows_workspace("float64", 1000, 1000, 8) is None
+        True
+    """
+    name = jax.numpy.dtype(dtype).name
+    bytes_ = _tsm2_ext.abft_rows_workspace(name, m, k, n, _sm_count(), smem_optin())
+    return None if bytes_ is None else int(bytes_)
 
 
 def repair_blocks(m: int) -> int:

@@ -199,6 +199,13 @@ _SUMS = "auto"
 _REPAIR = "auto"
 SUMS_MODES = ("auto", "kernel", "variadic", "siblings")
 REPAIR_MODES = ("auto", "kernel", "cond", "select")
+# _FUSED, whether abft_matmul runs a product the row stream takes (rows of A of at least
+# ROW_STREAM_MIN_ROW_BYTES, n + 1 within its widths) as the fused row check on CUDA
+# (tsm2_abft_rows: one read of A for the product and its checks) rather than the three passes
+# beside the routed product: "auto" or "never".
+_FUSED = "auto"
+FUSED_MODES = ("auto", "never")
+ROW_STREAM_MIN_ROW_BYTES = 256  # ffi/matmul/row_stream_plan.h kRowStreamMinRowBytes
 
 
 def _xla_sums_mode() -> str:
@@ -271,6 +278,35 @@ def _by_platform(part: str, usable: bool, kernel, xla, *args):
     if on_cuda is elsewhere:
         return on_cuda(*args)
     return lax.platform_dependent(*args, cuda=on_cuda, default=elsewhere)
+
+
+def decide_fused(a: ArrayLike, b: ArrayLike) -> Decision:
+    """Whether ``abft_matmul(a, b)`` runs as the fused row check on CUDA (``"kernels"``:
+    ``tsm2_abft_rows``, one read of ``a``) or as the checksum passes beside the routed product
+    (``"xla"``; then ``decide`` says how). Other platforms always take the passes.
+
+    Example:
+        >>> decide_fused(jnp.ones((4096, 4096)), jnp.ones((4096, 8))).target
+        'kernels'
+        >>> decide_fused(jnp.ones((4096, 16)), jnp.ones((16, 8))).target  # rows of 64 bytes
+        'xla'
+    """
+    dtypes = [np.dtype(x.dtype) for x in (a, b)]
+    (m, k), n = a.shape, b.shape[1]
+    decision = lambda target, reason: Decision(
+        op="abft_fused", target=target, reason=reason, platform="cuda"
+    )
+    if _check_mode("_FUSED", _FUSED, FUSED_MODES) == "never":
+        return decision("xla", "abft._FUSED = 'never'")
+    if dtypes[0] != dtypes[1] or not abft_calls.rows_supported(dtypes[0], m, k, n):
+        return decision("xla", "dtypes or sizes the fused row check does not take")
+    if k * dtypes[0].itemsize < ROW_STREAM_MIN_ROW_BYTES:
+        return decision("xla", "rows of A too short for the row stream")
+    if config.get_custom_call_mode() == "never":
+        return decision("xla", "custom-call mode 'never'")
+    if not _ffi.cuda_kernels_usable(_ffi.cuda_abft_rows_available()):
+        return decision("xla", "this build of jax_tsm2 has no fused row check for this GPU")
+    return decision("kernels", "the row stream checks each row from its one read of A")
 
 
 def _sums_usable(dtype: np.dtype, m: int, k: int, n: int) -> bool:
@@ -794,6 +830,15 @@ def abft_matmul(
     one adding its splits) and a ``tsm2_abft_judge`` call (no recomputation for a clean
     product): no host round trip.
 
+    **Fused row check.** On CUDA, a product whose rows of ``a`` are at least 256 bytes long and
+    whose ``n + 1`` fits the row stream (``n <= 15`` for f32, ``n <= 7`` otherwise; see
+    ``decide_fused``) runs instead as ``tsm2_abft_rows``: the row stream reads each row of
+    ``a`` once for the row of ``C``, its checksum ``a_i . (b 1)`` and the magnitudes of its
+    rounding bound; the kernel that adds its splits checks every row, and flagged rows (up to
+    32) are recomputed on the device. No pass over ``a`` beside the product. It computes on
+    CUDA cores at full f32 precision (``precision`` does not apply) and locates a fault by its
+    row; its threshold is ``jax_tsm2.abft_model.row_model_vector``'s.
+
     Args:
       a: ``(m, k)`` f16/bf16/f32/f64 operand.
       b: ``(k, n)`` operand.
@@ -820,6 +865,27 @@ def abft_matmul(
     checked = checked_dtype(dtype)
     if inject is not None:
         inject = _check_injection(inject, (a.shape[0], b.shape[1]), checked)
+    passes = lambda a, b: _abft_passes(a, b, dtype, precision, inject)
+    if decide_fused(a, b).target != "kernels":
+        return passes(a, b)
+    # The branches must agree on dtypes: the passes' magnitude follows jax_enable_x64.
+    like = jax.eval_shape(passes, a, b)
+    fused = lambda a, b: _abft_fused(a, b, dtype, inject, like)
+    return lax.platform_dependent(a, b, cuda=fused, default=passes)
+
+
+def _abft_fused(a, b, dtype, inject, like) -> tuple[jax.Array, Verdict]:
+    """``abft_matmul`` as the fused row check (``tsm2_abft_rows``), in ``like``'s dtypes."""
+    (m, k), n = a.shape, b.shape[1]
+    model = abft_model.row_model_vector(dtype, m, k, n)
+    c, verdict = abft_calls.rows(a, b, model, inject=inject)
+    verdict = Verdict(*(v.astype(w.dtype) for v, w in zip(verdict, like[1], strict=True)))
+    return c.astype(like[0].dtype), verdict
+
+
+def _abft_passes(a, b, dtype, precision, inject) -> tuple[jax.Array, Verdict]:
+    """``abft_matmul`` as the checksum passes beside the routed product."""
+    checked = checked_dtype(dtype)
     checksums = encode(a, b, precision=precision, out_dtype=checked)
     if checked == dtype:
         c = product(a, b, precision=precision)

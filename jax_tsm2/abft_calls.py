@@ -45,6 +45,8 @@ __all__ = [
     "encode",
     "judge",
     "repair_column",
+    "rows",
+    "rows_supported",
     "verify",
 ]
 
@@ -400,3 +402,79 @@ def verify(
     )
     attrs = {"inject_row": np.int64(row), "inject_col": np.int64(col), "inject_bit": np.int32(bit)}
     return tuple(call(c, stats, model, **attrs)[:3])
+
+
+def rows_supported(dtype: DTypeLike, m: int, k: int, n: int) -> bool:
+    """Whether ``tsm2_abft_rows`` takes an ``(m, k) @ (k, n)`` product of ``dtype`` data:
+    f16/bf16/f32/f64, no empty dimension, ``n + 1`` within the row stream's widths (16
+    columns for f32, 8 for the others), and sums short enough for the rounding model
+    (``k u < 0.1``)."""
+    dtype = np.dtype(dtype)
+    if dtype not in _ELEMENT_DTYPES or min(m, k, n) < 1:
+        return False
+    u = float(np.finfo(np.float64 if dtype == np.float64 else np.float32).eps) / 2
+    return k * u < 0.1 and _ffi.abft_rows_workspace(dtype, m, k, n) is not None
+
+
+def rows(
+    a: ArrayLike,
+    b: ArrayLike,
+    model: ArrayLike,
+    *,
+    inject: tuple[int, int, int] | None = None,
+) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """``a @ b`` with the fused row check (``tsm2_abft_rows``; CUDA only): one read of ``a``.
+
+    The row stream (``ffi/matmul/kernels/row_stream.cuh``) computes each row of ``C`` with its
+    checksum ``a_i . (b 1)`` and the magnitudes of its rounding bound from the same loads; the
+    kernel that adds its splits compares every row with its threshold, and flagged rows are
+    recomputed from ``a`` and ``b`` on the device (at most 32 of them; past that the product is
+    reported uncorrectable and left as computed).
+
+    Args:
+      a: ``(m, k)``; ``b``: ``(k, n)``; one dtype, ``rows_supported``.
+      model: the ``(10,)`` constants of ``jax_tsm2.abft_model.row_model_vector`` (a static
+        attribute of the call, in f64 whatever ``jax_enable_x64`` says).
+      inject: ``(row, col, bit)``: flip bit ``bit`` of ``C[row, col]`` as the check's kernel
+        stores it, before the check (tests).
+
+    Returns:
+      ``(c, (errors_detected, corrected, row, col, magnitude, uncorrectable))``: ``c`` in the
+      accumulation dtype (f32 for f16/bf16/f32 data), the verdict as
+      ``jax_tsm2.abft.Verdict``'s fields.
+    """
+    a, b, model = jnp.asarray(a), jnp.asarray(b), np.asarray(model, np.float64)
+    (m, k), n = a.shape, b.shape[-1]
+    if a.ndim != 2 or b.ndim != 2 or b.shape[0] != k or a.dtype != b.dtype:
+        raise TypeError(
+            f"rows: need a (m, k) and b (k, n) of one dtype, got {a.shape} {a.dtype} and "
+            f"{b.shape} {b.dtype}"
+        )
+    if not rows_supported(a.dtype, m, k, n):
+        raise ValueError(f"rows: tsm2_abft_rows does not take {a.dtype} ({m}, {k}) @ ({k}, {n})")
+    if model.shape != (10,):
+        raise ValueError(f"rows: model must have 10 values, got shape {model.shape}")
+    acc = np.dtype(np.float64 if a.dtype == np.float64 else np.float32)
+    workspace = _ffi.abft_rows_workspace(a.dtype, m, k, n)
+    a, b = _compat.match_varying(a, b)
+    out = lambda shape, dtype: _compat.shape_dtype_struct(shape, dtype, a)
+    results = (
+        out((m, n), acc),
+        out((), jnp.int32),
+        out((), jnp.bool_),
+        out((), jnp.int32),
+        out((), jnp.int32),
+        out((), acc),
+        out((), jnp.bool_),
+        out((workspace,), jnp.uint8),
+    )
+    row, col, bit = inject if inject is not None else (-1, -1, 0)
+    call = jax.ffi.ffi_call(_ffi.ROWS_TARGET, results, vmap_method="sequential")
+    attrs = {
+        "b_t": False,
+        "inject_row": np.int64(row),
+        "inject_col": np.int64(col),
+        "inject_bit": np.int32(bit),
+    }
+    c, *verdict, _ = call(a, b, model=model, **attrs)
+    return c, tuple(verdict)

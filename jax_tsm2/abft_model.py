@@ -104,7 +104,9 @@ __all__ = [
     "guarded_norm",
     "half_ulp",
     "model_vector",
+    "row_model_vector",
     "row_signs",
+    "row_threshold",
 ]
 
 LAMBDA = 6.6  # 2 exp(-LAMBDA^2 / 2) = 6.9e-10 per check
@@ -368,3 +370,89 @@ def column_threshold(model: jax.Array, abs1, norm, flush, c_abs, n2) -> jax.Arra
     modelled = f["lambda"] * jnp.sqrt(var) + common
     worst = f["ceiling"] * abs1 + common
     return jnp.fmin(modelled, worst) * (1 + f["inflate"])
+
+
+# --------------------------------------------------------------------------------------------
+# the fused row check (tsm2_abft_rows; ffi/abft/row_check.h)
+
+#: Entries of the row check's model vector, in order (``RowModel`` in row_check.h).
+ROW_MODEL_FIELDS = (
+    "lambda",
+    "var",
+    "drift",
+    "sum_rounding",
+    "floor",
+    "ceiling",
+    "inflate",
+    "sq_tiny",
+    "entry_factor",
+    "entry_floor",
+)
+
+#: The false-positive rate a product's row check is sized for (all its rows together).
+ROW_FALSE_POSITIVE_RATE = 1e-10
+
+
+def row_model_vector(dtype: DTypeLike, m: int, k: int, n: int) -> np.ndarray:
+    """The constants of the fused row check of an ``(m, k) @ (k, n)`` product (f64, in the
+    order of ``ROW_MODEL_FIELDS``).
+
+    The product runs on CUDA cores in the accumulation dtype (f32 for f32, bf16 and f16 data,
+    whose products are exact in f32; f64 for f64), so there is no input rounding. Row ``i``'s
+    residual ``sum_j C_ij - A_i . x`` (``x`` B's row sums, rounded to the accumulation dtype)
+    is the rounding of ``n + 1`` dot products of ``k`` terms, each modelled as in the module
+    docstring (variance proxy ``u^2 (k + 1) (T2 + C^2)``, drift ``(k + 2)/4 u kappa (2 - kappa)
+    |C|``), added as if fully correlated (``sqrt(n + 1)``: a row has no random signs). ``lambda``
+    is sized so that a sub-Gaussian tail past it has probability below
+    ``ROW_FALSE_POSITIVE_RATE`` over all ``m (n + 1)`` dot products. On top: the rounding of
+    ``x`` (``gamma_n``) and of the check's own f64 sums, gradual underflow, and the worst case
+    (twice Higham's ``gamma_{k+1}`` on the terms' 1-norm) as the ceiling.
+
+    >>> v = row_model_vector(jnp.float32, 20480, 20480, 8)
+    >>> round(float(v[0]), 1), v.dtype  # lambda sqrt(n + 1)
+    (25.4, dtype('float64'))
+    """
+    dtype = np.dtype(dtype)
+    acc = np.dtype(np.float64 if dtype == np.float64 else np.float32)
+    u, tiny = float(np.finfo(acc).eps) / 2, float(np.finfo(acc).tiny)
+    u_check = float(np.finfo(np.float64).eps) / 2
+    lam = max(LAMBDA, math.sqrt(2 * math.log(2 * max(m, 1) * (n + 1) / ROW_FALSE_POSITIVE_RATE)))
+    values = {
+        "lambda": lam * math.sqrt(n + 1),
+        "var": u * u * (k + 1),
+        "drift": (k + 2) / 4 * u,
+        "sum_rounding": _gamma(n, u) + 2 * _gamma(n + 2, u_check),
+        "floor": 2 * (2 * k + 2) * (n + 2) * tiny,
+        "ceiling": 2 * _gamma(k + 1, u),
+        "inflate": 2 * _gamma(k + n + 2, u) + 4 * u,
+        "sq_tiny": tiny * 2.0**24 if acc == np.float32 else 2.0**-958,
+        "entry_factor": 2 * (_gamma(k, u) + u),
+        "entry_floor": 2 * (2 * k + 2) * tiny,
+    }
+    return np.asarray([values[f] for f in ROW_MODEL_FIELDS], np.float64)
+
+
+def row_threshold(model, abs1, abs_ch, sq, c_abs, c_sq, ch):
+    """Each row's threshold as ``RowThreshold`` in ffi/abft/row_check.h computes it (numpy or
+    jax arrays of f64, broadcast together): ``abs1 = |A| (|B| 1)``, ``abs_ch = |A| |B 1|``,
+    ``sq = A^2 ((B^2) 1 + (B 1)^2)``, ``c_abs``/``c_sq`` the 1-norm and squared 2-norm of the
+    row of C, ``ch`` the row's checksum.
+
+    >>> v = row_model_vector(np.float32, 4, 3, 2)
+    >>> float(row_threshold(v, 6.0, 6.0, 24.0, 6.0, 18.0, 6.0)) < 1e-4
+    True
+    """
+    xp = jnp if any(isinstance(x, jax.Array) for x in (abs1, sq, c_abs)) else np
+    f = dict(zip(ROW_MODEL_FIELDS, model, strict=True))
+    mass = abs1 + abs_ch
+    t2 = xp.where((sq >= f["sq_tiny"]) & (sq < np.inf), sq, mass * mass)
+    kappa = xp.where(abs1 > 0, xp.minimum(c_abs / xp.where(abs1 > 0, abs1, 1), 1.0), 0.0)
+    kappa_ch = xp.where(
+        abs_ch > 0, xp.minimum(xp.abs(ch) / xp.where(abs_ch > 0, abs_ch, 1), 1.0), 0.0
+    )
+    var = f["var"] * (t2 + c_sq + ch * ch)
+    drift = f["drift"] * (kappa * (2 - kappa) * c_abs + kappa_ch * (2 - kappa_ch) * xp.abs(ch))
+    common = f["sum_rounding"] * (abs1 + c_abs) + f["floor"]
+    modelled = f["lambda"] * xp.sqrt(var) + drift + common
+    worst = f["ceiling"] * mass + common
+    return xp.fmin(modelled, worst) * (1 + f["inflate"])
