@@ -478,6 +478,31 @@ def test_host_rows_memcheck_reports_no_errors(tmp_path):
     _assert_sanitizer_clean(tmp_path, HOST_ROWS_SWEEP, "memcheck", "HostRows")
 
 
+ABFT_ROWS_SWEEP = """
+import itertools, sys
+import jax, jax.numpy as jnp, numpy as np
+sys.path.insert(0, {tests!r})
+from _helpers import assert_close_to_reference, rand
+from jax_tsm2 import abft_calls, abft_model
+
+rng = np.random.default_rng(0)
+count = 0
+# One split and several (k past B's rows in shared memory), one row and a partial group.
+shapes = [(1, 64, 1), (37, 257, 3), (263, 20011, 7), (1030, 700, 15)]
+for (m, k, n), dtype in itertools.product(shapes, [jnp.float32, jnp.float64, jnp.bfloat16]):
+    if n + 1 > (16 if dtype == jnp.float32 else 8):
+        continue
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    model = abft_model.row_model_vector(dtype, m, k, n)
+    for inject in (None, (m - 1, n - 1, 30 if dtype != jnp.float64 else 62)):
+        c, verdict = abft_calls.rows(a, b, model, inject=inject)
+        assert_close_to_reference(c, a, b)
+        assert int(verdict[0]) == (0 if inject is None else 1), verdict
+        count += 1
+print("sweep calls:", count)
+"""
+
+
 # Sweeps run under every tool: each sweep's source, the part of a kernel's name that
 # selects the kernels compute-sanitizer instruments (--kernel-name kns=...), and the fields
 # its source is formatted with. The TN tiles' sweep runs a dtype per test: under memcheck
@@ -488,6 +513,8 @@ EVERY_TOOL_SWEEPS = {
     "abft_kernels": (ABFT_SWEEP, "Abft", {}),
     "small_left": (S_SWEEP, "Tsm2S", {}),
     "row_stream": (ROW_STREAM_SWEEP, "Tsm2RowStream", {}),
+    # The fused row check: the row stream with statistics, the check and the repair.
+    "abft_rows": (ABFT_ROWS_SWEEP, "Row", {}),
     "tn_flat": (T_FLAT_SWEEP, "Tsm2TFlatKernel", {}),
     **{
         f"tn_tiled_{name}": (T_TILED_SWEEP, "Tsm2T", {"dtype": name})
