@@ -1,5 +1,5 @@
 // Plans and launches the fused row check (tsm2_abft_rows; row_check.h): the
-// row stream with row statistics, its n widened by the checksum column, then
+// row stream with row statistics, its n widened by the checksum's two columns, then
 // the check (which also adds the splits and stores C) and the repair, each a
 // programmatic dependent of the kernel before it.
 #include <cuda_runtime.h>
@@ -37,21 +37,23 @@ Status RunRows(const DeviceRowCheck& p, cudaStream_t stream) {
   }
   auto* ws = static_cast<char*>(p.workspace);
   auto* state = reinterpret_cast<RowCheckState*>(ws + RowCheckStateOffset(rp));
-  const int64_t sums_bytes = rp.splits * p.m * (p.n + 1) * static_cast<int64_t>(sizeof(Acc));
+  const int64_t sums_bytes = rp.splits * p.m * (p.n + 2) * static_cast<int64_t>(sizeof(Acc));
 
   const auto stream_kernel = &Tsm2RowStreamKernel<T, N, R, U, D, S, M, true>;
   int per_sm = 0;
   TSM2_CUDA_RETURN_IF_ERROR(BlocksPerSm(reinterpret_cast<const void*>(stream_kernel),
-                                        kRowStreamThreads, (smem_optin - 64) / M, &per_sm));
+                                        kRowStreamThreads,
+                                        (smem_optin - 64) / M - (M > 1 ? 1024 : 0), &per_sm));
   RowStreamArgs a{};
   a.a = p.a;
   a.b = p.b;
   a.partials = ws;
   a.stats = ws + sums_bytes;
+  a.col_weights = p.col_weights;
   a.zero_words = &state->flagged;
   a.m = p.m;
   a.k = p.k;
-  a.n = p.n + 1;
+  a.n = p.n + 2;
   a.k_chunk = rp.k_chunk;
   a.splits = rp.splits;
   a.groups = rp.groups;
@@ -64,6 +66,7 @@ Status RunRows(const DeviceRowCheck& p, cudaStream_t stream) {
   RowCheckArgs c{};
   c.partials = ws;
   c.stats = ws + sums_bytes;
+  c.col_weights = p.col_weights;
   c.c = p.c;
   for (int q = 0; q < kRowModelLen; ++q) c.model[q] = p.model[q];
   c.state = state;
@@ -118,9 +121,7 @@ Status RunRowsWidth(const DeviceRowCheck& p, cudaStream_t stream) {
 template <ElemType E>
 Status LaunchRowCheck(const DeviceRowCheck& p, cudaStream_t stream) {
   using T = CudaType<E>;
-  switch (RowCheckShapeFor(sizeof(T), p.n + 1).n_b) {
-    case 2:
-      return RunRowsWidth<T, 2>(p, stream);
+  switch (RowCheckShapeFor(sizeof(T), p.n + 2).n_b) {
     case 4:
       return RunRowsWidth<T, 4>(p, stream);
     case 8:

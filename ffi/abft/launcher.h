@@ -149,6 +149,7 @@ Status LaunchAbftVerify(const DeviceAbftVerify& p, cudaStream_t stream);
 struct DeviceRowCheck {
   const void* a = nullptr;
   const void* b = nullptr;
+  const void* col_weights = nullptr;  // [n] powers of two in the accumulator type
   void* c = nullptr;
   double model[kRowModelLen] = {};  // row_check.h RowModel
   int64_t m = 0, k = 0, n = 0;

@@ -1,8 +1,8 @@
 // The plan of the fused row check (tsm2_abft_rows) in plain C++, so that the
 // launcher (launch_rows.cu) and the workspace size Python asks for
 // (_tsm2_ext.abft_rows_workspace) come from the same numbers: the row stream
-// with n + 1 columns (the checksum) and the rows' statistics, then the
-// check's state.
+// with n + 2 columns (the checksum's two parts) and the rows' statistics,
+// then the check's state.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +27,8 @@ constexpr RowStreamShape RowCheckShapeFor(int itemsize, int64_t n) {
 
 inline RowStreamPlan PlanRowCheck(int itemsize, int64_t m, int64_t k, int64_t n, int sms,
                                   int smem_optin) {
-  if (m < 1 || k < 1 || n < 1 || !RowCheckShapeFor(itemsize, n + 1).ok()) return {};
-  return PlanRowStream(RowCheckShapeFor(itemsize, n + 1), itemsize, m, k, n + 1, sms, smem_optin,
+  if (m < 1 || k < 1 || n < 1 || !RowCheckShapeFor(itemsize, n + 2).ok()) return {};
+  return PlanRowStream(RowCheckShapeFor(itemsize, n + 2), itemsize, m, k, n + 2, sms, smem_optin,
                        -1, /*stats=*/true);
 }
 
@@ -39,7 +39,7 @@ inline int64_t RowCheckStateOffset(const RowStreamPlan& rp) {
 
 // Whether the fused check takes A[m, k] @ B (n columns) of `itemsize` bytes
 // on a GPU of `sms` SMs and `smem_optin` bytes of shared memory per block
-// (n + 1 within the row stream's widths: 16 for f32, 8 otherwise), and the
+// (n + 2 within the row stream's widths: 16 for f32, 8 otherwise), and the
 // workspace it then needs.
 inline bool RowCheckWorkspaceBytes(int itemsize, int64_t m, int64_t k, int64_t n, int sms,
                                    int smem_optin, int64_t* bytes) {

@@ -94,12 +94,16 @@ struct RowStreamBLayout {
 };
 
 // Where the row statistics of a kStats launch start after B's rows of the
-// longest split: 16-byte aligned. Each row of B then takes kRowStats more
-// accumulators (4 bytes, or 8 for f64) in shared memory.
+// longest split: 16-byte aligned. They are laid out as B's rows of width
+// kRowStreamStatsPerRow are (RowStreamStatsLayout), so that the lanes of a
+// load, which read rows a vector apart, hit distinct banks.
 constexpr int64_t RowStreamStatsOffset(const RowStreamBLayout& b, int64_t k_chunk) {
   return (b.Bytes(k_chunk) + 15) / 16 * 16;
 }
 constexpr int kRowStreamStatsPerRow = 4;
+constexpr RowStreamBLayout RowStreamStatsLayout(int itemsize) {
+  return RowStreamBLayout(itemsize, kRowStreamStatsPerRow);
+}
 
 // Shared memory of the rings of A (none where the ring is in registers).
 constexpr int RowStreamRingBytes(const RowStreamShape& s) {
@@ -141,12 +145,14 @@ inline RowStreamPlan PlanRowStream(const RowStreamShape& s, int itemsize, int64_
   // several blocks per SM, the 1 KB the driver reserves for each.
   const int64_t budget = (smem_optin - 64) / s.min_blocks - (s.min_blocks > 1 ? 1024 : 0) - ring;
   const int64_t stat_row = stats ? kRowStreamStatsPerRow * acc : 0;
+  const RowStreamBLayout sl = RowStreamStatsLayout(itemsize);
+  const auto stat_bytes = [&](int64_t rows) { return stats ? sl.Bytes(rows) : 0; };
   int64_t fit = b.RowsFitting(budget) / vec * vec;
   if (stats) {
     // B's bytes per row, rounded up, plus the row's statistics.
     const int64_t per_row = CeilDiv(b.Bytes(fit), std::max<int64_t>(fit, 1)) + stat_row;
     fit = std::min(fit, (budget - 32) / per_row / vec * vec);
-    while (fit >= vec && RowStreamStatsOffset(b, fit) + fit * stat_row > budget) fit -= vec;
+    while (fit >= vec && RowStreamStatsOffset(b, fit) + stat_bytes(fit) > budget) fit -= vec;
   }
   if (fit < vec) return p;
   const int64_t tail = k * itemsize % 16;
@@ -169,7 +175,7 @@ inline RowStreamPlan PlanRowStream(const RowStreamShape& s, int itemsize, int64_
   if (workspace_limit >= 0 && p.workspace_bytes > workspace_limit) return p;
   p.units = p.groups * p.splits;
   const int64_t chunk = std::min(p.k_chunk, k);
-  p.smem_bytes = ring + static_cast<int>(stats ? RowStreamStatsOffset(b, chunk) + chunk * stat_row
+  p.smem_bytes = ring + static_cast<int>(stats ? RowStreamStatsOffset(b, chunk) + stat_bytes(chunk)
                                                : b.Bytes(chunk));
   p.blocks = static_cast<int>(
       std::min<int64_t>(int64_t{s.min_blocks} * sms, CeilDiv(p.units, kRowStreamWarps)));

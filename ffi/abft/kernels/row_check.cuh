@@ -27,9 +27,10 @@ constexpr int kRowCheckThreads = 256;
 constexpr int kRowRepairThreads = 256;
 
 struct RowCheckArgs {
-  const void* partials;  // [splits][m][n + 1] sums (Acc)
-  const void* stats;     // [splits][m][kRowStats] (Acc)
-  void* c;               // [m, n] (Acc: f32 for f32, bf16 and f16 data; f64 for f64)
+  const void* partials;     // [splits][m][n + 2] sums (Acc): C's row, then the checksum's two parts
+  const void* stats;        // [splits][m][kRowStats] (Acc)
+  const void* col_weights;  // [n] powers of two (Acc)
+  void* c;                  // [m, n] (Acc: f32 for f32, bf16 and f16 data; f64 for f64)
   double model[kRowModelLen];
   RowCheckState* state;
   int64_t m, n, splits;
@@ -47,15 +48,19 @@ __device__ __forceinline__ Acc FlipBit(Acc x, int bit) {
   return x;
 }
 
-// N: the row stream's width (n + 1 <= N).
+// N: the row stream's width (n + 2 <= N).
 template <typename Acc, int N, bool kInject>
 __global__ void __launch_bounds__(kRowCheckThreads)
     AbftRowCheckKernel(const __grid_constant__ RowCheckArgs p) {
   const Acc* part = static_cast<const Acc*>(p.partials);
   const Acc* stat = static_cast<const Acc*>(p.stats);
+  const Acc* wt = static_cast<const Acc*>(p.col_weights);
   Acc* c = static_cast<Acc*>(p.c);
-  const int64_t n1 = p.n + 1, split_stride = p.m * n1, stat_stride = p.m * kRowStats;
-  WaitForPrevious();  // a programmatic dependent of the row stream
+  const int64_t n1 = p.n + 2, split_stride = p.m * n1, stat_stride = p.m * kRowStats;
+  WaitForPrevious();        // a programmatic dependent of the row stream
+  AllowNextToStart();       // the repair waits for this grid all the same
+  double weight_sum = 2.0;  // RowThreshold's: the checksum's two columns weigh 1
+  for (int64_t j = 0; j < p.n; ++j) weight_sum += Fmax1(static_cast<double>(wt[j]));
   for (int64_t i = blockIdx.x * int64_t{kRowCheckThreads} + threadIdx.x; i < p.m;
        i += int64_t{gridDim.x} * kRowCheckThreads) {
     Acc v[N];
@@ -72,6 +77,7 @@ __global__ void __launch_bounds__(kRowCheckThreads)
 #pragma unroll
       for (int q = 0; q < 3; ++q) st[q] += stat[s * stat_stride + i * kRowStats + q];
     }
+    // The row weighted as its checksum (powers of two: exact), in f64.
     double sum = 0.0, c_abs = 0.0, c_sq = 0.0, ch = 0.0;
 #pragma unroll
     for (int j = 0; j < N; ++j) {
@@ -79,16 +85,16 @@ __global__ void __launch_bounds__(kRowCheckThreads)
         Acc x = v[j];
         if (kInject && i == p.inject_row && j == p.inject_col) x = FlipBit(x, p.inject_bit);
         c[i * p.n + j] = x;
-        const double d = static_cast<double>(x);
+        const double d = static_cast<double>(x) * static_cast<double>(wt[j]);
         sum += d;
         c_abs += Fabs(d);
         c_sq += d * d;
-      } else if (j == p.n) {
-        ch = static_cast<double>(v[j]);
+      } else if (j < n1) {
+        ch += static_cast<double>(v[j]);
       }
     }
     const double t = RowThreshold(p.model, st[kRowStatAbs], st[kRowStatAbsCheck], st[kRowStatSq],
-                                  c_abs, c_sq, ch);
+                                  c_abs, c_sq, ch, weight_sum);
     if (!(Fabs(sum - ch) <= t)) {
       const int slot = atomicAdd(&p.state->flagged, 1);
       if (slot < kRowCheckMaxRows) p.state->rows[slot] = static_cast<int32_t>(i);
@@ -188,16 +194,17 @@ __global__ void __launch_bounds__(kRowRepairThreads)
   if (threadIdx.x != 0) return;
   Acc* c = static_cast<Acc*>(p.c) + i * p.n;
   int32_t faulty = 0, worst = 0;
-  double moved = 0.0, worst_moved = -1.0;
+  double moved = 0.0, worst_ratio = -1.0;
   for (int j = 0; j < p.n; ++j) {
     const Acc fresh = static_cast<Acc>(exact[j]);
     const double old = static_cast<double>(c[j]);
     const double d = old - static_cast<double>(fresh);
     const double bound = p.model[kRowEntryFactor] * scale[j] + p.model[kRowEntryFloor];
     if (!(Fabs(d) <= bound)) ++faulty;
-    const double size = d == d ? Fabs(d) : INFINITY;  // a NaN entry moved the most
-    if (size > worst_moved) {
-      worst_moved = size;
+    // Measured against its own bound: columns of other scales round by other amounts.
+    const double ratio = EntryMove(d, bound);
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
       worst = j;
       moved = d;
     }
@@ -206,6 +213,7 @@ __global__ void __launch_bounds__(kRowRepairThreads)
   s->worst_col[blockIdx.x] = worst;
   s->faulty[blockIdx.x] = faulty;
   s->moved[blockIdx.x] = moved;
+  s->ratio[blockIdx.x] = worst_ratio;
   __threadfence();
   if (atomicAdd(&s->repaired, 1) != flagged - 1) return;
   __threadfence();
@@ -218,9 +226,9 @@ __global__ void __launch_bounds__(kRowRepairThreads)
     const volatile RowCheckState* v = s;
     const int32_t f = v->faulty[r];
     errors += f > 0 ? f : 1;
-    const double m = v->moved[r];
-    const double size = m == m ? Fabs(m) : INFINITY;
-    if (size > best_size) {
+    const double size = v->ratio[r];
+    // Ties go to the first row, as the CPU reference has it, whatever the order of the slots.
+    if (size > best_size || (size == best_size && v->rows[r] < v->rows[best])) {
       best_size = size;
       best = r;
     }

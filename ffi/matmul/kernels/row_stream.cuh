@@ -27,14 +27,16 @@
 // contiguous ranges, so a block reloads B only when its range crosses into
 // the next split.
 //
-// Row statistics (kStats, for the fused ABFT check of ffi/abft/rows/): the
-// launch's n is B's width plus one, and the block stages the sum of each of
-// B's rows as that last column, so every row of A also yields its checksum
-// A_i . (B 1) from the same loads. Beside it each row accumulates, per
-// element, |a| times sum_j |b_j|, |a| times |sum_j b_j| and a^2 times
-// (sum_j b_j^2 + (sum_j b_j)^2): the magnitudes the check's rounding bound
-// needs. Sums and statistics always go to the workspace; the check's kernel
-// adds the splits.
+// Row statistics (kStats, for the fused ABFT check of ffi/abft/row_check.h):
+// the launch's n is B's width plus two, and the block stages the weighted sum
+// s = sum_j w_j b_j of each of B's rows (w_j a power of two per column, which
+// balances columns of different scales) as those last two columns, split
+// into its rounding to the accumulator type and the remainder, so that every
+// row of A also yields its checksum A_i . s from the same loads without the
+// rounding of s. Beside it each row accumulates, per element, |a| times
+// sum_j |w_j b_j|, |a| times |s| and a^2 times (sum_j (w_j b_j)^2 + s^2): the
+// magnitudes the check's rounding bound needs. Sums and statistics always go
+// to the workspace; the check's kernel adds the splits.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +51,7 @@ struct RowStreamArgs {
   const void* a;
   const void* b;
   void* c;
-  void* partials;  // [splits][m][n] accumulators when splits > 1
+  void* partials;  // [splits][m][n] accumulators when splits > 1 (or kStats)
   int64_t m, k, n;
   int64_t k_chunk;  // elements of k per split (the last split may be shorter)
   int64_t splits;
@@ -59,8 +61,10 @@ struct RowStreamArgs {
   bool b_t;        // B stored [n, k] (layout NT)
   bool out_f32;    // C is f32 although T is bf16/f16
   // kStats only: [splits][m][kRowStats] accumulators of the row statistics,
-  // and two words the first block zeroes for the check that follows.
+  // the column weights ([n - 2] powers of two, Acc), and two words the first
+  // block zeroes for the check that follows.
   void* stats;
+  const void* col_weights;
   int* zero_words;
 };
 
@@ -131,7 +135,7 @@ __device__ __forceinline__ void ReduceScatter(Acc (&x)[V], int lane) {
 // lane 0. With kChecked, elements outside [0, kc) of the split (the covering
 // vectors' bytes of other rows or splits) are skipped.
 template <typename T, int N, int R, int U, bool kChecked, bool kStats>
-__device__ __forceinline__ void RowStreamStep(const char* bsm, const AccType<T>* ssm,
+__device__ __forceinline__ void RowStreamStep(const char* bsm, const char* ssm,
                                               const uint4 (&av)[R][U], int64_t first_v, int lane,
                                               int s, int64_t kc, AccType<T> (&acc)[R][N],
                                               AccType<T> (&st)[R][3]) {
@@ -155,7 +159,8 @@ __device__ __forceinline__ void RowStreamStep(const char* bsm, const AccType<T>*
         for (int c = 0; c < N; ++c) acc[r][c] = fma(a[r][e], bv[c], acc[r][c]);
       }
       if constexpr (kStats) {
-        const Acc* w = ssm + j * kRowStats;
+        Acc w[kRowStats];
+        LoadBRow<T, kRowStats>(ssm, j, w);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const Acc x = a[r][e], ax = x < Acc(0) ? -x : x;
@@ -182,9 +187,10 @@ __global__ void __launch_bounds__(kRowStreamThreads, M)
   extern __shared__ __align__(16) char smem[];
   __shared__ int next_unit;
   char* bsm = smem + kRing;  // B's rows follow the rings
-  // kStats: the rows' statistics follow B's rows of the longest split.
-  Acc* ssm =
-      reinterpret_cast<Acc*>(bsm + RowStreamStatsOffset(kB, p.k_chunk < p.k ? p.k_chunk : p.k));
+  // kStats: the rows' statistics follow B's rows of the longest split, laid
+  // out as B's rows of width kRowStats are.
+  constexpr RowStreamBLayout kS = RowStreamStatsLayout(sizeof(T));
+  char* ssm = bsm + RowStreamStatsOffset(kB, p.k_chunk < p.k ? p.k_chunk : p.k);
   // This warp's ring (S > 0): stage, row, u, lane.
   uint4* wring = reinterpret_cast<uint4*>(smem) + (threadIdx.x / 32) * (S * R * U * 32);
   const T* a = static_cast<const T*>(p.a);
@@ -206,29 +212,40 @@ __global__ void __launch_bounds__(kRowStreamThreads, M)
     // past B's width nb, and the rows' sums and statistics beside them).
     __syncthreads();  // the previous split's rows are no longer read
     if (threadIdx.x == 0) next_unit = 0;
-    const int64_t nb = kStats ? p.n - 1 : p.n;
+    const int64_t nb = kStats ? p.n - 2 : p.n;
     for (int64_t i = threadIdx.x; i < kc * N; i += kRowStreamThreads) {
       const int64_t j = i / N;
       const int col = static_cast<int>(i % N);
-      if (kStats && col == nb) continue;  // the row's sum, written below
+      if (kStats && (col == nb || col == nb + 1)) continue;  // the row's sum, written below
       Acc v = Acc(0);
       if (col < nb) v = ToAcc(b[p.b_t ? col * p.k + k0 + j : (k0 + j) * nb + col]);
       reinterpret_cast<Acc*>(bsm + kB.UnitOf(j) * kB.unit)[col] = v;
     }
     if constexpr (kStats) {
+      const Acc* wt = static_cast<const Acc*>(p.col_weights);
       for (int64_t j = threadIdx.x; j < kc; j += kRowStreamThreads) {
-        Acc sum = Acc(0), abs = Acc(0), sq = Acc(0);
+        // In f64, and for f64 data in double-double (TwoSum): the row's sum
+        // is then kept to about twice the accumulator's precision.
+        double hi = 0.0, lo = 0.0, abs = 0.0, sq = 0.0;
         for (int64_t col = 0; col < nb; ++col) {
-          const Acc v = ToAcc(b[p.b_t ? col * p.k + k0 + j : (k0 + j) * nb + col]);
-          sum += v;
-          abs += v < Acc(0) ? -v : v;
+          const double v = static_cast<double>(
+              ToAcc(b[p.b_t ? col * p.k + k0 + j : (k0 + j) * nb + col]) * wt[col]);
+          const double s = hi + v, bb = s - hi;
+          lo += (hi - (s - bb)) + (v - bb);
+          hi = s;
+          abs += v < 0.0 ? -v : v;
           sq = fma(v, v, sq);
         }
-        reinterpret_cast<Acc*>(bsm + kB.UnitOf(j) * kB.unit)[nb] = sum;
-        Acc* w = ssm + j * kRowStats;
-        w[kRowStatAbs] = abs;
-        w[kRowStatAbsCheck] = sum < Acc(0) ? -sum : sum;
-        w[kRowStatSq] = fma(sum, sum, sq);
+        const Acc x_hi = static_cast<Acc>(hi);
+        const Acc x_lo = static_cast<Acc>((hi - static_cast<double>(x_hi)) + lo);
+        Acc* row = reinterpret_cast<Acc*>(bsm + kB.UnitOf(j) * kB.unit);
+        row[nb] = x_hi;
+        row[nb + 1] = x_lo;
+        const double sum = hi + lo;
+        Acc* w = reinterpret_cast<Acc*>(ssm + kS.UnitOf(j) * kS.unit);
+        w[kRowStatAbs] = static_cast<Acc>(abs);
+        w[kRowStatAbsCheck] = static_cast<Acc>(sum < 0.0 ? -sum : sum);
+        w[kRowStatSq] = static_cast<Acc>(fma(sum, sum, sq));
         w[3] = Acc(0);
       }
     }
