@@ -59,6 +59,7 @@ nb::dict Registrations() {
   cpu["tsm2_abft_encode"] = EncapsulateHandler(Tsm2AbftEncodeCpu);
   cpu["tsm2_abft_verify"] = EncapsulateHandler(Tsm2AbftVerifyCpu);
   cpu["tsm2_abft_verify_inject"] = EncapsulateHandler(Tsm2AbftVerifyInjectCpu);
+  cpu["tsm2_abft_rows"] = EncapsulateHandler(Tsm2AbftRowsCpu);
   nb::dict out;
   out["cpu"] = cpu;
 #ifdef TSM2_WITH_CUDA

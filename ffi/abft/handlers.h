@@ -117,21 +117,22 @@ auto AbftVerifyInjectSignature(B binding) {
       .template Attr<int32_t>("inject_bit");
 }
 
-// tsm2_abft_rows (CUDA only): C = A @ B with the fused row check
-// (row_check.h). C and the magnitude are in the accumulator type.
+// tsm2_abft_rows: C = A @ B with the fused row check (row_check.h; on CPU a
+// plain-loop reference). C and the magnitude are in the accumulator type.
 template <typename B>
 auto AbftRowsSignature(B binding) {
   return std::move(binding)
-      .template Arg<AnyBuffer>()                             // a: [m, k]
-      .template Arg<AnyBuffer>()                             // b: [k, n], or [n, k] with b_t
-      .template Ret<AnyBuffer>()                             // c: [m, n] (acc)
-      .template Ret<AnyBuffer>()                             // errors_detected: s32[]
-      .template Ret<AnyBuffer>()                             // corrected: pred[]
-      .template Ret<AnyBuffer>()                             // row: s32[]
-      .template Ret<AnyBuffer>()                             // col: s32[]
-      .template Ret<AnyBuffer>()                             // magnitude: acc[]
-      .template Ret<AnyBuffer>()                             // uncorrectable: pred[]
-      .template Ret<AnyBuffer>()                             // workspace: u8[bytes]
+      .template Arg<AnyBuffer>()  // a: [m, k]
+      .template Arg<AnyBuffer>()  // b: [k, n], or [n, k] with b_t
+      .template Arg<AnyBuffer>()  // weights: [n] powers of two (acc), one per column
+      .template Ret<AnyBuffer>()  // c: [m, n] (acc)
+      .template Ret<AnyBuffer>()  // errors_detected: s32[]
+      .template Ret<AnyBuffer>()  // corrected: pred[]
+      .template Ret<AnyBuffer>()  // row: s32[]
+      .template Ret<AnyBuffer>()  // col: s32[]
+      .template Ret<AnyBuffer>()  // magnitude: acc[]
+      .template Ret<AnyBuffer>()  // uncorrectable: pred[]
+      .template Ret<AnyBuffer>()  // workspace: u8[bytes]
       .template Attr<xla::ffi::Span<const double>>("model")  // [kRowModelLen]
       .template Attr<bool>("b_t")                            // B given [n, k]
       .template Attr<int64_t>("inject_row")                  // < 0: no injection
@@ -147,6 +148,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftJudgeCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftEncodeCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftVerifyCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftVerifyInjectCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2AbftRowsCpu);
 #ifdef TSM2_WITH_CUDA
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2ColsumsCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Tsm2RepairColumnCuda);
