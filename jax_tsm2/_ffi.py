@@ -61,7 +61,7 @@ JUDGE_TARGET = "tsm2_abft_judge"
 ENCODE_TARGET = "tsm2_abft_encode"
 VERIFY_TARGET = "tsm2_abft_verify"
 VERIFY_INJECT_TARGET = "tsm2_abft_verify_inject"  # verify with a planted fault, for tests
-ROWS_TARGET = "tsm2_abft_rows"  # a row-streamed product with its fused row check (CUDA only)
+ROWS_TARGET = "tsm2_abft_rows"  # a row-streamed product with its fused row check
 HOST_ROWS_TARGET = "tsm2_host_rows"  # rows of pinned host memory (jax_tsm2.host_memory)
 TARGETS = (
     MATMUL_TARGET,

@@ -200,11 +200,12 @@ _REPAIR = "auto"
 SUMS_MODES = ("auto", "kernel", "variadic", "siblings")
 REPAIR_MODES = ("auto", "kernel", "cond", "select")
 # _FUSED, whether abft_matmul runs a product the row stream takes (rows of A of at least
-# ROW_STREAM_MIN_ROW_BYTES, n + 1 within its widths) as the fused row check on CUDA
-# (tsm2_abft_rows: one read of A for the product and its checks) rather than the three passes
-# beside the routed product: "auto" or "never".
+# ROW_STREAM_MIN_ROW_BYTES, n + 2 within its widths) as the fused row check (tsm2_abft_rows:
+# one read of A for the product and its checks) rather than the three passes beside the routed
+# product: "auto" (on CUDA), "always" (on CPU too, through its plain-loop reference: for
+# tests) or "never".
 _FUSED = "auto"
-FUSED_MODES = ("auto", "never")
+FUSED_MODES = ("auto", "always", "never")
 ROW_STREAM_MIN_ROW_BYTES = 256  # ffi/matmul/row_stream_plan.h kRowStreamMinRowBytes
 
 
@@ -304,9 +305,13 @@ def decide_fused(a: ArrayLike, b: ArrayLike) -> Decision:
         return decision("xla", "rows of A too short for the row stream")
     if config.get_custom_call_mode() == "never":
         return decision("xla", "custom-call mode 'never'")
-    if not _ffi.cuda_kernels_usable(_ffi.cuda_abft_rows_available()):
+    if _FUSED != "always" and not _fused_on_cuda():
         return decision("xla", "this build of jax_tsm2 has no fused row check for this GPU")
     return decision("kernels", "the row stream checks each row from its one read of A")
+
+
+def _fused_on_cuda() -> bool:
+    return _ffi.cuda_kernels_usable(_ffi.cuda_abft_rows_available())
 
 
 def _sums_usable(dtype: np.dtype, m: int, k: int, n: int) -> bool:
@@ -814,6 +819,7 @@ def abft_matmul(
     *,
     precision: lax.PrecisionLike = None,
     inject: tuple[int, int, int] | None = None,
+    fused: bool | None = None,
 ) -> tuple[jax.Array, Verdict]:
     """``jax_tsm2.matmul(a, b)`` with ABFT: the (repaired) product and a ``Verdict``.
 
@@ -831,24 +837,30 @@ def abft_matmul(
     product): no host round trip.
 
     **Fused row check.** On CUDA, a product whose rows of ``a`` are at least 256 bytes long and
-    whose ``n + 1`` fits the row stream (``n <= 15`` for f32, ``n <= 7`` otherwise; see
+    whose ``n + 2`` fits the row stream (``n <= 14`` for f32, ``n <= 6`` otherwise; see
     ``decide_fused``) runs instead as ``tsm2_abft_rows``: the row stream reads each row of
-    ``a`` once for the row of ``C``, its checksum ``a_i . (b 1)`` and the magnitudes of its
+    ``a`` once for the row of ``C``, its weighted checksum and the magnitudes of its
     rounding bound; the kernel that adds its splits checks every row, and flagged rows (up to
     32) are recomputed on the device. No pass over ``a`` beside the product. It computes on
     CUDA cores at full f32 precision (``precision`` does not apply) and locates a fault by its
-    row; its threshold is ``jax_tsm2.abft_model.row_model_vector``'s.
+    row; its threshold is ``jax_tsm2.abft_model.row_model_vector``'s. A row has no other rows
+    to average its rounding with, so where entries cancel heavily (``C`` far below its terms)
+    it catches less than the passes' column checks: ``fused=False`` keeps those.
 
     Args:
       a: ``(m, k)`` f16/bf16/f32/f64 operand.
       b: ``(k, n)`` operand.
-      precision: as for ``jax_tsm2.matmul``; also sets the threshold's input-rounding term.
+      precision: as for ``jax_tsm2.matmul``; also sets the threshold's input-rounding term
+        (the fused row check computes at full precision whatever it says).
       inject: ``(row, col, bit)``, for tests: flips bit ``bit`` of ``C[row, col]`` (for
         bf16/f16 operands, of its f32 value: the one checked) inside the pass over ``C``
         (``tsm2_abft_verify_inject``: the kernel that reads ``C`` for its checksum flips the
         bit in its read and writes the value back), so the whole check runs on a product
         with a fault in it. Static ints; ``None`` (the default) compiles the
         production target, which has no injection code.
+      fused: ``None`` (the default): the fused row check where ``decide_fused`` says so;
+        ``True``: the fused row check, or ``ValueError`` where it does not take the product;
+        ``False``: the checksum passes.
 
     Returns:
       ``(c, verdict)``; ``c`` has ``jnp.matmul(a, b)``'s dtype.
@@ -866,19 +878,27 @@ def abft_matmul(
     if inject is not None:
         inject = _check_injection(inject, (a.shape[0], b.shape[1]), checked)
     passes = lambda a, b: _abft_passes(a, b, dtype, precision, inject)
-    if decide_fused(a, b).target != "kernels":
+    decision = decide_fused(a, b)
+    if fused and decision.target != "kernels":
+        raise ValueError(
+            f"abft_matmul(fused=True): the fused row check does not take {dtype} "
+            f"{a.shape} @ {b.shape}: {decision.reason}"
+        )
+    if fused is False or decision.target != "kernels":
         return passes(a, b)
     # The branches must agree on dtypes: the passes' magnitude follows jax_enable_x64.
     like = jax.eval_shape(passes, a, b)
-    fused = lambda a, b: _abft_fused(a, b, dtype, inject, like)
+    fused = lambda a, b: _abft_fused(a, b, inject, like)
+    if _FUSED == "always":  # the CPU reference too
+        return lax.platform_dependent(
+            a, b, cuda=fused if _fused_on_cuda() else passes, default=fused
+        )
     return lax.platform_dependent(a, b, cuda=fused, default=passes)
 
 
-def _abft_fused(a, b, dtype, inject, like) -> tuple[jax.Array, Verdict]:
+def _abft_fused(a, b, inject, like) -> tuple[jax.Array, Verdict]:
     """``abft_matmul`` as the fused row check (``tsm2_abft_rows``), in ``like``'s dtypes."""
-    (m, k), n = a.shape, b.shape[1]
-    model = abft_model.row_model_vector(dtype, m, k, n)
-    c, verdict = abft_calls.rows(a, b, model, inject=inject)
+    c, verdict = abft_calls.rows(a, b, inject=inject)
     verdict = Verdict(*(v.astype(w.dtype) for v, w in zip(verdict, like[1], strict=True)))
     return c.astype(like[0].dtype), verdict
 

@@ -32,9 +32,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.typing import ArrayLike, DTypeLike
 
-from jax_tsm2 import _compat, _ffi
+from jax_tsm2 import _compat, _ffi, abft_model
 
 __all__ = [
     "ACC_DTYPES",
@@ -406,9 +407,9 @@ def verify(
 
 def rows_supported(dtype: DTypeLike, m: int, k: int, n: int) -> bool:
     """Whether ``tsm2_abft_rows`` takes an ``(m, k) @ (k, n)`` product of ``dtype`` data:
-    f16/bf16/f32/f64, no empty dimension, ``n + 1`` within the row stream's widths (16
-    columns for f32, 8 for the others), and sums short enough for the rounding model
-    (``k u < 0.1``)."""
+    f16/bf16/f32/f64, no empty dimension, ``n + 2`` within the row stream's widths (16
+    columns for f32, 8 for the others: ``n <= 14`` and ``n <= 6``), and sums short enough
+    for the rounding model (``k u < 0.1``)."""
     dtype = np.dtype(dtype)
     if dtype not in _ELEMENT_DTYPES or min(m, k, n) < 1:
         return False
@@ -419,22 +420,22 @@ def rows_supported(dtype: DTypeLike, m: int, k: int, n: int) -> bool:
 def rows(
     a: ArrayLike,
     b: ArrayLike,
-    model: ArrayLike,
     *,
     inject: tuple[int, int, int] | None = None,
 ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-    """``a @ b`` with the fused row check (``tsm2_abft_rows``; CUDA only): one read of ``a``.
+    """``a @ b`` with the fused row check (``tsm2_abft_rows``): one read of ``a``.
 
     The row stream (``ffi/matmul/kernels/row_stream.cuh``) computes each row of ``C`` with its
-    checksum ``a_i . (b 1)`` and the magnitudes of its rounding bound from the same loads; the
-    kernel that adds its splits compares every row with its threshold, and flagged rows are
-    recomputed from ``a`` and ``b`` on the device (at most 32 of them; past that the product is
-    reported uncorrectable and left as computed).
+    checksum ``a_i . (b w)`` (``w``: ``abft_model.column_weights(b)``) and the magnitudes of
+    its rounding bound from the same loads; the kernel that adds its splits compares every row
+    with its threshold (``abft_model.row_model_vector``), and flagged rows are recomputed from
+    ``a`` and ``b`` on the device (at most 32 of them; past that the product is reported
+    uncorrectable and left as computed). On CPU a plain-loop reference computes the same; XLA's
+    CPU runtime flushes subnormals to zero, so its threshold allows for that
+    (``row_model_vector(..., flush=True)``), where the CUDA kernels underflow gradually.
 
     Args:
       a: ``(m, k)``; ``b``: ``(k, n)``; one dtype, ``rows_supported``.
-      model: the ``(10,)`` constants of ``jax_tsm2.abft_model.row_model_vector`` (a static
-        attribute of the call, in f64 whatever ``jax_enable_x64`` says).
       inject: ``(row, col, bit)``: flip bit ``bit`` of ``C[row, col]`` as the check's kernel
         stores it, before the check (tests).
 
@@ -442,8 +443,13 @@ def rows(
       ``(c, (errors_detected, corrected, row, col, magnitude, uncorrectable))``: ``c`` in the
       accumulation dtype (f32 for f16/bf16/f32 data), the verdict as
       ``jax_tsm2.abft.Verdict``'s fields.
+
+    >>> a, b = jnp.ones((8, 64)), jnp.ones((64, 2))
+    >>> c, verdict = rows(a, b, inject=(3, 1, 30))
+    >>> float(c[3, 1]), [int(v) for v in verdict[:4]]  # errors, corrected, row, col
+    (64.0, [1, 1, 3, 1])
     """
-    a, b, model = jnp.asarray(a), jnp.asarray(b), np.asarray(model, np.float64)
+    a, b = jnp.asarray(a), jnp.asarray(b)
     (m, k), n = a.shape, b.shape[-1]
     if a.ndim != 2 or b.ndim != 2 or b.shape[0] != k or a.dtype != b.dtype:
         raise TypeError(
@@ -452,11 +458,17 @@ def rows(
         )
     if not rows_supported(a.dtype, m, k, n):
         raise ValueError(f"rows: tsm2_abft_rows does not take {a.dtype} ({m}, {k}) @ ({k}, {n})")
-    if model.shape != (10,):
-        raise ValueError(f"rows: model must have 10 values, got shape {model.shape}")
     acc = np.dtype(np.float64 if a.dtype == np.float64 else np.float32)
+    if inject is not None:
+        row, col, bit = (int(x) for x in inject)
+        if not (0 <= row < m and 0 <= col < n and 0 <= bit < 8 * acc.itemsize):
+            raise ValueError(
+                f"rows: inject {inject} must name an entry of the ({m}, {n}) product and a bit "
+                f"of its {acc} value"
+            )
     workspace = _ffi.abft_rows_workspace(a.dtype, m, k, n)
-    a, b = _compat.match_varying(a, b)
+    weights = abft_model.column_weights(b, acc)
+    a, b, weights = _compat.match_varying(a, b, weights)
     out = lambda shape, dtype: _compat.shape_dtype_struct(shape, dtype, a)
     results = (
         out((m, n), acc),
@@ -469,12 +481,17 @@ def rows(
         out((workspace,), jnp.uint8),
     )
     row, col, bit = inject if inject is not None else (-1, -1, 0)
-    call = jax.ffi.ffi_call(_ffi.ROWS_TARGET, results, vmap_method="sequential")
     attrs = {
         "b_t": False,
         "inject_row": np.int64(row),
         "inject_col": np.int64(col),
         "inject_bit": np.int32(bit),
     }
-    c, *verdict, _ = call(a, b, model=model, **attrs)
+
+    def call(flush: bool):
+        model = abft_model.row_model_vector(a.dtype, m, k, n, flush=flush)
+        target = jax.ffi.ffi_call(_ffi.ROWS_TARGET, results, vmap_method="sequential")
+        return lambda a, b, w: tuple(target(a, b, w, model=model, **attrs)[:7])
+
+    c, *verdict = lax.platform_dependent(a, b, weights, cuda=call(False), default=call(True))
     return c, tuple(verdict)

@@ -101,6 +101,7 @@ __all__ = [
     "checksum_scale",
     "checksum_weights",
     "column_threshold",
+    "column_weights",
     "guarded_norm",
     "half_ulp",
     "model_vector",
@@ -393,57 +394,88 @@ ROW_MODEL_FIELDS = (
 ROW_FALSE_POSITIVE_RATE = 1e-10
 
 
-def row_model_vector(dtype: DTypeLike, m: int, k: int, n: int) -> np.ndarray:
+def row_model_vector(
+    dtype: DTypeLike, m: int, k: int, n: int, *, flush: bool = False
+) -> np.ndarray:
     """The constants of the fused row check of an ``(m, k) @ (k, n)`` product (f64, in the
     order of ``ROW_MODEL_FIELDS``).
 
     The product runs on CUDA cores in the accumulation dtype (f32 for f32, bf16 and f16 data,
     whose products are exact in f32; f64 for f64), so there is no input rounding. Row ``i``'s
-    residual ``sum_j C_ij - A_i . x`` (``x`` B's row sums, rounded to the accumulation dtype)
-    is the rounding of ``n + 1`` dot products of ``k`` terms, each modelled as in the module
-    docstring (variance proxy ``u^2 (k + 1) (T2 + C^2)``, drift ``(k + 2)/4 u kappa (2 - kappa)
-    |C|``), added as if fully correlated (``sqrt(n + 1)``: a row has no random signs). ``lambda``
-    is sized so that a sub-Gaussian tail past it has probability below
-    ``ROW_FALSE_POSITIVE_RATE`` over all ``m (n + 1)`` dot products. On top: the rounding of
-    ``x`` (``gamma_n``) and of the check's own f64 sums, gradual underflow, and the worst case
-    (twice Higham's ``gamma_{k+1}`` on the terms' 1-norm) as the ceiling.
+    residual ``sum_j w_j C_ij - A_i . s`` (``w_j`` the column weights, powers of two;
+    ``s = B w`` staged as two parts, so that its own rounding is of order ``u^2``) is the
+    rounding of ``n + 2`` dot products of ``k`` terms, each modelled as in the module docstring
+    (variance proxy ``u^2 (k + 1) (T2 + C^2)``, drift ``(k + 2)/4 u kappa (2 - kappa) |C|``),
+    added as if fully correlated (``sqrt(n + 2)``: a row has no random signs). ``lambda`` is
+    sized so that a sub-Gaussian tail past it has probability below
+    ``ROW_FALSE_POSITIVE_RATE`` over all ``m (n + 2)`` dot products. On top: the rounding of
+    ``s``'s two parts and of the check's own f64 sums, underflow (per operation half the
+    smallest subnormal where subnormals are kept, as in the CUDA kernels; the smallest normal
+    number with ``flush``, for XLA's CPU runtime, which flushes them to zero), and the worst
+    case (twice Higham's ``gamma_{k+1}`` on the terms' 1-norm) as the ceiling.
 
     >>> v = row_model_vector(jnp.float32, 20480, 20480, 8)
-    >>> round(float(v[0]), 1), v.dtype  # lambda sqrt(n + 1)
-    (25.4, dtype('float64'))
+    >>> round(float(v[0]), 1), v.dtype  # lambda sqrt(n + 2)
+    (26.8, dtype('float64'))
     """
     dtype = np.dtype(dtype)
     acc = np.dtype(np.float64 if dtype == np.float64 else np.float32)
     u, tiny = float(np.finfo(acc).eps) / 2, float(np.finfo(acc).tiny)
+    # An operation that underflows errs by at most half the smallest subnormal, or by the
+    # smallest normal number where subnormals are flushed to zero.
+    sub = tiny if flush else float(np.finfo(acc).smallest_subnormal) / 2
     u_check = float(np.finfo(np.float64).eps) / 2
-    lam = max(LAMBDA, math.sqrt(2 * math.log(2 * max(m, 1) * (n + 1) / ROW_FALSE_POSITIVE_RATE)))
+    lam = max(LAMBDA, math.sqrt(2 * math.log(2 * max(m, 1) * (n + 2) / ROW_FALSE_POSITIVE_RATE)))
     values = {
-        "lambda": lam * math.sqrt(n + 1),
+        "lambda": lam * math.sqrt(n + 2),
         "var": u * u * (k + 1),
         "drift": (k + 2) / 4 * u,
-        "sum_rounding": _gamma(n, u) + 2 * _gamma(n + 2, u_check),
-        "floor": 2 * (2 * k + 2) * (n + 2) * tiny,
+        "sum_rounding": 2 * u * u + 2 * _gamma(n + 3, u_check),
+        "floor": 2 * (2 * k + 2) * sub,
         "ceiling": 2 * _gamma(k + 1, u),
         "inflate": 2 * _gamma(k + n + 2, u) + 4 * u,
         "sq_tiny": tiny * 2.0**24 if acc == np.float32 else 2.0**-958,
         "entry_factor": 2 * (_gamma(k, u) + u),
-        "entry_floor": 2 * (2 * k + 2) * tiny,
+        "entry_floor": 2 * (2 * k + 2) * sub,
     }
     return np.asarray([values[f] for f in ROW_MODEL_FIELDS], np.float64)
 
 
-def row_threshold(model, abs1, abs_ch, sq, c_abs, c_sq, ch):
+def column_weights(b: jax.Array, acc: DTypeLike) -> jax.Array:
+    """The fused row check's column weights: ``2^-e_j`` with ``max_l |b_lj| = f 2^e_j``,
+    ``f`` in ``[1/2, 1)``, so that every column's largest entry weighs about 1 and a row's
+    checksum treats columns of any scale alike. Powers of two in ``acc`` (the weighting is
+    exact), clamped to the normal range; a column of zeros or with a non-finite entry
+    weighs 1.
+
+    >>> column_weights(jnp.array([[3.0, 0.25], [-8.0, 0.0]]), jnp.float32)
+    Array([0.0625, 2.    ], dtype=float32)
+    """
+    acc = np.dtype(acc)
+    top = jnp.max(jnp.abs(b.astype(acc)), axis=0)
+    _, e = jnp.frexp(top)
+    limit = 120 if acc == np.float32 else 1000
+    w = jnp.ldexp(jnp.ones_like(top), -jnp.clip(e, -limit, limit))
+    return jnp.where(jnp.isfinite(top) & (top > 0), w, jnp.ones_like(top))
+
+
+def row_threshold(model, abs1, abs_ch, sq, c_abs, c_sq, ch, weight_sum):
     """Each row's threshold as ``RowThreshold`` in ffi/abft/row_check.h computes it (numpy or
-    jax arrays of f64, broadcast together): ``abs1 = |A| (|B| 1)``, ``abs_ch = |A| |B 1|``,
-    ``sq = A^2 ((B^2) 1 + (B 1)^2)``, ``c_abs``/``c_sq`` the 1-norm and squared 2-norm of the
-    row of C, ``ch`` the row's checksum.
+    jax arrays of f64, broadcast together), for column weights ``w`` and ``s = B w``:
+    ``abs1 = |A| (|B| w)``, ``abs_ch = |A| |s|``, ``sq = A^2 ((B^2) w^2 + s^2)``,
+    ``c_abs``/``c_sq`` the 1-norm and squared 2-norm of the row of ``C w``, ``ch`` the row's
+    checksum, ``weight_sum = sum(max(w, 1)) + 2`` (the floor is per unit of weight).
 
     >>> v = row_model_vector(np.float32, 4, 3, 2)
-    >>> float(row_threshold(v, 6.0, 6.0, 24.0, 6.0, 18.0, 6.0)) < 1e-4
+    >>> float(row_threshold(v, 6.0, 6.0, 24.0, 6.0, 18.0, 6.0, 4.0)) < 1e-4
     True
     """
     xp = jnp if any(isinstance(x, jax.Array) for x in (abs1, sq, c_abs)) else np
     f = dict(zip(ROW_MODEL_FIELDS, model, strict=True))
+    # A fault in C or in the checksum cannot raise the threshold past what the terms allow.
+    c_abs = xp.fmin(c_abs, 2 * abs1)
+    c_sq = xp.fmin(c_sq, 4 * abs1 * abs1)
+    ch = xp.fmin(xp.abs(ch), 2 * abs_ch)
     mass = abs1 + abs_ch
     t2 = xp.where((sq >= f["sq_tiny"]) & (sq < np.inf), sq, mass * mass)
     kappa = xp.where(abs1 > 0, xp.minimum(c_abs / xp.where(abs1 > 0, abs1, 1), 1.0), 0.0)
@@ -452,7 +484,7 @@ def row_threshold(model, abs1, abs_ch, sq, c_abs, c_sq, ch):
     )
     var = f["var"] * (t2 + c_sq + ch * ch)
     drift = f["drift"] * (kappa * (2 - kappa) * c_abs + kappa_ch * (2 - kappa_ch) * xp.abs(ch))
-    common = f["sum_rounding"] * (abs1 + c_abs) + f["floor"]
+    common = f["sum_rounding"] * (abs1 + c_abs) + f["floor"] * weight_sum
     modelled = f["lambda"] * xp.sqrt(var) + drift + common
     worst = f["ceiling"] * mass + common
     return xp.fmin(modelled, worst) * (1 + f["inflate"])

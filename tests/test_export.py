@@ -68,8 +68,8 @@ def test_a_custom_call_needs_the_disabled_checks_to_export():
     assert "stablehlo.custom_call @tsm2_matmul" in exp.mlir_module()
     names = {str(c) for c in jax_tsm2.disabled_safety_checks()}
     # Every product target a program can contain: those with CPU references, and the
-    # CUDA-only centroid update, reader of pinned host rows and fused row check.
-    cuda_only = {"tsm2_kmeans_update", "tsm2_host_rows", "tsm2_abft_rows"}
+    # CUDA-only centroid update and reader of pinned host rows.
+    cuda_only = {"tsm2_kmeans_update", "tsm2_host_rows"}
     targets = {*jax_tsm2.build_info()["targets"]["cpu"], *cuda_only}
     assert len(targets) >= 8 and len(names) == len(targets)
     for target in targets:

@@ -2,7 +2,7 @@
 row statistics and ffi/abft/kernels/row_check.cuh).
 
 Skipped without a CUDA device and a CUDA build (conftest.py). Every width the check
-instantiates (n + 1 of 2, 4, 8 and 16 columns), odd and prime sizes, k past one split of B in
+instantiates (n + 2 of 4, 8 and 16 columns), odd and prime sizes, k past one split of B in
 shared memory, every dtype and every kind of clean data of tests/_abft_reference.py: C against
 a float64 reference and no row flagged. Bits flipped in C inside the check's kernel: detected,
 located and repaired. abft_matmul takes the fused check where decide_fused says so.
@@ -17,20 +17,18 @@ import pytest
 from _abft_reference import CLEAN_KINDS, random_operands
 from _helpers import FLOAT_DTYPES, as_f64, assert_close_to_reference, rand
 
-from jax_tsm2 import abft, abft_calls, abft_model
+from jax_tsm2 import abft, abft_calls
 
 pytestmark = pytest.mark.gpu
 dtype_ids = lambda d: jnp.dtype(d).name
 
 
 def _rows(a, b, inject=None):
-    (m, k), n = a.shape, b.shape[1]
-    model = abft_model.row_model_vector(a.dtype, m, k, n)
-    return jax.jit(lambda a, b: abft_calls.rows(a, b, model, inject=inject))(a, b)
+    return jax.jit(lambda a, b: abft_calls.rows(a, b, inject=inject))(a, b)
 
 
 def _widths(dtype):
-    return (1, 3, 7, 15) if jnp.dtype(dtype) == jnp.float32 else (1, 3, 7)
+    return (1, 3, 6, 14) if jnp.dtype(dtype) == jnp.float32 else (1, 3, 6)
 
 
 @pytest.mark.parametrize(("m", "k"), [(1, 64), (37, 257), (1031, 4099), (263, 20_011)])
@@ -57,7 +55,7 @@ def test_no_clean_product_is_flagged(dtype, kind):
 
 
 @pytest.mark.parametrize("bit", (30, 27, 24, 22))
-@pytest.mark.parametrize(("m", "k", "n"), [(97, 512, 8), (2048, 20_011, 3)])
+@pytest.mark.parametrize(("m", "k", "n"), [(97, 512, 6), (2048, 20_011, 3)])
 @pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16), ids=dtype_ids)
 def test_a_flipped_bit_is_detected_located_and_repaired(dtype, m, k, n, bit):
     rng = np.random.default_rng(bit)
@@ -69,7 +67,8 @@ def test_a_flipped_bit_is_detected_located_and_repaired(dtype, m, k, n, bit):
     assert int(errors) == 1
     flipped = np.asarray(clean)[row, col].view(np.uint32) ^ np.uint32(1 << bit)
     expected = np.float64(flipped.view(np.float32)) - np.float64(clean[row, col])
-    np.testing.assert_allclose(float(moved), expected, rtol=1e-5)
+    # The repair recomputes in f64: the clean entry and the recomputed one differ by rounding.
+    np.testing.assert_allclose(float(moved), expected, rtol=1e-5, atol=1e-5 * abs(clean[row, col]))
     assert_close_to_reference(c, a, b)
 
 
