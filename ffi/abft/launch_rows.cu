@@ -95,12 +95,7 @@ Status RunRows(const DeviceRowCheck& p, cudaStream_t stream) {
   r.k = p.k;
   r.n = p.n;
   r.b_t = p.b_t;
-  r.errors_detected = p.errors_detected;
-  r.corrected = p.corrected;
-  r.row = p.row;
-  r.col = p.col;
-  r.magnitude = p.magnitude;
-  r.uncorrectable = p.uncorrectable;
+  r.verdict = p.verdict;
   TSM2_CUDA_RETURN_IF_ERROR(LaunchDependent(&AbftRowRepairKernel<T, N>, kRowCheckMaxRows,
                                             kRowRepairThreads, 0, stream, r));
   return Status{};

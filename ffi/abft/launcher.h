@@ -156,12 +156,7 @@ struct DeviceRowCheck {
   bool b_t = false;
   int64_t inject_row = -1, inject_col = -1;
   int inject_bit = 0;
-  int32_t* errors_detected = nullptr;
-  bool* corrected = nullptr;
-  int32_t* row = nullptr;
-  int32_t* col = nullptr;
-  void* magnitude = nullptr;
-  bool* uncorrectable = nullptr;
+  RowVerdictOut verdict;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };

@@ -110,24 +110,18 @@ struct RowRepairArgs {
   RowCheckState* state;
   int64_t m, k, n;
   bool b_t;
-  // The verdict (jax_tsm2.abft.Verdict's fields).
-  int32_t* errors_detected;
-  bool* corrected;
-  int32_t* row;
-  int32_t* col;
-  void* magnitude;  // Acc
-  bool* uncorrectable;
+  RowVerdictOut verdict;
 };
 
 template <typename Acc>
-__device__ void WriteRowVerdict(const RowRepairArgs& p, int32_t errors, bool corrected, int32_t row,
+__device__ void WriteRowVerdict(const RowVerdictOut& v, int32_t errors, bool corrected, int32_t row,
                                 int32_t col, double magnitude, bool uncorrectable) {
-  *p.errors_detected = errors;
-  *p.corrected = corrected;
-  *p.row = row;
-  *p.col = col;
-  *static_cast<Acc*>(p.magnitude) = static_cast<Acc>(magnitude);
-  *p.uncorrectable = uncorrectable;
+  *v.errors_detected = errors;
+  *v.corrected = corrected;
+  *v.row = row;
+  *v.col = col;
+  *static_cast<Acc*>(v.magnitude) = static_cast<Acc>(magnitude);
+  *v.uncorrectable = uncorrectable;
 }
 
 // Adds v over the block; every thread gets the sum. `scratch` holds a value
@@ -155,7 +149,7 @@ __global__ void __launch_bounds__(kRowRepairThreads)
   const int flagged = *reinterpret_cast<volatile int32_t*>(&s->flagged);
   if (flagged == 0 || flagged > kRowCheckMaxRows) {
     if (blockIdx.x == 0 && threadIdx.x == 0) {
-      WriteRowVerdict<Acc>(p, flagged, false, -1, -1, 0.0, flagged != 0);
+      WriteRowVerdict<Acc>(p.verdict, flagged, false, -1, -1, 0.0, flagged != 0);
     }
     return;
   }
@@ -234,7 +228,8 @@ __global__ void __launch_bounds__(kRowRepairThreads)
     }
   }
   const volatile RowCheckState* v = s;
-  WriteRowVerdict<Acc>(p, errors, true, v->rows[best], v->worst_col[best], v->moved[best], false);
+  WriteRowVerdict<Acc>(p.verdict, errors, true, v->rows[best], v->worst_col[best], v->moved[best],
+                       false);
   s->repaired = 0;
 }
 
