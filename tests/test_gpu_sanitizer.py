@@ -481,6 +481,7 @@ def test_host_rows_memcheck_reports_no_errors(tmp_path):
 ABFT_ROWS_SWEEP = """
 import itertools, sys
 import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, {tests!r})
 from _helpers import assert_close_to_reference, rand
 from jax_tsm2 import abft_calls
