@@ -439,12 +439,12 @@ def abft_verify_workspace(dtype: Any, m: int, n: int) -> int:
 def abft_rows_workspace(dtype: Any, m: int, k: int, n: int) -> int | None:
     """Bytes of ``tsm2_abft_rows``'s workspace for ``(m, k) @ (k, n)`` on this process's GPU
     (or an H100 without one), or None where the fused row check does not take the product
-    (``n + 1`` past the row stream's widths: 16 columns for f32, 8 for the others).
+    (``n`` past the row stream's widths: 16 columns for f32, 8 for the others).
 
     Example:
         >>> abft_rows_workspace("float32", 20480, 20480, 8) > 0
         True
-        >>> abft_rows_workspace("float64", 1000, 1000, 8) is None
+        >>> abft_rows_workspace("float64", 1000, 1000, 9) is None
         True
     """
     name = jax.numpy.dtype(dtype).name

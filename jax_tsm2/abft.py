@@ -200,7 +200,7 @@ _REPAIR = "auto"
 SUMS_MODES = ("auto", "kernel", "variadic", "siblings")
 REPAIR_MODES = ("auto", "kernel", "cond", "select")
 # _FUSED, whether abft_matmul runs a product the row stream takes (rows of A of at least
-# ROW_STREAM_MIN_ROW_BYTES, n + 2 within its widths) as the fused row check (tsm2_abft_rows:
+# ROW_STREAM_MIN_ROW_BYTES, n within its widths) as the fused row check (tsm2_abft_rows:
 # one read of A for the product and its checks) rather than the three passes beside the routed
 # product: "auto" (on CUDA), "always" (on CPU too, through its plain-loop reference: for
 # tests) or "never".
@@ -837,7 +837,7 @@ def abft_matmul(
     product): no host round trip.
 
     **Fused row check.** On CUDA, a product whose rows of ``a`` are at least 256 bytes long and
-    whose ``n + 2`` fits the row stream (``n <= 14`` for f32, ``n <= 6`` otherwise; see
+    whose ``n`` fits the row stream (``n <= 16`` for f32, ``n <= 8`` otherwise; see
     ``decide_fused``) runs instead as ``tsm2_abft_rows``: the row stream reads each row of
     ``a`` once for the row of ``C``, its weighted checksum and the magnitudes of its
     rounding bound; the kernel that adds its splits checks every row, and flagged rows (up to

@@ -407,8 +407,8 @@ def verify(
 
 def rows_supported(dtype: DTypeLike, m: int, k: int, n: int) -> bool:
     """Whether ``tsm2_abft_rows`` takes an ``(m, k) @ (k, n)`` product of ``dtype`` data:
-    f16/bf16/f32/f64, no empty dimension, ``n + 2`` within the row stream's widths (16
-    columns for f32, 8 for the others: ``n <= 14`` and ``n <= 6``), and sums short enough
+    f16/bf16/f32/f64, no empty dimension, ``n`` within the row stream's widths (16
+    columns for f32, 8 for the others), and sums short enough
     for the rounding model (``k u < 0.1``)."""
     dtype = np.dtype(dtype)
     if dtype not in _ELEMENT_DTYPES or min(m, k, n) < 1:

@@ -2,7 +2,7 @@
 row statistics and ffi/abft/kernels/row_check.cuh).
 
 Skipped without a CUDA device and a CUDA build (conftest.py). Every width the check
-instantiates (n + 2 of 4, 8 and 16 columns), odd and prime sizes, k past one split of B in
+instantiates (n of 1, 2, 4, 8 and 16 columns), odd and prime sizes, k past one split of B in
 shared memory, every dtype and every kind of clean data of tests/_abft_reference.py: C against
 a float64 reference and no row flagged. Bits flipped in C inside the check's kernel: detected,
 located and repaired. abft_matmul takes the fused check where decide_fused says so.
@@ -28,7 +28,7 @@ def _rows(a, b, inject=None):
 
 
 def _widths(dtype):
-    return (1, 3, 6, 14) if jnp.dtype(dtype) == jnp.float32 else (1, 3, 6)
+    return (1, 2, 3, 7, 8, 16) if jnp.dtype(dtype) == jnp.float32 else (1, 2, 3, 7, 8)
 
 
 @pytest.mark.parametrize(("m", "k"), [(1, 64), (37, 257), (1031, 4099), (263, 20_011)])

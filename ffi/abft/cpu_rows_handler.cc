@@ -68,7 +68,7 @@ RowsVerdict RowsReference(const RowsProblem& p, const double* model, const void*
     w[l] = static_cast<Acc>(std::fabs(sum));
     z[l] = static_cast<Acc>(std::fma(sum, sum, sq));
   }
-  double weight_sum = 2.0;  // RowThreshold's: the checksum's two columns weigh 1
+  double weight_sum = 2.0;  // RowThreshold's: the checksum's two parts weigh 1
   for (int64_t j = 0; j < p.n; ++j) weight_sum += Fmax1(static_cast<double>(wt[j]));
   Acc* c = static_cast<Acc*>(c_out);
   std::vector<int64_t> flagged;

@@ -1,5 +1,5 @@
 // Plans and launches the fused row check (tsm2_abft_rows; row_check.h): the
-// row stream with row statistics, its n widened by the checksum's two columns, then
+// row stream with row statistics (the checksum among them), then
 // the check (which also adds the splits and stores C) and the repair, each a
 // programmatic dependent of the kernel before it.
 #include <cuda_runtime.h>
@@ -37,7 +37,7 @@ Status RunRows(const DeviceRowCheck& p, cudaStream_t stream) {
   }
   auto* ws = static_cast<char*>(p.workspace);
   auto* state = reinterpret_cast<RowCheckState*>(ws + RowCheckStateOffset(rp));
-  const int64_t sums_bytes = rp.splits * p.m * (p.n + 2) * static_cast<int64_t>(sizeof(Acc));
+  const int64_t sums_bytes = rp.splits * p.m * p.n * static_cast<int64_t>(sizeof(Acc));
 
   const auto stream_kernel = &Tsm2RowStreamKernel<T, N, R, U, D, S, M, true>;
   int per_sm = 0;
@@ -53,7 +53,7 @@ Status RunRows(const DeviceRowCheck& p, cudaStream_t stream) {
   a.zero_words = &state->flagged;
   a.m = p.m;
   a.k = p.k;
-  a.n = p.n + 2;
+  a.n = p.n;
   a.k_chunk = rp.k_chunk;
   a.splits = rp.splits;
   a.groups = rp.groups;
@@ -116,7 +116,11 @@ Status RunRowsWidth(const DeviceRowCheck& p, cudaStream_t stream) {
 template <ElemType E>
 Status LaunchRowCheck(const DeviceRowCheck& p, cudaStream_t stream) {
   using T = CudaType<E>;
-  switch (RowCheckShapeFor(sizeof(T), p.n + 2).n_b) {
+  switch (RowCheckShapeFor(sizeof(T), p.n).n_b) {
+    case 1:
+      return RunRowsWidth<T, 1>(p, stream);
+    case 2:
+      return RunRowsWidth<T, 2>(p, stream);
     case 4:
       return RunRowsWidth<T, 4>(p, stream);
     case 8:

@@ -7,8 +7,8 @@
 // a row's sum, and the weighting is exact. The product kernel
 // (ffi/matmul/kernels/row_stream.cuh with kStats) reads each row of A once
 // and returns, beside C's row, the row's checksum ch = A_i . s with
-// s = B w (staged as its rounding to the accumulator type plus the rest, so
-// that s enters to about twice the accumulator's precision) and three
+// s = B w (in two parts: its rounding to the accumulator type plus the rest,
+// so that s enters to about twice the accumulator's precision) and three
 // magnitudes: abs = sum_l |a_il| sum_j |w_j b_lj|, abs_ch = sum_l |a_il| |s_l|
 // and sq = sum_l a_il^2 (sum_j (w_j b_lj)^2 + s_l^2). The check compares
 // sum_j w_j C_ij with ch. Their difference is the rounding of the n + 2 dot
@@ -87,7 +87,7 @@ TSM2_HD double Fmax1(double w) { return w > 1.0 ? w : 1.0; }
 // The threshold of one row (in the weighted units of its checksum). NaN
 // statistics fall through to the other bound (fmin); an infinite one checks
 // finiteness only. `weight_sum` = sum_j max(w_j, 1) + 2 scales the underflow
-// floor, which is per entry, to those units (the checksum's two columns weigh
+// floor, which is per entry, to those units (the checksum's two parts weigh
 // 1: their terms are weighted already).
 TSM2_HD double RowThreshold(const double* model, double abs, double abs_ch, double sq, double c_abs,
                             double c_sq, double ch, double weight_sum) {

@@ -100,7 +100,7 @@ struct RowStreamBLayout {
 constexpr int64_t RowStreamStatsOffset(const RowStreamBLayout& b, int64_t k_chunk) {
   return (b.Bytes(k_chunk) + 15) / 16 * 16;
 }
-constexpr int kRowStreamStatsPerRow = 4;
+constexpr int kRowStreamStatsPerRow = 8;
 constexpr RowStreamBLayout RowStreamStatsLayout(int itemsize) {
   return RowStreamBLayout(itemsize, kRowStreamStatsPerRow);
 }
@@ -130,9 +130,9 @@ constexpr int64_t kRowStreamUnitsPerWarp = 4;
 // bytes of shared memory per block. !ok when B's rows of one vector do not
 // fit, or when the splits' partial sums would need more than
 // `workspace_limit` bytes (< 0: no limit).
-// With `stats` (the fused ABFT check's launch: kStats), n counts the
-// checksum column, every split writes its sums and the rows' statistics to
-// the workspace, and B's rows share the shared memory with their statistics.
+// With `stats` (the fused ABFT check's launch: kStats), every split writes
+// its sums and the rows' statistics (checksum included) to the workspace, and
+// B's rows share the shared memory with their statistics.
 inline RowStreamPlan PlanRowStream(const RowStreamShape& s, int itemsize, int64_t m, int64_t k,
                                    int64_t n, int sms, int smem_optin, int64_t workspace_limit = -1,
                                    bool stats = false) {

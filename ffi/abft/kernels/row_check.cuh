@@ -27,7 +27,7 @@ constexpr int kRowCheckThreads = 256;
 constexpr int kRowRepairThreads = 256;
 
 struct RowCheckArgs {
-  const void* partials;     // [splits][m][n + 2] sums (Acc): C's row, then the checksum's two parts
+  const void* partials;     // [splits][m][n] sums (Acc): C's row
   const void* stats;        // [splits][m][kRowStats] (Acc)
   const void* col_weights;  // [n] powers of two (Acc)
   void* c;                  // [m, n] (Acc: f32 for f32, bf16 and f16 data; f64 for f64)
@@ -48,7 +48,7 @@ __device__ __forceinline__ Acc FlipBit(Acc x, int bit) {
   return x;
 }
 
-// N: the row stream's width (n + 2 <= N).
+// N: the row stream's width (n <= N).
 template <typename Acc, int N, bool kInject>
 __global__ void __launch_bounds__(kRowCheckThreads)
     AbftRowCheckKernel(const __grid_constant__ RowCheckArgs p) {
@@ -56,29 +56,31 @@ __global__ void __launch_bounds__(kRowCheckThreads)
   const Acc* stat = static_cast<const Acc*>(p.stats);
   const Acc* wt = static_cast<const Acc*>(p.col_weights);
   Acc* c = static_cast<Acc*>(p.c);
-  const int64_t n1 = p.n + 2, split_stride = p.m * n1, stat_stride = p.m * kRowStats;
+  const int64_t n1 = p.n, split_stride = p.m * n1, stat_stride = p.m * kRowStats;
   WaitForPrevious();        // a programmatic dependent of the row stream
   AllowNextToStart();       // the repair waits for this grid all the same
-  double weight_sum = 2.0;  // RowThreshold's: the checksum's two columns weigh 1
+  double weight_sum = 2.0;  // RowThreshold's: the checksum's two parts weigh 1
   for (int64_t j = 0; j < p.n; ++j) weight_sum += Fmax1(static_cast<double>(wt[j]));
   for (int64_t i = blockIdx.x * int64_t{kRowCheckThreads} + threadIdx.x; i < p.m;
        i += int64_t{gridDim.x} * kRowCheckThreads) {
     Acc v[N];
-    Acc st[3];
+    Acc st[kRowStatsUsed];
 #pragma unroll
     for (int j = 0; j < N; ++j) v[j] = j < n1 ? part[i * n1 + j] : Acc(0);
 #pragma unroll
-    for (int q = 0; q < 3; ++q) st[q] = stat[i * kRowStats + q];
+    for (int q = 0; q < kRowStatsUsed; ++q) st[q] = stat[i * kRowStats + q];
     for (int64_t s = 1; s < p.splits; ++s) {
 #pragma unroll
       for (int j = 0; j < N; ++j) {
         if (j < n1) v[j] += part[s * split_stride + i * n1 + j];
       }
 #pragma unroll
-      for (int q = 0; q < 3; ++q) st[q] += stat[s * stat_stride + i * kRowStats + q];
+      for (int q = 0; q < kRowStatsUsed; ++q) st[q] += stat[s * stat_stride + i * kRowStats + q];
     }
     // The row weighted as its checksum (powers of two: exact), in f64.
-    double sum = 0.0, c_abs = 0.0, c_sq = 0.0, ch = 0.0;
+    double sum = 0.0, c_abs = 0.0, c_sq = 0.0;
+    const double ch =
+        static_cast<double>(st[kRowStatCheckHi]) + static_cast<double>(st[kRowStatCheckLo]);
 #pragma unroll
     for (int j = 0; j < N; ++j) {
       if (j < p.n) {
@@ -89,8 +91,6 @@ __global__ void __launch_bounds__(kRowCheckThreads)
         sum += d;
         c_abs += Fabs(d);
         c_sq += d * d;
-      } else if (j < n1) {
-        ch += static_cast<double>(v[j]);
       }
     }
     const double t = RowThreshold(p.model, st[kRowStatAbs], st[kRowStatAbsCheck], st[kRowStatSq],

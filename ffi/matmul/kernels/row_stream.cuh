@@ -28,15 +28,16 @@
 // the next split.
 //
 // Row statistics (kStats, for the fused ABFT check of ffi/abft/row_check.h):
-// the launch's n is B's width plus two, and the block stages the weighted sum
-// s = sum_j w_j b_j of each of B's rows (w_j a power of two per column, which
-// balances columns of different scales) as those last two columns, split
-// into its rounding to the accumulator type and the remainder, so that every
-// row of A also yields its checksum A_i . s from the same loads without the
-// rounding of s. Beside it each row accumulates, per element, |a| times
-// sum_j |w_j b_j|, |a| times |s| and a^2 times (sum_j (w_j b_j)^2 + s^2): the
-// magnitudes the check's rounding bound needs. Sums and statistics always go
-// to the workspace; the check's kernel adds the splits.
+// beside B's rows the block stages, per row of B, the weighted sum
+// s = sum_j w_j b_j (w_j a power of two per column, which balances columns
+// of different scales), split into its rounding to the accumulator type and
+// the rest, and the weights of three magnitudes; each row of A accumulates,
+// per element, its checksum A_i . s (in two parts, so that s enters without
+// its rounding), |a| times sum_j |w_j b_j|, |a| times |s| and a^2 times
+// (sum_j (w_j b_j)^2 + s^2): the magnitudes the check's rounding bound needs.
+// They are scalars per row, not columns of B, so the instantiation is the
+// plain product's width. Sums and statistics always go to the workspace; the
+// check's kernel adds the splits.
 #pragma once
 
 #include <cstdint>
@@ -61,7 +62,7 @@ struct RowStreamArgs {
   bool b_t;        // B stored [n, k] (layout NT)
   bool out_f32;    // C is f32 although T is bf16/f16
   // kStats only: [splits][m][kRowStats] accumulators of the row statistics,
-  // the column weights ([n - 2] powers of two, Acc), and two words the first
+  // the column weights ([n] powers of two, Acc), and two words the first
   // block zeroes for the check that follows.
   void* stats;
   const void* col_weights;
@@ -69,7 +70,15 @@ struct RowStreamArgs {
 };
 
 // The row statistics kStats accumulates (see the top of the file).
-enum RowStat : int { kRowStatAbs = 0, kRowStatAbsCheck = 1, kRowStatSq = 2, kRowStats = 4 };
+enum RowStat : int {
+  kRowStatAbs = 0,       // sum_l |a_l| sum_j |w_j b_lj|
+  kRowStatAbsCheck = 1,  // sum_l |a_l| |s_l|
+  kRowStatSq = 2,        // sum_l a_l^2 (sum_j (w_j b_lj)^2 + s_l^2)
+  kRowStatCheckHi = 3,   // sum_l a_l hi(s_l): the checksum, first part
+  kRowStatCheckLo = 4,   // sum_l a_l lo(s_l): the checksum, the rest
+  kRowStatsUsed = 5,
+  kRowStats = 8,  // per row in shared memory and the workspace: whole 16-byte units
+};
 static_assert(kRowStats == kRowStreamStatsPerRow, "the plan sizes the statistics alike");
 
 template <int Bytes>
@@ -138,7 +147,7 @@ template <typename T, int N, int R, int U, bool kChecked, bool kStats>
 __device__ __forceinline__ void RowStreamStep(const char* bsm, const char* ssm,
                                               const uint4 (&av)[R][U], int64_t first_v, int lane,
                                               int s, int64_t kc, AccType<T> (&acc)[R][N],
-                                              AccType<T> (&st)[R][3]) {
+                                              AccType<T> (&st)[R][kRowStatsUsed]) {
   using Acc = AccType<T>;
   constexpr int kV = kVec<T>;
 #pragma unroll
@@ -164,9 +173,11 @@ __device__ __forceinline__ void RowStreamStep(const char* bsm, const char* ssm,
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const Acc x = a[r][e], ax = x < Acc(0) ? -x : x;
-          st[r][0] = fma(ax, w[kRowStatAbs], st[r][0]);
-          st[r][1] = fma(ax, w[kRowStatAbsCheck], st[r][1]);
-          st[r][2] = fma(x * x, w[kRowStatSq], st[r][2]);
+          st[r][kRowStatAbs] = fma(ax, w[kRowStatAbs], st[r][kRowStatAbs]);
+          st[r][kRowStatAbsCheck] = fma(ax, w[kRowStatAbsCheck], st[r][kRowStatAbsCheck]);
+          st[r][kRowStatSq] = fma(x * x, w[kRowStatSq], st[r][kRowStatSq]);
+          st[r][kRowStatCheckHi] = fma(x, w[kRowStatCheckHi], st[r][kRowStatCheckHi]);
+          st[r][kRowStatCheckLo] = fma(x, w[kRowStatCheckLo], st[r][kRowStatCheckLo]);
         }
       }
     }
@@ -209,14 +220,13 @@ __global__ void __launch_bounds__(kRowStreamThreads, M)
     const int64_t kc = p.k - k0 < p.k_chunk ? p.k - k0 : p.k_chunk;
 
     // B's rows [k0, k0 + kc) into shared memory, zero past n (with kStats,
-    // past B's width nb, and the rows' sums and statistics beside them).
+    // the rows' weighted sums and statistics beside them).
     __syncthreads();  // the previous split's rows are no longer read
     if (threadIdx.x == 0) next_unit = 0;
-    const int64_t nb = kStats ? p.n - 2 : p.n;
+    const int64_t nb = p.n;
     for (int64_t i = threadIdx.x; i < kc * N; i += kRowStreamThreads) {
       const int64_t j = i / N;
       const int col = static_cast<int>(i % N);
-      if (kStats && (col == nb || col == nb + 1)) continue;  // the row's sum, written below
       Acc v = Acc(0);
       if (col < nb) v = ToAcc(b[p.b_t ? col * p.k + k0 + j : (k0 + j) * nb + col]);
       reinterpret_cast<Acc*>(bsm + kB.UnitOf(j) * kB.unit)[col] = v;
@@ -237,16 +247,14 @@ __global__ void __launch_bounds__(kRowStreamThreads, M)
           sq = fma(v, v, sq);
         }
         const Acc x_hi = static_cast<Acc>(hi);
-        const Acc x_lo = static_cast<Acc>((hi - static_cast<double>(x_hi)) + lo);
-        Acc* row = reinterpret_cast<Acc*>(bsm + kB.UnitOf(j) * kB.unit);
-        row[nb] = x_hi;
-        row[nb + 1] = x_lo;
         const double sum = hi + lo;
         Acc* w = reinterpret_cast<Acc*>(ssm + kS.UnitOf(j) * kS.unit);
         w[kRowStatAbs] = static_cast<Acc>(abs);
         w[kRowStatAbsCheck] = static_cast<Acc>(sum < 0.0 ? -sum : sum);
         w[kRowStatSq] = static_cast<Acc>(fma(sum, sum, sq));
-        w[3] = Acc(0);
+        w[kRowStatCheckHi] = x_hi;
+        w[kRowStatCheckLo] = static_cast<Acc>((hi - static_cast<double>(x_hi)) + lo);
+        for (int q = kRowStatsUsed; q < kRowStats; ++q) w[q] = Acc(0);
       }
     }
     __syncthreads();
@@ -280,7 +288,7 @@ __global__ void __launch_bounds__(kRowStreamThreads, M)
 
       Acc acc[R][N];
       InitSums(acc, p.k);
-      Acc st[R][3] = {};
+      Acc st[R][kRowStatsUsed] = {};
       auto step_of = [&](int64_t step, const uint4(&av)[R][U]) {
         const int64_t v0 = step * kStepV;
         if (v0 >= full_lo && v0 + kStepV - 1 <= full_hi) {
@@ -366,14 +374,16 @@ __global__ void __launch_bounds__(kRowStreamThreads, M)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
-          for (int q = 0; q < kRowStats; ++q) y[r * kRowStats + q] = q < 3 ? st[r][q] : Acc(0);
+          for (int q = 0; q < kRowStats; ++q) {
+            y[r * kRowStats + q] = q < kRowStatsUsed ? st[r][q] : Acc(0);
+          }
         }
         ReduceScatter<kStatValues>(y, lane);
         constexpr int kStatShare = kStatValues >= 32 ? 1 : 32 / kStatValues;
         static_assert(kStatValues <= 32, "one statistic per lane at most");
         const int idx = lane / kStatShare, r = idx / kRowStats, q = idx % kRowStats;
         const int64_t row = row0 + r * int64_t{p.period};
-        if (lane % kStatShare == 0 && q < 3 && row < p.m) {
+        if (lane % kStatShare == 0 && q < kRowStatsUsed && row < p.m) {
           static_cast<Acc*>(p.stats)[(split * p.m + row) * kRowStats + q] = y[0];
         }
       }
