@@ -11,9 +11,12 @@ the worst-case rounding of the exact product.
 Runs on whatever platform JAX has (on CPU the reference target, whose threshold allows for
 XLA's CPU runtime flushing subnormals to zero). Writes JSON and markdown.
 
+With ``--clean N``, also N clean products per dtype (every kind, a few odd sizes, batched
+with ``jax.vmap``) for false positives alone.
+
 Usage::
 
-    python benchmarks/abft_fused_detection.py --out DIR [--seed 11] [--repeats 1]
+    python benchmarks/abft_fused_detection.py --out DIR [--seed 11] [--repeats 1] [--clean N]
 """
 
 from __future__ import annotations
@@ -88,6 +91,25 @@ def _campaign(name: str, repeats: int, rng: np.random.Generator) -> dict:
     return out
 
 
+CLEAN_SHAPES = ((1, 1, 1), (7, 33, 3), (64, 300, 8), (13, 1031, 5), (40, 97, 2))
+CLEAN_BATCH = 250
+
+
+def _clean_sweep(name: str, count: int, rng: np.random.Generator) -> dict:
+    """False positives over ``count`` clean products of ``name`` (every kind and shape alike)."""
+    dtype = DTYPES[name][0]
+    rows = jax.jit(jax.vmap(abft_calls.rows))
+    products = flagged = 0
+    while products < count:
+        for kind in CLEAN_KINDS:
+            for m, k, n in CLEAN_SHAPES:
+                a, b = random_operands(rng, kind, CLEAN_BATCH, m, k, n, dtype)
+                _, verdict = rows(a, b)
+                flagged += int(np.count_nonzero(np.asarray(verdict[0])))
+                products += CLEAN_BATCH
+    return {"dtype": name, "products": products, "false_positives": flagged}
+
+
 def _markdown(results: list[dict], device: str) -> str:
     lines = [
         f"# Fused row check: detection ({device})",
@@ -113,18 +135,28 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--repeats", type=int, default=1, help="products per kind and shape")
     p.add_argument("--dtypes", default=",".join(DTYPES), help=f"comma-separated: {list(DTYPES)}")
+    p.add_argument("--clean", type=int, default=0, help="clean products per dtype (vmapped)")
     args = p.parse_args(argv)
     names = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    if any(d not in DTYPES for d in names) or args.repeats < 1:
-        p.error(f"--dtypes takes {list(DTYPES)}; --repeats must be >= 1")
+    if any(d not in DTYPES for d in names) or args.repeats < 1 or args.clean < 0:
+        p.error(f"--dtypes takes {list(DTYPES)}; --repeats must be >= 1, --clean >= 0")
     rng = np.random.default_rng(args.seed)
     results = [_campaign(name, args.repeats, rng) for name in names]
+    clean = [_clean_sweep(name, args.clean, rng) for name in names] if args.clean else []
     device = jax.devices()[0].device_kind
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "abft_fused_detection.json").write_text(
-        json.dumps({"device": device, "seed": args.seed, "results": results}, indent=1)
-    )
+    doc = {"device": device, "seed": args.seed, "results": results, "clean": clean}
+    (args.out / "abft_fused_detection.json").write_text(json.dumps(doc, indent=1))
     text = _markdown(results, device)
+    if clean:
+        text += (
+            "\nClean products alone (every kind, sizes "
+            + ", ".join("x".join(map(str, s)) for s in CLEAN_SHAPES)
+            + "):\n\n| dtype | products | false positives |\n|---|---|---|\n"
+        )
+        text += "".join(
+            f"| {c['dtype']} | {c['products']} | {c['false_positives']} |\n" for c in clean
+        )
     (args.out / "abft_fused_detection.md").write_text(text)
     print(text)
 
