@@ -22,7 +22,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -145,9 +147,18 @@ def main(argv: list[str] | None = None) -> None:
     clean = [_clean_sweep(name, args.clean, rng) for name in names] if args.clean else []
     device = jax.devices()[0].device_kind
     args.out.mkdir(parents=True, exist_ok=True)
-    doc = {"device": device, "seed": args.seed, "results": results, "clean": clean}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    made = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": commit or None,
+        "command": " ".join(["python", *sys.argv]),
+    }
+    doc = {"device": device, "made": made, "seed": args.seed, "results": results, "clean": clean}
     (args.out / "abft_fused_detection.json").write_text(json.dumps(doc, indent=1))
     text = _markdown(results, device)
+    text += f"\nMade {made['date']} at commit {made['commit']}: `{made['command']}`\n"
     if clean:
         text += (
             "\nClean products alone (every kind, sizes "
