@@ -270,12 +270,15 @@ def test_abft_no_false_positives_and_reproducible_verdicts():
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.parametrize("fused", [False, None], ids=["passes", "default"])
 @pytest.mark.parametrize("kind", ["underflow", "overflow", "mixed", "subnormal_a"])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_ids)
-def test_abft_no_false_positives_at_the_edges_of_the_range(dtype, kind):
-    """Through the kernels (colsums, judge): products whose terms underflow, whose column sums
-    would overflow unscaled, of every scale, and an A of subnormal numbers times a large B
-    (what a flush of subnormal inputs loses is proportional to B) are never flagged."""
+def test_abft_no_false_positives_at_the_edges_of_the_range(dtype, kind, fused):
+    """Through the kernels (colsums, judge; by default f32 takes the fused row check here):
+    products whose terms underflow, whose column sums would overflow unscaled, of every
+    scale, and an A of subnormal numbers times a large B (what a flush of subnormal inputs
+    loses is proportional to B) are never flagged. The passes return XLA's product bitwise;
+    the fused check its own, within the sums' rounding."""
     rng = np.random.default_rng(13)
     m, k, n = 1031, 77, 9
     if kind == "subnormal_a":
@@ -285,9 +288,15 @@ def test_abft_no_false_positives_at_the_edges_of_the_range(dtype, kind):
         a, b = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
     else:
         a, b = (x[0] for x in edge_operands(rng, 1, m, k, n, dtype, kind))
-    c, v = jax.jit(abft.abft_matmul)(a, b)
+    c, v = jax.jit(lambda a, b: abft.abft_matmul(a, b, fused=fused))(a, b)
     assert int(v.errors_detected) == 0 and int(v.col) == -1, (kind, float(v.magnitude))
-    np.testing.assert_array_equal(as_f64(c), as_f64(jnp.matmul(a, b)))
+    if fused is False or abft.decide_fused(a, b).target != "kernels":
+        np.testing.assert_array_equal(as_f64(c), as_f64(jnp.matmul(a, b)))
+    else:
+        a64, b64 = as_f64(a), as_f64(b)
+        eps = float(jnp.finfo(abft.checked_dtype(dtype)).eps)
+        bound = (k + 2) * (eps * (np.abs(a64) @ np.abs(b64)) + float(jnp.finfo(dtype).tiny))
+        assert (np.abs(as_f64(c) - a64 @ b64) <= bound).all()
 
 
 # ---------------------------------------------------------------------------------------------
