@@ -39,6 +39,8 @@ from jax_tsm2 import abft, kernel_call
 from jax_tsm2.bench.suite import DTYPES, FAMILIES, Case
 from jax_tsm2.problem import Problem
 
+jax.config.update("jax_enable_x64", True)  # the f64 cases
+
 
 def _sample(fn, args, calls: int) -> float:
     t0 = time.perf_counter()
