@@ -143,7 +143,15 @@ def main(argv: list[str] | None = None) -> None:
     if any(d not in DTYPES for d in names) or args.repeats < 1 or args.clean < 0:
         p.error(f"--dtypes takes {list(DTYPES)}; --repeats must be >= 1, --clean >= 0")
     rng = np.random.default_rng(args.seed)
-    results = [_campaign(name, args.repeats, rng) for name in names]
+    results = []
+    for name in names:
+        results.append(_campaign(name, args.repeats, rng))
+        kinds = results[-1]["kinds"].values()
+        print(  # progress: the campaign compiles a product per shape and flipped bit
+            f"{name}: {sum(k['false_positives'] for k in kinds)} false positives, "
+            f"{sum(k['caught'] for k in kinds)} of {sum(k['due'] for k in kinds)} due flips caught",
+            flush=True,
+        )
     clean = [_clean_sweep(name, args.clean, rng) for name in names] if args.clean else []
     device = jax.devices()[0].device_kind
     args.out.mkdir(parents=True, exist_ok=True)
