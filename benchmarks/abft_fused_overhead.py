@@ -6,9 +6,9 @@ For each suite case of family R of at least ``--min-mb`` MB (operands and result
 - ``stream``: the same kernel without checks (``tsm2_matmul`` with TSM2R forced, which runs
   the row stream for these shapes): the product the check is fused into;
 - ``routed``: ``jax_tsm2.matmul``, as routing picks it;
-- ``fused``: ``jax_tsm2.abft.abft_matmul`` (``tsm2_abft_rows``: the product, the check of every
-  row, and the repair kernel, which returns at once on a clean product);
-- ``passes``: ``abft_matmul(..., fused=False)``: the checksum passes beside the routed
+- ``fused``: ``jax_tsm2.abft.abft_matmul(..., fused=True)`` (``tsm2_abft_rows``: the product,
+  the check of every row, and the repair kernel, which returns at once on a clean product);
+- ``passes``: ``abft_matmul`` as it is by default: the checksum passes beside the routed
   product, for comparison.
 
 Each sample queues ``--calls`` calls and syncs once; samples of the four alternate, and the
@@ -73,8 +73,8 @@ def _measure(case: Case, repeats: int, calls: int) -> dict:
     fns = {
         "stream": jax.jit(stream),
         "routed": jax.jit(jax_tsm2.matmul),
-        "fused": jax.jit(abft.abft_matmul),
-        "passes": jax.jit(lambda a, b: abft.abft_matmul(a, b, fused=False)),
+        "fused": jax.jit(lambda a, b: abft.abft_matmul(a, b, fused=True)),
+        "passes": jax.jit(abft.abft_matmul),
     }
     for fn in fns.values():
         jax.block_until_ready(fn(a, b))  # compile and warm up

@@ -199,13 +199,6 @@ _SUMS = "auto"
 _REPAIR = "auto"
 SUMS_MODES = ("auto", "kernel", "variadic", "siblings")
 REPAIR_MODES = ("auto", "kernel", "cond", "select")
-# _FUSED, whether abft_matmul runs a product the row stream takes (rows of A of at least
-# ROW_STREAM_MIN_ROW_BYTES, n within its widths) as the fused row check (tsm2_abft_rows:
-# one read of A for the product and its checks) rather than the three passes beside the routed
-# product: "auto" (on CUDA), "always" (on CPU too, through its plain-loop reference: for
-# tests) or "never".
-_FUSED = "auto"
-FUSED_MODES = ("auto", "always", "never")
 ROW_STREAM_MIN_ROW_BYTES = 256  # ffi/matmul/row_stream_plan.h kRowStreamMinRowBytes
 
 
@@ -282,9 +275,10 @@ def _by_platform(part: str, usable: bool, kernel, xla, *args):
 
 
 def decide_fused(a: ArrayLike, b: ArrayLike) -> Decision:
-    """Whether ``abft_matmul(a, b)`` runs as the fused row check on CUDA (``"kernels"``:
-    ``tsm2_abft_rows``, one read of ``a``) or as the checksum passes beside the routed product
-    (``"xla"``; then ``decide`` says how). Other platforms always take the passes.
+    """Whether ``abft_matmul(a, b, fused=True)`` can run as the fused row check
+    (``"kernels"``: ``tsm2_abft_rows``, one read of ``a``; on CUDA where this build has its
+    kernels for the GPU, else the checksum passes) or not (``"xla"``, with the reason: then
+    ``fused=True`` raises ``ValueError``).
 
     Example:
         >>> decide_fused(jnp.ones((4096, 4096)), jnp.ones((4096, 8))).target
@@ -297,16 +291,12 @@ def decide_fused(a: ArrayLike, b: ArrayLike) -> Decision:
     decision = lambda target, reason: Decision(
         op="abft_fused", target=target, reason=reason, platform="cuda"
     )
-    if _check_mode("_FUSED", _FUSED, FUSED_MODES) == "never":
-        return decision("xla", "abft._FUSED = 'never'")
     if dtypes[0] != dtypes[1] or not abft_calls.rows_supported(dtypes[0], m, k, n):
         return decision("xla", "dtypes or sizes the fused row check does not take")
     if k * dtypes[0].itemsize < ROW_STREAM_MIN_ROW_BYTES:
         return decision("xla", "rows of A too short for the row stream")
     if config.get_custom_call_mode() == "never":
         return decision("xla", "custom-call mode 'never'")
-    if _FUSED != "always" and not _fused_on_cuda():
-        return decision("xla", "this build of jax_tsm2 has no fused row check for this GPU")
     return decision("kernels", "the row stream checks each row from its one read of A")
 
 
@@ -819,7 +809,7 @@ def abft_matmul(
     *,
     precision: lax.PrecisionLike = None,
     inject: tuple[int, int, int] | None = None,
-    fused: bool | None = None,
+    fused: bool = False,
 ) -> tuple[jax.Array, Verdict]:
     """``jax_tsm2.matmul(a, b)`` with ABFT: the (repaired) product and a ``Verdict``.
 
@@ -836,16 +826,19 @@ def abft_matmul(
     one adding its splits) and a ``tsm2_abft_judge`` call (no recomputation for a clean
     product): no host round trip.
 
-    **Fused row check.** On CUDA, a product whose rows of ``a`` are at least 256 bytes long and
-    whose ``n`` fits the row stream (``n <= 16`` for f32, ``n <= 8`` otherwise; see
-    ``decide_fused``) runs instead as ``tsm2_abft_rows``: the row stream reads each row of
-    ``a`` once for the row of ``C``, its weighted checksum and the magnitudes of its
-    rounding bound; the kernel that adds its splits checks every row, and flagged rows (up to
-    32) are recomputed on the device. No pass over ``a`` beside the product. It computes on
-    CUDA cores at full f32 precision (``precision`` does not apply) and locates a fault by its
-    row; its threshold is ``jax_tsm2.abft_model.row_model_vector``'s. A row has no other rows
-    to average its rounding with, so where entries cancel heavily (``C`` far below its terms)
-    it catches less than the passes' column checks: ``fused=False`` keeps those.
+    **Fused row check** (``fused=True``). A product whose rows of ``a`` are at least 256 bytes
+    long and whose ``n`` fits the row stream (``n <= 16`` for f32, ``n <= 8`` otherwise; see
+    ``decide_fused``) runs as ``tsm2_abft_rows``: the row stream reads each row of ``a`` once
+    for the row of ``C``, its weighted checksum and the magnitudes of its rounding bound; the
+    kernel that adds its splits checks every row, and flagged rows (up to 32) are recomputed
+    on the device. No pass over ``a`` beside the product. It computes on CUDA cores at full
+    f32 precision (``precision`` does not apply) and locates a fault by its row; its threshold
+    is ``jax_tsm2.abft_model.row_model_vector``'s. On CPU the same check runs through a
+    plain-loop reference; on a GPU this build has no kernels for, the passes run. It is opt-in
+    because it catches less: a fault is measured against its row's rounding, so an error that
+    is large in its column but small beside the row's other columns (heavy-tailed data; or
+    entries that cancel heavily, ``C`` far below its terms) can pass it where the passes'
+    column checks catch it (docs/abft.md gives the measured detection).
 
     Args:
       a: ``(m, k)`` f16/bf16/f32/f64 operand.
@@ -858,9 +851,8 @@ def abft_matmul(
         bit in its read and writes the value back), so the whole check runs on a product
         with a fault in it. Static ints; ``None`` (the default) compiles the
         production target, which has no injection code.
-      fused: ``None`` (the default): the fused row check where ``decide_fused`` says so;
-        ``True``: the fused row check, or ``ValueError`` where it does not take the product;
-        ``False``: the checksum passes.
+      fused: ``True``: the fused row check, or ``ValueError`` where it does not take the
+        product (``decide_fused``); ``False`` (the default): the checksum passes.
 
     Returns:
       ``(c, verdict)``; ``c`` has ``jnp.matmul(a, b)``'s dtype.
@@ -878,22 +870,18 @@ def abft_matmul(
     if inject is not None:
         inject = _check_injection(inject, (a.shape[0], b.shape[1]), checked)
     passes = lambda a, b: _abft_passes(a, b, dtype, precision, inject)
+    if not fused:
+        return passes(a, b)
     decision = decide_fused(a, b)
-    if fused and decision.target != "kernels":
+    if decision.target != "kernels":
         raise ValueError(
             f"abft_matmul(fused=True): the fused row check does not take {dtype} "
             f"{a.shape} @ {b.shape}: {decision.reason}"
         )
-    if fused is False or decision.target != "kernels":
-        return passes(a, b)
     # The branches must agree on dtypes: the passes' magnitude follows jax_enable_x64.
     like = jax.eval_shape(passes, a, b)
-    fused = lambda a, b: _abft_fused(a, b, inject, like)
-    if _FUSED == "always":  # the CPU reference too
-        return lax.platform_dependent(
-            a, b, cuda=fused if _fused_on_cuda() else passes, default=fused
-        )
-    return lax.platform_dependent(a, b, cuda=fused, default=passes)
+    rows = lambda a, b: _abft_fused(a, b, inject, like)
+    return lax.platform_dependent(a, b, cuda=rows if _fused_on_cuda() else passes, default=rows)
 
 
 def _abft_fused(a, b, inject, like) -> tuple[jax.Array, Verdict]:

@@ -639,20 +639,14 @@ def test_abft_matmul_jit_and_shapes():
 def test_half_products_are_checked_as_their_f32_sums(dtype):
     """abft_matmul returns the f32 sums rounded once to the operands' dtype, and checks the
     sums: an error of a tenth of a column's largest entry in a 1024-row column, which the
-    rounded product's threshold allows for, is caught there. With the passes the sums are
-    XLA's, bitwise; the fused row check (on CUDA) adds them in its own order."""
+    rounded product's threshold allows for, is caught there."""
     rng = np.random.default_rng(12)
     a, b = operands(rng, 1, 1024, 256, 3, dtype)
     a, b = a[0], b[0]
+    c, v = jax.jit(abft.abft_matmul)(a, b)
     sums = jnp.matmul(a, b, preferred_element_type=jnp.float32)
-    c, v = jax.jit(lambda a, b: abft.abft_matmul(a, b, fused=False))(a, b)
     assert c.dtype == dtype and int(v.errors_detected) == 0
     np.testing.assert_array_equal(as_f64(c), as_f64(sums.astype(dtype)))
-    c, v = jax.jit(abft.abft_matmul)(a, b)
-    assert c.dtype == dtype and int(v.errors_detected) == 0
-    bound = (256 + 2) * float(jnp.finfo(jnp.float32).eps) * (np.abs(as_f64(a)) @ np.abs(as_f64(b)))
-    ulp = float(jnp.finfo(dtype).eps) * np.abs(as_f64(sums))
-    assert (np.abs(as_f64(c) - as_f64(sums)) <= bound + ulp).all()
     assert abft.checked_dtype(dtype) == np.float32 and abft.checked_dtype(jnp.float64) == np.float64
     delta = 0.1 * float(jnp.max(jnp.abs(sums[:, 1])))
     cs = abft.encode(a, b, out_dtype=jnp.float32)

@@ -225,8 +225,7 @@ def test_a_bit_flipped_inside_the_pass_over_c_is_caught(name):
     far more than its column's threshold, and is detected, located and repaired; the
     product returned is the clean one (up to the recomputation's rounding). bf16/f16
     products are checked as their f32 sums (``checked_dtype``), so the bits are the f32
-    value's. The passes' check (``fused=False``): the fused row check's flips are
-    tests/test_abft_rows.py's."""
+    value's."""
     dtype = DTYPES[name]
     checked = abft.checked_dtype(dtype)
     bits = 8 * checked.itemsize
@@ -243,7 +242,7 @@ def test_a_bit_flipped_inside_the_pass_over_c_is_caught(name):
         row, col = int(rng.integers(0, m)), int(rng.integers(0, n))
         old = float(as_f64(clean)[row, col])
         change = abs(flipped(old, checked, bit) - old)
-        c, v = abft.abft_matmul(a, b, precision=prec, inject=(row, col, bit), fused=False)
+        c, v = abft.abft_matmul(a, b, precision=prec, inject=(row, col, bit))
         if not change > 2 * float(t[col]):
             continue  # a flip this small is below what the check promises to see
         assert int(v.errors_detected) >= 1 and bool(v.corrected), (bit, v)
@@ -255,7 +254,7 @@ def test_a_bit_flipped_inside_the_pass_over_c_is_caught(name):
     ones = np.argwhere((np.abs(as_f64(clean)) >= 1) & (np.abs(as_f64(clean)) < 2))
     if len(ones):
         row, col = (int(x) for x in ones[0])
-        c, v = abft.abft_matmul(a, b, precision=prec, inject=(row, col, bits - 2), fused=False)
+        c, v = abft.abft_matmul(a, b, precision=prec, inject=(row, col, bits - 2))
         assert (int(v.row), int(v.col)) == (row, col) and bool(v.corrected), v
         assert np.isfinite(as_f64(c)).all()
 

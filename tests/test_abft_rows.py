@@ -1,6 +1,6 @@
 """The fused row check (tsm2_abft_rows) on CPU, through its plain-loop reference target: the
 same threshold, check, repair and verdict as the CUDA kernels (tests/test_gpu_abft_rows.py),
-summed in another order. abft_matmul takes it on CPU with abft._FUSED = "always".
+summed in another order. abft_matmul(..., fused=True) takes it on CPU too.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 from _abft_reference import CLEAN_KINDS, random_operands
 from _helpers import FLOAT_DTYPES, assert_close_to_reference, rand
 
+import jax_tsm2
 from jax_tsm2 import abft, abft_calls
 
 dtype_ids = lambda d: jnp.dtype(d).name
@@ -19,11 +20,6 @@ dtype_ids = lambda d: jnp.dtype(d).name
 
 def _rows(a, b, inject=None):
     return jax.jit(lambda a, b: abft_calls.rows(a, b, inject=inject))(a, b)
-
-
-@pytest.fixture
-def fused_everywhere(monkeypatch):
-    monkeypatch.setattr(abft, "_FUSED", "always")
 
 
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 1), (5, 64, 2), (37, 257, 5), (64, 1031, 8)])
@@ -86,29 +82,28 @@ def test_f64_flips_are_repaired():
 
 
 @pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16), ids=dtype_ids)
-def test_abft_matmul_fused_agrees_with_the_passes(fused_everywhere, dtype):
+def test_abft_matmul_fused_agrees_with_the_passes(dtype):
     rng = np.random.default_rng(1)
     a, b = rand(rng, (300, 256), dtype), rand(rng, (256, 6), dtype)
     assert abft.decide_fused(a, b).target == "kernels"
-    text = jax.jit(abft.abft_matmul).lower(a, b).as_text()
+    fused = jax.jit(lambda a, b: abft.abft_matmul(a, b, fused=True))
+    text = fused.lower(a, b).as_text()
     assert "tsm2_abft_rows" in text and "tsm2_abft_encode" not in text
-    c, v = jax.jit(abft.abft_matmul)(a, b)
+    c, v = fused(a, b)
     assert c.dtype == dtype and int(v.errors_detected) == 0 and int(v.row) == -1
-    fault = jax.jit(abft.abft_matmul, static_argnames="inject")
-    c2, v2 = fault(a, b, inject=(123, 5, 30))
+    fault = jax.jit(abft.abft_matmul, static_argnames=("inject", "fused"))
+    c2, v2 = fault(a, b, inject=(123, 5, 30), fused=True)
     assert (int(v2.row), int(v2.col), bool(v2.corrected)) == (123, 5, True)
     np.testing.assert_allclose(np.asarray(c2, np.float64), np.asarray(c, np.float64), rtol=1e-5)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(abft, "_FUSED", "never")
-        p, pv = fault(a, b, inject=(123, 5, 30))
+    p, pv = fault(a, b, inject=(123, 5, 30))  # the passes, the default
     assert (int(pv.row), int(pv.col), bool(pv.corrected)) == (123, 5, True)
     np.testing.assert_allclose(np.asarray(p, np.float64), np.asarray(c, np.float64), rtol=2e-2)
 
 
-def test_abft_matmul_fused_under_vmap(fused_everywhere):
+def test_abft_matmul_fused_under_vmap():
     rng = np.random.default_rng(2)
     a, b = rand(rng, (3, 40, 128), jnp.float32), rand(rng, (3, 128, 5), jnp.float32)
-    c, v = jax.jit(jax.vmap(abft.abft_matmul))(a, b)
+    c, v = jax.jit(jax.vmap(lambda a, b: abft.abft_matmul(a, b, fused=True)))(a, b)
     assert c.shape == (3, 40, 5) and v.errors_detected.shape == (3,)
     assert not np.asarray(v.errors_detected).any()
     for i in range(3):
@@ -123,9 +118,9 @@ def test_decide_fused_names_why():
     f64 = abft.decide_fused(sds((4096, 1024), jnp.float64), sds((1024, 9), jnp.float64))
     assert "does not take" in f64.reason  # past f64's 8 columns
     assert "too short" in abft.decide_fused(sds((4096, 32)), sds((32, 8))).reason
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(abft, "_FUSED", "never")
-        assert abft.decide_fused(sds((4096, 1024)), sds((1024, 8))).target == "xla"
+    with jax_tsm2.custom_call_mode("never"):
+        never = abft.decide_fused(sds((4096, 1024)), sds((1024, 8)))
+    assert never.target == "xla" and "never" in never.reason
 
 
 def test_bad_calls_raise_naming_the_problem():
@@ -143,11 +138,10 @@ def test_bad_calls_raise_naming_the_problem():
 def test_abft_matmul_fused_argument():
     rng = np.random.default_rng(4)
     a, b = rand(rng, (64, 128), jnp.float32), rand(rng, (128, 4), jnp.float32)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(abft, "_FUSED", "always")
-        lowered = lambda **kw: jax.jit(lambda a, b: abft.abft_matmul(a, b, **kw)).lower(a, b)
-        assert "tsm2_abft_rows" in lowered(fused=True).as_text()
-        assert "tsm2_abft_rows" not in lowered(fused=False).as_text()
+    lowered = lambda **kw: jax.jit(lambda a, b: abft.abft_matmul(a, b, **kw)).lower(a, b)
+    assert "tsm2_abft_rows" in lowered(fused=True).as_text()
+    assert "tsm2_abft_rows" not in lowered(fused=False).as_text()
+    assert "tsm2_abft_rows" not in lowered().as_text()  # opt-in
     narrow = rand(rng, (64, 16), jnp.float32), rand(rng, (16, 4), jnp.float32)
     with pytest.raises(ValueError, match="too short"):
         abft.abft_matmul(*narrow, fused=True)

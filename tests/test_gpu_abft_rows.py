@@ -5,7 +5,8 @@ Skipped without a CUDA device and a CUDA build (conftest.py). Every width the ch
 instantiates (n of 1, 2, 4, 8 and 16 columns), odd and prime sizes, k past one split of B in
 shared memory, every dtype and every kind of clean data of tests/_abft_reference.py: C against
 a float64 reference and no row flagged. Bits flipped in C inside the check's kernel: detected,
-located and repaired. abft_matmul takes the fused check where decide_fused says so.
+located and repaired. abft_matmul(..., fused=True) takes the fused check where decide_fused
+says so.
 """
 
 from __future__ import annotations
@@ -81,14 +82,17 @@ def test_a_flipped_bit_of_an_f64_product_is_repaired(bit):
     assert_close_to_reference(c, a, b)
 
 
-def test_abft_matmul_takes_the_fused_check_where_decide_fused_says_so():
+def test_abft_matmul_fused_takes_the_fused_check_where_decide_fused_says_so():
     rng = np.random.default_rng(3)
     a, b = rand(rng, (4099, 1031), jnp.float32), rand(rng, (1031, 8), jnp.float32)
     assert abft.decide_fused(a, b).target == "kernels"
-    text = jax.jit(abft.abft_matmul).lower(a, b).as_text()
+    run = jax.jit(abft.abft_matmul, static_argnames=("inject", "fused"))
+    text = run.lower(a, b, fused=True).as_text()
     assert "tsm2_abft_rows" in text and "tsm2_abft_encode" not in text
-    c, v = jax.jit(abft.abft_matmul, static_argnames="inject")(a, b, inject=(17, 5, 29))
+    assert "tsm2_abft_rows" not in run.lower(a, b).as_text()  # opt-in
+    c, v = run(a, b, inject=(17, 5, 29), fused=True)
     assert (int(v.row), int(v.col), bool(v.corrected)) == (17, 5, True)
     np.testing.assert_allclose(as_f64(c), as_f64(a) @ as_f64(b), rtol=1e-4, atol=1e-3)
     narrow = rand(rng, (4099, 16), jnp.float32), rand(rng, (16, 8), jnp.float32)
-    assert "tsm2_abft_rows" not in jax.jit(abft.abft_matmul).lower(*narrow).as_text()
+    with pytest.raises(ValueError, match="too short"):
+        abft.abft_matmul(*narrow, fused=True)
