@@ -65,7 +65,7 @@ RowsVerdict RowsReference(const RowsProblem& p, const double* model, const void*
     x_lo[l] = static_cast<Acc>((hi - static_cast<double>(x_hi[l])) + lo);
     const double sum = hi + lo;
     y[l] = static_cast<Acc>(abs);
-    w[l] = std::fabs(x_hi[l]);  // |s| as the kernel takes it: its first part's
+    w[l] = static_cast<Acc>(std::fabs(sum));
     z[l] = static_cast<Acc>(std::fma(sum, sum, sq));
   }
   double weight_sum = 2.0;  // RowThreshold's: the checksum's two parts weigh 1

@@ -12,25 +12,15 @@
 
 namespace tsm2 {
 
-// The row stream's instantiation for the check: the plain product's width,
-// but two rows per warp and one vector per row and lane (four rows' sums,
-// statistics and loads do not fit 128 registers: ptxas spilled them), with
-// as many vectors per lane in flight as the plain product keeps: steps in
-// registers (depth) or stages of the shared-memory ring. With fewer in
-// flight the check's stream waited on memory latency (on an H100 at
-// 20480 x 20480 x 8 f32 it read 1.73 TB/s with a quarter of the SMs' warp
-// slots busy).
+// The row stream's instantiation for the check: the plain product's, but
+// with two rows per warp and one vector per row and lane: four rows' (or two
+// rows' of two vectors) sums, statistics and loads do not fit 128 registers
+// (ptxas spilled them).
 constexpr RowStreamShape RowCheckShapeFor(int itemsize, int64_t n) {
   RowStreamShape s = RowStreamShapeFor(itemsize, n);
   if (s.ok()) {
-    const int per_step = s.rows * s.vecs;  // vectors per lane in one step of the plain product
     s.rows = 2;
     s.vecs = 1;
-    if (s.stages > 0) {
-      s.stages = (s.stages - 1) * per_step / 2 + 1;
-    } else {
-      s.depth = s.depth * per_step / 2;
-    }
   }
   return s;
 }

@@ -93,19 +93,16 @@ struct RowStreamBLayout {
   }
 };
 
-// Where the statistics' weights of a kStats launch start after B's rows of
-// the longest split: 16-byte aligned. They are laid out as B's rows of width
-// kRowStreamWeightsPerRow are (RowStreamStatsLayout), so that the lanes of a
+// Where the row statistics of a kStats launch start after B's rows of the
+// longest split: 16-byte aligned. They are laid out as B's rows of width
+// kRowStreamStatsPerRow are (RowStreamStatsLayout), so that the lanes of a
 // load, which read rows a vector apart, hit distinct banks.
 constexpr int64_t RowStreamStatsOffset(const RowStreamBLayout& b, int64_t k_chunk) {
   return (b.Bytes(k_chunk) + 15) / 16 * 16;
 }
-// Per row of B in shared memory: four weights (one 16-byte load in f32).
-constexpr int kRowStreamWeightsPerRow = 4;
-// Per row of A in the workspace: five statistics, padded to whole 16-byte units.
 constexpr int kRowStreamStatsPerRow = 8;
 constexpr RowStreamBLayout RowStreamStatsLayout(int itemsize) {
-  return RowStreamBLayout(itemsize, kRowStreamWeightsPerRow);
+  return RowStreamBLayout(itemsize, kRowStreamStatsPerRow);
 }
 
 // Shared memory of the rings of A (none where the ring is in registers).
@@ -147,14 +144,13 @@ inline RowStreamPlan PlanRowStream(const RowStreamShape& s, int itemsize, int64_
   // Less the kernel's static shared memory (its unit counter) and, with
   // several blocks per SM, the 1 KB the driver reserves for each.
   const int64_t budget = (smem_optin - 64) / s.min_blocks - (s.min_blocks > 1 ? 1024 : 0) - ring;
-  const int64_t weight_row = stats ? kRowStreamWeightsPerRow * acc : 0;
   const int64_t stat_row = stats ? kRowStreamStatsPerRow * acc : 0;
   const RowStreamBLayout sl = RowStreamStatsLayout(itemsize);
   const auto stat_bytes = [&](int64_t rows) { return stats ? sl.Bytes(rows) : 0; };
   int64_t fit = b.RowsFitting(budget) / vec * vec;
   if (stats) {
-    // B's bytes per row, rounded up, plus the row's weights.
-    const int64_t per_row = CeilDiv(b.Bytes(fit), std::max<int64_t>(fit, 1)) + weight_row;
+    // B's bytes per row, rounded up, plus the row's statistics.
+    const int64_t per_row = CeilDiv(b.Bytes(fit), std::max<int64_t>(fit, 1)) + stat_row;
     fit = std::min(fit, (budget - 32) / per_row / vec * vec);
     while (fit >= vec && RowStreamStatsOffset(b, fit) + stat_bytes(fit) > budget) fit -= vec;
   }

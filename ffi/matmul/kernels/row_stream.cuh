@@ -28,20 +28,16 @@
 // the next split.
 //
 // Row statistics (kStats, for the fused ABFT check of ffi/abft/row_check.h):
-// beside B's rows the block stages four weights per row of B: the weighted
-// sum s = sum_j w_j b_j (w_j a power of two per column, which balances
-// columns of different scales), split into its rounding to the accumulator
-// type and the rest, sum_j |w_j b_j| and sum_j (w_j b_j)^2 + s^2. Each row of
-// A accumulates, per element, its checksum A_i . s (in two parts, so that s
-// enters without its rounding) and the magnitudes the check's rounding bound
-// needs: |a| times each of |s| (as the first part's |.|, a free operand
-// modifier) and sum_j |w_j b_j|, and a^2 times the last weight. They are
-// scalars per row, not columns of B, so the instantiation is the plain
-// product's width; four weights are one 16-byte load in f32, as few shared
-// memory bytes per element as the statistics allow (with two rows per warp,
-// eight weights made the loads from shared memory bind before the reads of
-// A). Sums and statistics always go to the workspace; the check's kernel
-// adds the splits.
+// beside B's rows the block stages, per row of B, the weighted sum
+// s = sum_j w_j b_j (w_j a power of two per column, which balances columns
+// of different scales), split into its rounding to the accumulator type and
+// the rest, and the weights of three magnitudes; each row of A accumulates,
+// per element, its checksum A_i . s (in two parts, so that s enters without
+// its rounding), |a| times sum_j |w_j b_j|, |a| times |s| and a^2 times
+// (sum_j (w_j b_j)^2 + s^2): the magnitudes the check's rounding bound needs.
+// They are scalars per row, not columns of B, so the instantiation is the
+// plain product's width. Sums and statistics always go to the workspace; the
+// check's kernel adds the splits.
 #pragma once
 
 #include <cstdint>
@@ -84,16 +80,6 @@ enum RowStat : int {
   kRowStats = 8,  // per row in shared memory and the workspace: whole 16-byte units
 };
 static_assert(kRowStats == kRowStreamStatsPerRow, "the plan sizes the statistics alike");
-
-// The weights kStats stages per row of B (see the top of the file).
-enum RowWeight : int {
-  kWeightCheckHi = 0,  // hi(s), s = sum_j w_j b_j
-  kWeightCheckLo = 1,  // lo(s) = s - hi(s)
-  kWeightAbs = 2,      // sum_j |w_j b_j|
-  kWeightSq = 3,       // sum_j (w_j b_j)^2 + s^2
-  kRowWeights = 4,
-};
-static_assert(kRowWeights == kRowStreamWeightsPerRow, "the plan sizes the weights alike");
 
 template <int Bytes>
 struct UnitType;
@@ -182,17 +168,16 @@ __device__ __forceinline__ void RowStreamStep(const char* bsm, const char* ssm,
         for (int c = 0; c < N; ++c) acc[r][c] = fma(a[r][e], bv[c], acc[r][c]);
       }
       if constexpr (kStats) {
-        Acc w[kRowWeights];
-        LoadBRow<T, kRowWeights>(ssm, j, w);
-        const Acc abs_s = w[kWeightCheckHi] < Acc(0) ? -w[kWeightCheckHi] : w[kWeightCheckHi];
+        Acc w[kRowStats];
+        LoadBRow<T, kRowStats>(ssm, j, w);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const Acc x = a[r][e], ax = x < Acc(0) ? -x : x;
-          st[r][kRowStatAbs] = fma(ax, w[kWeightAbs], st[r][kRowStatAbs]);
-          st[r][kRowStatAbsCheck] = fma(ax, abs_s, st[r][kRowStatAbsCheck]);
-          st[r][kRowStatSq] = fma(x * x, w[kWeightSq], st[r][kRowStatSq]);
-          st[r][kRowStatCheckHi] = fma(x, w[kWeightCheckHi], st[r][kRowStatCheckHi]);
-          st[r][kRowStatCheckLo] = fma(x, w[kWeightCheckLo], st[r][kRowStatCheckLo]);
+          st[r][kRowStatAbs] = fma(ax, w[kRowStatAbs], st[r][kRowStatAbs]);
+          st[r][kRowStatAbsCheck] = fma(ax, w[kRowStatAbsCheck], st[r][kRowStatAbsCheck]);
+          st[r][kRowStatSq] = fma(x * x, w[kRowStatSq], st[r][kRowStatSq]);
+          st[r][kRowStatCheckHi] = fma(x, w[kRowStatCheckHi], st[r][kRowStatCheckHi]);
+          st[r][kRowStatCheckLo] = fma(x, w[kRowStatCheckLo], st[r][kRowStatCheckLo]);
         }
       }
     }
@@ -264,10 +249,12 @@ __global__ void __launch_bounds__(kRowStreamThreads, M)
         const Acc x_hi = static_cast<Acc>(hi);
         const double sum = hi + lo;
         Acc* w = reinterpret_cast<Acc*>(ssm + kS.UnitOf(j) * kS.unit);
-        w[kWeightCheckHi] = x_hi;
-        w[kWeightCheckLo] = static_cast<Acc>((hi - static_cast<double>(x_hi)) + lo);
-        w[kWeightAbs] = static_cast<Acc>(abs);
-        w[kWeightSq] = static_cast<Acc>(fma(sum, sum, sq));
+        w[kRowStatAbs] = static_cast<Acc>(abs);
+        w[kRowStatAbsCheck] = static_cast<Acc>(sum < 0.0 ? -sum : sum);
+        w[kRowStatSq] = static_cast<Acc>(fma(sum, sum, sq));
+        w[kRowStatCheckHi] = x_hi;
+        w[kRowStatCheckLo] = static_cast<Acc>((hi - static_cast<double>(x_hi)) + lo);
+        for (int q = kRowStatsUsed; q < kRowStats; ++q) w[q] = Acc(0);
       }
     }
     __syncthreads();
