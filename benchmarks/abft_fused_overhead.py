@@ -24,8 +24,10 @@ Usage (GPU machine)::
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -136,6 +138,15 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--repeats and --calls must be >= 1")
     args.out.mkdir(parents=True, exist_ok=True)
     device = jax.devices()[0].device_kind
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    made = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": commit or None,
+        "command": " ".join(["python", *sys.argv]),
+        "build": jax_tsm2.build_info(),
+    }
     rows = []
     for case in _cases(dtypes, args.min_mb):
         rows.append(_measure(case, args.repeats, args.calls))
@@ -147,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
         (args.out / "abft_fused_overhead.json").write_text(
-            json.dumps({"device": device, "records": rows}, indent=1)
+            json.dumps({"device": device, "made": made, "records": rows}, indent=1, default=str)
         )
     (args.out / "abft_fused_overhead.md").write_text(_markdown(rows, device))
     print(_markdown(rows, device))
