@@ -122,12 +122,7 @@ ffi::Error JudgeCudaImpl(cudaStream_t stream, ffi::AnyBuffer resid, ffi::AnyBuff
   d.factor = factor.untyped_data();
   d.floor = floor.untyped_data();
   d.state = static_cast<int32_t*>(state->untyped_data());
-  d.errors_detected = static_cast<int32_t*>(errors_detected->untyped_data());
-  d.corrected = static_cast<bool*>(corrected->untyped_data());
-  d.row = static_cast<int32_t*>(row->untyped_data());
-  d.col = static_cast<int32_t*>(col->untyped_data());
-  d.magnitude = magnitude->untyped_data();
-  d.uncorrectable = static_cast<bool*>(uncorrectable->untyped_data());
+  d.verdict = VerdictOutOf(errors_detected, corrected, row, col, magnitude, uncorrectable);
   // Described only when a call fails: the success path builds no strings.
   const auto operands = [&] {
     return "a=" + DescribeBuffer(a) + ", b=" + DescribeBuffer(b) + ", c=" + DescribeBuffer(c);

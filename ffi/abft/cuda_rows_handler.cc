@@ -48,12 +48,7 @@ ffi::Error RowsCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
   d.inject_row = p.inject_row;
   d.inject_col = p.inject_col;
   d.inject_bit = p.inject_bit;
-  d.verdict.errors_detected = static_cast<int32_t*>(errors->untyped_data());
-  d.verdict.corrected = static_cast<bool*>(corrected->untyped_data());
-  d.verdict.row = static_cast<int32_t*>(row->untyped_data());
-  d.verdict.col = static_cast<int32_t*>(col->untyped_data());
-  d.verdict.magnitude = magnitude->untyped_data();
-  d.verdict.uncorrectable = static_cast<bool*>(uncorrectable->untyped_data());
+  d.verdict = VerdictOutOf(errors, corrected, row, col, magnitude, uncorrectable);
   d.workspace = workspace->untyped_data();
   d.workspace_bytes = workspace->size_bytes();
   return DispatchElemType(kOp, a.element_type(), [&](auto elem) -> ffi::Error {

@@ -17,11 +17,29 @@
 #include <cstdint>
 #include <utility>
 
+#include "ffi/abft/verdict_out.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace tsm2 {
 
 using xla::ffi::AnyBuffer;
+
+// The verdict's six result buffers (in the signatures' order) as the device
+// pointers a check's last kernel writes.
+inline VerdictOut VerdictOutOf(xla::ffi::Result<AnyBuffer>& errors_detected,
+                               xla::ffi::Result<AnyBuffer>& corrected,
+                               xla::ffi::Result<AnyBuffer>& row, xla::ffi::Result<AnyBuffer>& col,
+                               xla::ffi::Result<AnyBuffer>& magnitude,
+                               xla::ffi::Result<AnyBuffer>& uncorrectable) {
+  VerdictOut v;
+  v.errors_detected = static_cast<int32_t*>(errors_detected->untyped_data());
+  v.corrected = static_cast<bool*>(corrected->untyped_data());
+  v.row = static_cast<int32_t*>(row->untyped_data());
+  v.col = static_cast<int32_t*>(col->untyped_data());
+  v.magnitude = magnitude->untyped_data();
+  v.uncorrectable = static_cast<bool*>(uncorrectable->untyped_data());
+  return v;
+}
 
 // tsm2_colsums: out[q] = v[q] @ m, or v[q] @ |m| where bit q of abs_rows is set.
 template <typename B>

@@ -222,12 +222,7 @@ Status LaunchJudge(const DeviceJudge& p, cudaStream_t stream) {
   v.state = p.state;
   v.m = r.m;
   v.n = r.n;
-  v.errors_detected = p.errors_detected;
-  v.corrected = p.corrected;
-  v.row = p.row;
-  v.col = p.col;
-  v.magnitude = p.magnitude;
-  v.uncorrectable = p.uncorrectable;
+  v.verdict = p.verdict;
   if (const cudaError_t e =
           LaunchDependent(&AbftVerdictKernel<T, Acc>, 1, kJudgeThreads, 0, stream, v);
       e != cudaSuccess) {

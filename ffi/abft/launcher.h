@@ -13,6 +13,7 @@
 
 #include "ffi/abft/plan.h"
 #include "ffi/abft/row_check.h"
+#include "ffi/abft/verdict_out.h"
 #include "ffi/common/elem_type.h"
 #include "ffi/common/status.h"
 
@@ -92,12 +93,7 @@ struct DeviceJudge {
   const void* factor = nullptr;
   const void* floor = nullptr;
   int32_t* state = nullptr;
-  int32_t* errors_detected = nullptr;
-  bool* corrected = nullptr;
-  int32_t* row = nullptr;
-  int32_t* col = nullptr;
-  void* magnitude = nullptr;
-  bool* uncorrectable = nullptr;
+  VerdictOut verdict;
 };
 
 template <ElemType E, ElemType A>
@@ -156,7 +152,7 @@ struct DeviceRowCheck {
   bool b_t = false;
   int64_t inject_row = -1, inject_col = -1;
   int inject_bit = 0;
-  RowVerdictOut verdict;
+  VerdictOut verdict;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };

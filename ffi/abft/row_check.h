@@ -44,17 +44,6 @@ enum RowModel : int {
   kRowModelLen = 10,
 };
 
-// Where the check writes jax_tsm2.abft.Verdict's fields (device scalars;
-// the magnitude in the accumulator type).
-struct RowVerdictOut {
-  int32_t* errors_detected = nullptr;
-  bool* corrected = nullptr;
-  int32_t* row = nullptr;
-  int32_t* col = nullptr;
-  void* magnitude = nullptr;
-  bool* uncorrectable = nullptr;
-};
-
 // Rows a check repairs at most; past this many flagged rows the product is
 // reported uncorrectable and C is left as computed.
 constexpr int kRowCheckMaxRows = 32;

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "ffi/abft/kernels/repair_column.cuh"
+#include "ffi/abft/verdict_out.h"
 #include "ffi/common/kernel_utils.cuh"
 #include "ffi/common/pdl.cuh"
 
@@ -119,12 +120,7 @@ struct VerdictArgs {
   const void* scale;
   const int32_t* state;
   int64_t m, n;
-  int32_t* errors_detected;
-  bool* corrected;
-  int32_t* row;
-  int32_t* col;
-  void* magnitude;  // Acc
-  bool* uncorrectable;
+  VerdictOut verdict;
 };
 
 template <typename T, typename Acc>
@@ -163,12 +159,13 @@ __global__ void __launch_bounds__(kJudgeThreads)
   const bool fixed = single && finite;
   const Acc residual = p.n > 0 ? static_cast<const Acc*>(p.resid)[j] : Acc(0);
   const Acc located = single && p.m > 0 ? Widen<Acc>(old_col[at]) - exact[at] : Acc(0);
-  *p.errors_detected = single ? max(bad, 1) : failing;
-  *p.corrected = fixed;
-  *p.row = nothing || !single ? -1 : static_cast<int32_t>(at);
-  *p.col = nothing ? -1 : static_cast<int32_t>(j);
-  *static_cast<Acc*>(p.magnitude) = nothing ? Acc(0) : single ? located : residual;
-  *p.uncorrectable = !nothing && !fixed;
+  const VerdictOut& v = p.verdict;
+  *v.errors_detected = single ? max(bad, 1) : failing;
+  *v.corrected = fixed;
+  *v.row = nothing || !single ? -1 : static_cast<int32_t>(at);
+  *v.col = nothing ? -1 : static_cast<int32_t>(j);
+  *static_cast<Acc*>(v.magnitude) = nothing ? Acc(0) : single ? located : residual;
+  *v.uncorrectable = !nothing && !fixed;
 }
 
 }  // namespace tsm2

@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "ffi/abft/row_check.h"
+#include "ffi/abft/verdict_out.h"
 #include "ffi/common/kernel_utils.cuh"
 #include "ffi/common/pdl.cuh"
 #include "ffi/matmul/kernels/row_stream.cuh"
@@ -110,11 +111,11 @@ struct RowRepairArgs {
   RowCheckState* state;
   int64_t m, k, n;
   bool b_t;
-  RowVerdictOut verdict;
+  VerdictOut verdict;
 };
 
 template <typename Acc>
-__device__ void WriteRowVerdict(const RowVerdictOut& v, int32_t errors, bool corrected, int32_t row,
+__device__ void WriteRowVerdict(const VerdictOut& v, int32_t errors, bool corrected, int32_t row,
                                 int32_t col, double magnitude, bool uncorrectable) {
   *v.errors_detected = errors;
   *v.corrected = corrected;
