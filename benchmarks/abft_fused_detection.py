@@ -22,9 +22,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -39,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _abft_reference import CLEAN_KINDS, random_operands  # noqa: E402
 
 from jax_tsm2 import abft_calls  # noqa: E402
+from jax_tsm2.bench import env  # noqa: E402
 
 SHAPES = ((64, 256, 4), (32, 2048, 6))
 # dtype: (flipped bits of C's value, the bar)
@@ -155,18 +154,11 @@ def main(argv: list[str] | None = None) -> None:
     clean = [_clean_sweep(name, args.clean, rng) for name in names] if args.clean else []
     device = jax.devices()[0].device_kind
     args.out.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    made = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": commit or None,
-        "command": " ".join(["python", *sys.argv]),
-    }
+    made = env.made(sys.argv)
     doc = {"device": device, "made": made, "seed": args.seed, "results": results, "clean": clean}
-    (args.out / "abft_fused_detection.json").write_text(json.dumps(doc, indent=1))
+    (args.out / "abft_fused_detection.json").write_text(json.dumps(doc, indent=1, default=str))
     text = _markdown(results, device)
-    text += f"\nMade {made['date']} at commit {made['commit']}: `{made['command']}`\n"
+    text += f"\nMade {made['date']} at commit {(made['commit'] or '?')[:7]}: `{made['command']}`\n"
     if clean:
         text += (
             "\nClean products alone (every kind, sizes "

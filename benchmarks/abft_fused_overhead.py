@@ -24,10 +24,8 @@ Usage (GPU machine)::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,6 +36,7 @@ import numpy as np
 
 import jax_tsm2
 from jax_tsm2 import abft, kernel_call
+from jax_tsm2.bench import env
 from jax_tsm2.bench.suite import DTYPES, FAMILIES, Case
 from jax_tsm2.problem import Problem
 
@@ -138,15 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--repeats and --calls must be >= 1")
     args.out.mkdir(parents=True, exist_ok=True)
     device = jax.devices()[0].device_kind
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    made = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": commit or None,
-        "command": " ".join(["python", *sys.argv]),
-        "build": jax_tsm2.build_info(),
-    }
+    made = env.made(sys.argv)
     rows = []
     for case in _cases(dtypes, args.min_mb):
         rows.append(_measure(case, args.repeats, args.calls))

@@ -56,7 +56,6 @@ import os
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -356,31 +355,9 @@ def compare(got: dict, ref: dict) -> dict[str, Any]:
 # ---------------------------------------------------------------- running and writing
 
 
-def _git_commit() -> tuple[str | None, bool | None]:
-    here = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None, None
-    return head or None, bool(dirty)
-
-
 def provenance(argv: list[str]) -> dict[str, Any]:
     kinds = collections.Counter(str(d.device_kind) for d in jax.devices())
-    commit, dirty = _git_commit()
+    commit, dirty = bench_env.git_commit(str(Path(__file__).resolve().parent))
     env_names = (
         "NCCL_NVLS_ENABLE",
         "NVSHMEM_DISABLE_NVLS",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import importlib
 import platform
+import shlex
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -145,6 +147,38 @@ def build_info() -> dict[str, Any] | None:
             except Exception as err:
                 return {"error": f"build_info() failed: {err}"}
     return None
+
+
+def git_commit(cwd: str | None = None) -> tuple[str | None, bool | None]:
+    """The checkout's HEAD commit and whether tracked files differ from it, or ``(None, None)``
+    outside a git checkout (an installed package, a machine without git)."""
+    try:
+        run = lambda *args: subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        head = run("rev-parse", "HEAD")
+        dirty = run("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return head or None, bool(dirty)
+
+
+def made(argv: list[str]) -> dict[str, Any]:
+    """Provenance for a result file: the UTC date, the commit of the tree that ran (and whether
+    it had changes), the command line and the extension's ``build_info()``.
+
+    Example:
+        >>> sorted(made(["benchmarks/x.py", "--out", "DIR"]))
+        ['build', 'command', 'commit', 'date', 'dirty']
+    """
+    commit, dirty = git_commit()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit,
+        "dirty": dirty,
+        "command": shlex.join(["python", *argv]),
+        "build": build_info(),
+    }
 
 
 def custom_call_mode() -> str | None:
