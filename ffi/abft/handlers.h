@@ -24,6 +24,19 @@ namespace tsm2 {
 
 using xla::ffi::AnyBuffer;
 
+// The verdict's six results, in this order in every signature that returns
+// one (VerdictOutOf takes them alike).
+template <typename B>
+auto VerdictResults(B binding) {
+  return std::move(binding)
+      .template Ret<AnyBuffer>()   // errors_detected: s32[]
+      .template Ret<AnyBuffer>()   // corrected: pred[]
+      .template Ret<AnyBuffer>()   // row: s32[]
+      .template Ret<AnyBuffer>()   // col: s32[]
+      .template Ret<AnyBuffer>()   // magnitude: acc[]
+      .template Ret<AnyBuffer>();  // uncorrectable: pred[]
+}
+
 // The verdict's six result buffers (in the signatures' order) as the device
 // pointers a check's last kernel writes.
 inline VerdictOut VerdictOutOf(xla::ffi::Result<AnyBuffer>& errors_detected,
@@ -71,25 +84,19 @@ auto RepairColumnSignature(B binding) {
 // tsm2_abft_judge: flags, locates and repairs from the checksum residuals.
 template <typename B>
 auto AbftJudgeSignature(B binding) {
-  return std::move(binding)
-      .template Arg<AnyBuffer>()   // resid: [2, n] (acc)
-      .template Arg<AnyBuffer>()   // threshold: [n] (acc)
-      .template Arg<AnyBuffer>()   // factor: acc[]
-      .template Arg<AnyBuffer>()   // floor: acc[]
-      .template Arg<AnyBuffer>()   // a: [m, k]
-      .template Arg<AnyBuffer>()   // b: [k, n]
-      .template Arg<AnyBuffer>()   // c: [m, n]
-      .template Ret<AnyBuffer>()   // c_out: [m, n], aliases c
-      .template Ret<AnyBuffer>()   // errors_detected: s32[]
-      .template Ret<AnyBuffer>()   // corrected: pred[]
-      .template Ret<AnyBuffer>()   // row: s32[]
-      .template Ret<AnyBuffer>()   // col: s32[]
-      .template Ret<AnyBuffer>()   // magnitude: acc[]
-      .template Ret<AnyBuffer>()   // uncorrectable: pred[]
-      .template Ret<AnyBuffer>()   // old_col: [m]
-      .template Ret<AnyBuffer>()   // exact: [m] (acc)
-      .template Ret<AnyBuffer>()   // scale: [m] (acc)
-      .template Ret<AnyBuffer>();  // state: s32[JudgeStateSize(m)]
+  return VerdictResults(std::move(binding)
+                            .template Arg<AnyBuffer>()   // resid: [2, n] (acc)
+                            .template Arg<AnyBuffer>()   // threshold: [n] (acc)
+                            .template Arg<AnyBuffer>()   // factor: acc[]
+                            .template Arg<AnyBuffer>()   // floor: acc[]
+                            .template Arg<AnyBuffer>()   // a: [m, k]
+                            .template Arg<AnyBuffer>()   // b: [k, n]
+                            .template Arg<AnyBuffer>()   // c: [m, n]
+                            .template Ret<AnyBuffer>())  // c_out: [m, n], aliases c
+      .template Ret<AnyBuffer>()                         // old_col: [m]
+      .template Ret<AnyBuffer>()                         // exact: [m] (acc)
+      .template Ret<AnyBuffer>()                         // scale: [m] (acc)
+      .template Ret<AnyBuffer>();                        // state: s32[JudgeStateSize(m)]
 }
 
 // tsm2_abft_encode: the reference checksums of A @ B and the scales of their
@@ -139,18 +146,12 @@ auto AbftVerifyInjectSignature(B binding) {
 // plain-loop reference). C and the magnitude are in the accumulator type.
 template <typename B>
 auto AbftRowsSignature(B binding) {
-  return std::move(binding)
-      .template Arg<AnyBuffer>()  // a: [m, k]
-      .template Arg<AnyBuffer>()  // b: [k, n], or [n, k] with b_t
-      .template Arg<AnyBuffer>()  // weights: [n] powers of two (acc), one per column
-      .template Ret<AnyBuffer>()  // c: [m, n] (acc)
-      .template Ret<AnyBuffer>()  // errors_detected: s32[]
-      .template Ret<AnyBuffer>()  // corrected: pred[]
-      .template Ret<AnyBuffer>()  // row: s32[]
-      .template Ret<AnyBuffer>()  // col: s32[]
-      .template Ret<AnyBuffer>()  // magnitude: acc[]
-      .template Ret<AnyBuffer>()  // uncorrectable: pred[]
-      .template Ret<AnyBuffer>()  // workspace: u8[bytes]
+  return VerdictResults(std::move(binding)
+                            .template Arg<AnyBuffer>()       // a: [m, k]
+                            .template Arg<AnyBuffer>()       // b: [k, n], or [n, k] with b_t
+                            .template Arg<AnyBuffer>()       // weights: [n] powers of two (acc)
+                            .template Ret<AnyBuffer>())      // c: [m, n] (acc)
+      .template Ret<AnyBuffer>()                             // workspace: u8[bytes]
       .template Attr<xla::ffi::Span<const double>>("model")  // [kRowModelLen]
       .template Attr<bool>("b_t")                            // B given [n, k]
       .template Attr<int64_t>("inject_row")                  // < 0: no injection
